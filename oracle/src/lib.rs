@@ -1,0 +1,1 @@
+//! Placeholder: the oracle is being written from SPEC.md by a separate session.
