@@ -1,0 +1,153 @@
+//! Canonical bytes and digests (SPEC.md §6.1).
+//!
+//! The canonical trace is the validated trace with defaults filled in and every array
+//! whose order means nothing sorted, serialised as RFC 8785 (JCS). Its SHA-256 is the
+//! `trace_digest`, so shuffling any input array never changes a digest. The same JCS
+//! serialiser produces the receipt's canonical bytes.
+
+use crate::trace::*;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// RFC 8785 bytes of a JSON value.
+pub fn jcs_bytes(value: &Value) -> Vec<u8> {
+    // Every number kvroute exports is an integer at most 2^53 - 1, which JCS writes
+    // exactly, and a `Value` holds no non-finite floats, so serialisation cannot fail.
+    serde_json_canonicalizer::to_vec(value).expect("a serde_json::Value always canonicalises")
+}
+
+/// `"sha256:" + lowercase hex` of `bytes`.
+pub fn sha256_tag(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut tag = String::with_capacity(7 + 64);
+    tag.push_str("sha256:");
+    for byte in digest {
+        tag.push_str(&format!("{byte:02x}"));
+    }
+    tag
+}
+
+fn sorted_strings(items: &[String]) -> Vec<String> {
+    let mut items = items.to_vec();
+    items.sort();
+    items
+}
+
+/// Sorts values by their own canonical bytes.
+fn sorted_by_canonical_bytes(items: Vec<Value>) -> Vec<Value> {
+    let mut keyed: Vec<(Vec<u8>, Value)> = items.into_iter().map(|v| (jcs_bytes(&v), v)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, v)| v).collect()
+}
+
+fn segments_value(segments: &[Segment]) -> Value {
+    Value::Array(
+        segments
+            .iter()
+            .map(|s| json!({ "key": s.key, "tokens": s.tokens }))
+            .collect(),
+    )
+}
+
+fn event_value(event: &Event) -> Value {
+    match &event.kind {
+        EventKind::Cache { worker, epoch, op } => {
+            let mut value = json!({
+                "seq": event.seq, "tick": event.tick, "type": "cache",
+                "op": op.name(), "worker": worker, "epoch": epoch,
+            });
+            let fields = value.as_object_mut().expect("built as an object");
+            match op {
+                CacheOp::Store {
+                    namespace,
+                    segments,
+                } => {
+                    fields.insert("tenant".into(), json!(namespace.tenant));
+                    fields.insert("model".into(), json!(namespace.model));
+                    fields.insert("adapter".into(), json!(namespace.adapter));
+                    fields.insert("segments".into(), segments_value(segments));
+                }
+                CacheOp::Evict { namespace, keys } => {
+                    fields.insert("tenant".into(), json!(namespace.tenant));
+                    fields.insert("model".into(), json!(namespace.model));
+                    fields.insert("adapter".into(), json!(namespace.adapter));
+                    fields.insert("keys".into(), json!(sorted_strings(keys)));
+                }
+                CacheOp::Clear => {}
+            }
+            value
+        }
+        EventKind::Load {
+            worker,
+            observed_tick,
+            queued_prefill,
+            active_decode,
+        } => json!({
+            "seq": event.seq, "tick": event.tick, "type": "load", "worker": worker,
+            "observed_tick": observed_tick, "queued_prefill": queued_prefill,
+            "active_decode": active_decode,
+        }),
+        EventKind::Request(request) => json!({
+            "seq": event.seq, "tick": event.tick, "type": "request", "id": request.id,
+            "tenant": request.namespace.tenant, "model": request.namespace.model,
+            "adapter": request.namespace.adapter, "prefix": segments_value(&request.prefix),
+            "prompt_tokens": request.prompt_tokens, "decode_tokens": request.decode_tokens,
+        }),
+    }
+}
+
+fn worker_value(worker: &WorkerSpec) -> Value {
+    let cache = worker
+        .cache
+        .iter()
+        .map(|e| {
+            json!({
+                "tenant": e.namespace.tenant, "model": e.namespace.model,
+                "adapter": e.namespace.adapter, "key": e.key, "tokens": e.tokens,
+            })
+        })
+        .collect();
+    json!({
+        "id": worker.id, "model": worker.model, "adapters": sorted_strings(&worker.adapters),
+        "prefill_rate": worker.prefill_rate, "decode_rate": worker.decode_rate,
+        "queued_prefill": worker.queued_prefill, "active_decode": worker.active_decode,
+        "observed_tick": worker.observed_tick, "epoch": worker.epoch,
+        "cache": sorted_by_canonical_bytes(cache),
+    })
+}
+
+/// The canonical trace as a JSON value.
+pub fn canonical_trace_value(trace: &Trace) -> Value {
+    let mut workers: Vec<&WorkerSpec> = trace.workers.iter().collect();
+    workers.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut events: Vec<&Event> = trace.events.iter().collect();
+    events.sort_by_key(|e| (e.tick, e.seq));
+    let grants = trace
+        .sharing
+        .iter()
+        .map(|g| json!({ "model": g.model, "adapter": g.adapter, "tenants": sorted_strings(&g.tenants) }))
+        .collect();
+    json!({
+        "format": "kvroute-trace/1",
+        "limits": trace.limits.name(),
+        "policy": {
+            "decode_weight_milli": trace.policy.decode_weight_milli,
+            "imbalance_penalty_milli": trace.policy.imbalance_penalty_milli,
+            "freshness_ticks": trace.policy.freshness_ticks,
+            "max_queued_work": trace.policy.max_queued_work,
+        },
+        "sharing": sorted_by_canonical_bytes(grants),
+        "workers": workers.into_iter().map(worker_value).collect::<Vec<_>>(),
+        "events": events.into_iter().map(event_value).collect::<Vec<_>>(),
+    })
+}
+
+/// The canonical trace bytes.
+pub fn canonical_trace_bytes(trace: &Trace) -> Vec<u8> {
+    jcs_bytes(&canonical_trace_value(trace))
+}
+
+/// The trace digest, `sha256:<hex>` of the canonical trace.
+pub fn trace_digest(trace: &Trace) -> String {
+    sha256_tag(&canonical_trace_bytes(trace))
+}

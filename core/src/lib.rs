@@ -1,0 +1,41 @@
+//! kvroute core: a deterministic replayer for KV-aware LLM request routing.
+//!
+//! A `kvroute-trace/1` document (workers, cache events, load observations, requests) is
+//! validated into a [`Trace`], replayed under four policies, and explained in a
+//! [`Receipt`] whose canonical bytes and SHA-256 digest are the same on every run.
+//! `SPEC.md` at the repository root is the behaviour this crate implements.
+//!
+//! Where to find each rule:
+//! - the **policy rule** (what each policy prefers, ties, margins, the overload cap):
+//!   [`policy`];
+//! - the **epoch rule** (stale cache events are dropped): [`state::WorkerState::apply_cache_event`];
+//! - the **tenant rule** (whose prefix may be reused, boundary reasons): [`tenant`];
+//! - candidate figures and dominance: [`candidate`]; the run loop: [`engine`].
+
+pub mod candidate;
+pub mod canonical;
+pub mod engine;
+pub mod export;
+pub mod json;
+pub mod metrics;
+pub mod policy;
+pub mod receipt;
+pub mod state;
+pub mod tenant;
+pub mod trace;
+pub mod validate;
+
+pub use policy::Policy;
+pub use receipt::Receipt;
+pub use trace::Trace;
+pub use validate::{parse_trace, ValidationErrors};
+
+/// The built-in lab trace, replayed when the CLI is given no trace.
+pub const LAB_TRACE_JSON: &str = include_str!("../../fixtures/lab/trace.json");
+
+/// Validates and replays trace bytes: the canonical receipt bytes (no trailing newline)
+/// or the validation errors. The same contract as the oracle's `replay`.
+pub fn replay_bytes(trace_json: &[u8]) -> Result<Vec<u8>, ValidationErrors> {
+    let trace = parse_trace(trace_json)?;
+    Ok(engine::replay(&trace).canonical_bytes())
+}

@@ -1,0 +1,228 @@
+//! The four routing policies: how a row is chosen (SPEC.md §5).
+//!
+//! Every policy orders the choosable rows by one score and breaks ties by worker id
+//! (rows arrive in id order, so "first in scan order" is "smallest id"). This module is
+//! the one place that says what each policy prefers, what the overload cap excludes,
+//! and how `tie_count` and `margin_milli` are measured.
+
+use crate::candidate::{CandidateRow, Reason};
+use crate::trace::PolicyParams;
+
+/// A routing policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Policy {
+    RoundRobin,
+    LeastLoad,
+    LongestPrefix,
+    CachePlusLoad,
+}
+
+impl Policy {
+    /// Every policy, in receipt order.
+    pub const ALL: [Policy; 4] = [
+        Policy::RoundRobin,
+        Policy::LeastLoad,
+        Policy::LongestPrefix,
+        Policy::CachePlusLoad,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round_robin",
+            Policy::LeastLoad => "least_load",
+            Policy::LongestPrefix => "longest_prefix",
+            Policy::CachePlusLoad => "cache_plus_load",
+        }
+    }
+}
+
+/// What a policy decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// Index of the chosen row (and worker), or `None` when rejected.
+    pub chosen: Option<usize>,
+    pub overload_escape: bool,
+    pub tie_count: u64,
+    pub margin_milli: u64,
+}
+
+const REJECTED: Choice = Choice {
+    chosen: None,
+    overload_escape: false,
+    tie_count: 0,
+    margin_milli: 0,
+};
+
+/// Chooses a row. For `cache_plus_load` with a cap this first marks excluded rows
+/// `overloaded`. `cursor` is the round-robin position, untouched by other policies.
+pub fn choose(
+    policy: Policy,
+    rows: &mut [CandidateRow],
+    params: &PolicyParams,
+    cursor: &mut usize,
+) -> Choice {
+    match policy {
+        Policy::RoundRobin => round_robin(rows, cursor),
+        // Smaller work first.
+        Policy::LeastLoad => best_by(rows, |r| r.eligible, |r| r.work_milli, 1),
+        // Larger reuse first: order by the reuse a row lacks against the largest possible.
+        Policy::LongestPrefix => best_by(rows, |r| r.eligible, |r| u64::MAX - r.reuse, 1000),
+        Policy::CachePlusLoad => cache_plus_load(rows, params),
+    }
+}
+
+fn round_robin(rows: &[CandidateRow], cursor: &mut usize) -> Choice {
+    let n = rows.len();
+    for step in 0..n {
+        let i = (*cursor + step) % n;
+        if rows[i].eligible {
+            *cursor = (i + 1) % n;
+            return Choice {
+                chosen: Some(i),
+                overload_escape: false,
+                tie_count: 1,
+                margin_milli: 0,
+            };
+        }
+    }
+    REJECTED
+}
+
+fn cache_plus_load(rows: &mut [CandidateRow], params: &PolicyParams) -> Choice {
+    if let Some(cap) = params.max_queued_work {
+        let cap_milli = 1000 * cap as u128;
+        for row in rows.iter_mut().filter(|r| r.eligible) {
+            if row.after_milli as u128 > cap_milli {
+                row.reasons.insert(Reason::Overloaded);
+            }
+        }
+    }
+    let choice = best_by(rows, CandidateRow::in_front_set, |r| r.cost_milli, 1);
+    if choice.chosen.is_some() || !rows.iter().any(|r| r.eligible) {
+        return choice;
+    }
+    // Every eligible row is over the cap: escape to the one that ends up least loaded.
+    Choice {
+        overload_escape: true,
+        ..best_by(rows, |r| r.eligible, |r| r.after_milli, 1)
+    }
+}
+
+/// The choosable row with the smallest `score`, ties to the smallest id. The margin is
+/// the runner-up's score minus the winner's, times `margin_scale` (1000 turns a token
+/// count into milli-units).
+fn best_by(
+    rows: &[CandidateRow],
+    choosable: impl Fn(&CandidateRow) -> bool,
+    score: impl Fn(&CandidateRow) -> u64,
+    margin_scale: u64,
+) -> Choice {
+    let mut best: Option<(u64, usize)> = None;
+    let mut runner_up: Option<u64> = None;
+    let mut tie_count = 0;
+    for (i, row) in rows.iter().enumerate().filter(|(_, r)| choosable(r)) {
+        let s = score(row);
+        match best {
+            None => {
+                best = Some((s, i));
+                tie_count = 1;
+            }
+            Some((b, _)) if s < b => {
+                runner_up = Some(b);
+                best = Some((s, i));
+                tie_count = 1;
+            }
+            Some((b, _)) => {
+                if s == b {
+                    tie_count += 1;
+                }
+                runner_up = Some(runner_up.map_or(s, |r| r.min(s)));
+            }
+        }
+    }
+    match best {
+        None => REJECTED,
+        Some((b, i)) => Choice {
+            chosen: Some(i),
+            overload_escape: false,
+            tie_count,
+            margin_milli: runner_up.map_or(0, |r| (r - b) * margin_scale),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidate::Reasons;
+
+    fn row(worker: usize, eligible: bool, reuse: u64, work: u64, cost: u64) -> CandidateRow {
+        CandidateRow {
+            worker,
+            eligible,
+            reasons: Reasons::default(),
+            reuse,
+            recomputed: 0,
+            queued_prefill: 0,
+            active_decode: 0,
+            work_milli: work,
+            after_milli: work + 10,
+            cost_milli: cost,
+            dominated_by: vec![],
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_smallest_id_and_are_counted() {
+        let mut rows = vec![row(0, true, 5, 7, 3), row(1, true, 5, 7, 3), row(2, true, 1, 9, 4)];
+        let mut cursor = 0;
+        let params = PolicyParams::default();
+        let c = choose(Policy::LeastLoad, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, c.tie_count, c.margin_milli), (Some(0), 2, 0));
+        let c = choose(Policy::LongestPrefix, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, c.tie_count, c.margin_milli), (Some(0), 2, 0));
+        let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, c.tie_count), (Some(0), 2));
+    }
+
+    #[test]
+    fn margins_are_in_each_policys_own_units() {
+        let mut rows = vec![row(0, true, 1, 9, 40), row(1, true, 4, 7, 30), row(2, false, 9, 0, 0)];
+        let params = PolicyParams::default();
+        let mut cursor = 0;
+        let c = choose(Policy::LeastLoad, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, c.margin_milli), (Some(1), 2));
+        let c = choose(Policy::LongestPrefix, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, c.margin_milli), (Some(1), 3000));
+        let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, c.margin_milli), (Some(1), 10));
+    }
+
+    #[test]
+    fn round_robin_skips_ineligible_wraps_and_holds_on_reject() {
+        let mut rows = vec![row(0, true, 0, 0, 0), row(1, false, 0, 0, 0), row(2, true, 0, 0, 0)];
+        let params = PolicyParams::default();
+        let mut cursor = 1;
+        let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, cursor), (Some(2), 0));
+        let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);
+        assert_eq!((c.chosen, cursor), (Some(0), 1));
+        let mut none = vec![row(0, false, 0, 0, 0), row(1, false, 0, 0, 0)];
+        let c = choose(Policy::RoundRobin, &mut none, &params, &mut cursor);
+        assert_eq!((c.chosen, c.tie_count, cursor), (None, 0, 1));
+    }
+
+    #[test]
+    fn cap_excludes_and_escapes_to_least_after() {
+        let mut rows = vec![row(0, true, 0, 991, 1), row(1, true, 0, 996, 0)];
+        let params = PolicyParams {
+            max_queued_work: Some(1),
+            ..PolicyParams::default()
+        };
+        let mut cursor = 0;
+        let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut cursor);
+        assert!(c.overload_escape);
+        assert_eq!((c.chosen, c.margin_milli), (Some(0), 5));
+        assert!(rows.iter().all(|r| r.reasons.contains(Reason::Overloaded)));
+    }
+}

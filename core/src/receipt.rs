@@ -1,0 +1,170 @@
+//! The receipt (`kvroute-receipt/1`, SPEC.md §6): every decision, both logs and the
+//! metrics of each run, with its canonical bytes and digests.
+//!
+//! Rows and logs refer to workers by index into the id-sorted worker list; ids are put
+//! back only when the receipt is serialised. No key or tenant name is ever exported.
+
+use crate::candidate::CandidateRow;
+use crate::canonical::{jcs_bytes, sha256_tag};
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::state::Outcome;
+use serde_json::{json, Value};
+
+/// How a request was routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    Rejected,
+    OverloadEscape,
+    Hit,
+    Cold,
+}
+
+impl RouteKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Rejected => "rejected",
+            RouteKind::OverloadEscape => "overload_escape",
+            RouteKind::Hit => "hit",
+            RouteKind::Cold => "cold",
+        }
+    }
+}
+
+/// One routing decision and every candidate row behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub seq: u64,
+    pub tick: u64,
+    pub request: String,
+    pub chosen: Option<usize>,
+    pub route_kind: RouteKind,
+    pub tie_count: u64,
+    pub margin_milli: u64,
+    pub candidates: Vec<CandidateRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheLogEntry {
+    pub seq: u64,
+    pub tick: u64,
+    pub worker: usize,
+    pub epoch: u64,
+    pub op: &'static str,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservationLogEntry {
+    pub seq: u64,
+    pub tick: u64,
+    pub worker: usize,
+    pub observed_tick: u64,
+    pub outcome: Outcome,
+}
+
+/// One policy's replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub policy: Policy,
+    pub decisions: Vec<Decision>,
+    pub cache_log: Vec<CacheLogEntry>,
+    pub observation_log: Vec<ObservationLogEntry>,
+    pub metrics: Metrics,
+}
+
+/// The full receipt: the trace digest and the four runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub trace_digest: String,
+    /// Worker ids in id order; rows and logs index into this.
+    pub worker_ids: Vec<String>,
+    pub runs: Vec<Run>,
+}
+
+impl Receipt {
+    /// The receipt as JSON without its `receipt_digest` member.
+    pub fn body_value(&self) -> Value {
+        json!({
+            "format": "kvroute-receipt/1",
+            "trace_digest": self.trace_digest,
+            "runs": self.runs.iter().map(|r| self.run_value(r)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// `sha256:<hex>` of the canonical bytes of [`Receipt::body_value`].
+    pub fn digest(&self) -> String {
+        sha256_tag(&jcs_bytes(&self.body_value()))
+    }
+
+    /// The full receipt as JSON, `receipt_digest` included.
+    pub fn to_value(&self) -> Value {
+        let mut value = self.body_value();
+        let digest = sha256_tag(&jcs_bytes(&value));
+        value
+            .as_object_mut()
+            .expect("the body is an object")
+            .insert("receipt_digest".into(), Value::String(digest));
+        value
+    }
+
+    /// The canonical bytes of the full receipt (no trailing newline).
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        jcs_bytes(&self.to_value())
+    }
+
+    pub fn worker_id(&self, index: usize) -> &str {
+        &self.worker_ids[index]
+    }
+
+    fn run_value(&self, run: &Run) -> Value {
+        let m = &run.metrics;
+        json!({
+            "policy": run.policy.name(),
+            "decisions": run.decisions.iter().map(|d| self.decision_value(d)).collect::<Vec<_>>(),
+            "cache_log": run.cache_log.iter().map(|e| json!({
+                "seq": e.seq, "tick": e.tick, "worker": self.worker_id(e.worker),
+                "epoch": e.epoch, "op": e.op, "outcome": e.outcome.name(),
+            })).collect::<Vec<_>>(),
+            "observation_log": run.observation_log.iter().map(|e| json!({
+                "seq": e.seq, "tick": e.tick, "worker": self.worker_id(e.worker),
+                "observed_tick": e.observed_tick, "outcome": e.outcome.name(),
+            })).collect::<Vec<_>>(),
+            "metrics": {
+                "routed": m.routed, "rejected": m.rejected, "cache_hits": m.cache_hits,
+                "reused_tokens": m.reused_tokens, "recomputed_tokens": m.recomputed_tokens,
+                "route_churn": m.route_churn, "load_skew_milli": m.load_skew_milli,
+                "latency_proxy_mean_milli": m.latency_proxy_mean_milli,
+                "latency_proxy_p95_milli": m.latency_proxy_p95_milli,
+                "latency_proxy_max_milli": m.latency_proxy_max_milli,
+                "stale_event_rejections": m.stale_event_rejections,
+                "stale_observation_rejections": m.stale_observation_rejections,
+                "boundary_rejections": m.boundary_rejections,
+                "overload_escapes": m.overload_escapes,
+                "dominated_choices": m.dominated_choices,
+            },
+        })
+    }
+
+    fn decision_value(&self, d: &Decision) -> Value {
+        json!({
+            "seq": d.seq, "tick": d.tick, "request": d.request,
+            "chosen": d.chosen.map(|c| self.worker_id(c)),
+            "route_kind": d.route_kind.name(),
+            "tie_count": d.tie_count, "margin_milli": d.margin_milli,
+            "candidates": d.candidates.iter().map(|r| self.row_value(r)).collect::<Vec<_>>(),
+        })
+    }
+
+    fn row_value(&self, r: &CandidateRow) -> Value {
+        json!({
+            "worker": self.worker_id(r.worker),
+            "eligible": r.eligible,
+            "reasons": r.reasons.iter().map(|x| x.name()).collect::<Vec<_>>(),
+            "reuse": r.reuse, "recomputed": r.recomputed,
+            "queued_prefill": r.queued_prefill, "active_decode": r.active_decode,
+            "work_milli": r.work_milli, "after_milli": r.after_milli, "cost_milli": r.cost_milli,
+            "dominated_by": r.dominated_by.iter().map(|&w| self.worker_id(w)).collect::<Vec<_>>(),
+        })
+    }
+}

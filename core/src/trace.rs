@@ -1,0 +1,197 @@
+//! The trace contract as Rust types (`kvroute-trace/1`, SPEC.md §1).
+//!
+//! A [`Trace`] only exists once validation has accepted the input, so every value here
+//! already satisfies the value, cross-reference, limit and overflow rules. Arrays keep
+//! the order they had in the input; the engine and the canonical form sort what they need.
+
+/// The largest integer a trace or a receipt may carry: 2^53 - 1.
+pub const JSON_INTEGER_MAX: u64 = (1 << 53) - 1;
+
+/// The limits profile a trace declares (SPEC.md §1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitsProfile {
+    Lab,
+    Scale,
+}
+
+impl LimitsProfile {
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitsProfile::Lab => "lab",
+            LimitsProfile::Scale => "scale",
+        }
+    }
+
+    pub fn requests_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 64,
+            LimitsProfile::Scale => 10_000_000,
+        }
+    }
+
+    pub fn workers_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 8,
+            LimitsProfile::Scale => 4_096,
+        }
+    }
+
+    pub fn events_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 1_024,
+            LimitsProfile::Scale => 20_000_000,
+        }
+    }
+
+    pub fn tokens_per_request_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 8_192,
+            LimitsProfile::Scale => 2_097_152,
+        }
+    }
+}
+
+/// Routing parameters (the `policy` member).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyParams {
+    pub decode_weight_milli: u64,
+    pub imbalance_penalty_milli: u64,
+    pub freshness_ticks: Option<u64>,
+    pub max_queued_work: Option<u64>,
+}
+
+impl Default for PolicyParams {
+    fn default() -> Self {
+        PolicyParams {
+            decode_weight_milli: 1000,
+            imbalance_penalty_milli: 0,
+            freshness_ticks: None,
+            max_queued_work: None,
+        }
+    }
+}
+
+/// The namespace a cache entry lives in: whose prefix, under which token meaning.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Namespace {
+    pub tenant: String,
+    pub model: String,
+    pub adapter: String,
+}
+
+/// A sharing grant: these tenants count as one for this model and adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub model: String,
+    pub adapter: String,
+    pub tenants: Vec<String>,
+}
+
+/// One resident prefix block in a worker's initial cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEntry {
+    pub namespace: Namespace,
+    pub key: String,
+    pub tokens: u64,
+}
+
+/// A worker and the router's initial view of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSpec {
+    pub id: String,
+    pub model: String,
+    pub adapters: Vec<String>,
+    pub prefill_rate: u64,
+    pub decode_rate: u64,
+    pub queued_prefill: u64,
+    pub active_decode: u64,
+    pub observed_tick: u64,
+    pub epoch: u64,
+    pub cache: Vec<CacheEntry>,
+}
+
+/// A prefix block reference: an opaque key and its token count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub key: String,
+    pub tokens: u64,
+}
+
+/// What a cache event does to its worker's cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOp {
+    Store {
+        namespace: Namespace,
+        segments: Vec<Segment>,
+    },
+    Evict {
+        namespace: Namespace,
+        keys: Vec<String>,
+    },
+    Clear,
+}
+
+impl CacheOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CacheOp::Store { .. } => "store",
+            CacheOp::Evict { .. } => "evict",
+            CacheOp::Clear => "clear",
+        }
+    }
+}
+
+/// A request to be routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub id: String,
+    pub namespace: Namespace,
+    pub prefix: Vec<Segment>,
+    pub prompt_tokens: u64,
+    pub decode_tokens: u64,
+}
+
+/// The payload of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    Cache {
+        worker: String,
+        epoch: u64,
+        op: CacheOp,
+    },
+    Load {
+        worker: String,
+        observed_tick: u64,
+        queued_prefill: u64,
+        active_decode: u64,
+    },
+    Request(Request),
+}
+
+/// One event of the trace, processed in `(tick, seq)` order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub seq: u64,
+    pub tick: u64,
+    pub kind: EventKind,
+}
+
+/// A validated trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    pub limits: LimitsProfile,
+    pub policy: PolicyParams,
+    pub sharing: Vec<Grant>,
+    pub workers: Vec<WorkerSpec>,
+    pub events: Vec<Event>,
+}
+
+impl Trace {
+    /// Number of request events.
+    pub fn request_count(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Request(_)))
+            .count()
+    }
+}

@@ -1,0 +1,743 @@
+//! Trace validation: bytes in, a [`Trace`] or every error with its JSON path out.
+//!
+//! Validation is all-or-nothing and runs in the four stages of SPEC.md §2.3: JSON
+//! syntax, shape (types, required, unknown and repeated members), cross-references and
+//! limits, then the overflow bound. Paths index the input arrays as given. Nothing in
+//! here panics on any input: every value is checked before it is used.
+
+use crate::json::{self, quote_value, Node};
+use crate::trace::*;
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// How many error lines are printed before the rest are summarised.
+pub const ERROR_LINES_MAX: usize = 100;
+
+/// Every reason a trace was rejected, as `PATH: reason` lines in report order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationErrors {
+    pub errors: Vec<String>,
+}
+
+impl ValidationErrors {
+    /// The lines as printed: at most [`ERROR_LINES_MAX`], then a count of the rest.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.errors.iter().take(ERROR_LINES_MAX).cloned().collect();
+        if self.errors.len() > ERROR_LINES_MAX {
+            lines.push(format!(
+                "... and {} more errors",
+                self.errors.len() - ERROR_LINES_MAX
+            ));
+        }
+        lines
+    }
+}
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.lines().join("\n"))
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+/// Parses and validates trace bytes.
+pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
+    let node = json::parse(bytes).map_err(|message| ValidationErrors {
+        errors: vec![format!("$: invalid JSON: {message}")],
+    })?;
+    let mut walk = Walk::default();
+    let trace = walk.trace(&node);
+    let trace = match trace {
+        Some(trace) if walk.errors.is_empty() => trace,
+        _ => return Err(ValidationErrors { errors: walk.errors }),
+    };
+    let errors = cross_reference_and_limits(&trace);
+    if !errors.is_empty() {
+        return Err(ValidationErrors { errors });
+    }
+    if let Some(error) = overflow_error(&trace) {
+        return Err(ValidationErrors {
+            errors: vec![error],
+        });
+    }
+    Ok(trace)
+}
+
+fn child(path: &str, name: &str) -> String {
+    if path == "$" {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn index(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+fn quote_str(s: &str) -> String {
+    quote_value(&serde_json::Value::String(s.to_owned()))
+}
+
+/// The members of one JSON object, for checking required, unknown and repeated names.
+struct Members<'n> {
+    path: String,
+    members: &'n [(String, Node)],
+}
+
+impl<'n> Members<'n> {
+    fn get(&self, name: &str) -> Option<&'n Node> {
+        self.members.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    fn required(&self, walk: &mut Walk, name: &str) -> Option<(String, &'n Node)> {
+        match self.get(name) {
+            Some(node) => Some((child(&self.path, name), node)),
+            None => {
+                walk.err(
+                    &child(&self.path, name),
+                    format!("missing required member {}", quote_str(name)),
+                );
+                None
+            }
+        }
+    }
+
+    fn optional(&self, name: &str) -> Option<(String, &'n Node)> {
+        self.get(name).map(|node| (child(&self.path, name), node))
+    }
+
+    /// Reports unknown and repeated members, in document order.
+    fn finish(&self, walk: &mut Walk, expected: &[&str]) {
+        let mut seen = BTreeSet::new();
+        for (name, _) in self.members {
+            let path = child(&self.path, name);
+            if !expected.contains(&name.as_str()) {
+                walk.err(&path, format!("unknown member {}", quote_str(name)));
+            } else if !seen.insert(name.as_str()) {
+                walk.err(&path, format!("repeated member {}", quote_str(name)));
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Walk {
+    errors: Vec<String>,
+}
+
+impl Walk {
+    fn err(&mut self, path: &str, reason: impl fmt::Display) {
+        self.errors.push(format!("{path}: {reason}"));
+    }
+
+    fn object<'n>(&mut self, path: &str, node: &'n Node) -> Option<Members<'n>> {
+        match node {
+            Node::Object(members) => Some(Members {
+                path: path.to_owned(),
+                members,
+            }),
+            other => {
+                self.err(path, format!("expected an object, found {}", other.quoted()));
+                None
+            }
+        }
+    }
+
+    fn array<'n>(&mut self, path: &str, node: &'n Node) -> Option<&'n [Node]> {
+        match node {
+            Node::Array(items) => Some(items),
+            other => {
+                self.err(path, format!("expected an array, found {}", other.quoted()));
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, path: &str, node: &Node) -> Option<u64> {
+        match node {
+            Node::Number(n) => match n.as_u64() {
+                Some(v) if v <= JSON_INTEGER_MAX => return Some(v),
+                _ => {}
+            },
+            _ => {}
+        }
+        self.err(
+            path,
+            format!("expected a non-negative integer, found {}", node.quoted()),
+        );
+        None
+    }
+
+    fn nullable_integer(&mut self, path: &str, node: &Node) -> Option<Option<u64>> {
+        match node {
+            Node::Null => return Some(None),
+            Node::Number(n) => match n.as_u64() {
+                Some(v) if v <= JSON_INTEGER_MAX => return Some(Some(v)),
+                _ => {}
+            },
+            _ => {}
+        }
+        self.err(
+            path,
+            format!(
+                "expected a non-negative integer or null, found {}",
+                node.quoted()
+            ),
+        );
+        None
+    }
+
+    fn rate(&mut self, path: &str, node: &Node) -> Option<u64> {
+        match self.integer(path, node)? {
+            0 => {
+                self.err(path, "expected a positive integer, found 0");
+                None
+            }
+            v => Some(v),
+        }
+    }
+
+    fn string(&mut self, path: &str, node: &Node) -> Option<String> {
+        match node {
+            Node::String(s) if !s.is_empty() => Some(s.clone()),
+            other => {
+                self.err(
+                    path,
+                    format!("expected a non-empty string, found {}", other.quoted()),
+                );
+                None
+            }
+        }
+    }
+
+    fn req_integer(&mut self, obj: &Members, name: &str) -> Option<u64> {
+        let (path, node) = obj.required(self, name)?;
+        self.integer(&path, node)
+    }
+
+    fn req_rate(&mut self, obj: &Members, name: &str) -> Option<u64> {
+        let (path, node) = obj.required(self, name)?;
+        self.rate(&path, node)
+    }
+
+    fn req_string(&mut self, obj: &Members, name: &str) -> Option<String> {
+        let (path, node) = obj.required(self, name)?;
+        self.string(&path, node)
+    }
+
+    fn string_list(&mut self, path: &str, node: &Node) -> Option<Vec<String>> {
+        let items = self.array(path, node)?;
+        let parsed: Vec<Option<String>> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| self.string(&index(path, i), item))
+            .collect();
+        parsed.into_iter().collect()
+    }
+
+    fn req_string_list(&mut self, obj: &Members, name: &str) -> Option<Vec<String>> {
+        let (path, node) = obj.required(self, name)?;
+        self.string_list(&path, node)
+    }
+
+    /// A list whose items each parse with `item`; `None` if any item failed.
+    fn list<T>(
+        &mut self,
+        path: &str,
+        node: &Node,
+        mut item: impl FnMut(&mut Self, &str, &Node) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let items = self.array(path, node)?;
+        let mut parsed = Vec::with_capacity(items.len());
+        let mut all_ok = true;
+        for (i, node) in items.iter().enumerate() {
+            match item(self, &index(path, i), node) {
+                Some(v) => parsed.push(v),
+                None => all_ok = false,
+            }
+        }
+        all_ok.then_some(parsed)
+    }
+
+    fn namespace(&mut self, obj: &Members) -> Option<Namespace> {
+        let tenant = self.req_string(obj, "tenant");
+        let model = self.req_string(obj, "model");
+        let adapter = self.req_string(obj, "adapter");
+        Some(Namespace {
+            tenant: tenant?,
+            model: model?,
+            adapter: adapter?,
+        })
+    }
+
+    fn trace(&mut self, node: &Node) -> Option<Trace> {
+        let obj = self.object("$", node)?;
+        let format_ok = match obj.required(self, "format") {
+            Some((path, node)) => {
+                if matches!(node, Node::String(s) if s == "kvroute-trace/1") {
+                    true
+                } else {
+                    self.err(
+                        &path,
+                        format!("expected \"kvroute-trace/1\", found {}", node.quoted()),
+                    );
+                    false
+                }
+            }
+            None => false,
+        };
+        let limits = match obj.optional("limits") {
+            None => Some(LimitsProfile::Lab),
+            Some((_, Node::String(s))) if s == "lab" => Some(LimitsProfile::Lab),
+            Some((_, Node::String(s))) if s == "scale" => Some(LimitsProfile::Scale),
+            Some((path, node)) => {
+                self.err(
+                    &path,
+                    format!("expected \"lab\" or \"scale\", found {}", node.quoted()),
+                );
+                None
+            }
+        };
+        let policy = match obj.optional("policy") {
+            None => Some(PolicyParams::default()),
+            Some((path, node)) => self.policy(&path, node),
+        };
+        let sharing = match obj.optional("sharing") {
+            None => Some(Vec::new()),
+            Some((path, node)) => self.list(&path, node, Walk::grant),
+        };
+        let workers = obj
+            .required(self, "workers")
+            .and_then(|(path, node)| self.list(&path, node, Walk::worker));
+        let events = obj
+            .required(self, "events")
+            .and_then(|(path, node)| self.list(&path, node, Walk::event));
+        obj.finish(
+            self,
+            &["format", "limits", "policy", "sharing", "workers", "events"],
+        );
+        if !format_ok {
+            return None;
+        }
+        Some(Trace {
+            limits: limits?,
+            policy: policy?,
+            sharing: sharing?,
+            workers: workers?,
+            events: events?,
+        })
+    }
+
+    fn policy(&mut self, path: &str, node: &Node) -> Option<PolicyParams> {
+        let obj = self.object(path, node)?;
+        let defaults = PolicyParams::default();
+        let decode_weight_milli = match obj.optional("decode_weight_milli") {
+            None => Some(defaults.decode_weight_milli),
+            Some((path, node)) => self.integer(&path, node),
+        };
+        let imbalance_penalty_milli = match obj.optional("imbalance_penalty_milli") {
+            None => Some(defaults.imbalance_penalty_milli),
+            Some((path, node)) => self.integer(&path, node),
+        };
+        let freshness_ticks = match obj.optional("freshness_ticks") {
+            None => Some(None),
+            Some((path, node)) => self.nullable_integer(&path, node),
+        };
+        let max_queued_work = match obj.optional("max_queued_work") {
+            None => Some(None),
+            Some((path, node)) => self.nullable_integer(&path, node),
+        };
+        obj.finish(
+            self,
+            &[
+                "decode_weight_milli",
+                "imbalance_penalty_milli",
+                "freshness_ticks",
+                "max_queued_work",
+            ],
+        );
+        Some(PolicyParams {
+            decode_weight_milli: decode_weight_milli?,
+            imbalance_penalty_milli: imbalance_penalty_milli?,
+            freshness_ticks: freshness_ticks?,
+            max_queued_work: max_queued_work?,
+        })
+    }
+
+    fn grant(&mut self, path: &str, node: &Node) -> Option<Grant> {
+        let obj = self.object(path, node)?;
+        let model = self.req_string(&obj, "model");
+        let adapter = self.req_string(&obj, "adapter");
+        let tenants = self.req_string_list(&obj, "tenants");
+        obj.finish(self, &["model", "adapter", "tenants"]);
+        Some(Grant {
+            model: model?,
+            adapter: adapter?,
+            tenants: tenants?,
+        })
+    }
+
+    fn worker(&mut self, path: &str, node: &Node) -> Option<WorkerSpec> {
+        let obj = self.object(path, node)?;
+        let id = self.req_string(&obj, "id");
+        let model = self.req_string(&obj, "model");
+        let adapters = self.req_string_list(&obj, "adapters");
+        let prefill_rate = self.req_rate(&obj, "prefill_rate");
+        let decode_rate = self.req_rate(&obj, "decode_rate");
+        let queued_prefill = self.req_integer(&obj, "queued_prefill");
+        let active_decode = self.req_integer(&obj, "active_decode");
+        let observed_tick = self.req_integer(&obj, "observed_tick");
+        let epoch = self.req_integer(&obj, "epoch");
+        let cache = obj
+            .required(self, "cache")
+            .and_then(|(path, node)| self.list(&path, node, Walk::cache_entry));
+        obj.finish(
+            self,
+            &[
+                "id",
+                "model",
+                "adapters",
+                "prefill_rate",
+                "decode_rate",
+                "queued_prefill",
+                "active_decode",
+                "observed_tick",
+                "epoch",
+                "cache",
+            ],
+        );
+        Some(WorkerSpec {
+            id: id?,
+            model: model?,
+            adapters: adapters?,
+            prefill_rate: prefill_rate?,
+            decode_rate: decode_rate?,
+            queued_prefill: queued_prefill?,
+            active_decode: active_decode?,
+            observed_tick: observed_tick?,
+            epoch: epoch?,
+            cache: cache?,
+        })
+    }
+
+    fn cache_entry(&mut self, path: &str, node: &Node) -> Option<CacheEntry> {
+        let obj = self.object(path, node)?;
+        let namespace = self.namespace(&obj);
+        let key = self.req_string(&obj, "key");
+        let tokens = self.req_integer(&obj, "tokens");
+        obj.finish(self, &["tenant", "model", "adapter", "key", "tokens"]);
+        Some(CacheEntry {
+            namespace: namespace?,
+            key: key?,
+            tokens: tokens?,
+        })
+    }
+
+    fn segment(&mut self, path: &str, node: &Node) -> Option<Segment> {
+        let obj = self.object(path, node)?;
+        let key = self.req_string(&obj, "key");
+        let tokens = self.req_integer(&obj, "tokens");
+        obj.finish(self, &["key", "tokens"]);
+        Some(Segment {
+            key: key?,
+            tokens: tokens?,
+        })
+    }
+
+    fn event(&mut self, path: &str, node: &Node) -> Option<Event> {
+        let obj = self.object(path, node)?;
+        let seq = self.req_integer(&obj, "seq");
+        let tick = self.req_integer(&obj, "tick");
+        let (type_path, type_node) = obj.required(self, "type")?;
+        let kind = match type_node {
+            Node::String(s) if s == "cache" => self.cache_event(&obj),
+            Node::String(s) if s == "load" => self.load_event(&obj),
+            Node::String(s) if s == "request" => self.request_event(&obj),
+            other => {
+                self.err(
+                    &type_path,
+                    format!(
+                        "expected \"cache\", \"load\" or \"request\", found {}",
+                        other.quoted()
+                    ),
+                );
+                return None;
+            }
+        };
+        Some(Event {
+            seq: seq?,
+            tick: tick?,
+            kind: kind?,
+        })
+    }
+
+    fn cache_event(&mut self, obj: &Members) -> Option<EventKind> {
+        let (op_path, op_node) = obj.required(self, "op")?;
+        let op_name = match op_node {
+            Node::String(s) if s == "store" || s == "evict" || s == "clear" => s.as_str(),
+            other => {
+                self.err(
+                    &op_path,
+                    format!(
+                        "expected \"store\", \"evict\" or \"clear\", found {}",
+                        other.quoted()
+                    ),
+                );
+                return None;
+            }
+        };
+        let worker = self.req_string(obj, "worker");
+        let epoch = self.req_integer(obj, "epoch");
+        let common = ["seq", "tick", "type", "op", "worker", "epoch"];
+        let op = match op_name {
+            "store" => {
+                let namespace = self.namespace(obj);
+                let segments = obj
+                    .required(self, "segments")
+                    .and_then(|(path, node)| self.list(&path, node, Walk::segment));
+                let expected: Vec<&str> = common
+                    .iter()
+                    .copied()
+                    .chain(["tenant", "model", "adapter", "segments"])
+                    .collect();
+                obj.finish(self, &expected);
+                Some(CacheOp::Store {
+                    namespace: namespace?,
+                    segments: segments?,
+                })
+            }
+            "evict" => {
+                let namespace = self.namespace(obj);
+                let keys = self.req_string_list(obj, "keys");
+                let expected: Vec<&str> = common
+                    .iter()
+                    .copied()
+                    .chain(["tenant", "model", "adapter", "keys"])
+                    .collect();
+                obj.finish(self, &expected);
+                Some(CacheOp::Evict {
+                    namespace: namespace?,
+                    keys: keys?,
+                })
+            }
+            _ => {
+                obj.finish(self, &common);
+                Some(CacheOp::Clear)
+            }
+        };
+        Some(EventKind::Cache {
+            worker: worker?,
+            epoch: epoch?,
+            op: op?,
+        })
+    }
+
+    fn load_event(&mut self, obj: &Members) -> Option<EventKind> {
+        let worker = self.req_string(obj, "worker");
+        let observed_tick = self.req_integer(obj, "observed_tick");
+        let queued_prefill = self.req_integer(obj, "queued_prefill");
+        let active_decode = self.req_integer(obj, "active_decode");
+        obj.finish(
+            self,
+            &[
+                "seq",
+                "tick",
+                "type",
+                "worker",
+                "observed_tick",
+                "queued_prefill",
+                "active_decode",
+            ],
+        );
+        Some(EventKind::Load {
+            worker: worker?,
+            observed_tick: observed_tick?,
+            queued_prefill: queued_prefill?,
+            active_decode: active_decode?,
+        })
+    }
+
+    fn request_event(&mut self, obj: &Members) -> Option<EventKind> {
+        let id = self.req_string(obj, "id");
+        let namespace = self.namespace(obj);
+        let prefix = obj
+            .required(self, "prefix")
+            .and_then(|(path, node)| self.list(&path, node, Walk::segment));
+        let prompt_tokens = self.req_integer(obj, "prompt_tokens");
+        let decode_tokens = self.req_integer(obj, "decode_tokens");
+        obj.finish(
+            self,
+            &[
+                "seq",
+                "tick",
+                "type",
+                "id",
+                "tenant",
+                "model",
+                "adapter",
+                "prefix",
+                "prompt_tokens",
+                "decode_tokens",
+            ],
+        );
+        Some(EventKind::Request(Request {
+            id: id?,
+            namespace: namespace?,
+            prefix: prefix?,
+            prompt_tokens: prompt_tokens?,
+            decode_tokens: decode_tokens?,
+        }))
+    }
+}
+
+/// Stage 3: duplicates, dangling references, future observations, over-long prefixes
+/// and the limits profile, in the order SPEC.md §2.3 fixes.
+fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
+    let mut errors = Vec::new();
+    let profile = trace.limits;
+    let mut worker_ids = BTreeSet::new();
+    for (i, worker) in trace.workers.iter().enumerate() {
+        if !worker_ids.insert(worker.id.as_str()) {
+            errors.push(format!(
+                "workers[{i}].id: duplicate worker id {}",
+                quote_str(&worker.id)
+            ));
+        }
+        let mut entries = BTreeSet::new();
+        for (j, entry) in worker.cache.iter().enumerate() {
+            if !entries.insert((&entry.namespace, entry.key.as_str())) {
+                errors.push(format!(
+                    "workers[{i}].cache[{j}]: duplicate cache entry for key {}",
+                    quote_str(&entry.key)
+                ));
+            }
+        }
+    }
+    let mut seqs = BTreeSet::new();
+    let mut request_ids = BTreeSet::new();
+    for (i, event) in trace.events.iter().enumerate() {
+        if !seqs.insert(event.seq) {
+            errors.push(format!("events[{i}].seq: duplicate seq {}", event.seq));
+        }
+        let worker = match &event.kind {
+            EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
+            EventKind::Request(_) => None,
+        };
+        if let EventKind::Request(request) = &event.kind {
+            if !request_ids.insert(request.id.as_str()) {
+                errors.push(format!(
+                    "events[{i}].id: duplicate request id {}",
+                    quote_str(&request.id)
+                ));
+            }
+        }
+        if let Some(worker) = worker {
+            if !worker_ids.contains(worker.as_str()) {
+                errors.push(format!(
+                    "events[{i}].worker: unknown worker {}",
+                    quote_str(worker)
+                ));
+            }
+        }
+        match &event.kind {
+            EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
+                errors.push(format!(
+                    "events[{i}].observed_tick: observed_tick {observed_tick} is after the event tick {}",
+                    event.tick
+                ));
+            }
+            EventKind::Request(request) => {
+                let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
+                if prefix_tokens > request.prompt_tokens as u128 {
+                    errors.push(format!(
+                        "events[{i}].prefix: prefix tokens {prefix_tokens} exceed prompt_tokens {}",
+                        request.prompt_tokens
+                    ));
+                }
+                let tokens = request.prompt_tokens as u128 + request.decode_tokens as u128;
+                if tokens > profile.tokens_per_request_max() as u128 {
+                    errors.push(format!(
+                        "events[{i}]: {tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
+                        profile.name(),
+                        profile.tokens_per_request_max()
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let counts = [
+        (
+            "workers",
+            trace.workers.len() as u64,
+            "workers",
+            profile.workers_max(),
+        ),
+        (
+            "events",
+            trace.request_count() as u64,
+            "requests",
+            profile.requests_max(),
+        ),
+        (
+            "events",
+            trace.events.len() as u64,
+            "events",
+            profile.events_max(),
+        ),
+    ];
+    for (path, count, noun, max) in counts {
+        if count > max {
+            errors.push(format!(
+                "{path}: {count} {noun} exceed the {} limit of {max}",
+                profile.name()
+            ));
+        }
+    }
+    errors
+}
+
+/// Stage 4: the static bound of SPEC.md §1.4 on every exported figure.
+fn overflow_error(trace: &Trace) -> Option<String> {
+    let mut queued_max: u128 = 0;
+    let mut active_max: u128 = 0;
+    for worker in &trace.workers {
+        queued_max = queued_max.max(worker.queued_prefill as u128);
+        active_max = active_max.max(worker.active_decode as u128);
+    }
+    let mut prompt_sum: u128 = 0;
+    let mut decode_sum: u128 = 0;
+    let mut prompt_max: u128 = 0;
+    for event in &trace.events {
+        match &event.kind {
+            EventKind::Load {
+                queued_prefill,
+                active_decode,
+                ..
+            } => {
+                queued_max = queued_max.max(*queued_prefill as u128);
+                active_max = active_max.max(*active_decode as u128);
+            }
+            EventKind::Request(request) => {
+                prompt_sum += request.prompt_tokens as u128;
+                decode_sum += request.decode_tokens as u128;
+                prompt_max = prompt_max.max(request.prompt_tokens as u128);
+            }
+            EventKind::Cache { .. } => {}
+        }
+    }
+    // Products of two 53-bit figures fit in 128 bits, but the imbalance term multiplies
+    // a third factor in, so saturate: a saturated bound is over the limit either way.
+    let work_bound = (1000 * (queued_max + prompt_sum))
+        .saturating_add((trace.policy.decode_weight_milli as u128).saturating_mul(active_max + decode_sum));
+    let imbalance_bound =
+        (trace.policy.imbalance_penalty_milli as u128).saturating_mul(work_bound) / 1000;
+    let cost_bound = (1000 * prompt_max)
+        .saturating_add(work_bound)
+        .saturating_add(imbalance_bound);
+    (cost_bound > JSON_INTEGER_MAX as u128).then(|| {
+        format!("$: figures could overflow: cost bound {cost_bound} exceeds {JSON_INTEGER_MAX}")
+    })
+}

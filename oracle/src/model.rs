@@ -1,0 +1,164 @@
+//! Plain typed form of a trace that passed the shape stage (SPEC.md §1). Nothing here is
+//! sorted: every array is in input order, and events remember their input index so that
+//! later validation stages can name paths "as given".
+
+/// The limits profile (SPEC §1.3), with its inclusive maxima.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    Lab,
+    Scale,
+}
+
+impl Profile {
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Lab => "lab",
+            Profile::Scale => "scale",
+        }
+    }
+
+    pub fn max_requests(self) -> u64 {
+        match self {
+            Profile::Lab => 64,
+            Profile::Scale => 10_000_000,
+        }
+    }
+
+    pub fn max_workers(self) -> u64 {
+        match self {
+            Profile::Lab => 8,
+            Profile::Scale => 4_096,
+        }
+    }
+
+    pub fn max_events(self) -> u64 {
+        match self {
+            Profile::Lab => 1_024,
+            Profile::Scale => 20_000_000,
+        }
+    }
+
+    pub fn max_tokens_per_request(self) -> u64 {
+        match self {
+            Profile::Lab => 8_192,
+            Profile::Scale => 2_097_152,
+        }
+    }
+}
+
+/// `policy` with defaults filled in; `None` is the JSON `null` (no window / no cap).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub decode_weight_milli: u64,
+    pub imbalance_penalty_milli: u64,
+    pub freshness_ticks: Option<u64>,
+    pub max_queued_work: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub model: String,
+    pub adapter: String,
+    pub tenants: Vec<String>,
+}
+
+/// One resident cache entry: `(tenant, model, adapter, key) -> tokens`.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub tenant: String,
+    pub model: String,
+    pub adapter: String,
+    pub key: String,
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub id: String,
+    pub model: String,
+    pub adapters: Vec<String>,
+    pub prefill_rate: u64,
+    pub decode_rate: u64,
+    pub queued_prefill: u64,
+    pub active_decode: u64,
+    pub observed_tick: u64,
+    pub epoch: u64,
+    pub cache: Vec<Entry>,
+}
+
+/// A `{key, tokens}` item of a store's `segments` or a request's `prefix`.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub key: String,
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum EventKind {
+    Store {
+        worker: String,
+        epoch: u64,
+        tenant: String,
+        model: String,
+        adapter: String,
+        segments: Vec<Segment>,
+    },
+    Evict {
+        worker: String,
+        epoch: u64,
+        tenant: String,
+        model: String,
+        adapter: String,
+        keys: Vec<String>,
+    },
+    Clear {
+        worker: String,
+        epoch: u64,
+    },
+    Load {
+        worker: String,
+        observed_tick: u64,
+        queued_prefill: u64,
+        active_decode: u64,
+    },
+    Request {
+        id: String,
+        tenant: String,
+        model: String,
+        adapter: String,
+        prefix: Vec<Segment>,
+        prompt_tokens: u64,
+        decode_tokens: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Position in the input `events` array, for error paths.
+    pub index: usize,
+    pub seq: u64,
+    pub tick: u64,
+    pub kind: EventKind,
+}
+
+impl Event {
+    /// The worker a cache or load event names; requests name none.
+    pub fn worker(&self) -> Option<&str> {
+        match &self.kind {
+            EventKind::Store { worker, .. }
+            | EventKind::Evict { worker, .. }
+            | EventKind::Clear { worker, .. }
+            | EventKind::Load { worker, .. } => Some(worker),
+            EventKind::Request { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub limits: Profile,
+    pub policy: Policy,
+    pub sharing: Vec<Grant>,
+    pub workers: Vec<Worker>,
+    pub events: Vec<Event>,
+}

@@ -1,0 +1,814 @@
+//! Validation of a trace, in the four stages of SPEC.md §2.3: JSON syntax, shape,
+//! cross-references and limits, then the overflow rule. Each stage runs only when the
+//! ones before it found nothing. The shape stage walks the JSON tree in the order the
+//! SPEC fixes and, when it finds nothing, yields the typed `Trace` the later stages use.
+
+use std::collections::BTreeSet;
+
+use crate::json::{self, member, quote, quote_str, Node};
+use crate::model::{Entry, Event, EventKind, Grant, Policy, Profile, Segment, Trace, Worker};
+use crate::wide::Wide;
+
+/// `B = 2^53 − 1`, the largest integer a trace or receipt carries.
+pub const MAX_INT: u64 = 9_007_199_254_740_991;
+
+/// At most this many error lines, then one `... and <n> more errors` line.
+const MAX_ERROR_LINES: usize = 100;
+
+const TOP_MEMBERS: &[&str] = &["format", "limits", "policy", "sharing", "workers", "events"];
+const POLICY_MEMBERS: &[&str] = &[
+    "decode_weight_milli",
+    "imbalance_penalty_milli",
+    "freshness_ticks",
+    "max_queued_work",
+];
+const GRANT_MEMBERS: &[&str] = &["model", "adapter", "tenants"];
+const WORKER_MEMBERS: &[&str] = &[
+    "id",
+    "model",
+    "adapters",
+    "prefill_rate",
+    "decode_rate",
+    "queued_prefill",
+    "active_decode",
+    "observed_tick",
+    "epoch",
+    "cache",
+];
+const ENTRY_MEMBERS: &[&str] = &["tenant", "model", "adapter", "key", "tokens"];
+const SEGMENT_MEMBERS: &[&str] = &["key", "tokens"];
+const STORE_MEMBERS: &[&str] = &[
+    "seq", "tick", "type", "op", "worker", "epoch", "tenant", "model", "adapter", "segments",
+];
+const EVICT_MEMBERS: &[&str] = &[
+    "seq", "tick", "type", "op", "worker", "epoch", "tenant", "model", "adapter", "keys",
+];
+const CLEAR_MEMBERS: &[&str] = &["seq", "tick", "type", "op", "worker", "epoch"];
+const LOAD_MEMBERS: &[&str] = &[
+    "seq",
+    "tick",
+    "type",
+    "worker",
+    "observed_tick",
+    "queued_prefill",
+    "active_decode",
+];
+const REQUEST_MEMBERS: &[&str] = &[
+    "seq",
+    "tick",
+    "type",
+    "id",
+    "tenant",
+    "model",
+    "adapter",
+    "prefix",
+    "prompt_tokens",
+    "decode_tokens",
+];
+
+/// Path of a member: `parent.name`, or just `name` at the top level (parent `""`).
+fn member_path(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+fn index_path(parent: &str, index: usize) -> String {
+    format!("{parent}[{index}]")
+}
+
+/// One `PATH: reason` line; the whole document (path `""`) is written `$`.
+fn line(path: &str, reason: &str) -> String {
+    let shown = if path.is_empty() { "$" } else { path };
+    format!("{shown}: {reason}")
+}
+
+/// Keeps the first 100 lines and summarises the rest (SPEC §2.3).
+fn capped(mut lines: Vec<String>) -> Vec<String> {
+    if lines.len() > MAX_ERROR_LINES {
+        let more = lines.len() - MAX_ERROR_LINES;
+        lines.truncate(MAX_ERROR_LINES);
+        lines.push(format!("... and {more} more errors"));
+    }
+    lines
+}
+
+/// Runs all four stages. Ok: the typed trace. Err: the (capped) error lines.
+pub fn check(bytes: &[u8]) -> Result<Trace, Vec<String>> {
+    // Stage 1: JSON syntax.
+    let root = match json::parse(bytes) {
+        Ok(root) => root,
+        Err(message) => return Err(vec![format!("$: invalid JSON: {message}")]),
+    };
+
+    // Stage 2: shape.
+    let mut shape = Shape { lines: Vec::new() };
+    let trace = shape.trace(&root);
+    if !shape.lines.is_empty() {
+        return Err(capped(shape.lines));
+    }
+    let Some(trace) = trace else {
+        // Cannot happen: every failed shape check records a line.
+        return Err(vec![line("", "internal error: shape check failed silently")]);
+    };
+
+    // Stage 3: cross-references and limits.
+    let lines = cross_references(&trace);
+    if !lines.is_empty() {
+        return Err(capped(lines));
+    }
+
+    // Stage 4: overflow.
+    if let Some(error) = overflow(&trace) {
+        return Err(vec![error]);
+    }
+    Ok(trace)
+}
+
+/// The shape stage. Each method checks one value, records every problem it finds, and
+/// returns the typed value only when that value (and everything inside it) was fine.
+/// Every member check is evaluated before any `?`, so one bad member never hides
+/// another's error.
+struct Shape {
+    lines: Vec<String>,
+}
+
+impl Shape {
+    fn error(&mut self, path: &str, reason: String) {
+        self.lines.push(line(path, &reason));
+    }
+
+    fn object<'a>(&mut self, node: &'a Node, path: &str) -> Option<&'a [(String, Node)]> {
+        match node {
+            Node::Object(members) => Some(members),
+            other => {
+                self.error(path, format!("expected an object, found {}", quote(other)));
+                None
+            }
+        }
+    }
+
+    fn array<'a>(&mut self, node: &'a Node, path: &str) -> Option<&'a [Node]> {
+        match node {
+            Node::Array(items) => Some(items),
+            other => {
+                self.error(path, format!("expected an array, found {}", quote(other)));
+                None
+            }
+        }
+    }
+
+    fn string(&mut self, node: &Node, path: &str) -> Option<String> {
+        match node {
+            Node::String(text) if !text.is_empty() => Some(text.clone()),
+            other => {
+                self.error(
+                    path,
+                    format!("expected a non-empty string, found {}", quote(other)),
+                );
+                None
+            }
+        }
+    }
+
+    /// A JSON integer literal in `0..=B`. `as_u64` is `None` for floats such as `5.0`
+    /// or `1e3` (serde_json reads those as f64) and for negative integers.
+    fn integer(&mut self, node: &Node, path: &str) -> Option<u64> {
+        if let Node::Number(number) = node {
+            if let Some(value) = number.as_u64() {
+                if value <= MAX_INT {
+                    return Some(value);
+                }
+            }
+        }
+        self.error(
+            path,
+            format!("expected a non-negative integer, found {}", quote(node)),
+        );
+        None
+    }
+
+    /// A rate: an integer (type error first), then at least 1.
+    fn rate(&mut self, node: &Node, path: &str) -> Option<u64> {
+        let value = self.integer(node, path)?;
+        if value == 0 {
+            self.error(path, "expected a positive integer, found 0".to_owned());
+            return None;
+        }
+        Some(value)
+    }
+
+    /// `freshness_ticks` / `max_queued_work`: an integer or `null`.
+    fn nullable_integer(&mut self, node: &Node, path: &str) -> Option<Option<u64>> {
+        match node {
+            Node::Null => Some(None),
+            Node::Number(number) => match number.as_u64() {
+                Some(value) if value <= MAX_INT => Some(Some(value)),
+                _ => {
+                    self.nullable_error(node, path);
+                    None
+                }
+            },
+            _ => {
+                self.nullable_error(node, path);
+                None
+            }
+        }
+    }
+
+    fn nullable_error(&mut self, node: &Node, path: &str) {
+        self.error(
+            path,
+            format!(
+                "expected a non-negative integer or null, found {}",
+                quote(node)
+            ),
+        );
+    }
+
+    /// A required member: reports it missing at its own path, else checks its first
+    /// occurrence with `check` (repeats are reported later by `extras`).
+    fn required<T>(
+        &mut self,
+        members: &[(String, Node)],
+        parent: &str,
+        name: &str,
+        check: impl FnOnce(&mut Self, &Node, &str) -> Option<T>,
+    ) -> Option<T> {
+        let path = member_path(parent, name);
+        match member(members, name) {
+            Some(node) => check(self, node, &path),
+            None => {
+                self.error(&path, format!("missing required member \"{name}\""));
+                None
+            }
+        }
+    }
+
+    fn required_string(
+        &mut self,
+        members: &[(String, Node)],
+        parent: &str,
+        name: &str,
+    ) -> Option<String> {
+        self.required(members, parent, name, Self::string)
+    }
+
+    fn required_integer(
+        &mut self,
+        members: &[(String, Node)],
+        parent: &str,
+        name: &str,
+    ) -> Option<u64> {
+        self.required(members, parent, name, Self::integer)
+    }
+
+    /// An array whose every item is checked with `check` at `path[i]`.
+    fn list<T>(
+        &mut self,
+        node: &Node,
+        path: &str,
+        mut check: impl FnMut(&mut Self, &Node, &str) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let items = self.array(node, path)?;
+        let mut checked = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            checked.push(check(self, item, &index_path(path, i)));
+        }
+        checked.into_iter().collect()
+    }
+
+    fn string_list(&mut self, node: &Node, path: &str) -> Option<Vec<String>> {
+        self.list(node, path, Self::string)
+    }
+
+    /// Unknown and repeated members, in document order. A name seen earlier in the
+    /// same object is "repeated" (whether known or not); otherwise an unlisted name
+    /// is "unknown".
+    fn extras(&mut self, members: &[(String, Node)], allowed: &[&str], parent: &str) {
+        for (i, (name, _)) in members.iter().enumerate() {
+            let path = member_path(parent, name);
+            let earlier = members.iter().take(i).any(|(n, _)| n == name);
+            if earlier {
+                self.error(&path, format!("repeated member {}", quote_str(name)));
+            } else if !allowed.contains(&name.as_str()) {
+                self.error(&path, format!("unknown member {}", quote_str(name)));
+            }
+        }
+    }
+
+    /// A member whose value must be one of a few fixed strings; `None` when missing or
+    /// not one of them (the error is recorded).
+    fn choice(
+        &mut self,
+        members: &[(String, Node)],
+        parent: &str,
+        name: &str,
+        options: &[&'static str],
+        expected: &str,
+    ) -> Option<&'static str> {
+        self.required(members, parent, name, |shape, node, path| {
+            if let Node::String(text) = node {
+                if let Some(option) = options.iter().find(|o| **o == text.as_str()) {
+                    return Some(*option);
+                }
+            }
+            shape.error(path, format!("expected {expected}, found {}", quote(node)));
+            None
+        })
+    }
+
+    fn trace(&mut self, root: &Node) -> Option<Trace> {
+        let members = self.object(root, "")?;
+
+        let format = self.required(members, "", "format", |shape, node, path| {
+            if let Node::String(text) = node {
+                if text == "kvroute-trace/1" {
+                    return Some(());
+                }
+            }
+            shape.error(
+                path,
+                format!("expected \"kvroute-trace/1\", found {}", quote(node)),
+            );
+            None
+        });
+
+        // Optional members: only absence means "default"; an explicit null is a type error.
+        let limits = match member(members, "limits") {
+            None => Some(Profile::Lab),
+            Some(node) => match node {
+                Node::String(text) if text == "lab" => Some(Profile::Lab),
+                Node::String(text) if text == "scale" => Some(Profile::Scale),
+                other => {
+                    self.error(
+                        "limits",
+                        format!("expected \"lab\" or \"scale\", found {}", quote(other)),
+                    );
+                    None
+                }
+            },
+        };
+
+        let policy = match member(members, "policy") {
+            None => Some(Policy {
+                decode_weight_milli: 1000,
+                imbalance_penalty_milli: 0,
+                freshness_ticks: None,
+                max_queued_work: None,
+            }),
+            Some(node) => self.policy(node, "policy"),
+        };
+
+        let sharing = match member(members, "sharing") {
+            None => Some(Vec::new()),
+            Some(node) => self.list(node, "sharing", Self::grant),
+        };
+
+        let workers = self.required(members, "", "workers", |shape, node, path| {
+            shape.list(node, path, Self::worker)
+        });
+
+        let events = self.required(members, "", "events", |shape, node, path| {
+            let items = shape.array(node, path)?;
+            let mut checked = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                checked.push(shape.event(item, &index_path(path, i), i));
+            }
+            checked.into_iter().collect::<Option<Vec<Event>>>()
+        });
+
+        self.extras(members, TOP_MEMBERS, "");
+
+        format?;
+        Some(Trace {
+            limits: limits?,
+            policy: policy?,
+            sharing: sharing?,
+            workers: workers?,
+            events: events?,
+        })
+    }
+
+    fn policy(&mut self, node: &Node, path: &str) -> Option<Policy> {
+        let members = self.object(node, path)?;
+        let decode_weight_milli = match member(members, "decode_weight_milli") {
+            None => Some(1000),
+            Some(value) => self.integer(value, &member_path(path, "decode_weight_milli")),
+        };
+        let imbalance_penalty_milli = match member(members, "imbalance_penalty_milli") {
+            None => Some(0),
+            Some(value) => self.integer(value, &member_path(path, "imbalance_penalty_milli")),
+        };
+        let freshness_ticks = match member(members, "freshness_ticks") {
+            None => Some(None),
+            Some(value) => self.nullable_integer(value, &member_path(path, "freshness_ticks")),
+        };
+        let max_queued_work = match member(members, "max_queued_work") {
+            None => Some(None),
+            Some(value) => self.nullable_integer(value, &member_path(path, "max_queued_work")),
+        };
+        self.extras(members, POLICY_MEMBERS, path);
+        Some(Policy {
+            decode_weight_milli: decode_weight_milli?,
+            imbalance_penalty_milli: imbalance_penalty_milli?,
+            freshness_ticks: freshness_ticks?,
+            max_queued_work: max_queued_work?,
+        })
+    }
+
+    fn grant(&mut self, node: &Node, path: &str) -> Option<Grant> {
+        let members = self.object(node, path)?;
+        let model = self.required_string(members, path, "model");
+        let adapter = self.required_string(members, path, "adapter");
+        let tenants = self.required(members, path, "tenants", Self::string_list);
+        self.extras(members, GRANT_MEMBERS, path);
+        Some(Grant {
+            model: model?,
+            adapter: adapter?,
+            tenants: tenants?,
+        })
+    }
+
+    fn worker(&mut self, node: &Node, path: &str) -> Option<Worker> {
+        let members = self.object(node, path)?;
+        let id = self.required_string(members, path, "id");
+        let model = self.required_string(members, path, "model");
+        let adapters = self.required(members, path, "adapters", Self::string_list);
+        let prefill_rate = self.required(members, path, "prefill_rate", Self::rate);
+        let decode_rate = self.required(members, path, "decode_rate", Self::rate);
+        let queued_prefill = self.required_integer(members, path, "queued_prefill");
+        let active_decode = self.required_integer(members, path, "active_decode");
+        let observed_tick = self.required_integer(members, path, "observed_tick");
+        let epoch = self.required_integer(members, path, "epoch");
+        let cache = self.required(members, path, "cache", |shape, node, path| {
+            shape.list(node, path, Self::entry)
+        });
+        self.extras(members, WORKER_MEMBERS, path);
+        Some(Worker {
+            id: id?,
+            model: model?,
+            adapters: adapters?,
+            prefill_rate: prefill_rate?,
+            decode_rate: decode_rate?,
+            queued_prefill: queued_prefill?,
+            active_decode: active_decode?,
+            observed_tick: observed_tick?,
+            epoch: epoch?,
+            cache: cache?,
+        })
+    }
+
+    fn entry(&mut self, node: &Node, path: &str) -> Option<Entry> {
+        let members = self.object(node, path)?;
+        let tenant = self.required_string(members, path, "tenant");
+        let model = self.required_string(members, path, "model");
+        let adapter = self.required_string(members, path, "adapter");
+        let key = self.required_string(members, path, "key");
+        let tokens = self.required_integer(members, path, "tokens");
+        self.extras(members, ENTRY_MEMBERS, path);
+        Some(Entry {
+            tenant: tenant?,
+            model: model?,
+            adapter: adapter?,
+            key: key?,
+            tokens: tokens?,
+        })
+    }
+
+    fn segment(&mut self, node: &Node, path: &str) -> Option<Segment> {
+        let members = self.object(node, path)?;
+        let key = self.required_string(members, path, "key");
+        let tokens = self.required_integer(members, path, "tokens");
+        self.extras(members, SEGMENT_MEMBERS, path);
+        Some(Segment {
+            key: key?,
+            tokens: tokens?,
+        })
+    }
+
+    fn segments(&mut self, node: &Node, path: &str) -> Option<Vec<Segment>> {
+        self.list(node, path, Self::segment)
+    }
+
+    /// An event: `seq`, `tick`, `type`, then (for cache events) `op`, then the members
+    /// of its kind. With `type` or `op` missing or invalid nothing further is checked,
+    /// not even unknown or repeated members (the allowed set is not known then).
+    fn event(&mut self, node: &Node, path: &str, index: usize) -> Option<Event> {
+        let members = self.object(node, path)?;
+        let seq = self.required_integer(members, path, "seq");
+        let tick = self.required_integer(members, path, "tick");
+        let kind_name = self.choice(
+            members,
+            path,
+            "type",
+            &["cache", "load", "request"],
+            "\"cache\", \"load\" or \"request\"",
+        )?;
+        let kind = match kind_name {
+            "cache" => {
+                let op = self.choice(
+                    members,
+                    path,
+                    "op",
+                    &["store", "evict", "clear"],
+                    "\"store\", \"evict\" or \"clear\"",
+                )?;
+                self.cache_event(members, path, op)
+            }
+            "load" => self.load_event(members, path),
+            _ => self.request_event(members, path),
+        };
+        Some(Event {
+            index,
+            seq: seq?,
+            tick: tick?,
+            kind: kind?,
+        })
+    }
+
+    fn cache_event(
+        &mut self,
+        members: &[(String, Node)],
+        path: &str,
+        op: &str,
+    ) -> Option<EventKind> {
+        let worker = self.required_string(members, path, "worker");
+        let epoch = self.required_integer(members, path, "epoch");
+        match op {
+            "clear" => {
+                self.extras(members, CLEAR_MEMBERS, path);
+                Some(EventKind::Clear {
+                    worker: worker?,
+                    epoch: epoch?,
+                })
+            }
+            "store" => {
+                let tenant = self.required_string(members, path, "tenant");
+                let model = self.required_string(members, path, "model");
+                let adapter = self.required_string(members, path, "adapter");
+                let segments = self.required(members, path, "segments", Self::segments);
+                self.extras(members, STORE_MEMBERS, path);
+                Some(EventKind::Store {
+                    worker: worker?,
+                    epoch: epoch?,
+                    tenant: tenant?,
+                    model: model?,
+                    adapter: adapter?,
+                    segments: segments?,
+                })
+            }
+            _ => {
+                let tenant = self.required_string(members, path, "tenant");
+                let model = self.required_string(members, path, "model");
+                let adapter = self.required_string(members, path, "adapter");
+                let keys = self.required(members, path, "keys", Self::string_list);
+                self.extras(members, EVICT_MEMBERS, path);
+                Some(EventKind::Evict {
+                    worker: worker?,
+                    epoch: epoch?,
+                    tenant: tenant?,
+                    model: model?,
+                    adapter: adapter?,
+                    keys: keys?,
+                })
+            }
+        }
+    }
+
+    fn load_event(&mut self, members: &[(String, Node)], path: &str) -> Option<EventKind> {
+        let worker = self.required_string(members, path, "worker");
+        let observed_tick = self.required_integer(members, path, "observed_tick");
+        let queued_prefill = self.required_integer(members, path, "queued_prefill");
+        let active_decode = self.required_integer(members, path, "active_decode");
+        self.extras(members, LOAD_MEMBERS, path);
+        Some(EventKind::Load {
+            worker: worker?,
+            observed_tick: observed_tick?,
+            queued_prefill: queued_prefill?,
+            active_decode: active_decode?,
+        })
+    }
+
+    fn request_event(&mut self, members: &[(String, Node)], path: &str) -> Option<EventKind> {
+        let id = self.required_string(members, path, "id");
+        let tenant = self.required_string(members, path, "tenant");
+        let model = self.required_string(members, path, "model");
+        let adapter = self.required_string(members, path, "adapter");
+        let prefix = self.required(members, path, "prefix", Self::segments);
+        let prompt_tokens = self.required_integer(members, path, "prompt_tokens");
+        let decode_tokens = self.required_integer(members, path, "decode_tokens");
+        self.extras(members, REQUEST_MEMBERS, path);
+        Some(EventKind::Request {
+            id: id?,
+            tenant: tenant?,
+            model: model?,
+            adapter: adapter?,
+            prefix: prefix?,
+            prompt_tokens: prompt_tokens?,
+            decode_tokens: decode_tokens?,
+        })
+    }
+}
+
+/// Stage 3 (SPEC §1.2, §1.3, order from §2.3). Sets are BTreeSets: only membership is
+/// asked of them, never their iteration order.
+fn cross_references(trace: &Trace) -> Vec<String> {
+    let mut lines = Vec::new();
+
+    // Duplicate worker ids and cache entries, by worker index.
+    let mut seen_workers: BTreeSet<&str> = BTreeSet::new();
+    for (i, worker) in trace.workers.iter().enumerate() {
+        let worker_path = index_path("workers", i);
+        if !seen_workers.insert(worker.id.as_str()) {
+            lines.push(line(
+                &member_path(&worker_path, "id"),
+                &format!("duplicate worker id {}", quote_str(&worker.id)),
+            ));
+        }
+        let mut seen_entries: BTreeSet<(&str, &str, &str, &str)> = BTreeSet::new();
+        for (j, entry) in worker.cache.iter().enumerate() {
+            let entry_name = (
+                entry.tenant.as_str(),
+                entry.model.as_str(),
+                entry.adapter.as_str(),
+                entry.key.as_str(),
+            );
+            if !seen_entries.insert(entry_name) {
+                lines.push(line(
+                    &index_path(&member_path(&worker_path, "cache"), j),
+                    &format!("duplicate cache entry for key {}", quote_str(&entry.key)),
+                ));
+            }
+        }
+    }
+
+    // Per event, in array order.
+    let profile = trace.limits;
+    let mut seen_seqs: BTreeSet<u64> = BTreeSet::new();
+    let mut seen_requests: BTreeSet<&str> = BTreeSet::new();
+    for event in &trace.events {
+        let event_path = index_path("events", event.index);
+        if !seen_seqs.insert(event.seq) {
+            lines.push(line(
+                &member_path(&event_path, "seq"),
+                &format!("duplicate seq {}", event.seq),
+            ));
+        }
+        if let EventKind::Request { id, .. } = &event.kind {
+            if !seen_requests.insert(id.as_str()) {
+                lines.push(line(
+                    &member_path(&event_path, "id"),
+                    &format!("duplicate request id {}", quote_str(id)),
+                ));
+            }
+        }
+        if let Some(worker) = event.worker() {
+            let known = trace.workers.iter().any(|w| w.id == worker);
+            if !known {
+                lines.push(line(
+                    &member_path(&event_path, "worker"),
+                    &format!("unknown worker {}", quote_str(worker)),
+                ));
+            }
+        }
+        if let EventKind::Load { observed_tick, .. } = &event.kind {
+            if *observed_tick > event.tick {
+                lines.push(line(
+                    &member_path(&event_path, "observed_tick"),
+                    &format!(
+                        "observed_tick {observed_tick} is after the event tick {}",
+                        event.tick
+                    ),
+                ));
+            }
+        }
+        if let EventKind::Request {
+            prefix,
+            prompt_tokens,
+            decode_tokens,
+            ..
+        } = &event.kind
+        {
+            // u128: many segments of up to B tokens each cannot overflow it.
+            let prefix_tokens: u128 = prefix.iter().map(|s| u128::from(s.tokens)).sum();
+            if prefix_tokens > u128::from(*prompt_tokens) {
+                lines.push(line(
+                    &member_path(&event_path, "prefix"),
+                    &format!("prefix tokens {prefix_tokens} exceed prompt_tokens {prompt_tokens}"),
+                ));
+            }
+            let tokens = u128::from(*prompt_tokens) + u128::from(*decode_tokens);
+            let limit = profile.max_tokens_per_request();
+            if tokens > u128::from(limit) {
+                lines.push(line(
+                    &event_path,
+                    &format!(
+                        "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {limit}",
+                        profile.name()
+                    ),
+                ));
+            }
+        }
+    }
+
+    // Count limits: workers, requests, events.
+    let worker_count = trace.workers.len() as u64;
+    if worker_count > profile.max_workers() {
+        lines.push(line(
+            "workers",
+            &format!(
+                "{worker_count} workers exceed the {} limit of {}",
+                profile.name(),
+                profile.max_workers()
+            ),
+        ));
+    }
+    let request_count = trace
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Request { .. }))
+        .count() as u64;
+    if request_count > profile.max_requests() {
+        lines.push(line(
+            "events",
+            &format!(
+                "{request_count} requests exceed the {} limit of {}",
+                profile.name(),
+                profile.max_requests()
+            ),
+        ));
+    }
+    let event_count = trace.events.len() as u64;
+    if event_count > profile.max_events() {
+        lines.push(line(
+            "events",
+            &format!(
+                "{event_count} events exceed the {} limit of {}",
+                profile.name(),
+                profile.max_events()
+            ),
+        ));
+    }
+    lines
+}
+
+/// Stage 4, the overflow rule of SPEC §1.4, computed exactly (see `wide`).
+fn overflow(trace: &Trace) -> Option<String> {
+    let mut max_queued: u64 = 0;
+    let mut max_active: u64 = 0;
+    for worker in &trace.workers {
+        max_queued = max_queued.max(worker.queued_prefill);
+        max_active = max_active.max(worker.active_decode);
+    }
+    let mut sum_prompt: u128 = 0;
+    let mut sum_decode: u128 = 0;
+    let mut max_prompt: u64 = 0;
+    for event in &trace.events {
+        match &event.kind {
+            EventKind::Load {
+                queued_prefill,
+                active_decode,
+                ..
+            } => {
+                max_queued = max_queued.max(*queued_prefill);
+                max_active = max_active.max(*active_decode);
+            }
+            EventKind::Request {
+                prompt_tokens,
+                decode_tokens,
+                ..
+            } => {
+                // At most 2·10^7 events of at most 2^53 each: far below 2^128.
+                sum_prompt += u128::from(*prompt_tokens);
+                sum_decode += u128::from(*decode_tokens);
+                max_prompt = max_prompt.max(*prompt_tokens);
+            }
+            _ => {}
+        }
+    }
+    let queued = Wide::from_u128(u128::from(max_queued) + sum_prompt);
+    let active = Wide::from_u128(u128::from(max_active) + sum_decode);
+    let work = queued
+        .mul_u64(1000)
+        .add(&active.mul_u64(trace.policy.decode_weight_milli));
+    let imbalance = work
+        .mul_u64(trace.policy.imbalance_penalty_milli)
+        .div_u32(1000);
+    let bound = Wide::from_u128(u128::from(max_prompt) * 1000)
+        .add(&work)
+        .add(&imbalance);
+    if bound.cmp_u64(MAX_INT) == std::cmp::Ordering::Greater {
+        Some(line(
+            "",
+            &format!(
+                "figures could overflow: cost bound {} exceeds 9007199254740991",
+                bound.to_decimal()
+            ),
+        ))
+    } else {
+        None
+    }
+}
