@@ -183,8 +183,7 @@ pub fn build_rows(
             let excess = (eligible_count * row.after_milli as u128).saturating_sub(after_sum);
             params.imbalance_penalty_milli as u128 * excess / (1000 * eligible_count)
         };
-        row.cost_milli =
-            to_u64(1000 * row.recomputed as u128 + row.work_milli as u128 + imbalance);
+        row.cost_milli = to_u64(1000 * row.recomputed as u128 + row.work_milli as u128 + imbalance);
     }
     rows
 }

@@ -50,7 +50,10 @@ impl<'t> Prepared<'t> {
 
     /// The initial state of every worker, in id order: each run gets a fresh copy.
     pub fn initial_states(&self) -> Vec<WorkerState> {
-        self.workers.iter().map(|w| WorkerState::from_spec(w)).collect()
+        self.workers
+            .iter()
+            .map(|w| WorkerState::from_spec(w))
+            .collect()
     }
 
     fn index_of(&self, worker: &str) -> usize {

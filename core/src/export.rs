@@ -34,8 +34,11 @@ pub fn csv_bytes(receipt: &Receipt) -> Result<Vec<u8>, csv::Error> {
             let chosen = d.chosen.map(|c| receipt.worker_id(c)).unwrap_or("");
             for r in &d.candidates {
                 let reasons: Vec<&str> = r.reasons.iter().map(|x| x.name()).collect();
-                let dominated_by: Vec<&str> =
-                    r.dominated_by.iter().map(|&w| receipt.worker_id(w)).collect();
+                let dominated_by: Vec<&str> = r
+                    .dominated_by
+                    .iter()
+                    .map(|&w| receipt.worker_id(w))
+                    .collect();
                 writer.write_record([
                     run.policy.name(),
                     &d.seq.to_string(),

@@ -47,7 +47,12 @@ impl MetricsRecorder {
     }
 
     /// Records one decision; `states` supplies the chosen worker's prefill rate.
-    pub fn record_decision(&mut self, decision: &Decision, request: &Request, states: &[WorkerState]) {
+    pub fn record_decision(
+        &mut self,
+        decision: &Decision,
+        request: &Request,
+        states: &[WorkerState],
+    ) {
         let m = &mut self.metrics;
         m.boundary_rejections += decision
             .candidates
@@ -106,11 +111,12 @@ impl MetricsRecorder {
             .filter(|e| e.outcome == Outcome::StaleObservation)
             .count() as u64;
         let assigned_sum: u128 = self.assigned_milli.iter().sum();
-        if assigned_sum > 0 {
-            let assigned_max = self.assigned_milli.iter().copied().max().unwrap_or(0);
-            let worker_count = self.assigned_milli.len() as u128;
-            m.load_skew_milli = (1000 * assigned_max * worker_count / assigned_sum) as u64;
-        }
+        let assigned_max = self.assigned_milli.iter().copied().max().unwrap_or(0);
+        let worker_count = self.assigned_milli.len() as u128;
+        // Zero when nothing was assigned.
+        m.load_skew_milli = (1000 * assigned_max * worker_count)
+            .checked_div(assigned_sum)
+            .unwrap_or(0) as u64;
         let latencies = &mut self.latency_proxies_milli;
         if !latencies.is_empty() {
             latencies.sort_unstable();

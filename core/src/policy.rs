@@ -174,7 +174,11 @@ mod tests {
 
     #[test]
     fn ties_go_to_the_smallest_id_and_are_counted() {
-        let mut rows = vec![row(0, true, 5, 7, 3), row(1, true, 5, 7, 3), row(2, true, 1, 9, 4)];
+        let mut rows = vec![
+            row(0, true, 5, 7, 3),
+            row(1, true, 5, 7, 3),
+            row(2, true, 1, 9, 4),
+        ];
         let mut cursor = 0;
         let params = PolicyParams::default();
         let c = choose(Policy::LeastLoad, &mut rows, &params, &mut cursor);
@@ -187,7 +191,11 @@ mod tests {
 
     #[test]
     fn margins_are_in_each_policys_own_units() {
-        let mut rows = vec![row(0, true, 1, 9, 40), row(1, true, 4, 7, 30), row(2, false, 9, 0, 0)];
+        let mut rows = vec![
+            row(0, true, 1, 9, 40),
+            row(1, true, 4, 7, 30),
+            row(2, false, 9, 0, 0),
+        ];
         let params = PolicyParams::default();
         let mut cursor = 0;
         let c = choose(Policy::LeastLoad, &mut rows, &params, &mut cursor);
@@ -200,7 +208,11 @@ mod tests {
 
     #[test]
     fn round_robin_skips_ineligible_wraps_and_holds_on_reject() {
-        let mut rows = vec![row(0, true, 0, 0, 0), row(1, false, 0, 0, 0), row(2, true, 0, 0, 0)];
+        let mut rows = vec![
+            row(0, true, 0, 0, 0),
+            row(1, false, 0, 0, 0),
+            row(2, true, 0, 0, 0),
+        ];
         let params = PolicyParams::default();
         let mut cursor = 1;
         let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);

@@ -227,11 +227,45 @@ mod tests {
             key: "k".into(),
             tokens: t,
         };
-        w.apply_cache_event(0, 4, &CacheOp::Store { namespace: ns("a"), segments: vec![seg(5)] });
-        w.apply_cache_event(0, 5, &CacheOp::Store { namespace: ns("b"), segments: vec![seg(7)] });
-        w.apply_cache_event(0, 6, &CacheOp::Evict { namespace: ns("a"), keys: vec!["k".into()] });
-        assert_eq!(w.residents("k"), &[Resident { namespace: ns("b"), tokens: 7 }]);
-        w.apply_cache_event(0, 7, &CacheOp::Store { namespace: ns("b"), segments: vec![seg(0)] });
+        w.apply_cache_event(
+            0,
+            4,
+            &CacheOp::Store {
+                namespace: ns("a"),
+                segments: vec![seg(5)],
+            },
+        );
+        w.apply_cache_event(
+            0,
+            5,
+            &CacheOp::Store {
+                namespace: ns("b"),
+                segments: vec![seg(7)],
+            },
+        );
+        w.apply_cache_event(
+            0,
+            6,
+            &CacheOp::Evict {
+                namespace: ns("a"),
+                keys: vec!["k".into()],
+            },
+        );
+        assert_eq!(
+            w.residents("k"),
+            &[Resident {
+                namespace: ns("b"),
+                tokens: 7
+            }]
+        );
+        w.apply_cache_event(
+            0,
+            7,
+            &CacheOp::Store {
+                namespace: ns("b"),
+                segments: vec![seg(0)],
+            },
+        );
         assert!(w.cache.is_empty());
     }
 }

@@ -50,7 +50,11 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
     let trace = walk.trace(&node);
     let trace = match trace {
         Some(trace) if walk.errors.is_empty() => trace,
-        _ => return Err(ValidationErrors { errors: walk.errors }),
+        _ => {
+            return Err(ValidationErrors {
+                errors: walk.errors,
+            })
+        }
     };
     let errors = cross_reference_and_limits(&trace);
     if !errors.is_empty() {
@@ -78,6 +82,15 @@ fn index(path: &str, i: usize) -> String {
 
 fn quote_str(s: &str) -> String {
     quote_value(&serde_json::Value::String(s.to_owned()))
+}
+
+/// The value of an integer literal from 0 to 2^53 - 1; `None` for anything else
+/// (`serde_json` yields a `u64` only for literals without fraction or exponent).
+fn json_integer(node: &Node) -> Option<u64> {
+    match node {
+        Node::Number(n) => n.as_u64().filter(|&v| v <= JSON_INTEGER_MAX),
+        _ => None,
+    }
 }
 
 /// The members of one JSON object, for checking required, unknown and repeated names.
@@ -139,7 +152,10 @@ impl Walk {
                 members,
             }),
             other => {
-                self.err(path, format!("expected an object, found {}", other.quoted()));
+                self.err(
+                    path,
+                    format!("expected an object, found {}", other.quoted()),
+                );
                 None
             }
         }
@@ -156,12 +172,8 @@ impl Walk {
     }
 
     fn integer(&mut self, path: &str, node: &Node) -> Option<u64> {
-        match node {
-            Node::Number(n) => match n.as_u64() {
-                Some(v) if v <= JSON_INTEGER_MAX => return Some(v),
-                _ => {}
-            },
-            _ => {}
+        if let Some(v) = json_integer(node) {
+            return Some(v);
         }
         self.err(
             path,
@@ -173,11 +185,11 @@ impl Walk {
     fn nullable_integer(&mut self, path: &str, node: &Node) -> Option<Option<u64>> {
         match node {
             Node::Null => return Some(None),
-            Node::Number(n) => match n.as_u64() {
-                Some(v) if v <= JSON_INTEGER_MAX => return Some(Some(v)),
-                _ => {}
-            },
-            _ => {}
+            node => {
+                if let Some(v) = json_integer(node) {
+                    return Some(Some(v));
+                }
+            }
         }
         self.err(
             path,
@@ -730,8 +742,9 @@ fn overflow_error(trace: &Trace) -> Option<String> {
     }
     // Products of two 53-bit figures fit in 128 bits, but the imbalance term multiplies
     // a third factor in, so saturate: a saturated bound is over the limit either way.
-    let work_bound = (1000 * (queued_max + prompt_sum))
-        .saturating_add((trace.policy.decode_weight_milli as u128).saturating_mul(active_max + decode_sum));
+    let work_bound = (1000 * (queued_max + prompt_sum)).saturating_add(
+        (trace.policy.decode_weight_milli as u128).saturating_mul(active_max + decode_sum),
+    );
     let imbalance_bound =
         (trace.policy.imbalance_penalty_milli as u128).saturating_mul(work_bound) / 1000;
     let cost_bound = (1000 * prompt_max)

@@ -1,1 +1,8 @@
-//! kvroute harness (in progress).
+//! kvroute's test harness: fixtures, generators, the differential runner and the seed
+//! sweep, shared by the integration tests, the CLI's `swarm`/`verify` and the fuzz
+//! targets. Modules are named by role, after wasmtime's fuzzing crate: `fixtures` loads
+//! committed cases, `generators` build valid traces from bytes or seeds, `differential`
+//! decides whether core and oracle disagree, `sweep` runs many seeds in parallel.
+
+pub mod fixtures;
+pub mod reorder;
