@@ -114,7 +114,7 @@ pub fn canonical_trace(trace: &Trace) -> Result<Value, String> {
 
     // Events by (tick, seq); seq is unique, so this order is total.
     let mut events: Vec<&crate::model::Event> = trace.events.iter().collect();
-    events.sort_by(|a, b| (a.tick, a.seq).cmp(&(b.tick, b.seq)));
+    events.sort_by_key(|e| (e.tick, e.seq));
     let event_values: Vec<Value> = events
         .into_iter()
         .map(|e| match &e.kind {

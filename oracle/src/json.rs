@@ -5,7 +5,7 @@
 //! standard JSON is accepted and numbers are read exactly as `serde_json::Value` reads
 //! them: integer literals that fit become u64/i64, everything else an f64.
 
-use serde::de::{Deserialize, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
 /// One JSON value. Objects are a list of `(name, value)` pairs so that repeats survive.

@@ -1,1 +1,46 @@
-//! Placeholder: the oracle is being written from SPEC.md by a separate session.
+//! kvroute-oracle: a deliberately naive second implementation of SPEC.md, written from
+//! the specification alone. The project compares its receipt bytes with those of
+//! kvroute-core byte for byte; any difference points at a bug in one of the two or at
+//! an unclear sentence in SPEC.md.
+//!
+//! Modules: `json` (a JSON tree that keeps repeated members), `model` (the typed
+//! trace), `validate` (the four validation stages of §2), `wide` (exact big-integer
+//! arithmetic for the overflow bound), `canonical` (canonical trace bytes, digests),
+//! `replay` (state, candidates, policies, metrics) and `receipt` (receipt JSON).
+
+mod canonical;
+mod json;
+mod model;
+mod receipt;
+mod replay;
+mod validate;
+mod wide;
+
+#[cfg(test)]
+mod tests;
+
+/// Canonical trace bytes of an already validated trace; an error line on the
+/// (never expected) failure of canonicalization.
+fn canonical_trace_bytes(trace: &model::Trace) -> Result<Vec<u8>, Vec<String>> {
+    canonical::canonical_trace(trace)
+        .and_then(|value| canonical::jcs(&value))
+        .map_err(|message| vec![format!("$: internal error: {message}")])
+}
+
+/// Validates and replays a trace (raw JSON bytes). Ok: the canonical receipt bytes
+/// (RFC 8785 JCS of the full receipt INCLUDING its "receipt_digest" member; no trailing newline).
+/// Err: the validation error lines, each "PATH: reason", exactly as SPEC.md §2 describes
+/// (all stages, ordering, at most 100 lines plus the "... and N more errors" line).
+pub fn replay(trace_json: &[u8]) -> Result<Vec<u8>, Vec<String>> {
+    let trace = validate::check(trace_json)?;
+    let trace_digest = canonical::digest(&canonical_trace_bytes(&trace)?);
+    let runs = replay::replay_all(&trace);
+    receipt::receipt_bytes(&trace_digest, &runs)
+        .map_err(|message| vec![format!("$: internal error: {message}")])
+}
+
+/// Only validation; Ok(canonical trace bytes, i.e. the JCS bytes whose SHA-256 is trace_digest).
+pub fn validate(trace_json: &[u8]) -> Result<Vec<u8>, Vec<String>> {
+    let trace = validate::check(trace_json)?;
+    canonical_trace_bytes(&trace)
+}

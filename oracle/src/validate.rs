@@ -111,7 +111,10 @@ pub fn check(bytes: &[u8]) -> Result<Trace, Vec<String>> {
     }
     let Some(trace) = trace else {
         // Cannot happen: every failed shape check records a line.
-        return Err(vec![line("", "internal error: shape check failed silently")]);
+        return Err(vec![line(
+            "",
+            "internal error: shape check failed silently",
+        )]);
     };
 
     // Stage 3: cross-references and limits.
@@ -288,9 +291,12 @@ impl Shape {
     /// same object is "repeated" (whether known or not); otherwise an unlisted name
     /// is "unknown".
     fn extras(&mut self, members: &[(String, Node)], allowed: &[&str], parent: &str) {
-        for (i, (name, _)) in members.iter().enumerate() {
+        // A set of the names seen so far (membership only), so that an object with very
+        // many members is not checked in quadratic time.
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        for (name, _) in members {
             let path = member_path(parent, name);
-            let earlier = members.iter().take(i).any(|(n, _)| n == name);
+            let earlier = !seen.insert(name.as_str());
             if earlier {
                 self.error(&path, format!("repeated member {}", quote_str(name)));
             } else if !allowed.contains(&name.as_str()) {
@@ -666,8 +672,8 @@ fn cross_references(trace: &Trace) -> Vec<String> {
             }
         }
         if let Some(worker) = event.worker() {
-            let known = trace.workers.iter().any(|w| w.id == worker);
-            if !known {
+            // After the loop above, `seen_workers` holds every worker id of the trace.
+            if !seen_workers.contains(worker) {
                 lines.push(line(
                     &member_path(&event_path, "worker"),
                     &format!("unknown worker {}", quote_str(worker)),

@@ -4,5 +4,8 @@
 //! committed cases, `generators` build valid traces from bytes or seeds, `differential`
 //! decides whether core and oracle disagree, `sweep` runs many seeds in parallel.
 
+pub mod differential;
 pub mod fixtures;
+pub mod generators;
 pub mod reorder;
+pub mod sweep;

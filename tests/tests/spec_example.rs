@@ -28,8 +28,18 @@ fn rows_decisions_and_metrics_match_the_hand_computation() {
     let d = &runs[3]["decisions"][0];
     let w0 = row(d, "w0");
     assert_eq!(
-        (&w0["reuse"], &w0["recomputed"], &w0["queued_prefill"], &w0["active_decode"]),
-        (&Value::from(1024), &Value::from(176), &Value::from(1000), &Value::from(0))
+        (
+            &w0["reuse"],
+            &w0["recomputed"],
+            &w0["queued_prefill"],
+            &w0["active_decode"]
+        ),
+        (
+            &Value::from(1024),
+            &Value::from(176),
+            &Value::from(1000),
+            &Value::from(0)
+        )
     );
     assert_eq!(w0["work_milli"], 1_000_000);
     assert_eq!(w0["after_milli"], 1_276_000);
@@ -58,7 +68,10 @@ fn rows_decisions_and_metrics_match_the_hand_computation() {
         assert_eq!(d["route_kind"], kind, "{policy}");
         assert_eq!(d["tie_count"], 1, "{policy}");
         assert_eq!(d["margin_milli"], margin, "{policy}");
-        assert_eq!(run["metrics"]["latency_proxy_p95_milli"], latency, "{policy}");
+        assert_eq!(
+            run["metrics"]["latency_proxy_p95_milli"], latency,
+            "{policy}"
+        );
         assert_eq!(run["metrics"]["dominated_choices"], dominated, "{policy}");
         assert_eq!(run["metrics"]["boundary_rejections"], 1, "{policy}");
     }
@@ -77,7 +90,10 @@ fn the_capped_variant_escapes_to_the_least_after() {
     assert_eq!(d["tie_count"], 1);
     assert_eq!(d["margin_milli"], 24_000);
     assert_eq!(row(d, "w0")["reasons"], serde_json::json!(["overloaded"]));
-    assert_eq!(row(d, "w1")["reasons"], serde_json::json!(["tenant_mismatch", "overloaded"]));
+    assert_eq!(
+        row(d, "w1")["reasons"],
+        serde_json::json!(["tenant_mismatch", "overloaded"])
+    );
     for worker in ["w0", "w1", "w2"] {
         assert_eq!(row(d, worker)["dominated_by"], serde_json::json!([]));
     }

@@ -1,0 +1,828 @@
+//! The replay of SPEC.md §3–§6.2, written as plainly as possible: one run per policy,
+//! each from its own fresh copy of the initial state; for every request every candidate
+//! row is recomputed from scratch by linear scans over the workers and their cache
+//! entries. All figures are computed in u128 and stored as u64 (the overflow rule of
+//! §1.4 guarantees they fit in `B`; a conversion that somehow did not fit saturates
+//! instead of panicking).
+
+use std::cmp::Ordering;
+
+use crate::model::{Entry, Event, EventKind, Segment, Trace};
+
+/// The four routing policies, in receipt order (SPEC §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    RoundRobin,
+    LeastLoad,
+    LongestPrefix,
+    CachePlusLoad,
+}
+
+impl PolicyKind {
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::RoundRobin,
+        PolicyKind::LeastLoad,
+        PolicyKind::LongestPrefix,
+        PolicyKind::CachePlusLoad,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::RoundRobin => "round_robin",
+            PolicyKind::LeastLoad => "least_load",
+            PolicyKind::LongestPrefix => "longest_prefix",
+            PolicyKind::CachePlusLoad => "cache_plus_load",
+        }
+    }
+}
+
+/// One candidate row of a decision (SPEC §4, §6).
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub worker: String,
+    pub eligible: bool,
+    pub reasons: Vec<&'static str>,
+    pub reuse: u64,
+    pub recomputed: u64,
+    pub queued_prefill: u64,
+    pub active_decode: u64,
+    pub work_milli: u64,
+    pub after_milli: u64,
+    pub cost_milli: u64,
+    pub dominated_by: Vec<String>,
+    /// Removed by the overload cap (cache_plus_load only); not exported itself.
+    pub excluded: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub seq: u64,
+    pub tick: u64,
+    pub request: String,
+    pub chosen: Option<String>,
+    pub route_kind: &'static str,
+    pub tie_count: u64,
+    pub margin_milli: u64,
+    pub candidates: Vec<Row>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheLogEntry {
+    pub seq: u64,
+    pub tick: u64,
+    pub worker: String,
+    pub epoch: u64,
+    pub op: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct ObservationLogEntry {
+    pub seq: u64,
+    pub tick: u64,
+    pub worker: String,
+    pub observed_tick: u64,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub routed: u64,
+    pub rejected: u64,
+    pub cache_hits: u64,
+    pub reused_tokens: u64,
+    pub recomputed_tokens: u64,
+    pub route_churn: u64,
+    pub load_skew_milli: u64,
+    pub latency_proxy_mean_milli: u64,
+    pub latency_proxy_p95_milli: u64,
+    pub latency_proxy_max_milli: u64,
+    pub stale_event_rejections: u64,
+    pub stale_observation_rejections: u64,
+    pub boundary_rejections: u64,
+    pub overload_escapes: u64,
+    pub dominated_choices: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub policy: PolicyKind,
+    pub decisions: Vec<Decision>,
+    pub cache_log: Vec<CacheLogEntry>,
+    pub observation_log: Vec<ObservationLogEntry>,
+    pub metrics: Metrics,
+}
+
+/// The router-side view of one worker (SPEC §3). `last_heard` is derived, not stored.
+#[derive(Debug, Clone)]
+struct WorkerState {
+    id: String,
+    model: String,
+    adapters: Vec<String>,
+    prefill_rate: u64,
+    decode_rate: u64,
+    queued_prefill: u64,
+    active_decode: u64,
+    last_epoch: u64,
+    observed_tick: u64,
+    last_cache_tick: Option<u64>,
+    cache: Vec<Entry>,
+}
+
+impl WorkerState {
+    /// `max(observed_tick, last_cache_tick)`, or `observed_tick` when no cache event
+    /// was applied yet.
+    fn last_heard(&self) -> u64 {
+        match self.last_cache_tick {
+            Some(tick) => self.observed_tick.max(tick),
+            None => self.observed_tick,
+        }
+    }
+}
+
+/// The request members the candidate computation needs.
+struct Request<'t> {
+    id: &'t str,
+    tenant: &'t str,
+    model: &'t str,
+    adapter: &'t str,
+    prefix: &'t [Segment],
+    prompt_tokens: u64,
+    decode_tokens: u64,
+}
+
+/// u128 → u64; never expected to saturate (overflow rule), but must not panic.
+fn to_u64(value: u128) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+/// Fresh initial state, workers in id (byte) order.
+fn initial_state(trace: &Trace) -> Vec<WorkerState> {
+    let mut workers: Vec<WorkerState> = trace
+        .workers
+        .iter()
+        .map(|w| WorkerState {
+            id: w.id.clone(),
+            model: w.model.clone(),
+            adapters: w.adapters.clone(),
+            prefill_rate: w.prefill_rate,
+            decode_rate: w.decode_rate,
+            queued_prefill: w.queued_prefill,
+            active_decode: w.active_decode,
+            last_epoch: w.epoch,
+            observed_tick: w.observed_tick,
+            last_cache_tick: None,
+            cache: w.cache.clone(),
+        })
+        .collect();
+    workers.sort_by(|a, b| a.id.cmp(&b.id));
+    workers
+}
+
+/// Events in ascending `(tick, seq)` order.
+pub fn sorted_events(trace: &Trace) -> Vec<&Event> {
+    let mut events: Vec<&Event> = trace.events.iter().collect();
+    events.sort_by_key(|e| (e.tick, e.seq));
+    events
+}
+
+/// Runs all four policies, in receipt order.
+pub fn replay_all(trace: &Trace) -> Vec<Run> {
+    PolicyKind::ALL
+        .iter()
+        .map(|policy| run_policy(trace, *policy))
+        .collect()
+}
+
+/// Do two tenants share for this `(model, adapter)`? Equal, or listed together in one
+/// grant of exactly that model and adapter (not transitive: one grant must hold both).
+fn tenants_share(trace: &Trace, a: &str, b: &str, model: &str, adapter: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    trace.sharing.iter().any(|grant| {
+        grant.model == model
+            && grant.adapter == adapter
+            && grant.tenants.iter().any(|t| t == a)
+            && grant.tenants.iter().any(|t| t == b)
+    })
+}
+
+fn entry_usable(trace: &Trace, entry: &Entry, request: &Request) -> bool {
+    entry.model == request.model
+        && entry.adapter == request.adapter
+        && tenants_share(
+            trace,
+            &entry.tenant,
+            request.tenant,
+            request.model,
+            request.adapter,
+        )
+}
+
+/// Figures of one row before the cross-row parts (imbalance, cap, dominance).
+struct Draft {
+    eligible: bool,
+    model_not_served: bool,
+    adapter_not_loaded: bool,
+    stale_view: bool,
+    tenant_mismatch: bool,
+    model_mismatch: bool,
+    adapter_mismatch: bool,
+    reuse: u128,
+    recomputed: u128,
+    work_milli: u128,
+    after_milli: u128,
+}
+
+/// Computes one worker's draft row from scratch (SPEC §4.1–§4.4).
+fn draft_row(trace: &Trace, worker: &WorkerState, request: &Request, tick: u64) -> Draft {
+    let model_served = worker.model == request.model;
+    let adapter_loaded =
+        request.adapter == "base" || worker.adapters.iter().any(|a| a == request.adapter);
+    let eligible = model_served && adapter_loaded;
+
+    let mut draft = Draft {
+        eligible,
+        model_not_served: !model_served,
+        adapter_not_loaded: model_served && !adapter_loaded,
+        stale_view: false,
+        tenant_mismatch: false,
+        model_mismatch: false,
+        adapter_mismatch: false,
+        reuse: 0,
+        recomputed: 0,
+        work_milli: 0,
+        after_milli: 0,
+    };
+
+    if eligible {
+        // Freshness: age saturates at 0 when last_heard lies after the request tick.
+        let age_ticks = tick.saturating_sub(worker.last_heard());
+        let stale = match trace.policy.freshness_ticks {
+            Some(window) => age_ticks > window,
+            None => false,
+        };
+        if stale {
+            draft.stale_view = true;
+        } else {
+            let mut reuse: u128 = 0;
+            for segment in request.prefix {
+                let mut best: u64 = 0;
+                for entry in &worker.cache {
+                    if entry.key == segment.key && entry_usable(trace, entry, request) {
+                        best = best.max(entry.tokens);
+                    }
+                }
+                reuse += u128::from(best.min(segment.tokens));
+                if best == 0 {
+                    // Boundary reasons: resident entries under this key that are not
+                    // usable, each named by its first difference (model, adapter, tenant).
+                    for entry in &worker.cache {
+                        if entry.key == segment.key
+                            && entry.tokens > 0
+                            && !entry_usable(trace, entry, request)
+                        {
+                            if entry.model != request.model {
+                                draft.model_mismatch = true;
+                            } else if entry.adapter != request.adapter {
+                                draft.adapter_mismatch = true;
+                            } else {
+                                draft.tenant_mismatch = true;
+                            }
+                        }
+                    }
+                }
+                if best < segment.tokens {
+                    break;
+                }
+            }
+            draft.reuse = reuse.min(u128::from(request.prompt_tokens));
+        }
+    }
+
+    let prompt = u128::from(request.prompt_tokens);
+    draft.recomputed = prompt.saturating_sub(draft.reuse);
+    // The overflow rule (§1.4) keeps these far below 2^128; saturating anyway so
+    // that no input can make the oracle panic.
+    let decode_weight = u128::from(trace.policy.decode_weight_milli);
+    draft.work_milli = (1000 * u128::from(worker.queued_prefill))
+        .saturating_add(decode_weight.saturating_mul(u128::from(worker.active_decode)));
+    draft.after_milli = draft
+        .work_milli
+        .saturating_add(draft.recomputed.saturating_mul(1000))
+        .saturating_add(decode_weight.saturating_mul(u128::from(request.decode_tokens)));
+    draft
+}
+
+/// All candidate rows of a request, in worker-id order (SPEC §4).
+fn candidate_rows(
+    trace: &Trace,
+    workers: &[WorkerState],
+    request: &Request,
+    tick: u64,
+    cap_applies: bool,
+) -> Vec<Row> {
+    let drafts: Vec<Draft> = workers
+        .iter()
+        .map(|w| draft_row(trace, w, request, tick))
+        .collect();
+
+    // n and S over eligible rows (overloaded rows are still eligible rows).
+    let eligible_count = drafts.iter().filter(|d| d.eligible).count() as u128;
+    let after_sum: u128 = drafts
+        .iter()
+        .filter(|d| d.eligible)
+        .map(|d| d.after_milli)
+        .fold(0u128, |sum, after| sum.saturating_add(after));
+    let penalty = u128::from(trace.policy.imbalance_penalty_milli);
+
+    let cap_milli: Option<u128> = if cap_applies {
+        trace.policy.max_queued_work.map(|c| 1000 * u128::from(c))
+    } else {
+        None
+    };
+
+    let mut rows: Vec<Row> = Vec::with_capacity(drafts.len());
+    for (worker, draft) in workers.iter().zip(drafts.iter()) {
+        let imbalance = if eligible_count == 0 {
+            0
+        } else {
+            let excess = eligible_count
+                .saturating_mul(draft.after_milli)
+                .saturating_sub(after_sum);
+            penalty.saturating_mul(excess) / (1000 * eligible_count)
+        };
+        let cost_milli = draft
+            .recomputed
+            .saturating_mul(1000)
+            .saturating_add(draft.work_milli)
+            .saturating_add(imbalance);
+        let excluded = match cap_milli {
+            Some(cap) => draft.eligible && draft.after_milli > cap,
+            None => false,
+        };
+
+        // Reasons in the fixed order of SPEC §4.7.
+        let mut reasons = Vec::new();
+        if draft.model_not_served {
+            reasons.push("model_not_served");
+        }
+        if draft.adapter_not_loaded {
+            reasons.push("adapter_not_loaded");
+        }
+        if draft.stale_view {
+            reasons.push("stale_view");
+        }
+        if draft.tenant_mismatch {
+            reasons.push("tenant_mismatch");
+        }
+        if draft.model_mismatch {
+            reasons.push("model_mismatch");
+        }
+        if draft.adapter_mismatch {
+            reasons.push("adapter_mismatch");
+        }
+        if excluded {
+            reasons.push("overloaded");
+        }
+
+        rows.push(Row {
+            worker: worker.id.clone(),
+            eligible: draft.eligible,
+            reasons,
+            reuse: to_u64(draft.reuse),
+            recomputed: to_u64(draft.recomputed),
+            queued_prefill: worker.queued_prefill,
+            active_decode: worker.active_decode,
+            work_milli: to_u64(draft.work_milli),
+            after_milli: to_u64(draft.after_milli),
+            cost_milli: to_u64(cost_milli),
+            dominated_by: Vec::new(),
+            excluded,
+        });
+    }
+
+    // Dominance over the front set (eligible, not excluded), dominators in id order.
+    let front: Vec<bool> = rows.iter().map(|r| r.eligible && !r.excluded).collect();
+    let mut dominated: Vec<Vec<String>> = Vec::with_capacity(rows.len());
+    for (a, row_a) in rows.iter().enumerate() {
+        let mut by = Vec::new();
+        if front.get(a).copied().unwrap_or(false) {
+            for (b, row_b) in rows.iter().enumerate() {
+                if b == a || !front.get(b).copied().unwrap_or(false) {
+                    continue;
+                }
+                let no_worse = row_b.reuse >= row_a.reuse && row_b.after_milli <= row_a.after_milli;
+                let better = row_b.reuse > row_a.reuse || row_b.after_milli < row_a.after_milli;
+                if no_worse && better {
+                    by.push(row_b.worker.clone());
+                }
+            }
+        }
+        dominated.push(by);
+    }
+    for (row, by) in rows.iter_mut().zip(dominated) {
+        row.dominated_by = by;
+    }
+    rows
+}
+
+/// Orders two choosable rows by the policy's score, better first (ties: `Equal`).
+fn compare_score(policy: PolicyKind, escape: bool, a: &Row, b: &Row) -> Ordering {
+    match policy {
+        PolicyKind::RoundRobin => Ordering::Equal,
+        PolicyKind::LeastLoad => a.work_milli.cmp(&b.work_milli),
+        PolicyKind::LongestPrefix => b.reuse.cmp(&a.reuse),
+        PolicyKind::CachePlusLoad if escape => a.after_milli.cmp(&b.after_milli),
+        PolicyKind::CachePlusLoad => a.cost_milli.cmp(&b.cost_milli),
+    }
+}
+
+/// Winner's advantage over the runner-up, in the policy's milli-units.
+fn margin(policy: PolicyKind, escape: bool, winner: &Row, runner_up: &Row) -> u64 {
+    match policy {
+        PolicyKind::RoundRobin => 0,
+        PolicyKind::LeastLoad => runner_up.work_milli.saturating_sub(winner.work_milli),
+        PolicyKind::LongestPrefix => {
+            to_u64(1000 * u128::from(winner.reuse.saturating_sub(runner_up.reuse)))
+        }
+        PolicyKind::CachePlusLoad if escape => {
+            runner_up.after_milli.saturating_sub(winner.after_milli)
+        }
+        PolicyKind::CachePlusLoad => runner_up.cost_milli.saturating_sub(winner.cost_milli),
+    }
+}
+
+/// The outcome of choosing among the rows.
+struct Choice {
+    chosen: Option<usize>,
+    route_kind: &'static str,
+    tie_count: u64,
+    margin_milli: u64,
+}
+
+/// SPEC §5. `cursor` is the round-robin position (only that policy moves it).
+fn choose(policy: PolicyKind, rows: &[Row], cursor: &mut usize) -> Choice {
+    let rejected = Choice {
+        chosen: None,
+        route_kind: "rejected",
+        tie_count: 0,
+        margin_milli: 0,
+    };
+    if !rows.iter().any(|r| r.eligible) {
+        return rejected;
+    }
+
+    if policy == PolicyKind::RoundRobin {
+        let count = rows.len();
+        for step in 0..count {
+            let position = (*cursor + step) % count;
+            if rows.get(position).map(|r| r.eligible).unwrap_or(false) {
+                *cursor = (position + 1) % count;
+                let hit = rows.get(position).map(|r| r.reuse > 0).unwrap_or(false);
+                return Choice {
+                    chosen: Some(position),
+                    route_kind: if hit { "hit" } else { "cold" },
+                    tie_count: 1,
+                    margin_milli: 0,
+                };
+            }
+        }
+        return rejected;
+    }
+
+    // Choosable rows: eligible and (cache_plus_load only) not excluded; when that
+    // leaves none, every eligible row, and the route is an escape.
+    let mut choosable: Vec<usize> = (0..rows.len())
+        .filter(|&i| {
+            rows.get(i)
+                .map(|r| r.eligible && !r.excluded)
+                .unwrap_or(false)
+        })
+        .collect();
+    let mut escape = false;
+    if choosable.is_empty() {
+        escape = true;
+        choosable = (0..rows.len())
+            .filter(|&i| rows.get(i).map(|r| r.eligible).unwrap_or(false))
+            .collect();
+    }
+
+    // Score, then worker id (rows are already in id order, so compare ids anyway).
+    let mut ordered: Vec<&Row> = choosable.iter().filter_map(|&i| rows.get(i)).collect();
+    ordered
+        .sort_by(|a, b| compare_score(policy, escape, a, b).then_with(|| a.worker.cmp(&b.worker)));
+    let Some(winner) = ordered.first() else {
+        return rejected;
+    };
+    let chosen = rows.iter().position(|r| r.worker == winner.worker);
+    let tie_count = ordered
+        .iter()
+        .filter(|r| compare_score(policy, escape, r, winner) == Ordering::Equal)
+        .count() as u64;
+    let margin_milli = match ordered.get(1) {
+        Some(runner_up) => margin(policy, escape, winner, runner_up),
+        None => 0,
+    };
+    let route_kind = if escape {
+        "overload_escape"
+    } else if winner.reuse > 0 {
+        "hit"
+    } else {
+        "cold"
+    };
+    Choice {
+        chosen,
+        route_kind,
+        tie_count,
+        margin_milli,
+    }
+}
+
+/// Subtracts what a worker drains in `dt` ticks (products saturate).
+fn drain(worker: &mut WorkerState, dt: u64) {
+    let prefill = worker.prefill_rate.saturating_mul(dt);
+    worker.queued_prefill -= worker.queued_prefill.min(prefill);
+    let decode = worker.decode_rate.saturating_mul(dt);
+    worker.active_decode -= worker.active_decode.min(decode);
+}
+
+/// One whole run of one policy from a fresh state.
+fn run_policy(trace: &Trace, policy: PolicyKind) -> Run {
+    let mut workers = initial_state(trace);
+    let mut decisions = Vec::new();
+    let mut cache_log = Vec::new();
+    let mut observation_log = Vec::new();
+    let mut metrics = Metrics::default();
+
+    let mut previous_tick: u64 = 0;
+    let mut cursor: usize = 0;
+    // Route-churn memory: (tenant, model, adapter, first key) → last worker, scanned
+    // linearly.
+    let mut churn_memory: Vec<((String, String, String, String), String)> = Vec::new();
+    // Per worker (id order): Σ (after_milli − work_milli) of its placements.
+    let mut assigned_milli: Vec<u128> = vec![0; workers.len()];
+    let mut latencies_milli: Vec<u128> = Vec::new();
+
+    for event in sorted_events(trace) {
+        let dt = event.tick.saturating_sub(previous_tick);
+        for worker in workers.iter_mut() {
+            drain(worker, dt);
+        }
+        previous_tick = event.tick;
+
+        match &event.kind {
+            EventKind::Store { worker, epoch, .. }
+            | EventKind::Evict { worker, epoch, .. }
+            | EventKind::Clear { worker, epoch } => {
+                let op = match &event.kind {
+                    EventKind::Store { .. } => "store",
+                    EventKind::Evict { .. } => "evict",
+                    _ => "clear",
+                };
+                let mut outcome = "stale_epoch";
+                if let Some(state) = workers.iter_mut().find(|w| &w.id == worker) {
+                    if *epoch > state.last_epoch {
+                        outcome = "applied";
+                        state.last_epoch = *epoch;
+                        state.last_cache_tick = Some(event.tick);
+                        apply_cache_event(state, &event.kind);
+                    }
+                }
+                if outcome == "stale_epoch" {
+                    metrics.stale_event_rejections += 1;
+                }
+                cache_log.push(CacheLogEntry {
+                    seq: event.seq,
+                    tick: event.tick,
+                    worker: worker.clone(),
+                    epoch: *epoch,
+                    op,
+                    outcome,
+                });
+            }
+            EventKind::Load {
+                worker,
+                observed_tick,
+                queued_prefill,
+                active_decode,
+            } => {
+                let mut outcome = "stale_observation";
+                if let Some(state) = workers.iter_mut().find(|w| &w.id == worker) {
+                    if *observed_tick >= state.observed_tick {
+                        outcome = "applied";
+                        state.queued_prefill = *queued_prefill;
+                        state.active_decode = *active_decode;
+                        state.observed_tick = *observed_tick;
+                    }
+                }
+                if outcome == "stale_observation" {
+                    metrics.stale_observation_rejections += 1;
+                }
+                observation_log.push(ObservationLogEntry {
+                    seq: event.seq,
+                    tick: event.tick,
+                    worker: worker.clone(),
+                    observed_tick: *observed_tick,
+                    outcome,
+                });
+            }
+            EventKind::Request {
+                id,
+                tenant,
+                model,
+                adapter,
+                prefix,
+                prompt_tokens,
+                decode_tokens,
+            } => {
+                let request = Request {
+                    id,
+                    tenant,
+                    model,
+                    adapter,
+                    prefix,
+                    prompt_tokens: *prompt_tokens,
+                    decode_tokens: *decode_tokens,
+                };
+                let rows = candidate_rows(
+                    trace,
+                    &workers,
+                    &request,
+                    event.tick,
+                    policy == PolicyKind::CachePlusLoad,
+                );
+                let choice = choose(policy, &rows, &mut cursor);
+
+                // Boundary reasons count on every row, whatever was chosen.
+                for row in &rows {
+                    metrics.boundary_rejections += row
+                        .reasons
+                        .iter()
+                        .filter(|r| {
+                            matches!(
+                                **r,
+                                "tenant_mismatch" | "model_mismatch" | "adapter_mismatch"
+                            )
+                        })
+                        .count() as u64;
+                }
+
+                let mut chosen_id = None;
+                match choice.chosen.and_then(|i| rows.get(i).map(|r| (i, r))) {
+                    None => metrics.rejected += 1,
+                    Some((index, row)) => {
+                        chosen_id = Some(row.worker.clone());
+                        metrics.routed += 1;
+                        if row.reuse > 0 {
+                            metrics.cache_hits += 1;
+                        }
+                        metrics.reused_tokens = metrics.reused_tokens.saturating_add(row.reuse);
+                        metrics.recomputed_tokens =
+                            metrics.recomputed_tokens.saturating_add(row.recomputed);
+                        if choice.route_kind == "overload_escape" {
+                            metrics.overload_escapes += 1;
+                        }
+                        if !row.dominated_by.is_empty() {
+                            metrics.dominated_choices += 1;
+                        }
+                        if let Some(state) = workers.get_mut(index) {
+                            // Latency proxy, before placement.
+                            let waiting =
+                                u128::from(row.queued_prefill) + u128::from(row.recomputed);
+                            latencies_milli
+                                .push(1000 * waiting / u128::from(state.prefill_rate.max(1)));
+                            // Placement changes load only.
+                            state.queued_prefill =
+                                state.queued_prefill.saturating_add(row.recomputed);
+                            state.active_decode =
+                                state.active_decode.saturating_add(*decode_tokens);
+                        }
+                        if let Some(total) = assigned_milli.get_mut(index) {
+                            *total = total.saturating_add(u128::from(
+                                row.after_milli.saturating_sub(row.work_milli),
+                            ));
+                        }
+                        if let Some(first) = prefix.first() {
+                            let namespace_key = (
+                                tenant.clone(),
+                                model.clone(),
+                                adapter.clone(),
+                                first.key.clone(),
+                            );
+                            match churn_memory.iter_mut().find(|(k, _)| *k == namespace_key) {
+                                Some((_, last_worker)) => {
+                                    if *last_worker != row.worker {
+                                        metrics.route_churn += 1;
+                                    }
+                                    *last_worker = row.worker.clone();
+                                }
+                                None => churn_memory.push((namespace_key, row.worker.clone())),
+                            }
+                        }
+                    }
+                }
+
+                decisions.push(Decision {
+                    seq: event.seq,
+                    tick: event.tick,
+                    request: request.id.to_owned(),
+                    chosen: chosen_id,
+                    route_kind: choice.route_kind,
+                    tie_count: choice.tie_count,
+                    margin_milli: choice.margin_milli,
+                    candidates: rows,
+                });
+            }
+        }
+    }
+
+    // Load skew over all workers of the trace.
+    let assigned_total: u128 = assigned_milli
+        .iter()
+        .fold(0u128, |sum, a| sum.saturating_add(*a));
+    let assigned_max: u128 = assigned_milli.iter().copied().max().unwrap_or(0);
+    // `checked_div` is None exactly when nothing was assigned: the skew is then 0.
+    metrics.load_skew_milli = assigned_max
+        .saturating_mul(1000)
+        .saturating_mul(workers.len() as u128)
+        .checked_div(assigned_total)
+        .map(to_u64)
+        .unwrap_or(0);
+
+    // Latency proxies: floor mean, p95 = sorted[ceil(95·N/100) − 1], max.
+    if !latencies_milli.is_empty() {
+        let count = latencies_milli.len() as u128;
+        let sum: u128 = latencies_milli
+            .iter()
+            .fold(0u128, |sum, l| sum.saturating_add(*l));
+        metrics.latency_proxy_mean_milli = to_u64(sum / count);
+        let mut sorted = latencies_milli.clone();
+        sorted.sort();
+        let rank = (95 * count).div_ceil(100);
+        let p95 = usize::try_from(rank.saturating_sub(1))
+            .ok()
+            .and_then(|i| sorted.get(i).copied())
+            .unwrap_or(0);
+        metrics.latency_proxy_p95_milli = to_u64(p95);
+        metrics.latency_proxy_max_milli = to_u64(sorted.last().copied().unwrap_or(0));
+    }
+
+    Run {
+        policy,
+        decisions,
+        cache_log,
+        observation_log,
+        metrics,
+    }
+}
+
+/// The cache change of an applied cache event (SPEC §3.2).
+fn apply_cache_event(state: &mut WorkerState, kind: &EventKind) {
+    match kind {
+        EventKind::Store {
+            tenant,
+            model,
+            adapter,
+            segments,
+            ..
+        } => {
+            // In segment order, so a repeated key's last segment wins.
+            for segment in segments {
+                let existing = state.cache.iter_mut().find(|e| {
+                    &e.tenant == tenant
+                        && &e.model == model
+                        && &e.adapter == adapter
+                        && e.key == segment.key
+                });
+                match existing {
+                    Some(entry) => entry.tokens = segment.tokens,
+                    None => state.cache.push(Entry {
+                        tenant: tenant.clone(),
+                        model: model.clone(),
+                        adapter: adapter.clone(),
+                        key: segment.key.clone(),
+                        tokens: segment.tokens,
+                    }),
+                }
+            }
+        }
+        EventKind::Evict {
+            tenant,
+            model,
+            adapter,
+            keys,
+            ..
+        } => {
+            state.cache.retain(|e| {
+                !(&e.tenant == tenant
+                    && &e.model == model
+                    && &e.adapter == adapter
+                    && keys.contains(&e.key))
+            });
+        }
+        EventKind::Clear { .. } => state.cache.clear(),
+        EventKind::Load { .. } | EventKind::Request { .. } => {}
+    }
+}

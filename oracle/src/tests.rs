@@ -1,0 +1,1070 @@
+//! Unit tests of the oracle against SPEC.md alone: the §8 worked example, the
+//! validation rules of §2.2, and the order-independence of both digests.
+
+use serde_json::{json, Value};
+
+use crate::canonical::{digest, jcs};
+use crate::{replay, validate};
+
+// ---------------------------------------------------------------------------------
+// Helpers
+
+fn bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("test values serialize")
+}
+
+fn replay_value(trace: &Value) -> Value {
+    let out = replay(&bytes(trace)).unwrap_or_else(|e| panic!("trace rejected: {e:?}"));
+    assert_ne!(out.last(), Some(&b'\n'), "no trailing newline");
+    serde_json::from_slice(&out).expect("receipt is JSON")
+}
+
+fn errors_of(trace: &Value) -> Vec<String> {
+    errors_of_text(&String::from_utf8(bytes(trace)).expect("utf8"))
+}
+
+fn errors_of_text(text: &str) -> Vec<String> {
+    match replay(text.as_bytes()) {
+        Ok(_) => panic!("trace unexpectedly valid: {text}"),
+        Err(lines) => {
+            // validate() must agree with replay() on every invalid trace.
+            assert_eq!(validate(text.as_bytes()).err(), Some(lines.clone()));
+            lines
+        }
+    }
+}
+
+fn assert_single(trace: &Value, expected: &str) {
+    assert_eq!(errors_of(trace), vec![expected.to_owned()]);
+}
+
+fn run<'a>(receipt: &'a Value, policy: &str) -> &'a Value {
+    receipt["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .find(|r| r["policy"] == policy)
+        .expect("run present")
+}
+
+fn row<'a>(decision: &'a Value, worker: &str) -> &'a Value {
+    decision["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .find(|r| r["worker"] == worker)
+        .expect("row present")
+}
+
+fn worker(id: &str, model: &str, queued: u64, active: u64, cache: Value) -> Value {
+    json!({
+        "id": id, "model": model, "adapters": [],
+        "prefill_rate": 1000, "decode_rate": 100,
+        "queued_prefill": queued, "active_decode": active,
+        "observed_tick": 0, "epoch": 0, "cache": cache,
+    })
+}
+
+fn entry(tenant: &str, model: &str, key: &str, tokens: u64) -> Value {
+    json!({ "tenant": tenant, "model": model, "adapter": "base", "key": key, "tokens": tokens })
+}
+
+/// The trace of SPEC §8.
+fn worked_example(max_queued_work: Option<u64>) -> Value {
+    json!({
+        "format": "kvroute-trace/1",
+        "policy": {
+            "decode_weight_milli": 1000,
+            "imbalance_penalty_milli": 500,
+            "freshness_ticks": null,
+            "max_queued_work": max_queued_work,
+        },
+        "workers": [
+            worker("w0", "m1", 2000, 100, json!([
+                entry("acme", "m1", "k0", 512),
+                entry("acme", "m1", "k1", 512),
+            ])),
+            worker("w1", "m1", 0, 0, json!([entry("beta", "m1", "k0", 512)])),
+            worker("w2", "m2", 0, 0, json!([])),
+        ],
+        "events": [{
+            "seq": 1, "tick": 1, "type": "request", "id": "r1",
+            "tenant": "acme", "model": "m1", "adapter": "base",
+            "prefix": [{ "key": "k0", "tokens": 512 }, { "key": "k1", "tokens": 512 }],
+            "prompt_tokens": 1200, "decode_tokens": 100,
+        }],
+    })
+}
+
+/// A small valid trace with every event kind, for validation tests to break.
+fn base_trace() -> Value {
+    json!({
+        "format": "kvroute-trace/1",
+        "limits": "lab",
+        "policy": { "decode_weight_milli": 1000, "imbalance_penalty_milli": 0,
+                    "freshness_ticks": null, "max_queued_work": null },
+        "sharing": [{ "model": "m1", "adapter": "base", "tenants": ["acme", "acme-eval"] }],
+        "workers": [
+            { "id": "w0", "model": "m1", "adapters": ["lora-a"],
+              "prefill_rate": 512, "decode_rate": 64,
+              "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0,
+              "cache": [entry("acme", "m1", "k0", 512)] },
+            { "id": "w1", "model": "m1", "adapters": [],
+              "prefill_rate": 512, "decode_rate": 64,
+              "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0,
+              "cache": [] },
+        ],
+        "events": [
+            { "seq": 1, "tick": 0, "type": "cache", "op": "store", "worker": "w0", "epoch": 1,
+              "tenant": "acme", "model": "m1", "adapter": "base",
+              "segments": [{ "key": "k0", "tokens": 512 }, { "key": "k1", "tokens": 512 }] },
+            { "seq": 2, "tick": 3, "type": "cache", "op": "evict", "worker": "w0", "epoch": 2,
+              "tenant": "acme", "model": "m1", "adapter": "base", "keys": ["k1"] },
+            { "seq": 3, "tick": 4, "type": "cache", "op": "clear", "worker": "w0", "epoch": 3 },
+            { "seq": 4, "tick": 5, "type": "load", "worker": "w0", "observed_tick": 5,
+              "queued_prefill": 100, "active_decode": 20 },
+            { "seq": 5, "tick": 6, "type": "request", "id": "r1",
+              "tenant": "acme", "model": "m1", "adapter": "base",
+              "prefix": [{ "key": "k0", "tokens": 512 }, { "key": "k1", "tokens": 512 }],
+              "prompt_tokens": 1500, "decode_tokens": 200 },
+        ],
+    })
+}
+
+/// Sets the value at a JSON pointer, adding the member when the parent is an object.
+fn with(mut trace: Value, pointer: &str, value: Value) -> Value {
+    let (parent, last) = pointer.rsplit_once('/').expect("pointer");
+    match trace.pointer_mut(parent).expect("parent exists") {
+        Value::Object(members) => {
+            members.insert(last.to_owned(), value);
+        }
+        Value::Array(items) => items[last.parse::<usize>().expect("index")] = value,
+        _ => panic!("parent is neither object nor array"),
+    }
+    trace
+}
+
+fn without(mut trace: Value, pointer: &str, member: &str) -> Value {
+    trace
+        .pointer_mut(pointer)
+        .and_then(Value::as_object_mut)
+        .expect("object")
+        .remove(member);
+    trace
+}
+
+// ---------------------------------------------------------------------------------
+// §8 worked example
+
+#[test]
+fn worked_example_rows_decisions_and_metrics() {
+    let receipt = replay_value(&worked_example(None));
+    assert_eq!(receipt["format"], "kvroute-receipt/1");
+    let policies: Vec<&str> = receipt["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            "round_robin",
+            "least_load",
+            "longest_prefix",
+            "cache_plus_load"
+        ]
+    );
+
+    // Rows are the same in every run (no cap set).
+    for policy in &policies {
+        let decision = &run(&receipt, policy)["decisions"][0];
+        assert_eq!(decision["seq"], 1);
+        assert_eq!(decision["tick"], 1);
+        assert_eq!(decision["request"], "r1");
+        let workers: Vec<&str> = decision["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["worker"].as_str().unwrap())
+            .collect();
+        assert_eq!(workers, ["w0", "w1", "w2"]);
+
+        let w0 = row(decision, "w0");
+        assert_eq!(w0["eligible"], true);
+        assert_eq!(w0["reasons"], json!([]));
+        assert_eq!(w0["reuse"], 1024);
+        assert_eq!(w0["recomputed"], 176);
+        assert_eq!(w0["queued_prefill"], 1000);
+        assert_eq!(w0["active_decode"], 0);
+        assert_eq!(w0["work_milli"], 1_000_000);
+        assert_eq!(w0["after_milli"], 1_276_000);
+        assert_eq!(w0["cost_milli"], 1_176_000);
+        assert_eq!(w0["dominated_by"], json!([]));
+
+        let w1 = row(decision, "w1");
+        assert_eq!(w1["eligible"], true);
+        assert_eq!(w1["reasons"], json!(["tenant_mismatch"]));
+        assert_eq!(w1["reuse"], 0);
+        assert_eq!(w1["recomputed"], 1200);
+        assert_eq!(w1["work_milli"], 0);
+        assert_eq!(w1["after_milli"], 1_300_000);
+        assert_eq!(w1["cost_milli"], 1_206_000);
+        assert_eq!(w1["dominated_by"], json!(["w0"]));
+
+        let w2 = row(decision, "w2");
+        assert_eq!(w2["eligible"], false);
+        assert_eq!(w2["reasons"], json!(["model_not_served"]));
+        assert_eq!(w2["reuse"], 0);
+        assert_eq!(w2["recomputed"], 1200);
+        assert_eq!(w2["work_milli"], 0);
+        assert_eq!(w2["after_milli"], 1_300_000);
+        assert_eq!(w2["cost_milli"], 1_206_000);
+        assert_eq!(w2["dominated_by"], json!([]));
+
+        let metrics = &run(&receipt, policy)["metrics"];
+        assert_eq!(metrics["boundary_rejections"], 1);
+        assert_eq!(metrics["routed"], 1);
+        assert_eq!(metrics["rejected"], 0);
+    }
+
+    // (policy, chosen, route_kind, tie_count, margin, latency, dominated_choices)
+    let expected = [
+        ("round_robin", "w0", "hit", 1, 0, 1176, 0),
+        ("least_load", "w1", "cold", 1, 1_000_000, 1200, 1),
+        ("longest_prefix", "w0", "hit", 1, 1_024_000, 1176, 0),
+        ("cache_plus_load", "w0", "hit", 1, 30_000, 1176, 0),
+    ];
+    for (policy, chosen, kind, ties, margin, latency, dominated) in expected {
+        let r = run(&receipt, policy);
+        let decision = &r["decisions"][0];
+        assert_eq!(decision["chosen"], chosen, "{policy}");
+        assert_eq!(decision["route_kind"], kind, "{policy}");
+        assert_eq!(decision["tie_count"], ties, "{policy}");
+        assert_eq!(decision["margin_milli"], margin, "{policy}");
+        let m = &r["metrics"];
+        assert_eq!(m["latency_proxy_mean_milli"], latency, "{policy}");
+        assert_eq!(m["latency_proxy_p95_milli"], latency, "{policy}");
+        assert_eq!(m["latency_proxy_max_milli"], latency, "{policy}");
+        assert_eq!(m["dominated_choices"], dominated, "{policy}");
+        assert_eq!(m["overload_escapes"], 0, "{policy}");
+        // One placement: the chosen worker holds all assigned work, so skew = 1000·3.
+        assert_eq!(m["load_skew_milli"], 3000, "{policy}");
+        assert_eq!(r["cache_log"], json!([]));
+        assert_eq!(r["observation_log"], json!([]));
+    }
+    let cpl = &run(&receipt, "cache_plus_load")["metrics"];
+    assert_eq!(cpl["cache_hits"], 1);
+    assert_eq!(cpl["reused_tokens"], 1024);
+    assert_eq!(cpl["recomputed_tokens"], 176);
+    assert_eq!(cpl["route_churn"], 0);
+    let ll = &run(&receipt, "least_load")["metrics"];
+    assert_eq!(ll["cache_hits"], 0);
+    assert_eq!(ll["recomputed_tokens"], 1200);
+}
+
+#[test]
+fn worked_example_with_cap() {
+    let receipt = replay_value(&worked_example(Some(1270)));
+    let cpl = run(&receipt, "cache_plus_load");
+    let decision = &cpl["decisions"][0];
+    assert_eq!(decision["chosen"], "w0");
+    assert_eq!(decision["route_kind"], "overload_escape");
+    assert_eq!(decision["tie_count"], 1);
+    assert_eq!(decision["margin_milli"], 24_000);
+    assert_eq!(row(decision, "w0")["reasons"], json!(["overloaded"]));
+    assert_eq!(
+        row(decision, "w1")["reasons"],
+        json!(["tenant_mismatch", "overloaded"])
+    );
+    assert_eq!(row(decision, "w1")["eligible"], true);
+    assert_eq!(row(decision, "w2")["reasons"], json!(["model_not_served"]));
+    for w in ["w0", "w1", "w2"] {
+        assert_eq!(row(decision, w)["dominated_by"], json!([]), "{w}");
+    }
+    // Cost figures do not change with the cap (n and S count every eligible row).
+    assert_eq!(row(decision, "w0")["cost_milli"], 1_176_000);
+    assert_eq!(row(decision, "w1")["cost_milli"], 1_206_000);
+    assert_eq!(cpl["metrics"]["overload_escapes"], 1);
+    assert_eq!(cpl["metrics"]["dominated_choices"], 0);
+
+    // The cap is for cache_plus_load only.
+    for policy in ["round_robin", "least_load", "longest_prefix"] {
+        let decision = &run(&receipt, policy)["decisions"][0];
+        assert_eq!(row(decision, "w0")["reasons"], json!([]), "{policy}");
+        assert_eq!(
+            row(decision, "w1")["dominated_by"],
+            json!(["w0"]),
+            "{policy}"
+        );
+        assert_ne!(decision["route_kind"], "overload_escape");
+    }
+}
+
+#[test]
+fn receipt_digests_are_consistent() {
+    let trace = worked_example(None);
+    let out = replay(&bytes(&trace)).unwrap();
+    let mut receipt: Value = serde_json::from_slice(&out).unwrap();
+    // Output is already canonical.
+    assert_eq!(jcs(&receipt).unwrap(), out);
+    let canonical_trace = validate(&bytes(&trace)).unwrap();
+    assert_eq!(receipt["trace_digest"], digest(&canonical_trace));
+    let stated = receipt["receipt_digest"].as_str().unwrap().to_owned();
+    receipt.as_object_mut().unwrap().remove("receipt_digest");
+    assert_eq!(stated, digest(&jcs(&receipt).unwrap()));
+    assert!(stated.starts_with("sha256:") && stated.len() == 7 + 64);
+    assert!(!String::from_utf8(out).unwrap().contains("acme"));
+}
+
+#[test]
+fn canonical_trace_fills_defaults() {
+    let trace = json!({ "format": "kvroute-trace/1", "workers": [], "events": [] });
+    let canonical = validate(&bytes(&trace)).unwrap();
+    assert_eq!(
+        String::from_utf8(canonical).unwrap(),
+        r#"{"events":[],"format":"kvroute-trace/1","limits":"lab","policy":{"decode_weight_milli":1000,"freshness_ticks":null,"imbalance_penalty_milli":0,"max_queued_work":null},"sharing":[],"workers":[]}"#
+    );
+    let receipt = replay_value(&trace);
+    for r in receipt["runs"].as_array().unwrap() {
+        assert_eq!(r["decisions"], json!([]));
+        assert_eq!(r["metrics"]["load_skew_milli"], 0);
+        assert_eq!(r["metrics"]["latency_proxy_p95_milli"], 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// A scenario across every event kind (values worked out by hand from SPEC §3–§6).
+
+#[test]
+fn base_trace_scenario() {
+    let receipt = replay_value(&base_trace());
+    for r in receipt["runs"].as_array().unwrap() {
+        assert_eq!(
+            r["cache_log"],
+            json!([
+                { "seq": 1, "tick": 0, "worker": "w0", "epoch": 1, "op": "store", "outcome": "applied" },
+                { "seq": 2, "tick": 3, "worker": "w0", "epoch": 2, "op": "evict", "outcome": "applied" },
+                { "seq": 3, "tick": 4, "worker": "w0", "epoch": 3, "op": "clear", "outcome": "applied" },
+            ])
+        );
+        assert_eq!(
+            r["observation_log"],
+            json!([{ "seq": 4, "tick": 5, "worker": "w0", "observed_tick": 5, "outcome": "applied" }])
+        );
+        let decision = &r["decisions"][0];
+        // Tick 6: w0 drained for 1 tick: 100 − 512 → 0 queued, 20 − 64 → 0 active.
+        let w0 = row(decision, "w0");
+        assert_eq!(w0["queued_prefill"], 0);
+        assert_eq!(w0["active_decode"], 0);
+        assert_eq!(w0["reuse"], 0);
+        assert_eq!(w0["reasons"], json!([]));
+        assert_eq!(w0["after_milli"], 1_700_000);
+    }
+    // Every row ties: round robin takes w0 and least-load / cache_plus_load the
+    // smallest id, both with two tied rows.
+    let ll = &run(&receipt, "least_load")["decisions"][0];
+    assert_eq!(ll["chosen"], "w0");
+    assert_eq!(ll["tie_count"], 2);
+    assert_eq!(ll["margin_milli"], 0);
+    assert_eq!(ll["route_kind"], "cold");
+}
+
+#[test]
+fn stale_events_freshness_sharing_and_churn() {
+    let trace = json!({
+        "format": "kvroute-trace/1",
+        "policy": { "freshness_ticks": 5 },
+        "sharing": [{ "model": "m1", "adapter": "base", "tenants": ["b", "a"] }],
+        "workers": [
+            { "id": "x", "model": "m1", "adapters": ["lora"], "prefill_rate": 10, "decode_rate": 10,
+              "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 5,
+              "cache": [entry("b", "m1", "k", 100),
+                        { "tenant": "a", "model": "m1", "adapter": "lora", "key": "q", "tokens": 7 },
+                        entry("a", "m9", "q", 3)] },
+            { "id": "y", "model": "m1", "adapters": [], "prefill_rate": 10, "decode_rate": 10,
+              "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0,
+              "cache": [] },
+        ],
+        "events": [
+            // Stale epoch (5 ≤ 5): nothing changes.
+            { "seq": 1, "tick": 1, "type": "cache", "op": "clear", "worker": "x", "epoch": 5 },
+            // Stale observation on y? No: 0 ≥ 0 applies.
+            { "seq": 2, "tick": 1, "type": "load", "worker": "y", "observed_tick": 0,
+              "queued_prefill": 0, "active_decode": 0 },
+            // r1 at tick 2: x is fresh (age 2); "a" reuses "b"'s k by the grant.
+            { "seq": 3, "tick": 2, "type": "request", "id": "r1", "tenant": "a", "model": "m1",
+              "adapter": "base", "prefix": [{ "key": "k", "tokens": 50 }, { "key": "q", "tokens": 5 }],
+              "prompt_tokens": 60, "decode_tokens": 0 },
+            // r2 at tick 9: x has age 9 > 5: stale_view.
+            { "seq": 4, "tick": 9, "type": "request", "id": "r2", "tenant": "a", "model": "m1",
+              "adapter": "base", "prefix": [{ "key": "k", "tokens": 50 }],
+              "prompt_tokens": 60, "decode_tokens": 0 },
+            { "seq": 5, "tick": 9, "type": "load", "worker": "x", "observed_tick": 8,
+              "queued_prefill": 0, "active_decode": 0 },
+            // r3 at tick 9 after the observation: fresh again.
+            { "seq": 6, "tick": 9, "type": "request", "id": "r3", "tenant": "a", "model": "m1",
+              "adapter": "base", "prefix": [{ "key": "k", "tokens": 50 }],
+              "prompt_tokens": 60, "decode_tokens": 0 },
+            { "seq": 7, "tick": 9, "type": "load", "worker": "x", "observed_tick": 7,
+              "queued_prefill": 0, "active_decode": 0 },
+        ],
+    });
+    let receipt = replay_value(&trace);
+    let lp = run(&receipt, "longest_prefix");
+    assert_eq!(lp["cache_log"][0]["outcome"], "stale_epoch");
+    assert_eq!(lp["observation_log"][0]["outcome"], "applied");
+    assert_eq!(lp["observation_log"][1]["outcome"], "applied");
+    assert_eq!(lp["observation_log"][2]["outcome"], "stale_observation");
+    assert_eq!(lp["metrics"]["stale_event_rejections"], 1);
+    assert_eq!(lp["metrics"]["stale_observation_rejections"], 1);
+
+    let d1 = &lp["decisions"][0];
+    let x1 = row(d1, "x");
+    // k: 50 reused; q: only (a,m1,lora) and (a,m9) resident: adapter and model mismatch.
+    assert_eq!(x1["reuse"], 50);
+    assert_eq!(x1["reasons"], json!(["model_mismatch", "adapter_mismatch"]));
+    assert_eq!(d1["chosen"], "x");
+    assert_eq!(d1["route_kind"], "hit");
+    assert_eq!(d1["margin_milli"], 50_000);
+
+    let d2 = &lp["decisions"][1];
+    assert_eq!(row(d2, "x")["reasons"], json!(["stale_view"]));
+    assert_eq!(row(d2, "x")["reuse"], 0);
+    // Both rows have reuse 0: tie, smallest id wins.
+    assert_eq!(d2["chosen"], "x");
+    assert_eq!(d2["tie_count"], 2);
+
+    let d3 = &lp["decisions"][2];
+    assert_eq!(row(d3, "x")["reasons"], json!([]));
+    assert_eq!(row(d3, "x")["reuse"], 50);
+
+    // Least load: every decision ties at work 0 (drain, then x's observation resets
+    // it), so x (smallest id) wins each time and nothing churns.
+    let ll = run(&receipt, "least_load");
+    let chosen: Vec<&str> = ll["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["chosen"].as_str().unwrap())
+        .collect();
+    assert_eq!(chosen, ["x", "x", "x"]);
+    assert_eq!(ll["metrics"]["route_churn"], 0);
+
+    // Round robin: x, y, x; r1 and r3 share the first key k → churn when they differ.
+    let rr = run(&receipt, "round_robin");
+    let chosen: Vec<&str> = rr["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["chosen"].as_str().unwrap())
+        .collect();
+    assert_eq!(chosen, ["x", "y", "x"]);
+    assert_eq!(rr["metrics"]["route_churn"], 2);
+}
+
+#[test]
+fn rejected_requests_and_adapter_eligibility() {
+    let trace = json!({
+        "format": "kvroute-trace/1",
+        "workers": [
+            { "id": "a", "model": "m1", "adapters": ["l1"], "prefill_rate": 1, "decode_rate": 1,
+              "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0, "cache": [] },
+            { "id": "b", "model": "m1", "adapters": [], "prefill_rate": 1, "decode_rate": 1,
+              "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0, "cache": [] },
+        ],
+        "events": [
+            { "seq": 1, "tick": 0, "type": "request", "id": "r1", "tenant": "t", "model": "m1",
+              "adapter": "l2", "prefix": [], "prompt_tokens": 1, "decode_tokens": 1 },
+            { "seq": 2, "tick": 0, "type": "request", "id": "r2", "tenant": "t", "model": "m1",
+              "adapter": "l1", "prefix": [], "prompt_tokens": 1, "decode_tokens": 1 },
+            { "seq": 3, "tick": 0, "type": "request", "id": "r3", "tenant": "t", "model": "m1",
+              "adapter": "base", "prefix": [], "prompt_tokens": 1, "decode_tokens": 1 },
+        ],
+    });
+    let receipt = replay_value(&trace);
+    let rr = run(&receipt, "round_robin");
+    let d1 = &rr["decisions"][0];
+    assert_eq!(d1["chosen"], Value::Null);
+    assert_eq!(d1["route_kind"], "rejected");
+    assert_eq!(d1["tie_count"], 0);
+    assert_eq!(row(d1, "a")["reasons"], json!(["adapter_not_loaded"]));
+    // The rejected request left the cursor at 0: r2 goes to a, then r3 to b.
+    assert_eq!(rr["decisions"][1]["chosen"], "a");
+    assert_eq!(rr["decisions"][2]["chosen"], "b");
+    assert_eq!(rr["metrics"]["rejected"], 1);
+    assert_eq!(rr["metrics"]["routed"], 2);
+    // Latency proxies 1000·(0+1)/1 = 1000 each.
+    assert_eq!(rr["metrics"]["latency_proxy_mean_milli"], 1000);
+    // Two placements of 2000 each on two workers: skew 1000·2000·2/4000 = 1000.
+    assert_eq!(rr["metrics"]["load_skew_milli"], 1000);
+}
+
+// ---------------------------------------------------------------------------------
+// §2 validation
+
+#[test]
+fn base_trace_is_valid() {
+    assert!(validate(&bytes(&base_trace())).is_ok());
+}
+
+#[test]
+fn invalid_json() {
+    let lines = errors_of_text("{\"format\": ");
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].starts_with("$: invalid JSON: "), "{lines:?}");
+    let lines = errors_of_text("{} {}");
+    assert!(lines[0].starts_with("$: invalid JSON: "), "{lines:?}");
+    assert!(errors_of_text("\u{feff}{}")[0].starts_with("$: invalid JSON: "));
+    assert!(errors_of_text("")[0].starts_with("$: invalid JSON: "));
+}
+
+#[test]
+fn not_an_object_at_the_top() {
+    assert_single(&json!([1, 2]), "$: expected an object, found [1,2]");
+}
+
+#[test]
+fn integer_type_errors() {
+    let cases = [
+        (json!(5.0), "5.0"),
+        (json!(1.5), "1.5"),
+        (json!(-1), "-1"),
+        (json!(true), "true"),
+        (json!("5"), "\"5\""),
+        (Value::Null, "null"),
+        (json!(9_007_199_254_740_992u64), "9007199254740992"),
+    ];
+    for (value, shown) in cases {
+        assert_single(
+            &with(base_trace(), "/events/0/epoch", value),
+            &format!("events[0].epoch: expected a non-negative integer, found {shown}"),
+        );
+    }
+    // 1e3 is a float literal, printed the way serde_json prints it.
+    let text = String::from_utf8(bytes(&base_trace()))
+        .unwrap()
+        .replace("\"epoch\":3", "\"epoch\":1e3");
+    assert_eq!(
+        errors_of_text(&text),
+        ["events[2].epoch: expected a non-negative integer, found 1000.0"]
+    );
+    // An integer literal past u64 is read as a float by serde_json, and quoted so.
+    let text = String::from_utf8(bytes(&base_trace()))
+        .unwrap()
+        .replace("\"epoch\":3", "\"epoch\":100000000000000000000");
+    assert_eq!(
+        errors_of_text(&text),
+        ["events[2].epoch: expected a non-negative integer, found 1e+20"]
+    );
+    // B itself is fine.
+    let ok = with(
+        base_trace(),
+        "/events/0/epoch",
+        json!(9_007_199_254_740_991u64),
+    );
+    assert!(validate(&bytes(&ok)).is_ok());
+}
+
+#[test]
+fn nullable_integers() {
+    assert_single(
+        &with(base_trace(), "/policy/freshness_ticks", json!("x")),
+        "policy.freshness_ticks: expected a non-negative integer or null, found \"x\"",
+    );
+    assert_single(
+        &with(base_trace(), "/policy/decode_weight_milli", Value::Null),
+        "policy.decode_weight_milli: expected a non-negative integer, found null",
+    );
+}
+
+#[test]
+fn zero_rate() {
+    assert_single(
+        &with(base_trace(), "/workers/1/decode_rate", json!(0)),
+        "workers[1].decode_rate: expected a positive integer, found 0",
+    );
+}
+
+#[test]
+fn string_errors() {
+    assert_single(
+        &with(base_trace(), "/workers/0/id", json!("")),
+        "workers[0].id: expected a non-empty string, found \"\"",
+    );
+    assert_single(
+        &with(base_trace(), "/sharing/0/tenants/1", json!(7)),
+        "sharing[0].tenants[1]: expected a non-empty string, found 7",
+    );
+    assert_single(
+        &with(base_trace(), "/events/1/keys/0", json!(["k"])),
+        "events[1].keys[0]: expected a non-empty string, found [\"k\"]",
+    );
+}
+
+#[test]
+fn long_values_are_cut_at_forty_chars() {
+    let long = "é".repeat(50);
+    let expected = format!("\"{}...", "é".repeat(39));
+    assert_single(
+        &with(base_trace(), "/workers/0/epoch", json!(long)),
+        &format!("workers[0].epoch: expected a non-negative integer, found {expected}"),
+    );
+    let exactly = "a".repeat(38); // 40 chars with its quotes: not cut
+    assert_single(
+        &with(base_trace(), "/workers/0/epoch", json!(exactly)),
+        &format!("workers[0].epoch: expected a non-negative integer, found \"{exactly}\""),
+    );
+}
+
+#[test]
+fn array_and_object_errors() {
+    assert_single(
+        &with(base_trace(), "/workers/0/cache", json!({})),
+        "workers[0].cache: expected an array, found {}",
+    );
+    assert_single(
+        &with(base_trace(), "/events/3", json!("load")),
+        "events[3]: expected an object, found \"load\"",
+    );
+    assert_single(
+        &with(base_trace(), "/policy", Value::Null),
+        "policy: expected an object, found null",
+    );
+    assert_single(
+        &with(base_trace(), "/events/4/prefix/1", json!(3)),
+        "events[4].prefix[1]: expected an object, found 3",
+    );
+}
+
+#[test]
+fn fixed_value_errors() {
+    assert_single(
+        &with(base_trace(), "/format", json!("kvroute-trace/2")),
+        "format: expected \"kvroute-trace/1\", found \"kvroute-trace/2\"",
+    );
+    assert_single(
+        &with(base_trace(), "/limits", json!("huge")),
+        "limits: expected \"lab\" or \"scale\", found \"huge\"",
+    );
+    assert_single(
+        &with(base_trace(), "/events/3/type", json!("loads")),
+        "events[3].type: expected \"cache\", \"load\" or \"request\", found \"loads\"",
+    );
+    assert_single(
+        &with(base_trace(), "/events/0/op", json!(1)),
+        "events[0].op: expected \"store\", \"evict\" or \"clear\", found 1",
+    );
+}
+
+#[test]
+fn missing_unknown_and_repeated_members() {
+    assert_single(
+        &without(base_trace(), "/events/4", "tenant"),
+        "events[4].tenant: missing required member \"tenant\"",
+    );
+    assert_single(
+        &without(base_trace(), "", "format"),
+        "format: missing required member \"format\"",
+    );
+    assert_single(
+        &with(base_trace(), "/events/0/colour", json!("red")),
+        "events[0].colour: unknown member \"colour\"",
+    );
+    assert_single(
+        &with(base_trace(), "/events/2/tenant", json!("acme")),
+        "events[2].tenant: unknown member \"tenant\"",
+    );
+    assert_single(
+        &with(base_trace(), "/workers/0/cache/0/extra", json!(1)),
+        "workers[0].cache[0].extra: unknown member \"extra\"",
+    );
+    let text = String::from_utf8(bytes(&base_trace()))
+        .unwrap()
+        .replace("\"seq\":3,", "\"seq\":3,\"tick\":4,");
+    assert_eq!(
+        errors_of_text(&text),
+        ["events[2].tick: repeated member \"tick\""]
+    );
+}
+
+#[test]
+fn invalid_type_stops_the_event_check() {
+    let trace = with(base_trace(), "/events/4/type", json!("req"));
+    let trace = without(trace, "/events/4", "tenant");
+    let trace = with(trace, "/events/4/seq", json!(-5));
+    assert_eq!(
+        errors_of(&trace),
+        [
+            "events[4].seq: expected a non-negative integer, found -5",
+            "events[4].type: expected \"cache\", \"load\" or \"request\", found \"req\"",
+        ]
+    );
+    let trace = without(base_trace(), "/events/0", "op");
+    let trace = with(trace, "/events/0/bogus", json!(1));
+    assert_eq!(
+        errors_of(&trace),
+        ["events[0].op: missing required member \"op\""]
+    );
+}
+
+#[test]
+fn shape_errors_in_document_order() {
+    let trace = with(base_trace(), "/workers/0/bogus", json!(1));
+    let trace = with(trace, "/workers/0/epoch", json!(-1));
+    let trace = with(trace, "/workers/0/id", json!(""));
+    let trace = with(trace, "/format", json!(1));
+    let trace = with(trace, "/zzz", json!(1));
+    let trace = without(trace, "/events/1", "keys");
+    assert_eq!(
+        errors_of(&trace),
+        [
+            "format: expected \"kvroute-trace/1\", found 1",
+            "workers[0].id: expected a non-empty string, found \"\"",
+            "workers[0].epoch: expected a non-negative integer, found -1",
+            "workers[0].bogus: unknown member \"bogus\"",
+            "events[1].keys: missing required member \"keys\"",
+            "zzz: unknown member \"zzz\"",
+        ]
+    );
+}
+
+#[test]
+fn cross_reference_errors() {
+    assert_single(
+        &with(base_trace(), "/workers/1/id", json!("w0")),
+        // w0's events still name a known worker; only the id repeats.
+        "workers[1].id: duplicate worker id \"w0\"",
+    );
+    let mut trace = base_trace();
+    let request = trace["events"][4].clone();
+    let mut second = request.clone();
+    second["seq"] = json!(6);
+    trace["events"].as_array_mut().unwrap().push(second);
+    assert_single(&trace, "events[5].id: duplicate request id \"r1\"");
+
+    assert_single(
+        &with(base_trace(), "/events/3/seq", json!(1)),
+        "events[3].seq: duplicate seq 1",
+    );
+    assert_single(
+        &with(base_trace(), "/events/1/worker", json!("w9")),
+        "events[1].worker: unknown worker \"w9\"",
+    );
+    assert_single(
+        &with(base_trace(), "/events/3/observed_tick", json!(6)),
+        "events[3].observed_tick: observed_tick 6 is after the event tick 5",
+    );
+    assert_single(
+        &with(base_trace(), "/events/4/prompt_tokens", json!(1000)),
+        "events[4].prefix: prefix tokens 1024 exceed prompt_tokens 1000",
+    );
+    let mut trace = base_trace();
+    let cache = trace["workers"][0]["cache"].as_array_mut().unwrap();
+    cache.push(entry("other", "m1", "k0", 1));
+    cache.push(entry("acme", "m1", "k0", 9));
+    assert_single(
+        &trace,
+        "workers[0].cache[2]: duplicate cache entry for key \"k0\"",
+    );
+    assert_single(
+        &with(base_trace(), "/events/4/decode_tokens", json!(6693)),
+        "events[4]: 8193 tokens (prompt_tokens + decode_tokens) exceed the lab limit of 8192",
+    );
+    let ok = with(base_trace(), "/events/4/decode_tokens", json!(6692));
+    assert!(validate(&bytes(&ok)).is_ok());
+}
+
+#[test]
+fn cross_reference_order() {
+    let trace = with(base_trace(), "/events/1/seq", json!(1));
+    let trace = with(trace, "/events/1/worker", json!("nope"));
+    let trace = with(trace, "/workers/1/id", json!("w0"));
+    assert_eq!(
+        errors_of(&trace),
+        [
+            "workers[1].id: duplicate worker id \"w0\"",
+            "events[1].seq: duplicate seq 1",
+            "events[1].worker: unknown worker \"nope\"",
+        ]
+    );
+}
+
+fn many_workers(count: usize) -> Value {
+    let mut trace = base_trace();
+    let template = trace["workers"][1].clone();
+    let workers = trace["workers"].as_array_mut().unwrap();
+    for i in 0..count.saturating_sub(2) {
+        let mut w = template.clone();
+        w["id"] = json!(format!("extra{i}"));
+        workers.push(w);
+    }
+    trace
+}
+
+#[test]
+fn count_limits() {
+    assert!(validate(&bytes(&many_workers(8))).is_ok());
+    assert_single(
+        &many_workers(9),
+        "workers: 9 workers exceed the lab limit of 8",
+    );
+    let scale = with(many_workers(9), "/limits", json!("scale"));
+    assert!(validate(&bytes(&scale)).is_ok());
+
+    let mut trace = base_trace();
+    let template = trace["events"][4].clone();
+    let events = trace["events"].as_array_mut().unwrap();
+    for i in 0..64 {
+        let mut e = template.clone();
+        e["seq"] = json!(100 + i);
+        e["id"] = json!(format!("q{i}"));
+        events.push(e);
+    }
+    assert_single(&trace, "events: 65 requests exceed the lab limit of 64");
+
+    let mut trace = base_trace();
+    let template = trace["events"][2].clone();
+    let events = trace["events"].as_array_mut().unwrap();
+    for i in 0..1020 {
+        let mut e = template.clone();
+        e["seq"] = json!(100 + i);
+        events.push(e);
+    }
+    assert_single(&trace, "events: 1025 events exceed the lab limit of 1024");
+}
+
+#[test]
+fn overflow_rule() {
+    // Q = 2^40 (the load event's queue is larger than w0's) + 1500; A = 20 + 200.
+    let trace = with(base_trace(), "/workers/1/queued_prefill", json!(1u64 << 40));
+    assert!(validate(&bytes(&trace)).is_ok());
+    let trace = with(trace, "/policy/imbalance_penalty_milli", json!(10_000_000));
+    // W = 1000·(2^40 + 1500) + 1000·220 = 1099511629496000
+    // bound = 1000·1500 + W + floor(10^7·W/1000) = 10996215806590996000
+    assert_single(
+        &trace,
+        "$: figures could overflow: cost bound 10996215806590996000 exceeds 9007199254740991",
+    );
+    // Past u128 (b·W ≈ 2^159): the bound is still printed exactly.
+    // Q = 100 (load event) + 1500, A = b + 200, W = 1000·Q + b·A,
+    // bound = 1000·1500 + W + floor(b·W/1000), computed with Python big integers.
+    let b = 9_007_199_254_740_991u64;
+    let trace = with(base_trace(), "/workers/1/active_decode", json!(b));
+    let trace = with(trace, "/policy/decode_weight_milli", json!(b));
+    let trace = with(trace, "/policy/imbalance_penalty_milli", json!(b));
+    assert_single(
+        &trace,
+        "$: figures could overflow: cost bound 730750818665548571279024716747499771190393359 exceeds 9007199254740991",
+    );
+}
+
+#[test]
+fn hundred_line_cap() {
+    let mut trace = base_trace();
+    let events = trace["events"].as_array_mut().unwrap();
+    for _ in 0..120 {
+        events.push(json!(1));
+    }
+    let lines = errors_of(&trace);
+    assert_eq!(lines.len(), 101);
+    assert_eq!(lines[0], "events[5]: expected an object, found 1");
+    assert_eq!(lines[99], "events[104]: expected an object, found 1");
+    assert_eq!(lines[100], "... and 20 more errors");
+}
+
+#[test]
+fn never_panics_on_odd_input() {
+    for text in [
+        "null",
+        "[]",
+        "\"x\"",
+        "{\"format\":\"kvroute-trace/1\",\"workers\":[],\"events\":[{}]}",
+        "{\"format\":\"kvroute-trace/1\",\"workers\":[{}],\"events\":[[]]}",
+        "{\"a\":1,\"a\":2,\"a\":3}",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+        "1e999",
+        "-0",
+    ] {
+        assert!(replay(text.as_bytes()).is_err(), "{text}");
+    }
+    assert!(replay(&[0xff, 0xfe]).is_err());
+    assert!(replay(b"{\"format\":\"\xff\"}").is_err());
+    assert_eq!(
+        errors_of_text(
+            "{\"a\":1,\"a\":2,\"format\":\"kvroute-trace/1\",\"workers\":[],\"events\":[]}"
+        ),
+        ["a: unknown member \"a\"", "a: repeated member \"a\""]
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Determinism
+
+/// A fixed, non-trivial permutation (no randomness in tests either).
+fn permute(items: &mut [Value]) {
+    items.reverse();
+    if items.len() > 2 {
+        items.rotate_left(1);
+        items.swap(0, items.len() - 1);
+    }
+}
+
+fn digests(trace: &Value) -> (String, String) {
+    let receipt = replay_value(trace);
+    (
+        receipt["trace_digest"].as_str().unwrap().to_owned(),
+        receipt["receipt_digest"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn shuffling_unordered_arrays_keeps_digests() {
+    let mut rich = base_trace();
+    rich["workers"][0]["adapters"] = json!(["z", "lora-a", "b"]);
+    rich["workers"][0]["cache"] = json!([
+        entry("acme", "m1", "k0", 512),
+        entry("acme", "m1", "k2", 5),
+        entry("beta", "m1", "k0", 3),
+    ]);
+    rich["sharing"] = json!([
+        { "model": "m1", "adapter": "base", "tenants": ["acme", "acme-eval", "zed"] },
+        { "model": "m1", "adapter": "lora-a", "tenants": ["q", "p"] },
+        { "model": "m0", "adapter": "base", "tenants": [] },
+    ]);
+    rich["events"][1]["keys"] = json!(["k1", "k0", "k9"]);
+    rich["workers"]
+        .as_array_mut()
+        .unwrap()
+        .push(worker("w2", "m1", 5, 5, json!([])));
+    let extra = json!({ "seq": 0, "tick": 6, "type": "request", "id": "r0",
+        "tenant": "zed", "model": "m1", "adapter": "base",
+        "prefix": [{ "key": "k0", "tokens": 10 }], "prompt_tokens": 20, "decode_tokens": 1 });
+    rich["events"].as_array_mut().unwrap().push(extra);
+
+    let original = digests(&rich);
+    let mut shuffled = rich.clone();
+    permute(shuffled["workers"].as_array_mut().unwrap());
+    permute(shuffled["events"].as_array_mut().unwrap());
+    assert_eq!(digests(&shuffled), original);
+
+    permute(shuffled["sharing"].as_array_mut().unwrap());
+    permute(shuffled["sharing"][0]["tenants"].as_array_mut().unwrap());
+    for w in shuffled["workers"].as_array_mut().unwrap() {
+        permute(w["adapters"].as_array_mut().unwrap());
+        permute(w["cache"].as_array_mut().unwrap());
+    }
+    for e in shuffled["events"].as_array_mut().unwrap() {
+        if let Some(keys) = e.get_mut("keys") {
+            permute(keys.as_array_mut().unwrap());
+        }
+    }
+    assert_eq!(digests(&shuffled), original);
+
+    // Prefix order is meaningful: changing it changes the trace digest.
+    let mut reordered = rich.clone();
+    reordered["events"][4]["prefix"]
+        .as_array_mut()
+        .unwrap()
+        .reverse();
+    assert_ne!(digests(&reordered).0, original.0);
+}
+
+// ---------------------------------------------------------------------------------
+// Robustness: deterministic pseudo-random mutations must never panic (debug builds
+// also trap arithmetic overflow, so this exercises the u128/saturating paths).
+
+/// A small linear congruential generator: deterministic, no dependency.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % (n.max(1) as u64)) as usize
+    }
+}
+
+/// Replaces the integers of a value (except `seq`, to keep them unique) with picks
+/// from interesting figures; rates never get 0.
+fn scramble_integers(value: &mut Value, rng: &mut Lcg) {
+    const PICKS: [u64; 8] = [0, 1, 2, 7, 512, 4096, 1 << 20, 1 << 30];
+    match value {
+        Value::Array(items) => items.iter_mut().for_each(|v| scramble_integers(v, rng)),
+        Value::Object(members) => {
+            for (name, v) in members.iter_mut() {
+                if v.is_number() && name != "seq" {
+                    let pick = PICKS[rng.below(PICKS.len())];
+                    let is_rate = name.ends_with("_rate");
+                    *v = json!(if is_rate { pick.max(1) } else { pick });
+                } else {
+                    scramble_integers(v, rng);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn mutations_never_panic() {
+    let mut rng = Lcg(42);
+    let seeds = [
+        base_trace(),
+        worked_example(None),
+        worked_example(Some(1270)),
+    ];
+    let snippets: [&[u8]; 10] = [
+        b"0",
+        b"-1",
+        b"1.5",
+        b"\"",
+        b"{",
+        b"}",
+        b"[",
+        b"null",
+        b"\"x\":1,",
+        b"9007199254740992",
+    ];
+    let mut replayed = 0;
+    for seed in &seeds {
+        let text = bytes(seed);
+        for _ in 0..1500 {
+            let mut mutated = text.clone();
+            for _ in 0..(1 + rng.below(3)) {
+                let at = rng.below(mutated.len());
+                match rng.below(3) {
+                    0 => {
+                        mutated.remove(at);
+                    }
+                    1 => {
+                        let snippet = snippets[rng.below(snippets.len())];
+                        for (k, b) in snippet.iter().enumerate() {
+                            mutated.insert(at + k, *b);
+                        }
+                    }
+                    _ => mutated[at] = (rng.next() & 0xff) as u8,
+                }
+            }
+            let _ = replay(&mutated);
+        }
+        for _ in 0..300 {
+            let mut value = seed.clone();
+            scramble_integers(&mut value, &mut rng);
+            if replay(&bytes(&value)).is_ok() {
+                replayed += 1;
+            }
+        }
+    }
+    // Some scrambled traces must get past validation, or the arithmetic went untested.
+    assert!(
+        replayed > 50,
+        "only {replayed} scrambled traces were replayed"
+    );
+}

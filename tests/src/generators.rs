@@ -1,0 +1,712 @@
+//! Generators: turn unstructured bytes (from a fuzzer, proptest or a seed) into traces.
+//!
+//! A [`TraceRecipe`] is `Arbitrary`, and [`TraceRecipe::build`] always yields a **valid**
+//! `kvroute-trace/1` document: ids are unique by construction, references point at real
+//! workers, prefixes fit their prompts and the lab limits hold. Values are drawn from
+//! tiny domains so that the interesting collisions happen often: three tenants that
+//! share keys, two models, three adapters, six keys, epochs drawn around the current one
+//! (so stale cache events are common), equal loads and reuse (so ties are common),
+//! freshness windows and overload caps that bite, sharing grants, and requests that no
+//! worker can serve. [`near_valid`] plants exactly one defect in such a trace.
+
+use crate::reorder::seeded_rng;
+use arbitrary::{Arbitrary, Unstructured};
+use proptest::prelude::{Rng, Strategy};
+use serde_json::{json, Value};
+
+/// Weighted towards `acme`, so cached prefixes often belong to the requester.
+const TENANTS: [&str; 4] = ["acme", "acme", "beta", "gamma"];
+/// Weighted towards `m1`, so most workers can serve most requests.
+const MODELS: [&str; 4] = ["m1", "m1", "m1", "m2"];
+/// Requests sometimes ask for a model no worker serves.
+const REQUEST_MODELS: [&str; 8] = ["m1", "m1", "m1", "m1", "m1", "m1", "m2", "m3"];
+/// Weighted towards `"base"`; the loras exist so adapter rules are exercised.
+const ADAPTERS: [&str; 5] = ["base", "base", "base", "lora-a", "lora-b"];
+const WORKER_ADAPTERS: [&str; 2] = ["lora-a", "lora-b"];
+/// Where a chain of prefix keys starts: mostly at `k0`, so prompts share prefixes.
+const CHAIN_STARTS: [usize; 5] = [0, 0, 0, 1, 3];
+const KEYS: [&str; 6] = ["k0", "k1", "k2", "k3", "k4", "k5"];
+/// Whole blocks mostly, then partial and empty ones.
+const SEGMENT_TOKENS: [u64; 8] = [512, 512, 512, 512, 512, 256, 1, 0];
+/// Array order differs from byte order on purpose (`"W3" < "w0" < "w1" < "w10" < "w2"`).
+const WORKER_IDS: [&str; 5] = ["w1", "w10", "w2", "W3", "w0"];
+const WORKERS_MAX: usize = 5;
+const EVENTS_MAX: usize = 60;
+const PREFIX_SEGMENTS_MAX: usize = 4;
+
+fn pick<T: Copy>(options: &[T], choice: u8) -> T {
+    options[choice as usize % options.len()]
+}
+
+/// A namespace drawn from the tiny domains: half the time the "house" namespace
+/// `(acme, m1, base)`, so that requests and cached blocks meet often; otherwise any.
+#[derive(Arbitrary, Debug, Clone, Default)]
+pub struct NamespaceRecipe {
+    house: bool,
+    tenant: u8,
+    model: u8,
+    adapter: u8,
+}
+
+impl NamespaceRecipe {
+    fn fields(&self) -> (&'static str, &'static str, &'static str) {
+        if self.house {
+            return ("acme", "m1", "base");
+        }
+        (
+            pick(&TENANTS, self.tenant),
+            pick(&MODELS, self.model),
+            pick(&ADAPTERS, self.adapter),
+        )
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Default)]
+pub struct EntryRecipe {
+    namespace: NamespaceRecipe,
+    key: u8,
+    tokens: u8,
+}
+
+#[derive(Arbitrary, Debug, Clone, Default)]
+pub struct WorkerRecipe {
+    model: u8,
+    adapter_count: u8,
+    adapters: [u8; 2],
+    prefill_rate: u8,
+    decode_rate: u8,
+    queued_prefill: u8,
+    active_decode: u8,
+    observed_tick: u8,
+    epoch: u8,
+    /// A chain of prefix blocks resident under one namespace, as a warm worker has.
+    warm_namespace: NamespaceRecipe,
+    warm_chain: ChainRecipe,
+    cache_count: u8,
+    cache: [EntryRecipe; 3],
+}
+
+#[derive(Arbitrary, Debug, Clone, Default)]
+pub struct GrantRecipe {
+    model: u8,
+    adapter: u8,
+    tenant_count: u8,
+    tenants: [u8; 3],
+}
+
+/// One event; `ticks_after` is how far it lies after the previous one.
+#[derive(Debug, Clone)]
+pub enum EventRecipe {
+    Store {
+        ticks_after: u8,
+        worker: u8,
+        epoch_step: u8,
+        namespace: NamespaceRecipe,
+        chain: ChainRecipe,
+    },
+    Evict {
+        ticks_after: u8,
+        worker: u8,
+        epoch_step: u8,
+        namespace: NamespaceRecipe,
+        key_count: u8,
+        keys: [u8; 4],
+    },
+    Clear {
+        ticks_after: u8,
+        worker: u8,
+        epoch_step: u8,
+    },
+    Load {
+        ticks_after: u8,
+        worker: u8,
+        age: u8,
+        queued_prefill: u8,
+        active_decode: u8,
+    },
+    Request {
+        ticks_after: u8,
+        namespace: NamespaceRecipe,
+        prefix: ChainRecipe,
+        extra_tokens: u8,
+        decode_tokens: u8,
+    },
+}
+
+impl<'a> Arbitrary<'a> for EventRecipe {
+    /// Kinds are weighted like a serving trace: requests 45%, stores 25%, loads 15%,
+    /// evicts 10%, clears 5% (a derived enum would make clears as common as requests
+    /// and wipe every cache).
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let kind = u.arbitrary::<u8>()? % 20;
+        Ok(match kind {
+            0..=8 => EventRecipe::Request {
+                ticks_after: u.arbitrary()?,
+                namespace: u.arbitrary()?,
+                prefix: u.arbitrary()?,
+                extra_tokens: u.arbitrary()?,
+                decode_tokens: u.arbitrary()?,
+            },
+            9..=13 => EventRecipe::Store {
+                ticks_after: u.arbitrary()?,
+                worker: u.arbitrary()?,
+                epoch_step: u.arbitrary()?,
+                namespace: u.arbitrary()?,
+                chain: u.arbitrary()?,
+            },
+            14..=16 => EventRecipe::Load {
+                ticks_after: u.arbitrary()?,
+                worker: u.arbitrary()?,
+                age: u.arbitrary()?,
+                queued_prefill: u.arbitrary()?,
+                active_decode: u.arbitrary()?,
+            },
+            17..=18 => EventRecipe::Evict {
+                ticks_after: u.arbitrary()?,
+                worker: u.arbitrary()?,
+                epoch_step: u.arbitrary()?,
+                namespace: u.arbitrary()?,
+                key_count: u.arbitrary()?,
+                keys: u.arbitrary()?,
+            },
+            _ => EventRecipe::Clear {
+                ticks_after: u.arbitrary()?,
+                worker: u.arbitrary()?,
+                epoch_step: u.arbitrary()?,
+            },
+        })
+    }
+}
+
+/// A run of prefix keys in chain order (`k0, k1, ...` from a start), as real prompts
+/// share leading blocks, with each segment's tokens drawn separately.
+#[derive(Arbitrary, Debug, Clone, Default)]
+pub struct ChainRecipe {
+    start: u8,
+    length: u8,
+    tokens: [u8; 4],
+}
+
+impl ChainRecipe {
+    fn segments(&self) -> Vec<(&'static str, u64)> {
+        let start = pick(&CHAIN_STARTS, self.start);
+        let length = self.length as usize % (PREFIX_SEGMENTS_MAX + 1);
+        (0..length)
+            .map(|i| {
+                (
+                    KEYS[(start + i) % KEYS.len()],
+                    pick(&SEGMENT_TOKENS, self.tokens[i]),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Everything needed to build one valid trace.
+#[derive(Debug, Clone, Default)]
+pub struct TraceRecipe {
+    decode_weight: u8,
+    imbalance_penalty: u8,
+    freshness: u8,
+    cap: u8,
+    descending_seqs: bool,
+    grants: Vec<GrantRecipe>,
+    workers: Vec<WorkerRecipe>,
+    events: Vec<EventRecipe>,
+}
+
+impl<'a> Arbitrary<'a> for TraceRecipe {
+    /// Counts are drawn explicitly (derived `Vec`s would be almost always short):
+    /// 1 to 5 workers, 0 to 2 grants, and 4 to 60 events.
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let decode_weight = u.arbitrary()?;
+        let imbalance_penalty = u.arbitrary()?;
+        let freshness = u.arbitrary()?;
+        let cap = u.arbitrary()?;
+        let descending_seqs = u.arbitrary()?;
+        let worker_count = 1 + u.arbitrary::<u8>()? as usize % WORKERS_MAX;
+        let grant_count = u.arbitrary::<u8>()? as usize % 3;
+        let event_count = 4 + u.arbitrary::<u8>()? as usize % (EVENTS_MAX - 3);
+        let workers = (0..worker_count)
+            .map(|_| u.arbitrary())
+            .collect::<arbitrary::Result<_>>()?;
+        let grants = (0..grant_count)
+            .map(|_| u.arbitrary())
+            .collect::<arbitrary::Result<_>>()?;
+        let mut events = Vec::with_capacity(event_count);
+        for _ in 0..event_count {
+            if u.is_empty() {
+                break;
+            }
+            events.push(u.arbitrary()?);
+        }
+        Ok(TraceRecipe {
+            decode_weight,
+            imbalance_penalty,
+            freshness,
+            cap,
+            descending_seqs,
+            grants,
+            workers,
+            events,
+        })
+    }
+}
+
+impl TraceRecipe {
+    /// A recipe from raw bytes; exhausted or short input still yields a recipe.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        TraceRecipe::arbitrary(&mut Unstructured::new(bytes)).unwrap_or_default()
+    }
+
+    /// The recipe for a seed: 4 KiB from a ChaCha stream seeded with it.
+    pub fn from_seed(seed: u64) -> Self {
+        let mut rng = seeded_rng(seed);
+        let mut bytes = vec![0u8; 4096];
+        rng.fill_bytes(&mut bytes);
+        TraceRecipe::from_bytes(&bytes)
+    }
+
+    /// Builds the trace. Always valid under the `lab` profile.
+    pub fn build(&self) -> Value {
+        let worker_count = self.workers.len().clamp(1, WORKERS_MAX);
+        let default_worker = WorkerRecipe::default();
+        let workers: Vec<&WorkerRecipe> = (0..worker_count)
+            .map(|i| self.workers.get(i).unwrap_or(&default_worker))
+            .collect();
+        let mut last_epoch: Vec<u64> = workers.iter().map(|w| (w.epoch % 4) as u64).collect();
+        let workers_json: Vec<Value> = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| worker_json(i, w))
+            .collect();
+
+        let events: Vec<&EventRecipe> = self.events.iter().take(EVENTS_MAX).collect();
+        let event_count = events.len() as u64;
+        let mut tick: u64 = 0;
+        let mut events_json = Vec::with_capacity(events.len());
+        for (i, event) in events.into_iter().enumerate() {
+            let i = i as u64;
+            // Seqs ascend or descend with generation order, so that within one tick the
+            // processing order is sometimes the reverse of the array order.
+            let seq = if self.descending_seqs {
+                (event_count - i) * 2 + 1
+            } else {
+                i * 3 + 1
+            };
+            let mut next_epoch = |worker: usize, step: u8| {
+                // Steps of -2..=+2 around the last epoch make stale events common.
+                let epoch = (last_epoch[worker] + (step % 5) as u64).saturating_sub(2);
+                last_epoch[worker] = last_epoch[worker].max(epoch);
+                epoch
+            };
+            let value = match event {
+                EventRecipe::Store {
+                    ticks_after,
+                    worker,
+                    epoch_step,
+                    namespace,
+                    chain,
+                } => {
+                    tick += tick_step(*ticks_after);
+                    let w = *worker as usize % worker_count;
+                    let (tenant, model, adapter) = namespace.fields();
+                    json!({
+                        "seq": seq, "tick": tick, "type": "cache", "op": "store",
+                        "worker": WORKER_IDS[w], "epoch": next_epoch(w, *epoch_step),
+                        "tenant": tenant, "model": model, "adapter": adapter,
+                        "segments": segments_json(&chain.segments()),
+                    })
+                }
+                EventRecipe::Evict {
+                    ticks_after,
+                    worker,
+                    epoch_step,
+                    namespace,
+                    key_count,
+                    keys,
+                } => {
+                    tick += tick_step(*ticks_after);
+                    let w = *worker as usize % worker_count;
+                    let (tenant, model, adapter) = namespace.fields();
+                    let keys: Vec<&str> = keys
+                        .iter()
+                        .take(*key_count as usize % 5)
+                        .map(|&k| pick(&KEYS, k))
+                        .collect();
+                    json!({
+                        "seq": seq, "tick": tick, "type": "cache", "op": "evict",
+                        "worker": WORKER_IDS[w], "epoch": next_epoch(w, *epoch_step),
+                        "tenant": tenant, "model": model, "adapter": adapter, "keys": keys,
+                    })
+                }
+                EventRecipe::Clear {
+                    ticks_after,
+                    worker,
+                    epoch_step,
+                } => {
+                    tick += tick_step(*ticks_after);
+                    let w = *worker as usize % worker_count;
+                    json!({
+                        "seq": seq, "tick": tick, "type": "cache", "op": "clear",
+                        "worker": WORKER_IDS[w], "epoch": next_epoch(w, *epoch_step),
+                    })
+                }
+                EventRecipe::Load {
+                    ticks_after,
+                    worker,
+                    age,
+                    queued_prefill,
+                    active_decode,
+                } => {
+                    tick += tick_step(*ticks_after);
+                    let w = *worker as usize % worker_count;
+                    json!({
+                        "seq": seq, "tick": tick, "type": "load", "worker": WORKER_IDS[w],
+                        "observed_tick": tick.saturating_sub(pick(&[0, 0, 1, 3, 10], *age)),
+                        "queued_prefill": pick(&[0, 100, 1000, 5000], *queued_prefill),
+                        "active_decode": pick(&[0, 50, 500], *active_decode),
+                    })
+                }
+                EventRecipe::Request {
+                    ticks_after,
+                    namespace,
+                    prefix,
+                    extra_tokens,
+                    decode_tokens,
+                } => {
+                    tick += tick_step(*ticks_after);
+                    let (tenant, mut model, adapter) = namespace.fields();
+                    if !namespace.house {
+                        model = pick(&REQUEST_MODELS, namespace.model);
+                    }
+                    let prefix = prefix.segments();
+                    let prefix_tokens: u64 = prefix.iter().map(|&(_, t)| t).sum();
+                    json!({
+                        "seq": seq, "tick": tick, "type": "request", "id": format!("r{i}"),
+                        "tenant": tenant, "model": model, "adapter": adapter,
+                        "prefix": segments_json(&prefix),
+                        "prompt_tokens": prefix_tokens + pick(&[0, 200, 400, 37], *extra_tokens),
+                        "decode_tokens": pick(&[0, 10, 100, 400], *decode_tokens),
+                    })
+                }
+            };
+            events_json.push(value);
+        }
+
+        let grants: Vec<Value> = self
+            .grants
+            .iter()
+            .take(3)
+            .map(|g| {
+                let tenants: Vec<&str> = g
+                    .tenants
+                    .iter()
+                    .take(g.tenant_count as usize % 4)
+                    .map(|&t| pick(&TENANTS, t))
+                    .collect();
+                json!({ "model": pick(&MODELS, g.model), "adapter": pick(&ADAPTERS, g.adapter),
+                        "tenants": tenants })
+            })
+            .collect();
+        json!({
+            "format": "kvroute-trace/1",
+            "limits": "lab",
+            "policy": {
+                "decode_weight_milli": pick(&[0, 500, 1000, 1000, 2000], self.decode_weight),
+                "imbalance_penalty_milli": pick(&[0, 0, 100, 1000], self.imbalance_penalty),
+                "freshness_ticks": pick(&[None, None, None, Some(0), Some(4), Some(12)], self.freshness),
+                "max_queued_work": pick(&[None, None, Some(500), Some(2000), Some(6000)], self.cap),
+            },
+            "sharing": grants,
+            "workers": workers_json,
+            "events": events_json,
+        })
+    }
+
+    /// The built trace as JSON bytes.
+    pub fn build_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.build()).expect("a Value always serialises")
+    }
+}
+
+/// Tick gaps: mostly small, sometimes long enough to drain a worker or age its view.
+fn tick_step(choice: u8) -> u64 {
+    pick(&[0, 0, 1, 1, 2, 3, 5, 12], choice)
+}
+
+fn segments_json(segments: &[(&str, u64)]) -> Value {
+    Value::Array(
+        segments
+            .iter()
+            .map(|&(key, tokens)| json!({ "key": key, "tokens": tokens }))
+            .collect(),
+    )
+}
+
+fn worker_json(index: usize, w: &WorkerRecipe) -> Value {
+    let mut seen = Vec::new();
+    let mut cache = Vec::new();
+    let (warm_tenant, warm_model, warm_adapter) = w.warm_namespace.fields();
+    let warm = w
+        .warm_chain
+        .segments()
+        .into_iter()
+        .map(|(key, tokens)| (warm_tenant, warm_model, warm_adapter, key, tokens));
+    let scattered = w
+        .cache
+        .iter()
+        .take(w.cache_count as usize % 4)
+        .map(|entry| {
+            let (tenant, model, adapter) = entry.namespace.fields();
+            let tokens = pick(&SEGMENT_TOKENS, entry.tokens);
+            (tenant, model, adapter, pick(&KEYS, entry.key), tokens)
+        });
+    for (tenant, model, adapter, key, tokens) in warm.chain(scattered) {
+        // The same namespace-key twice is invalid (SPEC.md §1.2): keep the first.
+        if seen.contains(&(tenant, model, adapter, key)) {
+            continue;
+        }
+        seen.push((tenant, model, adapter, key));
+        cache.push(
+            json!({ "tenant": tenant, "model": model, "adapter": adapter, "key": key,
+                           "tokens": tokens }),
+        );
+    }
+    let adapters: Vec<&str> = w
+        .adapters
+        .iter()
+        .take(w.adapter_count as usize % 3)
+        .map(|&a| pick(&WORKER_ADAPTERS, a))
+        .collect();
+    json!({
+        "id": WORKER_IDS[index],
+        "model": pick(&MODELS, w.model),
+        "adapters": adapters,
+        "prefill_rate": pick(&[100, 512, 1000], w.prefill_rate),
+        "decode_rate": pick(&[10, 64, 100], w.decode_rate),
+        "queued_prefill": pick(&[0, 0, 500, 3000], w.queued_prefill),
+        "active_decode": pick(&[0, 0, 100, 1000], w.active_decode),
+        "observed_tick": pick(&[0, 0, 2], w.observed_tick),
+        "epoch": (w.epoch % 4) as u64,
+        "cache": cache,
+    })
+}
+
+/// A proptest strategy over recipes (shrinks through the underlying bytes).
+pub fn trace_recipes() -> impl Strategy<Value = TraceRecipe> {
+    proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1600)
+        .prop_map(|bytes| TraceRecipe::from_bytes(&bytes))
+}
+
+/// A trace with exactly one planted defect, and the path its single error must name.
+#[derive(Debug, Clone)]
+pub struct NearValid {
+    pub defect: &'static str,
+    pub json_text: String,
+    pub expected_path: String,
+}
+
+/// The defects [`near_valid`] can plant.
+pub const DEFECTS: [&str; 16] = [
+    "negative_count",
+    "fractional_epoch",
+    "string_tick",
+    "missing_tenant",
+    "empty_model",
+    "unknown_member",
+    "repeated_member",
+    "zero_rate",
+    "duplicate_worker_id",
+    "duplicate_seq",
+    "duplicate_request_id",
+    "unknown_worker",
+    "future_observation",
+    "prefix_longer_than_prompt",
+    "too_many_requests",
+    "wrong_format",
+];
+
+fn events_mut(trace: &mut Value) -> &mut Vec<Value> {
+    trace["events"]
+        .as_array_mut()
+        .expect("built traces have events")
+}
+
+/// Index of the first event of `kind`, appending a valid one at a fresh tick if none.
+fn ensure_event(trace: &mut Value, kind: &str) -> usize {
+    let events = trace["events"]
+        .as_array()
+        .expect("built traces have events");
+    if let Some(i) = events.iter().position(|e| e["type"] == kind) {
+        return i;
+    }
+    let seq = events
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let worker = trace["workers"][0]["id"].clone();
+    let event = match kind {
+        "request" => json!({ "seq": seq, "tick": 0, "type": "request", "id": "r-added",
+            "tenant": "acme", "model": "m1", "adapter": "base",
+            "prefix": [ { "key": "k0", "tokens": 512 } ], "prompt_tokens": 600, "decode_tokens": 10 }),
+        "load" => json!({ "seq": seq, "tick": 0, "type": "load", "worker": worker,
+            "observed_tick": 0, "queued_prefill": 0, "active_decode": 0 }),
+        _ => json!({ "seq": seq, "tick": 0, "type": "cache", "op": "clear", "worker": worker,
+            "epoch": 1 }),
+    };
+    let events = events_mut(trace);
+    events.push(event);
+    events.len() - 1
+}
+
+/// Plants defect number `choice` (modulo [`DEFECTS`]) into the recipe's trace.
+pub fn near_valid(recipe: &TraceRecipe, choice: u8) -> NearValid {
+    let mut trace = recipe.build();
+    let defect = DEFECTS[choice as usize % DEFECTS.len()];
+    let mut text_edit: Option<(String, String)> = None;
+    let expected_path = match defect {
+        "negative_count" => {
+            let i = ensure_event(&mut trace, "load");
+            events_mut(&mut trace)[i]["queued_prefill"] = json!(-1);
+            format!("events[{i}].queued_prefill")
+        }
+        "fractional_epoch" => {
+            let i = ensure_event(&mut trace, "cache");
+            events_mut(&mut trace)[i]["epoch"] = json!(1.5);
+            format!("events[{i}].epoch")
+        }
+        "string_tick" => {
+            let i = ensure_event(&mut trace, "request");
+            events_mut(&mut trace)[i]["tick"] = json!("5");
+            format!("events[{i}].tick")
+        }
+        "missing_tenant" => {
+            let i = ensure_event(&mut trace, "request");
+            events_mut(&mut trace)[i]
+                .as_object_mut()
+                .expect("events are objects")
+                .remove("tenant");
+            format!("events[{i}].tenant")
+        }
+        "empty_model" => {
+            trace["workers"][0]["model"] = json!("");
+            "workers[0].model".to_owned()
+        }
+        "unknown_member" => {
+            let i = ensure_event(&mut trace, "cache");
+            events_mut(&mut trace)[i]["colour"] = json!("red");
+            format!("events[{i}].colour")
+        }
+        "repeated_member" => {
+            // serde_json cannot hold a repeated member, so the text is edited instead.
+            let epoch = trace["workers"][0]["epoch"].clone();
+            trace["workers"][0]["epoch"] = json!("__repeat__");
+            text_edit = Some((
+                "\"epoch\":\"__repeat__\"".to_owned(),
+                format!("\"epoch\":{epoch},\"epoch\":{epoch}"),
+            ));
+            "workers[0].epoch".to_owned()
+        }
+        "zero_rate" => {
+            trace["workers"][0]["decode_rate"] = json!(0);
+            "workers[0].decode_rate".to_owned()
+        }
+        "duplicate_worker_id" => {
+            let workers = trace["workers"]
+                .as_array_mut()
+                .expect("built traces have workers");
+            let mut copy = workers[0].clone();
+            copy["cache"] = json!([]);
+            workers.push(copy);
+            format!("workers[{}].id", workers.len() - 1)
+        }
+        "duplicate_seq" => {
+            let i = ensure_event(&mut trace, "request");
+            let seq = trace["events"][i]["seq"].clone();
+            let mut copy = trace["events"][i].clone();
+            copy["id"] = json!("r-copy");
+            copy["seq"] = seq;
+            let events = events_mut(&mut trace);
+            events.push(copy);
+            format!("events[{}].seq", events.len() - 1)
+        }
+        "duplicate_request_id" => {
+            let i = ensure_event(&mut trace, "request");
+            let max_seq = trace["events"]
+                .as_array()
+                .expect("built traces have events")
+                .iter()
+                .filter_map(|e| e["seq"].as_u64())
+                .max()
+                .unwrap_or(0);
+            let mut copy = trace["events"][i].clone();
+            copy["seq"] = json!(max_seq + 1);
+            let events = events_mut(&mut trace);
+            events.push(copy);
+            format!("events[{}].id", events.len() - 1)
+        }
+        "unknown_worker" => {
+            let i = ensure_event(&mut trace, "load");
+            events_mut(&mut trace)[i]["worker"] = json!("w-missing");
+            format!("events[{i}].worker")
+        }
+        "future_observation" => {
+            let i = ensure_event(&mut trace, "load");
+            let tick = trace["events"][i]["tick"].as_u64().unwrap_or(0);
+            events_mut(&mut trace)[i]["observed_tick"] = json!(tick + 1);
+            format!("events[{i}].observed_tick")
+        }
+        "prefix_longer_than_prompt" => {
+            let i = ensure_event(&mut trace, "request");
+            let event = &mut events_mut(&mut trace)[i];
+            event["prefix"] = json!([ { "key": "k0", "tokens": 300 } ]);
+            event["prompt_tokens"] = json!(299);
+            format!("events[{i}].prefix")
+        }
+        "too_many_requests" => {
+            let max_seq = trace["events"]
+                .as_array()
+                .expect("built traces have events")
+                .iter()
+                .filter_map(|e| e["seq"].as_u64())
+                .max()
+                .unwrap_or(0);
+            let requests = trace["events"]
+                .as_array()
+                .expect("built traces have events")
+                .iter()
+                .filter(|e| e["type"] == "request")
+                .count();
+            let events = events_mut(&mut trace);
+            for n in 0..(65 - requests) as u64 {
+                events.push(
+                    json!({ "seq": max_seq + 1 + n, "tick": 0, "type": "request",
+                    "id": format!("extra-{n}"), "tenant": "acme", "model": "m1",
+                    "adapter": "base", "prefix": [], "prompt_tokens": 1, "decode_tokens": 1 }),
+                );
+            }
+            "events".to_owned()
+        }
+        _ => {
+            trace["format"] = json!("kvroute-trace/0");
+            "format".to_owned()
+        }
+    };
+    let mut json_text = serde_json::to_string(&trace).expect("a Value always serialises");
+    if let Some((from, to)) = text_edit {
+        json_text = json_text.replacen(&from, &to, 1);
+    }
+    NearValid {
+        defect,
+        json_text,
+        expected_path,
+    }
+}
+
+/// The path part of a `PATH: reason` line.
+pub fn error_path(line: &str) -> &str {
+    line.split_once(": ").map_or(line, |(path, _)| path)
+}
