@@ -6,6 +6,9 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kvroute_core::{canonical, engine, export, parse_trace, Trace};
+use kvroute_harness::sweep::{self, SweepConfig};
+use kvroute_harness::verify::VerifyError;
+use std::io::IsTerminal;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,6 +44,46 @@ enum Command {
         /// Trace file (kvroute-trace/1 JSON).
         trace: PathBuf,
     },
+    /// Check a receipt against the trace it claims to explain, by recomputing it with
+    /// the independent oracle. Exit 0 when it matches, 1 with the first problem.
+    Verify {
+        /// The trace the receipt was produced from.
+        #[arg(long, value_name = "TRACE")]
+        trace: PathBuf,
+        /// The receipt (kvroute-receipt/1 JSON).
+        receipt: PathBuf,
+    },
+    /// Generate one trace per seed and compare core with the oracle on each, in parallel.
+    Swarm {
+        /// How many seeds to run.
+        #[arg(long)]
+        seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// Worker threads (default: every core).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Run only shard K of M (1-based), e.g. `--shard 2/4`.
+        #[arg(long, value_name = "K/M", value_parser = parse_shard)]
+        shard: Option<(u64, u64)>,
+    },
+}
+
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let (k, m) = text
+        .split_once('/')
+        .ok_or_else(|| format!("expected K/M, found {text:?}"))?;
+    let k: u64 = k
+        .parse()
+        .map_err(|_| format!("shard K is not a number: {k:?}"))?;
+    let m: u64 = m
+        .parse()
+        .map_err(|_| format!("shard M is not a number: {m:?}"))?;
+    if m == 0 || k == 0 || k > m {
+        return Err(format!("expected 1 <= K <= M, found {k}/{m}"));
+    }
+    Ok((k, m))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -81,6 +124,20 @@ fn main() -> ExitCode {
     let result = match command {
         Command::Replay { trace, format, out } => replay(trace.as_deref(), format, out.as_deref()),
         Command::Validate { trace } => validate(&trace),
+        Command::Verify { trace, receipt } => verify(&trace, &receipt),
+        Command::Swarm {
+            seeds,
+            start,
+            jobs,
+            shard,
+        } => swarm(SweepConfig {
+            start,
+            seeds,
+            jobs: jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            }),
+            shard,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -132,6 +189,83 @@ fn validate(path: &Path) -> Result<(), Failure> {
         canonical::trace_digest(&trace)
     );
     Ok(())
+}
+
+fn read_input(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path)
+        .map_err(|e| Failure::invalid(vec![format!("{}: cannot read {what}: {e}", path.display())]))
+}
+
+fn verify(trace: &Path, receipt: &Path) -> Result<(), Failure> {
+    let trace_bytes = read_input(trace, "trace")?;
+    let receipt_bytes = std::fs::read(receipt)
+        .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
+    match kvroute_harness::verify::verify(&trace_bytes, &receipt_bytes) {
+        Ok(digest) => {
+            println!("ok: the receipt matches the recomputation ({digest})");
+            Ok(())
+        }
+        Err(VerifyError::InvalidTrace(lines)) => Err(Failure::invalid(lines)),
+        Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
+            "{}: rejected: {problem}",
+            receipt.display()
+        ))),
+    }
+}
+
+fn swarm(config: SweepConfig) -> Result<(), Failure> {
+    let seeds = config.seed_list();
+    let Some(&first) = seeds.first() else {
+        println!("swarm: no seeds to run");
+        return Ok(());
+    };
+    let shard = config
+        .shard
+        .map_or(String::new(), |(k, m)| format!(", shard {k}/{m}"));
+    println!(
+        "swarm: first seed {first}, {} seeds from {}{shard}, {} jobs",
+        seeds.len(),
+        config.start,
+        config.jobs
+    );
+    let progress = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(seeds.len() as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta}")
+            .expect("the template is valid"),
+    );
+    let report = sweep::run(&config, || progress.inc(1));
+    progress.finish_and_clear();
+    for failure in &report.failures {
+        println!(
+            "seed {}: core and oracle diverge {}",
+            failure.seed, failure.divergence
+        );
+        println!(
+            "  reproduce: kvroute swarm --seeds 1 --start {}",
+            failure.seed
+        );
+        if let Some(path) = &failure.shrunk_trace {
+            println!("  shrunk trace: {}", path.display());
+        }
+    }
+    println!(
+        "swarm: {} seeds run, {} divergences, {:.0} seeds/s",
+        report.seeds_run,
+        report.failures.len(),
+        report.seeds_per_second()
+    );
+    if report.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::other(format!(
+            "swarm: {} divergent seeds",
+            report.failures.len()
+        )))
+    }
 }
 
 /// Writes to stdout, or atomically to `out`.

@@ -170,3 +170,52 @@ fn not_json_and_not_a_trace_are_invalid_input() {
         "$: expected an object, found [1,2]\n"
     );
 }
+
+#[test]
+fn verify_exits_0_for_a_genuine_receipt_and_1_for_a_doctored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = fixtures().join("lab/trace.json");
+    let receipt = dir.path().join("receipt.json");
+    let out = kvroute(&[
+        "replay",
+        path_str(&trace),
+        "--format",
+        "json",
+        "--out",
+        path_str(&receipt),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = kvroute(&["verify", "--trace", path_str(&trace), path_str(&receipt)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&receipt)
+        .unwrap()
+        .replacen("\"hit\"", "\"cold\"", 1);
+    std::fs::write(&receipt, text).unwrap();
+    let out = kvroute(&["verify", "--trace", path_str(&trace), path_str(&receipt)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rejected: receipt_digest is"));
+}
+
+#[test]
+fn swarm_runs_seeds_and_prints_a_summary() {
+    let out = kvroute(&[
+        "swarm", "--seeds", "20", "--start", "5", "--jobs", "2", "--shard", "1/2",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("swarm: first seed 5, 10 seeds from 5, shard 1/2, 2 jobs\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("swarm: 10 seeds run, 0 divergences"),
+        "{text}"
+    );
+    let out = kvroute(&["swarm", "--seeds", "1", "--shard", "3/2"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -750,7 +750,6 @@ fn overflow_error(trace: &Trace) -> Option<String> {
     let cost_bound = (1000 * prompt_max)
         .saturating_add(work_bound)
         .saturating_add(imbalance_bound);
-    (cost_bound > JSON_INTEGER_MAX as u128).then(|| {
-        format!("$: figures could overflow: cost bound {cost_bound} exceeds {JSON_INTEGER_MAX}")
-    })
+    (cost_bound > JSON_INTEGER_MAX as u128)
+        .then(|| format!("$: figures could overflow: the cost bound exceeds {JSON_INTEGER_MAX}"))
 }

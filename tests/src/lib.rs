@@ -9,3 +9,4 @@ pub mod fixtures;
 pub mod generators;
 pub mod reorder;
 pub mod sweep;
+pub mod verify;
