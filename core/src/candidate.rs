@@ -136,6 +136,7 @@ pub fn build_rows(
                 true
             };
             let stale = eligible
+                && !cfg!(feature = "mutant-freshness-ignored")
                 && params
                     .freshness_ticks
                     .is_some_and(|window| tick.saturating_sub(state.last_heard()) > window);
@@ -183,7 +184,13 @@ pub fn build_rows(
             let excess = (eligible_count * row.after_milli as u128).saturating_sub(after_sum);
             params.imbalance_penalty_milli as u128 * excess / (1000 * eligible_count)
         };
-        row.cost_milli = to_u64(1000 * row.recomputed as u128 + row.work_milli as u128 + imbalance);
+        // The mutant prices a worker by its prefill queue alone, as if decode were free.
+        let work_in_cost = if cfg!(feature = "mutant-decode-ignored") {
+            1000 * row.queued_prefill as u128
+        } else {
+            row.work_milli as u128
+        };
+        row.cost_milli = to_u64(1000 * row.recomputed as u128 + work_in_cost + imbalance);
     }
     rows
 }

@@ -65,6 +65,20 @@ impl<'t> Prepared<'t> {
 /// Replays the trace under every policy and assembles the receipt.
 pub fn replay(trace: &Trace) -> Receipt {
     let prepared = Prepared::new(trace);
+    #[cfg(feature = "mutant-shared-state")]
+    let runs = {
+        // The mutant hands each policy the state the previous one left behind.
+        let mut states = prepared.initial_states();
+        Policy::ALL
+            .iter()
+            .map(|&policy| {
+                let (run, left) = run_policy_returning_state(&prepared, policy, states.clone());
+                states = left;
+                run
+            })
+            .collect()
+    };
+    #[cfg(not(feature = "mutant-shared-state"))]
     let runs = Policy::ALL
         .iter()
         .map(|&policy| run_policy(&prepared, policy, prepared.initial_states()))
@@ -77,7 +91,16 @@ pub fn replay(trace: &Trace) -> Receipt {
 }
 
 /// One policy's run, starting from `states` (normally [`Prepared::initial_states`]).
-pub fn run_policy(prepared: &Prepared, policy: Policy, mut states: Vec<WorkerState>) -> Run {
+pub fn run_policy(prepared: &Prepared, policy: Policy, states: Vec<WorkerState>) -> Run {
+    run_policy_returning_state(prepared, policy, states).0
+}
+
+/// [`run_policy`], also returning the worker states the run ended with.
+fn run_policy_returning_state(
+    prepared: &Prepared,
+    policy: Policy,
+    mut states: Vec<WorkerState>,
+) -> (Run, Vec<WorkerState>) {
     let trace = prepared.trace;
     let sharing = Sharing::new(&trace.sharing);
     let mut cursor = 0usize;
@@ -158,11 +181,12 @@ pub fn run_policy(prepared: &Prepared, policy: Policy, mut states: Vec<WorkerSta
         }
     }
     let metrics = metrics.finish(&cache_log, &observation_log);
-    Run {
+    let run = Run {
         policy,
         decisions,
         cache_log,
         observation_log,
         metrics,
-    }
+    };
+    (run, states)
 }

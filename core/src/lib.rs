@@ -12,6 +12,48 @@
 //! - the **tenant rule** (whose prefix may be reused, boundary reasons): [`tenant`];
 //! - candidate figures and dominance: [`candidate`]; the run loop: [`engine`].
 
+/// How many planted-bug features are enabled. The mutant check enables one at a time;
+/// two at once would make a kill unattributable, so the build refuses.
+const MUTANTS_ENABLED: usize = cfg!(feature = "mutant-tenant-scope-removed") as usize
+    + cfg!(feature = "mutant-stale-epochs-accepted") as usize
+    + cfg!(feature = "mutant-decode-ignored") as usize
+    + cfg!(feature = "mutant-shared-state") as usize
+    + cfg!(feature = "mutant-chosen-only-receipt") as usize
+    + cfg!(feature = "mutant-ties-to-last") as usize
+    + cfg!(feature = "mutant-freshness-ignored") as usize
+    + cfg!(feature = "mutant-reuse-past-partial") as usize
+    + cfg!(feature = "mutant-namespace-model-adapter-dropped") as usize
+    + cfg!(feature = "mutant-overload-cap-ignored") as usize;
+const _: () = assert!(
+    MUTANTS_ENABLED <= 1,
+    "kvroute-core: enable at most one mutant-* feature at a time"
+);
+
+/// The planted bug this build carries, if any (for reports).
+pub const MUTANT: Option<&str> = if cfg!(feature = "mutant-tenant-scope-removed") {
+    Some("mutant-tenant-scope-removed")
+} else if cfg!(feature = "mutant-stale-epochs-accepted") {
+    Some("mutant-stale-epochs-accepted")
+} else if cfg!(feature = "mutant-decode-ignored") {
+    Some("mutant-decode-ignored")
+} else if cfg!(feature = "mutant-shared-state") {
+    Some("mutant-shared-state")
+} else if cfg!(feature = "mutant-chosen-only-receipt") {
+    Some("mutant-chosen-only-receipt")
+} else if cfg!(feature = "mutant-ties-to-last") {
+    Some("mutant-ties-to-last")
+} else if cfg!(feature = "mutant-freshness-ignored") {
+    Some("mutant-freshness-ignored")
+} else if cfg!(feature = "mutant-reuse-past-partial") {
+    Some("mutant-reuse-past-partial")
+} else if cfg!(feature = "mutant-namespace-model-adapter-dropped") {
+    Some("mutant-namespace-model-adapter-dropped")
+} else if cfg!(feature = "mutant-overload-cap-ignored") {
+    Some("mutant-overload-cap-ignored")
+} else {
+    None
+};
+
 pub mod candidate;
 pub mod canonical;
 pub mod engine;

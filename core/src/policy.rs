@@ -89,7 +89,12 @@ fn round_robin(rows: &[CandidateRow], cursor: &mut usize) -> Choice {
 }
 
 fn cache_plus_load(rows: &mut [CandidateRow], params: &PolicyParams) -> Choice {
-    if let Some(cap) = params.max_queued_work {
+    let cap = if cfg!(feature = "mutant-overload-cap-ignored") {
+        None
+    } else {
+        params.max_queued_work
+    };
+    if let Some(cap) = cap {
         let cap_milli = 1000 * cap as u128;
         for row in rows.iter_mut().filter(|r| r.eligible) {
             if row.after_milli as u128 > cap_milli {
@@ -127,7 +132,8 @@ fn best_by(
                 best = Some((s, i));
                 tie_count = 1;
             }
-            Some((b, _)) if s < b => {
+            // The mutant lets a later row with an equal score take the lead.
+            Some((b, _)) if s < b || (cfg!(feature = "mutant-ties-to-last") && s == b) => {
                 runner_up = Some(b);
                 best = Some((s, i));
                 tie_count = 1;

@@ -152,7 +152,10 @@ impl Receipt {
             "chosen": d.chosen.map(|c| self.worker_id(c)),
             "route_kind": d.route_kind.name(),
             "tie_count": d.tie_count, "margin_milli": d.margin_milli,
-            "candidates": d.candidates.iter().map(|r| self.row_value(r)).collect::<Vec<_>>(),
+            "candidates": d.candidates.iter()
+                // The mutant exports only the chosen worker's row.
+                .filter(|r| !cfg!(feature = "mutant-chosen-only-receipt") || Some(r.worker) == d.chosen)
+                .map(|r| self.row_value(r)).collect::<Vec<_>>(),
         })
     }
 

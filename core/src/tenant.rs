@@ -35,14 +35,26 @@ impl<'t> Sharing<'t> {
 
     /// Whether an entry under `entry` may serve a request under `request`.
     pub fn usable(&self, request: &Namespace, entry: &Namespace) -> bool {
-        entry.model == request.model
-            && entry.adapter == request.adapter
-            && self.shares(
-                &request.model,
-                &request.adapter,
-                &request.tenant,
-                &entry.tenant,
-            )
+        #[cfg(feature = "mutant-tenant-scope-removed")]
+        return entry.model == request.model && entry.adapter == request.adapter;
+        #[cfg(feature = "mutant-namespace-model-adapter-dropped")]
+        return self.shares(
+            &request.model,
+            &request.adapter,
+            &request.tenant,
+            &entry.tenant,
+        );
+        #[allow(unreachable_code)]
+        {
+            entry.model == request.model
+                && entry.adapter == request.adapter
+                && self.shares(
+                    &request.model,
+                    &request.adapter,
+                    &request.tenant,
+                    &entry.tenant,
+                )
+        }
     }
 }
 
@@ -72,7 +84,8 @@ pub fn reuse_walk(worker: &WorkerState, request: &Request, sharing: &Sharing) ->
                 boundary.insert(boundary_reason(&request.namespace, &resident.namespace));
             }
         }
-        if usable_tokens < segment.tokens {
+        // The mutant keeps walking past a partially resident segment.
+        if usable_tokens < segment.tokens && !cfg!(feature = "mutant-reuse-past-partial") {
             break;
         }
     }

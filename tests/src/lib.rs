@@ -7,6 +7,7 @@
 pub mod differential;
 pub mod fixtures;
 pub mod generators;
+pub mod oracles;
 pub mod reorder;
 pub mod sweep;
 pub mod verify;

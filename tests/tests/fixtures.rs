@@ -1,26 +1,52 @@
 //! Every committed fixture through core, compared with its golden ledger and digest.
-//! Run with `UPDATE_EXPECT=1` to rewrite goldens after a reviewed change to SPEC.md.
+//! One test per fixture, so that the mutant check can name the fixture that kills a
+//! planted bug. Run with `UPDATE_EXPECT=1` to rewrite goldens after a reviewed change
+//! to SPEC.md.
 
 use expect_test::expect_file;
 use kvroute_harness::fixtures;
 
-#[test]
-fn every_fixture_matches_its_golden_ledger_and_digest() {
-    let topics = fixtures::valid_topics();
-    assert!(
-        topics.len() >= 9,
-        "expected the lab trace and the rule fixtures, found {topics:?}"
-    );
-    for topic in topics {
-        let bytes = fixtures::trace_bytes(&topic);
-        let receipt = kvroute_core::replay_bytes(&bytes)
-            .unwrap_or_else(|e| panic!("fixture {topic} is invalid:\n{e}"));
-        let dir = fixtures::topic_dir(&topic);
-        expect_file![dir.join("ledger.json")].assert_eq(&fixtures::pretty_ledger(&receipt));
-        expect_file![dir.join("receipt.sha256")]
-            .assert_eq(&format!("{}\n", fixtures::receipt_digest(&receipt)));
-    }
+fn check_fixture(topic: &str) {
+    let bytes = fixtures::trace_bytes(topic);
+    let receipt = kvroute_core::replay_bytes(&bytes)
+        .unwrap_or_else(|e| panic!("fixture {topic} is invalid:\n{e}"));
+    let dir = fixtures::topic_dir(topic);
+    expect_file![dir.join("ledger.json")].assert_eq(&fixtures::pretty_ledger(&receipt));
+    expect_file![dir.join("receipt.sha256")]
+        .assert_eq(&format!("{}\n", fixtures::receipt_digest(&receipt)));
 }
+
+macro_rules! fixture_tests {
+    ($($topic:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $topic() {
+                check_fixture(stringify!($topic));
+            }
+        )*
+
+        /// Every fixture directory has a test above, so none is silently skipped.
+        #[test]
+        fn every_fixture_directory_has_a_test() {
+            let mut listed = vec![$(stringify!($topic)),*];
+            listed.sort();
+            assert_eq!(fixtures::valid_topics(), listed);
+        }
+    };
+}
+
+fixture_tests!(
+    freshness_window,
+    hot_worker_decode,
+    lab,
+    overload_escape,
+    partial_prefix,
+    round_robin_ineligible,
+    sharing_grant,
+    spec_example,
+    stale_epoch,
+    tenant_boundary,
+);
 
 #[test]
 fn the_golden_ledger_is_the_canonical_receipt() {

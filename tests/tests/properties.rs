@@ -24,7 +24,20 @@ fn without_digests(mut receipt: Value) -> Value {
     receipt
 }
 
+/// The default configuration (so `PROPTEST_CASES` still applies), except that under
+/// the mutant check (`KVROUTE_MUTANT_RUN`) failures are not persisted: a planted bug's
+/// counterexample is not a regression of the real code.
+fn config() -> ProptestConfig {
+    let mut config = ProptestConfig::default();
+    if std::env::var_os("KVROUTE_MUTANT_RUN").is_some() {
+        config.failure_persistence = None;
+    }
+    config
+}
+
 proptest! {
+    #![proptest_config(config())]
+
     #[test]
     fn core_and_oracle_agree_byte_for_byte(recipe in trace_recipes()) {
         let bytes = recipe.build_bytes();

@@ -1,0 +1,233 @@
+//! Oracles for fuzzing (in wasmtime's sense): each takes one generated case and panics
+//! if it exposes a bug. The cargo-fuzz targets in `fuzz/` are one-line calls into these,
+//! and `tests/tests/fuzz_oracles.rs` runs them on seeded bytes under plain `cargo test`,
+//! so the fuzz logic is tested without a fuzzer.
+
+use crate::differential::{self, Agreement};
+use crate::generators::{error_path, TraceRecipe};
+use crate::verify::{verify, VerifyError};
+use arbitrary::Arbitrary;
+use kvroute_core::canonical::{jcs_bytes, sha256_tag};
+use serde_json::Value;
+
+/// Arbitrary bytes as a trace: never a panic, core and oracle agree on acceptance,
+/// and every rejection names a JSON path.
+pub fn parse_trace(data: &[u8]) {
+    match differential::compare(data) {
+        Ok(Agreement::Accepted(_)) => {}
+        Ok(Agreement::Rejected(lines)) => {
+            assert!(!lines.is_empty(), "a rejection without a reason");
+            for line in &lines {
+                let path = error_path(line);
+                // Member names are quoted raw into paths, so a path may hold any
+                // character; it must only be there, followed by a reason.
+                assert!(
+                    !path.is_empty() && line.len() > path.len() + 2,
+                    "an error line without a PATH: reason shape: {line:?}"
+                );
+            }
+        }
+        Err(divergence) => panic!("core and oracle disagree: {divergence}"),
+    }
+}
+
+/// A generated trace through core and oracle: canonical bytes equal.
+pub fn differential(recipe: &TraceRecipe) {
+    let bytes = recipe.build_bytes();
+    match differential::compare(&bytes) {
+        Ok(Agreement::Accepted(_)) => {}
+        Ok(Agreement::Rejected(lines)) => panic!("a generated trace was rejected: {lines:?}"),
+        Err(divergence) => panic!(
+            "core and oracle diverge: {divergence}\ntrace: {}",
+            String::from_utf8_lossy(&bytes)
+        ),
+    }
+}
+
+/// One edit to a receipt, aimed at a location chosen among its values.
+#[derive(Arbitrary, Debug, Clone)]
+pub struct ReceiptEdit {
+    location: u16,
+    kind: u8,
+    amount: u32,
+}
+
+/// A genuine receipt and edits to apply to it; `resign` recomputes the digest after
+/// editing, as a careful forger would, so only the semantic checks can catch it.
+#[derive(Arbitrary, Debug, Clone)]
+pub struct ReceiptCase {
+    pub recipe: TraceRecipe,
+    pub edits: Vec<ReceiptEdit>,
+    pub resign: bool,
+}
+
+/// Every value location in `value`, as JSON pointers, in document order.
+fn locations(value: &Value, pointer: String, out: &mut Vec<String>) {
+    out.push(pointer.clone());
+    match value {
+        Value::Object(members) => {
+            for (key, child) in members {
+                let escaped = key.replace('~', "~0").replace('/', "~1");
+                locations(child, format!("{pointer}/{escaped}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                locations(child, format!("{pointer}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn apply(receipt: &mut Value, edit: &ReceiptEdit) {
+    let mut all = Vec::new();
+    locations(receipt, String::new(), &mut all);
+    let pointer = all[edit.location as usize % all.len()].clone();
+    let Some(target) = receipt.pointer_mut(&pointer) else {
+        return;
+    };
+    match (edit.kind % 4, &mut *target) {
+        (0, Value::Number(n)) => {
+            let v = n.as_u64().unwrap_or(0);
+            *n = serde_json::Number::from((v + edit.amount as u64 % 3 + 1) % (1 << 53));
+        }
+        (1, Value::Array(items)) if !items.is_empty() => {
+            items.remove(edit.amount as usize % items.len());
+        }
+        (2, Value::Array(items)) if !items.is_empty() => {
+            let copy = items[edit.amount as usize % items.len()].clone();
+            items.push(copy);
+        }
+        (_, Value::Bool(b)) => *b = !*b,
+        (_, Value::String(s)) => s.push(char::from(b'a' + (edit.amount % 26) as u8)),
+        (_, Value::Null) => *target = Value::from("w0"),
+        (_, Value::Number(n)) => *n = serde_json::Number::from(edit.amount),
+        (_, Value::Object(members)) => {
+            let key = members
+                .keys()
+                .nth(edit.amount as usize % members.len().max(1))
+                .cloned();
+            if let Some(key) = key {
+                members.remove(&key);
+            }
+        }
+        (_, other) => *other = Value::Null,
+    }
+}
+
+/// A genuine receipt is accepted; after edits it is accepted iff its canonical bytes
+/// are unchanged; nothing panics.
+pub fn receipt_verify(case: &ReceiptCase) {
+    let trace = case.recipe.build_bytes();
+    let genuine_bytes = kvroute_core::replay_bytes(&trace).expect("generated traces are valid");
+    let genuine: Value = serde_json::from_slice(&genuine_bytes).expect("receipts are JSON");
+    assert!(
+        verify(&trace, &genuine_bytes).is_ok(),
+        "a genuine receipt was rejected"
+    );
+    let mut edited = genuine.clone();
+    for edit in case.edits.iter().take(4) {
+        apply(&mut edited, edit);
+    }
+    if case.resign {
+        if let Some(object) = edited.as_object_mut() {
+            object.remove("receipt_digest");
+            let digest = sha256_tag(&jcs_bytes(&edited));
+            edited["receipt_digest"] = Value::String(digest);
+        }
+    }
+    let edited_bytes = jcs_bytes(&edited);
+    match verify(&trace, &edited_bytes) {
+        Ok(_) => assert_eq!(
+            edited_bytes, genuine_bytes,
+            "an edited receipt was accepted"
+        ),
+        Err(VerifyError::Rejected(_)) => assert_ne!(
+            edited_bytes, genuine_bytes,
+            "an unchanged receipt was rejected"
+        ),
+        Err(VerifyError::InvalidTrace(lines)) => {
+            panic!("a generated trace was called invalid: {lines:?}")
+        }
+    }
+}
+
+/// The CSV export parses back, with the `csv` crate, into exactly the receipt's
+/// candidate rows (rebuilt here from the receipt JSON, not from core's exporter).
+pub fn csv_export(recipe: &TraceRecipe) {
+    let trace =
+        kvroute_core::parse_trace(&recipe.build_bytes()).expect("generated traces are valid");
+    let receipt = kvroute_core::engine::replay(&trace);
+    let csv_bytes = kvroute_core::export::csv_bytes(&receipt).expect("CSV into memory");
+    let json: Value =
+        serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
+
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let joined = |v: &Value| {
+        v.as_array()
+            .map(|items| items.iter().map(text).collect::<Vec<_>>().join(";"))
+            .unwrap_or_default()
+    };
+    let mut expected: Vec<Vec<String>> = Vec::new();
+    for run in json["runs"].as_array().into_iter().flatten() {
+        for d in run["decisions"].as_array().into_iter().flatten() {
+            for r in d["candidates"].as_array().into_iter().flatten() {
+                let mut record = vec![
+                    text(&run["policy"]),
+                    text(&d["seq"]),
+                    text(&d["tick"]),
+                    text(&d["request"]),
+                    text(&d["chosen"]),
+                    text(&d["route_kind"]),
+                    text(&r["worker"]),
+                    text(&r["eligible"]),
+                    joined(&r["reasons"]),
+                ];
+                for field in [
+                    "reuse",
+                    "recomputed",
+                    "queued_prefill",
+                    "active_decode",
+                    "work_milli",
+                    "after_milli",
+                    "cost_milli",
+                ] {
+                    record.push(text(&r[field]));
+                }
+                record.push(joined(&r["dominated_by"]));
+                expected.push(record);
+            }
+        }
+    }
+
+    let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
+    let header: Vec<String> = reader
+        .headers()
+        .expect("the CSV has a header")
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(header, kvroute_core::export::CSV_COLUMNS.to_vec());
+    let parsed: Vec<Vec<String>> = reader
+        .records()
+        .map(|r| {
+            r.expect("every CSV record parses")
+                .iter()
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        parsed.len(),
+        expected.len(),
+        "one CSV line per candidate row"
+    );
+    for (i, (got, want)) in parsed.iter().zip(&expected).enumerate() {
+        assert_eq!(got, want, "CSV record {i}");
+    }
+}
