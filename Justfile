@@ -1,5 +1,7 @@
 # kvroute tasks. Each recipe is a plain cargo command; without `just`, run it directly.
 
+fuzz_targets := "parse_trace differential receipt_verify csv_export"
+
 # Every test of the workspace.
 test:
     cargo test
@@ -24,6 +26,32 @@ soak:
 # Planted bugs: every mutant must be caught by its intended killers.
 mutants:
     cargo run --release -p mutants
+
+# A second opinion: cargo-mutants over core's decision code (needs `cargo install cargo-mutants`).
+mutants-auto:
+    cargo mutants --package kvroute-core --file core/src/policy.rs --file core/src/candidate.rs --file core/src/tenant.rs --file core/src/state.rs --file core/src/metrics.rs --timeout 300 -- -p kvroute-harness --test fixtures --test sweep --test verify --test spec_example
+
+# Rewrite the committed fuzz seeds from fixtures/ and the sweep's first seeds.
+fuzz-seed:
+    cargo run -p kvroute-harness --example fuzz_seeds
+
+# One fuzz target for N seconds, on stable (needs `cargo install --locked cargo-fuzz`).
+fuzz target seconds="60":
+    mkdir -p fuzz/corpus/{{target}}
+    cd fuzz && cargo fuzz run {{target}} --sanitizer none corpus/{{target}} seeds/{{target}} -- -max_total_time={{seconds}}
+
+# Every fuzz target for N seconds each; prints libFuzzer's closing lines.
+fuzz-all seconds="30":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cd fuzz
+    for target in {{fuzz_targets}}; do
+        mkdir -p corpus/$target
+        log=$(mktemp)
+        cargo fuzz run $target --sanitizer none corpus/$target seeds/$target -- -max_total_time={{seconds}} > "$log" 2>&1 || { tail -40 "$log"; exit 1; }
+        echo "$target: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -1)"
+        echo "$target: $(grep -E '^Done [0-9]+ runs' "$log" | tail -1)"
+    done
 
 # What CI runs.
 ci:

@@ -239,7 +239,8 @@ fn swarm(config: SweepConfig) -> Result<(), Failure> {
     );
     let report = sweep::run(&config, || progress.inc(1));
     progress.finish_and_clear();
-    for failure in &report.failures {
+    const FAILURES_SHOWN_MAX: usize = 20;
+    for failure in report.failures.iter().take(FAILURES_SHOWN_MAX) {
         println!(
             "seed {}: core and oracle diverge {}",
             failure.seed, failure.divergence
@@ -251,6 +252,12 @@ fn swarm(config: SweepConfig) -> Result<(), Failure> {
         if let Some(path) = &failure.shrunk_trace {
             println!("  shrunk trace: {}", path.display());
         }
+    }
+    if report.failures.len() > FAILURES_SHOWN_MAX {
+        println!(
+            "... and {} more divergent seeds",
+            report.failures.len() - FAILURES_SHOWN_MAX
+        );
     }
     println!(
         "swarm: {} seeds run, {} divergences, {:.0} seeds/s",

@@ -28,8 +28,9 @@ struct Args {
     /// Seconds one cargo invocation may take before the mutant counts as a timeout.
     #[arg(long, default_value_t = 900)]
     timeout_secs: u64,
-    /// Cargo profile for the mutant builds.
-    #[arg(long, default_value = "release")]
+    /// Cargo profile for the mutant builds (`mutants`: unoptimised enough to build
+    /// fast, optimised enough to run the sweep quickly).
+    #[arg(long, default_value = "mutants")]
     profile: String,
 }
 
@@ -104,17 +105,16 @@ fn main() -> ExitCode {
     let baseline = run_targets(&root, None, &targets, &args.profile, timeout);
     match &baseline {
         TestRun::Finished { failed, passed } if failed.is_empty() => {
-            let missing: Vec<&String> = mutants
+            let missing: BTreeSet<&String> = mutants
                 .iter()
                 .flat_map(|m| &m.killers)
                 .filter(|k| !passed.contains(*k))
                 .collect();
-            if !missing.is_empty() {
-                println!("baseline: these killers did not run: {missing:?}");
-                println!("mutants: cannot judge; fix the catalogue or restore the tests");
-                return ExitCode::FAILURE;
-            }
             println!("baseline: {} tests pass", passed.len());
+            if !missing.is_empty() {
+                // A killer that does not exist cannot kill: its mutants will be missed.
+                println!("baseline: these killers do not exist or did not run: {missing:?}");
+            }
         }
         TestRun::Finished { failed, .. } => {
             println!("baseline: FAILED {failed:?}; no mutant can be judged");
@@ -167,7 +167,7 @@ fn main() -> ExitCode {
             mutant.breaks
         );
         if let Verdict::Missed(survivors) = &verdict {
-            println!("    intended killers that did not fail: {survivors:?}");
+            println!("    intended killers that did not fail (or did not run): {survivors:?}");
         }
         results.push((mutant.clone(), verdict, failed, elapsed));
     }

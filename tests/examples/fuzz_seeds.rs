@@ -16,7 +16,10 @@ fn main() -> std::io::Result<()> {
     let parse = root.join("parse_trace");
     std::fs::create_dir_all(&parse)?;
     for topic in fixtures::valid_topics() {
-        std::fs::write(parse.join(format!("{topic}.json")), fixtures::trace_bytes(&topic))?;
+        std::fs::write(
+            parse.join(format!("{topic}.json")),
+            fixtures::trace_bytes(&topic),
+        )?;
     }
     for case in fixtures::invalid_cases() {
         let trace = std::fs::read(fixtures::invalid_dir(&case).join("trace.json"))?;

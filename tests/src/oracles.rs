@@ -17,7 +17,12 @@ pub fn parse_trace(data: &[u8]) {
         Ok(Agreement::Accepted(_)) => {}
         Ok(Agreement::Rejected(lines)) => {
             assert!(!lines.is_empty(), "a rejection without a reason");
-            for line in &lines {
+            // Past 100 errors the last line is a count, not an error (SPEC.md §2.3).
+            let errors = match lines.last() {
+                Some(last) if last.starts_with("... and ") && lines.len() == 101 => &lines[..100],
+                _ => &lines[..],
+            };
+            for line in errors {
                 let path = error_path(line);
                 // Member names are quoted raw into paths, so a path may hold any
                 // character; it must only be there, followed by a reason.

@@ -35,7 +35,7 @@ impl SweepConfig {
     }
 }
 
-/// A divergent seed with its shrunk reproduction.
+/// A divergent seed, with its shrunk reproduction for the first one.
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub seed: u64,
@@ -88,12 +88,19 @@ pub fn run(config: &SweepConfig, on_seed_done: impl Fn() + Sync) -> SweepReport 
     });
     failures.sort_by_key(|(seed, _)| *seed);
     let elapsed = started.elapsed();
+    // Shrinking costs many comparisons, so only the first (smallest) seed is shrunk:
+    // one small reproduction is what a person needs, and a badly broken build may have
+    // thousands of divergent seeds.
     let failures = failures
         .into_iter()
-        .map(|(seed, divergence)| {
-            let shrunk = shrink(&trace_for_seed(seed));
-            let shrunk_trace =
-                differential::save_trace(&format!("seed-{seed}-shrunk"), &shrunk).ok();
+        .enumerate()
+        .map(|(i, (seed, divergence))| {
+            let shrunk_trace = (i == 0)
+                .then(|| {
+                    let shrunk = shrink(&trace_for_seed(seed));
+                    differential::save_trace(&format!("seed-{seed}-shrunk"), &shrunk).ok()
+                })
+                .flatten();
             Failure {
                 seed,
                 divergence,

@@ -1,0 +1,26 @@
+//! Inputs the fuzzers found, replayed as ordinary tests. Each says what broke and why.
+
+use kvroute_harness::oracles;
+use std::path::PathBuf;
+
+fn regression(target: &str, name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions")
+        .join(target)
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Found by `parse_trace` in its first seconds (a 10.9 KB mutation of a fixture, cut
+/// down by hand to 101 unknown members). The bug was in the harness's own check, not in
+/// either implementation: both correctly print 100 errors and then
+/// `... and 1 more errors` (SPEC.md §2.3), but the oracle demanded that every line,
+/// the count included, start with a JSON path.
+#[test]
+fn more_than_a_hundred_errors_end_with_a_count_line() {
+    let data = regression("parse_trace", "more-than-100-errors.json");
+    let core = kvroute_core::parse_trace(&data).unwrap_err().lines();
+    assert_eq!(core.len(), 101);
+    assert_eq!(core[100], "... and 1 more errors");
+    oracles::parse_trace(&data);
+}
