@@ -142,6 +142,8 @@ struct Walk {
 
 impl Walk {
     fn err(&mut self, path: &str, reason: impl fmt::Display) {
+        // A top-level member named "" has an empty path; SPEC.md §2.1 writes it `$`.
+        let path = if path.is_empty() { "$" } else { path };
         self.errors.push(format!("{path}: {reason}"));
     }
 
