@@ -68,8 +68,13 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
     Ok(trace)
 }
 
+/// The path of member `name` of the object at `path` (SPEC.md §2.1).
 fn child(path: &str, name: &str) -> String {
-    if path == "$" {
+    let plain = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !plain {
+        format!("{path}[{}]", serde_json::Value::String(name.to_owned()))
+    } else if path == "$" {
         name.to_owned()
     } else {
         format!("{path}.{name}")
@@ -142,8 +147,6 @@ struct Walk {
 
 impl Walk {
     fn err(&mut self, path: &str, reason: impl fmt::Display) {
-        // A top-level member named "" has an empty path; SPEC.md §2.1 writes it `$`.
-        let path = if path.is_empty() { "$" } else { path };
         self.errors.push(format!("{path}: {reason}"));
     }
 

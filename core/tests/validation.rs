@@ -112,6 +112,10 @@ fn shape_rules() {
         "events[1].colour: unknown member \"colour\"",
     );
     assert_single(
+        |t| t["events"][1]["a.b"] = json!(1),
+        "events[1][\"a.b\"]: unknown member \"a.b\"",
+    );
+    assert_single(
         |t| t["events"][2]["tenant"] = json!("acme"),
         "events[2].tenant: unknown member \"tenant\"",
     );

@@ -67,8 +67,22 @@ const REQUEST_MEMBERS: &[&str] = &[
 ];
 
 /// Path of a member: `parent.name`, or just `name` at the top level (parent `""`).
+/// A name that is not a plain identifier goes in brackets as a JSON string
+/// (`parent["a b"]`, `$["a b"]` at the top level), per SPEC §2.1.
 fn member_path(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
+    let mut chars = name.chars();
+    let plain = match chars.next() {
+        Some(first) => {
+            (first.is_ascii_alphabetic() || first == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        None => false,
+    };
+    if !plain {
+        let quoted = serde_json::to_string(name).unwrap_or_default();
+        let shown_parent = if parent.is_empty() { "$" } else { parent };
+        format!("{shown_parent}[{quoted}]")
+    } else if parent.is_empty() {
         name.to_owned()
     } else {
         format!("{parent}.{name}")

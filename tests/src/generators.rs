@@ -706,7 +706,37 @@ pub fn near_valid(recipe: &TraceRecipe, choice: u8) -> NearValid {
     }
 }
 
-/// The path part of a `PATH: reason` line.
+/// The path part of a `PATH: reason` line. Paths follow SPEC.md §2.1, so bracketed
+/// member names (JSON strings, which may contain `": "`) are skipped over whole.
 pub fn error_path(line: &str) -> &str {
-    line.split_once(": ").map_or(line, |(path, _)| path)
+    parse_error_path(line).unwrap_or(line)
+}
+
+/// The path of a `PATH: reason` line if it has a well-formed one (SPEC.md §2.1).
+pub fn parse_error_path(line: &str) -> Option<&str> {
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b':' if bytes.get(i + 1) == Some(&b' ') => return (i > 0).then(|| &line[..i]),
+            b'[' if bytes.get(i + 1) == Some(&b'"') => {
+                // A JSON string: find its closing quote, honouring backslash escapes.
+                i += 2;
+                loop {
+                    match bytes.get(i)? {
+                        b'\\' => i += 2,
+                        b'"' => break,
+                        _ => i += 1,
+                    }
+                }
+                if bytes.get(i + 1) != Some(&b']') {
+                    return None;
+                }
+                i += 2;
+            }
+            b' ' => return None,
+            _ => i += 1,
+        }
+    }
+    None
 }

@@ -4,7 +4,7 @@
 //! so the fuzz logic is tested without a fuzzer.
 
 use crate::differential::{self, Agreement};
-use crate::generators::{error_path, TraceRecipe};
+use crate::generators::{parse_error_path, TraceRecipe};
 use crate::verify::{verify, VerifyError};
 use arbitrary::Arbitrary;
 use kvroute_core::canonical::{jcs_bytes, sha256_tag};
@@ -23,11 +23,9 @@ pub fn parse_trace(data: &[u8]) {
                 _ => &lines[..],
             };
             for line in errors {
-                let path = error_path(line);
-                // Member names are quoted raw into paths, so a path may hold any
-                // character; it must only be there, followed by a reason.
+                let path = parse_error_path(line);
                 assert!(
-                    !path.is_empty() && line.len() > path.len() + 2,
+                    path.is_some_and(|p| line.len() > p.len() + 2),
                     "an error line without a PATH: reason shape: {line:?}"
                 );
             }

@@ -28,11 +28,28 @@ fn more_than_a_hundred_errors_end_with_a_count_line() {
 /// Found by `parse_trace` after about four minutes and 1.5 million executions: the
 /// 7-byte input `{"":5}`. A top-level member named `""` has an empty path. Core printed
 /// it as `: unknown member ""` while the oracle printed `$: ...`; SPEC.md did not say
-/// which. SPEC.md §2.1 now pins `$`, and core follows it.
+/// which. Together with the next case this led to SPEC.md §2.1's bracket rule.
 #[test]
-fn an_empty_top_level_member_name_is_reported_at_the_root() {
+fn an_empty_top_level_member_name_has_a_bracketed_path() {
     let data = regression("parse_trace", "empty-top-level-member.json");
     let core = kvroute_core::parse_trace(&data).unwrap_err().lines();
-    assert_eq!(core.last().unwrap(), "$: unknown member \"\"");
+    assert_eq!(core.last().unwrap(), "$[\"\"]: unknown member \"\"");
+    oracles::parse_trace(&data);
+}
+
+/// Found by `parse_trace` in the restarted campaign: a member named `": ks"`. Names
+/// were written into paths unescaped, so the line `: ks: unknown member ": ks"` could
+/// not be split into a path and a reason (and `a.b` could be one member or two).
+/// SPEC.md §2.1 now writes any name that is not a plain identifier as a bracketed JSON
+/// string; both implementations changed with it.
+#[test]
+fn a_member_name_with_a_colon_has_a_readable_path() {
+    let data = regression("parse_trace", "colon-in-member-name.json");
+    let core = kvroute_core::parse_trace(&data).unwrap_err().lines();
+    assert_eq!(core.last().unwrap(), "$[\": ks\"]: unknown member \": ks\"");
+    assert_eq!(
+        kvroute_harness::generators::parse_error_path(core.last().unwrap()),
+        Some("$[\": ks\"]")
+    );
     oracles::parse_trace(&data);
 }
