@@ -27,9 +27,22 @@ soak:
 mutants:
     cargo run --release -p mutants
 
-# A second opinion: cargo-mutants over core's decision code (needs `cargo install cargo-mutants`).
+# A second opinion: cargo-mutants over core's decision code, tested by the harness
+# (needs `cargo install --locked cargo-mutants`). It copies the tree, so it runs from a
+# clean clone: a live fuzz corpus changing under the copy makes it fail. The baseline is
+# skipped because cargo-mutants 27 runs it in the mutated package only; `cargo test`
+# is the baseline.
 mutants-auto:
-    cargo mutants --package kvroute-core --file core/src/policy.rs --file core/src/candidate.rs --file core/src/tenant.rs --file core/src/state.rs --file core/src/metrics.rs --timeout 300 -- -p kvroute-harness --test fixtures --test sweep --test verify --test spec_example
+    #!/usr/bin/env bash
+    set -euo pipefail
+    clone=$(mktemp -d)
+    git clone -q . "$clone"
+    cd "$clone"
+    cargo mutants --package kvroute-core --test-package kvroute-harness --baseline=skip \
+        --file core/src/policy.rs --file core/src/candidate.rs --file core/src/tenant.rs \
+        --file core/src/state.rs -E "::name" --profile mutants --timeout 120 \
+        --output "$OLDPWD/target/mutants-auto" \
+        -- --test fixtures --test spec_example --test sweep --test verify
 
 # Rewrite the committed fuzz seeds from fixtures/ and the sweep's first seeds.
 fuzz-seed:
@@ -49,7 +62,7 @@ fuzz-all seconds="30":
         mkdir -p corpus/$target
         log=$(mktemp)
         cargo fuzz run $target --sanitizer none corpus/$target seeds/$target -- -max_total_time={{seconds}} > "$log" 2>&1 || { tail -40 "$log"; exit 1; }
-        echo "$target: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -1)"
+        echo "$target: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1)"
         echo "$target: $(grep -E '^Done [0-9]+ runs' "$log" | tail -1)"
     done
 

