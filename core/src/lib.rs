@@ -31,31 +31,6 @@ const _: () = assert!(
     "kvroute-core: enable at most one mutant-* feature at a time"
 );
 
-/// The planted bug this build carries, if any (for reports).
-pub const MUTANT: Option<&str> = if cfg!(feature = "mutant-tenant-scope-removed") {
-    Some("mutant-tenant-scope-removed")
-} else if cfg!(feature = "mutant-stale-epochs-accepted") {
-    Some("mutant-stale-epochs-accepted")
-} else if cfg!(feature = "mutant-decode-ignored") {
-    Some("mutant-decode-ignored")
-} else if cfg!(feature = "mutant-shared-state") {
-    Some("mutant-shared-state")
-} else if cfg!(feature = "mutant-chosen-only-receipt") {
-    Some("mutant-chosen-only-receipt")
-} else if cfg!(feature = "mutant-ties-to-last") {
-    Some("mutant-ties-to-last")
-} else if cfg!(feature = "mutant-freshness-ignored") {
-    Some("mutant-freshness-ignored")
-} else if cfg!(feature = "mutant-reuse-past-partial") {
-    Some("mutant-reuse-past-partial")
-} else if cfg!(feature = "mutant-namespace-model-adapter-dropped") {
-    Some("mutant-namespace-model-adapter-dropped")
-} else if cfg!(feature = "mutant-overload-cap-ignored") {
-    Some("mutant-overload-cap-ignored")
-} else {
-    None
-};
-
 pub mod candidate;
 pub mod canonical;
 pub mod engine;

@@ -37,13 +37,11 @@ pub fn parse_trace(data: &[u8]) {
 /// A generated trace through core and oracle: canonical bytes equal.
 pub fn differential(recipe: &TraceRecipe) {
     let bytes = recipe.build_bytes();
-    match differential::compare(&bytes) {
-        Ok(Agreement::Accepted(_)) => {}
-        Ok(Agreement::Rejected(lines)) => panic!("a generated trace was rejected: {lines:?}"),
-        Err(divergence) => panic!(
-            "core and oracle diverge: {divergence}\ntrace: {}",
-            String::from_utf8_lossy(&bytes)
-        ),
+    let reproduce = "cargo fuzz run differential --sanitizer none <the crash file>";
+    if let Agreement::Rejected(lines) =
+        differential::assert_agree("fuzz-differential", &bytes, reproduce)
+    {
+        panic!("a generated trace was rejected: {lines:?}");
     }
 }
 
