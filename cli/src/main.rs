@@ -155,9 +155,7 @@ fn main() -> ExitCode {
 fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
     let bytes = match path {
         None => kvroute_core::LAB_TRACE_JSON.as_bytes().to_vec(),
-        Some(path) => std::fs::read(path).map_err(|e| {
-            Failure::invalid(vec![format!("{}: cannot read trace: {e}", path.display())])
-        })?,
+        Some(path) => read_input(path, "trace")?,
     };
     parse_trace(&bytes).map_err(|errors| Failure::invalid(errors.lines()))
 }
