@@ -1,6 +1,6 @@
 # kvroute tasks. Each recipe is a plain cargo command; without `just`, run it directly.
 
-fuzz_targets := "parse_trace differential receipt_verify csv_export"
+fuzz_targets := "parse_trace differential receipt_verify csv_export import_mooncake closed_loop"
 
 # Every test of the workspace.
 test:
@@ -9,6 +9,11 @@ test:
 # The four-policy table for the built-in lab trace.
 lab:
     cargo run --release
+
+# Performance figures as one table, each next to its target (a few minutes on 2 cores).
+# `cargo bench -p kvroute-bench` gives criterion's statistics for the same workloads.
+bench:
+    cargo run --release -p kvroute-bench --bin bench-table
 
 # Rewrite the golden ledgers after a reviewed change to SPEC.md.
 bless:

@@ -5,7 +5,12 @@
 //! and renamed into place only when complete, so a failed run leaves nothing behind.
 
 use clap::{Parser, Subcommand, ValueEnum};
+use kvroute_core::compiled::Compiled;
+use kvroute_core::import::{self, MooncakeOptions};
+use kvroute_core::simulate::{self, Capacity, SimulateOptions};
+use kvroute_core::trace::EventKind;
 use kvroute_core::{canonical, engine, export, parse_trace, Trace};
+use kvroute_core::{stream, Policy};
 use kvroute_harness::sweep::{self, SweepConfig};
 use kvroute_harness::verify::VerifyError;
 use std::io::IsTerminal;
@@ -39,6 +44,36 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Route a request-only trace in closed loop: a modelled engine per worker stores
+    /// each prefill's blocks in an LRU cache and publishes store/evict events back to
+    /// the router (SPEC.md §11). Prints the four-policy comparison.
+    Simulate {
+        /// Trace file (kvroute-trace/1 JSON); its cache and load events are dropped.
+        trace: PathBuf,
+        /// Replace the trace's workers by N copies of its first worker.
+        #[arg(long, value_name = "N")]
+        workers: Option<u32>,
+        /// KV cache capacity per worker, in tokens.
+        #[arg(long, value_name = "TOKENS", conflicts_with = "cache_blocks",
+              default_value_t = simulate::DEFAULT_CACHE_TOKENS)]
+        cache_tokens: u64,
+        /// KV cache capacity per worker, in blocks (any size), instead of tokens.
+        #[arg(long, value_name = "BLOCKS")]
+        cache_blocks: Option<u64>,
+        /// Ticks from a prefill completing to its cache events reaching the router.
+        #[arg(long, value_name = "TICKS", default_value_t = simulate::DEFAULT_PUBLICATION_LAG_TICKS)]
+        lag: u64,
+        /// Up to this many extra ticks per event, seeded (reorders events: stale epochs).
+        #[arg(long, value_name = "TICKS", default_value_t = 0)]
+        jitter: u64,
+        /// Seed of the jitter.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write each policy's generated trace (requests plus the cache events its loop
+        /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
+        #[arg(long, value_name = "DIR")]
+        events_out: Option<PathBuf>,
+    },
     /// Check a trace against the contract and print its digest.
     Validate {
         /// Trace file (kvroute-trace/1 JSON).
@@ -68,6 +103,36 @@ enum Command {
         #[arg(long, value_name = "K/M", value_parser = parse_shard)]
         shard: Option<(u64, u64)>,
     },
+    /// Convert a trace from another format into a kvroute-trace/1 file.
+    Import {
+        #[command(subcommand)]
+        format: ImportFormat,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImportFormat {
+    /// Mooncake FAST'25 JSONL (`timestamp` in ms, `input_length`, `output_length`,
+    /// `hash_ids`): one request a line, under the `scale` limits (SPEC.md §10).
+    Mooncake {
+        /// The JSONL file.
+        file: PathBuf,
+        /// Prompt tokens per hash id (the last block of a request may be partial).
+        #[arg(long, default_value_t = 512)]
+        block_tokens: u64,
+        /// The tenant of every request.
+        #[arg(long, default_value = "mooncake")]
+        tenant: String,
+        /// The model of every request and worker.
+        #[arg(long, default_value = "mooncake-model")]
+        model: String,
+        /// How many identical workers to create (1 to 4096).
+        #[arg(long, default_value_t = 8)]
+        workers: u32,
+        /// Where to write the trace (atomically: nothing is left on failure).
+        #[arg(short = 'o', long = "out", value_name = "OUT")]
+        out: PathBuf,
+    },
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -92,8 +157,11 @@ enum Format {
     Table,
     /// The canonical receipt (RFC 8785) plus a newline.
     Json,
-    /// One row per (policy, decision, candidate).
+    /// One row per (policy, decision, candidate), written as the runs replay.
     Csv,
+    /// The receipt as JSON Lines, written as the runs replay (SPEC.md §6.4); ends with
+    /// the same receipt_digest as `json`.
+    Jsonl,
 }
 
 /// A failure with its exit status.
@@ -124,6 +192,29 @@ fn main() -> ExitCode {
     let result = match command {
         Command::Replay { trace, format, out } => replay(trace.as_deref(), format, out.as_deref()),
         Command::Validate { trace } => validate(&trace),
+        Command::Simulate {
+            trace,
+            workers,
+            cache_tokens,
+            cache_blocks,
+            lag,
+            jitter,
+            seed,
+            events_out,
+        } => simulate(
+            &trace,
+            workers,
+            &SimulateOptions {
+                capacity: match cache_blocks {
+                    Some(blocks) => Capacity::Blocks(blocks),
+                    None => Capacity::Tokens(cache_tokens),
+                },
+                publication_lag_ticks: lag,
+                jitter_ticks: jitter,
+                jitter_seed: seed,
+            },
+            events_out.as_deref(),
+        ),
         Command::Verify { trace, receipt } => verify(&trace, &receipt),
         Command::Swarm {
             seeds,
@@ -138,6 +229,26 @@ fn main() -> ExitCode {
             }),
             shard,
         }),
+        Command::Import {
+            format:
+                ImportFormat::Mooncake {
+                    file,
+                    block_tokens,
+                    tenant,
+                    model,
+                    workers,
+                    out,
+                },
+        } => import_mooncake(
+            &file,
+            &MooncakeOptions {
+                block_tokens,
+                tenant,
+                model,
+                workers,
+            },
+            &out,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -162,18 +273,77 @@ fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
 
 fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<(), Failure> {
     let trace = load_trace(trace)?;
-    let receipt = engine::replay(&trace);
-    let bytes = match format {
-        Format::Table => export::summary_table(&receipt).into_bytes(),
+    let digest = canonical::trace_digest(&trace);
+    match format {
         Format::Json => {
-            let mut bytes = receipt.canonical_bytes();
+            let mut bytes = engine::replay(&trace).canonical_bytes();
             bytes.push(b'\n');
-            bytes
+            emit(&bytes, out)
         }
-        Format::Csv => export::csv_bytes(&receipt)
-            .map_err(|e| Failure::other(format!("kvroute: cannot write CSV: {e}")))?,
-    };
-    emit(&bytes, out)
+        Format::Table => {
+            // The digest comes from the streaming writer, so a large trace never holds
+            // its receipt in memory just to print a table.
+            let compiled = Compiled::new(&trace);
+            let summary = stream::write_jsonl(&compiled, &digest, &mut std::io::sink())
+                .map_err(|e| Failure::other(format!("kvroute: {e}")))?;
+            let table = export::summary_table_of(&summary.runs, &digest, &summary.receipt_digest);
+            emit(table.as_bytes(), out)
+        }
+        Format::Jsonl => emit_with(out, |w| {
+            stream::write_jsonl(&Compiled::new(&trace), &digest, w)
+                .map(|_| ())
+                .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
+        }),
+        Format::Csv => emit_with(out, |w| {
+            stream::write_csv(&Compiled::new(&trace), w)
+                .map(|_| ())
+                .map_err(|e| Failure::other(format!("kvroute: cannot write CSV: {e}")))
+        }),
+    }
+}
+
+fn simulate(
+    path: &Path,
+    workers: Option<u32>,
+    options: &SimulateOptions,
+    events_out: Option<&Path>,
+) -> Result<(), Failure> {
+    let trace = load_trace(Some(path))?;
+    let (sim_trace, dropped) = simulate::simulation_trace(&trace, workers)
+        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+    if dropped > 0 {
+        eprintln!(
+            "simulate: dropped the trace's {dropped} cache and load events; the engine model generates its own"
+        );
+    }
+    let compiled = Compiled::new(&sim_trace);
+    let keep_events = events_out.is_some();
+    let runs: Vec<simulate::SimRun> = Policy::ALL
+        .iter()
+        .map(|&policy| simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ()))
+        .collect();
+    print!(
+        "{}",
+        export::simulate_table(&runs, sim_trace.workers.len(), sim_trace.request_count())
+    );
+    if let Some(dir) = events_out {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::other(format!("{}: cannot create: {e}", dir.display())))?;
+        for run in &runs {
+            let generated = simulate::generated_trace(&sim_trace, run);
+            let mut bytes = canonical::canonical_trace_bytes(&generated);
+            bytes.push(b'\n');
+            let file = dir.join(format!("{}.trace.json", run.policy.name()));
+            emit(&bytes, Some(&file))?;
+            eprintln!(
+                "simulate: {} -> {} ({} events)",
+                run.policy.name(),
+                file.display(),
+                generated.events.len()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn validate(path: &Path) -> Result<(), Failure> {
@@ -185,6 +355,42 @@ fn validate(path: &Path) -> Result<(), Failure> {
         trace.request_count(),
         trace.limits.name(),
         canonical::trace_digest(&trace)
+    );
+    Ok(())
+}
+
+/// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
+fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result<(), Failure> {
+    let input = read_input(file, "Mooncake trace")?;
+    let trace = import::import_mooncake(input.as_slice(), options).map_err(|errors| {
+        Failure::invalid(
+            errors
+                .iter()
+                .map(|e| match e.line {
+                    0 => format!("{}: {}", file.display(), e.reason),
+                    line => format!("{}:{line}: {}", file.display(), e.reason),
+                })
+                .collect(),
+        )
+    })?;
+    let mut bytes = canonical::canonical_trace_bytes(&trace);
+    // `canonical::trace_digest(&trace)`, without serialising a large trace twice.
+    let digest = canonical::sha256_tag(&bytes);
+    bytes.push(b'\n');
+    emit(&bytes, Some(out))?;
+    let segments: usize = trace
+        .events
+        .iter()
+        .map(|event| match &event.kind {
+            EventKind::Request(request) => request.prefix.len(),
+            _ => 0,
+        })
+        .sum();
+    eprintln!(
+        "imported {} requests, {} workers, {segments} segments -> {} ({digest})",
+        trace.request_count(),
+        trace.workers.len(),
+        out.display()
     );
     Ok(())
 }
@@ -275,12 +481,24 @@ fn swarm(config: SweepConfig) -> Result<(), Failure> {
 
 /// Writes to stdout, or atomically to `out`.
 fn emit(bytes: &[u8], out: Option<&Path>) -> Result<(), Failure> {
+    emit_with(out, |w| {
+        w.write_all(bytes)
+            .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
+    })
+}
+
+/// Runs `write` against stdout, or against a temporary file beside `out` that is
+/// renamed into place only when `write` succeeds.
+fn emit_with(
+    out: Option<&Path>,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), Failure>,
+) -> Result<(), Failure> {
     let Some(out) = out else {
         let stdout = std::io::stdout();
-        let mut stdout = stdout.lock();
+        let mut stdout = std::io::BufWriter::new(stdout.lock());
+        write(&mut stdout)?;
         return stdout
-            .write_all(bytes)
-            .and_then(|()| stdout.flush())
+            .flush()
             .map_err(|e| Failure::other(format!("kvroute: cannot write to stdout: {e}")));
     };
     let fail = |e: std::io::Error| Failure::other(format!("{}: cannot write: {e}", out.display()));
@@ -289,8 +507,15 @@ fn emit(bytes: &[u8], out: Option<&Path>) -> Result<(), Failure> {
         _ => Path::new("."),
     };
     // The temporary file is deleted when dropped, so every early return cleans up.
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
-    file.write_all(bytes).map_err(fail)?;
+    let mut builder = tempfile::Builder::new();
+    // Created like any output file (0666 less the umask), not tempfile's owner-only 0600,
+    // since the file is renamed into place as the user's result.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let file = builder.tempfile_in(dir).map_err(fail)?;
+    let mut writer = std::io::BufWriter::new(file);
+    write(&mut writer)?;
+    let file = writer.into_inner().map_err(|e| fail(e.into_error()))?;
     file.as_file().sync_all().map_err(fail)?;
     file.persist(out).map_err(|e| fail(e.error))?;
     Ok(())

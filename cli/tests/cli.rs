@@ -219,3 +219,229 @@ fn swarm_runs_seeds_and_prints_a_summary() {
     let out = kvroute(&["swarm", "--seeds", "1", "--shard", "3/2"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+const MOONCAKE_THREE_LINES: &str = concat!(
+    r#"{"timestamp": 0, "input_length": 1100, "output_length": 39, "hash_ids": [0, 1, 7]}"#,
+    "\n",
+    r#"{"timestamp": 5, "input_length": 512, "output_length": 0, "hash_ids": [0]}"#,
+    "\n",
+    r#"{"timestamp": 5, "input_length": 0, "output_length": 12, "hash_ids": []}"#,
+    "\n",
+);
+
+/// The names left in `dir`, sorted.
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn import_mooncake_writes_a_trace_that_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("m.jsonl");
+    std::fs::write(&input, MOONCAKE_THREE_LINES).unwrap();
+    let trace = dir.path().join("m.json");
+    let out = kvroute(&[
+        "import",
+        "mooncake",
+        path_str(&input),
+        "--workers",
+        "12",
+        "-o",
+        path_str(&trace),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.starts_with("imported 3 requests, 12 workers, 4 segments -> "),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.ends_with("}\n") && text.matches('\n').count() == 1);
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["limits"], "scale");
+    assert_eq!(value["workers"][0]["id"], "w00");
+    assert_eq!(
+        value["events"][0]["prefix"],
+        serde_json::json!([
+            { "key": "b0", "tokens": 512 },
+            { "key": "b1", "tokens": 512 },
+            { "key": "b7", "tokens": 76 },
+        ])
+    );
+    let validated = kvroute(&["validate", path_str(&trace)]);
+    assert_eq!(validated.status.code(), Some(0));
+    let summary = String::from_utf8(validated.stdout).unwrap();
+    assert!(
+        summary.starts_with("ok: 12 workers, 3 events (3 requests), limits scale, trace sha256:"),
+        "{summary}"
+    );
+    // The digest the import printed is the one validation computes.
+    let digest = summary.trim_end().rsplit(' ').next().unwrap();
+    assert!(
+        stderr.trim_end().ends_with(&format!("({digest})")),
+        "{stderr}"
+    );
+    assert_eq!(dir_names(dir.path()), ["m.json", "m.jsonl"]);
+}
+
+#[test]
+fn import_mooncake_with_a_bad_line_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bad.jsonl");
+    let text = MOONCAKE_THREE_LINES.replacen("\"input_length\": 512", "\"input_length\": -3", 1);
+    std::fs::write(&input, text).unwrap();
+    let trace = dir.path().join("bad.json");
+    let out = kvroute(&[
+        "import",
+        "mooncake",
+        path_str(&input),
+        "-o",
+        path_str(&trace),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "{}:2: input_length: expected a non-negative integer, found -3\n",
+            input.display()
+        )
+    );
+    assert_eq!(
+        dir_names(dir.path()),
+        ["bad.jsonl"],
+        "no partial or temporary file"
+    );
+
+    let out = kvroute(&[
+        "import",
+        "mooncake",
+        path_str(&dir.path().join("missing.jsonl")),
+        "-o",
+        path_str(&trace),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read Mooncake trace"));
+    let out = kvroute(&[
+        "import",
+        "mooncake",
+        path_str(&input),
+        "--workers",
+        "0",
+        "-o",
+        path_str(&trace),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(dir_names(dir.path()), ["bad.jsonl"]);
+}
+
+#[test]
+fn import_of_the_real_mooncake_conversation_trace_validates() {
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces/mooncake-conversation.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("conversation.json");
+    let out = kvroute(&[
+        "import",
+        "mooncake",
+        path_str(&input),
+        "-o",
+        path_str(&trace),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.starts_with("imported 12031 requests, 8 workers, 288500 segments -> "),
+        "{stderr}"
+    );
+    let validated = kvroute(&["validate", path_str(&trace)]);
+    let summary = String::from_utf8_lossy(&validated.stdout);
+    assert_eq!(validated.status.code(), Some(0), "{summary}");
+    assert!(
+        summary.starts_with("ok: 8 workers, 12031 events (12031 requests), limits scale"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn jsonl_ends_with_the_same_receipt_digest_as_json() {
+    for topic in ["lab", "stale_epoch", "hot_worker_decode"] {
+        let trace = fixtures().join(topic).join("trace.json");
+        let jsonl = kvroute(&["replay", path_str(&trace), "--format", "jsonl"]);
+        assert_eq!(jsonl.status.code(), Some(0), "{topic}");
+        let text = String::from_utf8(jsonl.stdout).unwrap();
+        let last: serde_json::Value =
+            serde_json::from_str(text.lines().last().expect("a closing line")).unwrap();
+        let committed =
+            std::fs::read_to_string(fixtures().join(topic).join("receipt.sha256")).unwrap();
+        assert_eq!(last["receipt_digest"], committed.trim(), "{topic}");
+    }
+}
+
+#[test]
+fn simulate_prints_the_comparison_and_its_generated_traces_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("m.jsonl");
+    std::fs::write(&input, MOONCAKE_THREE_LINES).unwrap();
+    let trace = dir.path().join("m.json");
+    let import = kvroute(&[
+        "import",
+        "mooncake",
+        path_str(&input),
+        "-o",
+        path_str(&trace),
+    ]);
+    assert_eq!(import.status.code(), Some(0));
+    let events = dir.path().join("events");
+    let out = kvroute(&[
+        "simulate",
+        path_str(&trace),
+        "--workers",
+        "3",
+        "--cache-blocks",
+        "2",
+        "--events-out",
+        path_str(&events),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("simulate: 3 requests on 3 workers\npolicy "),
+        "{stdout}"
+    );
+    for policy in [
+        "round_robin",
+        "least_load",
+        "longest_prefix",
+        "cache_plus_load",
+    ] {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(policy))
+            .unwrap_or_else(|| panic!("no row for {policy}: {stdout}"));
+        assert_eq!(row.split_whitespace().nth(1), Some("3"), "{row}");
+        let generated = events.join(format!("{policy}.trace.json"));
+        let replayed = kvroute(&["validate", path_str(&generated)]);
+        assert_eq!(replayed.status.code(), Some(0), "{policy}");
+    }
+    // Both capacity units at once is a usage error.
+    let both = kvroute(&[
+        "simulate",
+        path_str(&trace),
+        "--cache-blocks",
+        "2",
+        "--cache-tokens",
+        "9",
+    ]);
+    assert_eq!(both.status.code(), Some(2));
+}

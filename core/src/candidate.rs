@@ -6,9 +6,10 @@
 //! the overload cap of `cache_plus_load` (applied in [`crate::policy`]) differs. This
 //! module also computes the Pareto `dominated_by` lists.
 
-use crate::state::WorkerState;
-use crate::tenant::{reuse_walk, Sharing};
-use crate::trace::{PolicyParams, Request, WorkerSpec};
+use crate::compiled::{Compiled, Req};
+use crate::state::RouterState;
+use crate::tenant::{reuse_walk, NamespaceRule, WalkScratch};
+use crate::trace::PolicyParams;
 
 /// Why a row is ineligible, lost its cache evidence, or was excluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,13 +47,6 @@ impl Reason {
         }
     }
 
-    pub fn is_boundary(self) -> bool {
-        matches!(
-            self,
-            Reason::TenantMismatch | Reason::ModelMismatch | Reason::AdapterMismatch
-        )
-    }
-
     fn bit(self) -> u8 {
         1 << (self as u8)
     }
@@ -76,11 +70,15 @@ impl Reasons {
     }
 
     pub fn boundary_count(self) -> u64 {
-        self.iter().filter(|r| r.is_boundary()).count() as u64
+        const BOUNDARY: u8 = 1 << (Reason::TenantMismatch as u8)
+            | 1 << (Reason::ModelMismatch as u8)
+            | 1 << (Reason::AdapterMismatch as u8);
+        (self.0 & BOUNDARY).count_ones() as u64
     }
 }
 
-/// One worker's figures for one request. `worker` indexes the id-sorted workers.
+/// One worker's figures for one request, as the receipt lists it. `worker` indexes the
+/// id-sorted workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CandidateRow {
     pub worker: usize,
@@ -96,35 +94,68 @@ pub struct CandidateRow {
     pub dominated_by: Vec<usize>,
 }
 
-impl CandidateRow {
-    /// Eligible and not cut by the overload cap: the rows that compete for dominance.
-    pub fn in_front_set(&self) -> bool {
-        self.eligible && !self.reasons.contains(Reason::Overloaded)
-    }
+/// Every worker's figures for the current request, one array per column, indexed by
+/// worker (id order). A run keeps one `Rows` and refills it for each request, so
+/// routing allocates nothing per decision; [`Rows::to_candidate_rows`] builds the
+/// receipt's rows only when a receipt is being written.
+#[derive(Debug, Clone)]
+pub struct Rows {
+    pub eligible: Vec<bool>,
+    pub reasons: Vec<Reasons>,
+    pub reuse: Vec<u64>,
+    pub recomputed: Vec<u64>,
+    pub queued_prefill: Vec<u64>,
+    pub active_decode: Vec<u64>,
+    pub work_milli: Vec<u64>,
+    pub after_milli: Vec<u64>,
+    pub cost_milli: Vec<u64>,
+    walk: WalkScratch,
 }
 
-/// Computes every worker's row for `request` at tick `tick`, in worker-id order.
-/// `workers` and `states` are both in id order.
-pub fn build_rows(
-    tick: u64,
-    request: &Request,
-    workers: &[&WorkerSpec],
-    states: &[WorkerState],
-    params: &PolicyParams,
-    sharing: &Sharing,
-) -> Vec<CandidateRow> {
-    let decode_weight = params.decode_weight_milli as u128;
-    let mut rows: Vec<CandidateRow> = workers
-        .iter()
-        .zip(states)
-        .enumerate()
-        .map(|(index, (spec, state))| {
+impl Rows {
+    pub fn new(worker_count: usize) -> Self {
+        Rows {
+            eligible: vec![false; worker_count],
+            reasons: vec![Reasons::default(); worker_count],
+            reuse: vec![0; worker_count],
+            recomputed: vec![0; worker_count],
+            queued_prefill: vec![0; worker_count],
+            active_decode: vec![0; worker_count],
+            work_milli: vec![0; worker_count],
+            after_milli: vec![0; worker_count],
+            cost_milli: vec![0; worker_count],
+            walk: WalkScratch::new(worker_count),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.eligible.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.eligible.is_empty()
+    }
+
+    /// Computes every worker's row for `request` at tick `tick`, draining each worker
+    /// up to `tick` first.
+    pub fn fill(
+        &mut self,
+        tick: u64,
+        request: &Req,
+        compiled: &Compiled,
+        state: &mut RouterState,
+        params: &PolicyParams,
+        rule: &mut NamespaceRule,
+    ) {
+        let base = compiled.base_adapter;
+        for (w, (spec, worker)) in compiled.workers.iter().zip(&mut state.workers).enumerate() {
+            worker.drain_to(tick);
             let mut reasons = Reasons::default();
-            let eligible = if spec.model != request.namespace.model {
+            let eligible = if spec.model != request.model {
                 reasons.insert(Reason::ModelNotServed);
                 false
-            } else if request.namespace.adapter != "base"
-                && !spec.adapters.contains(&request.namespace.adapter)
+            } else if request.adapter != base
+                && spec.adapters.binary_search(&request.adapter).is_err()
             {
                 reasons.insert(Reason::AdapterNotLoaded);
                 false
@@ -135,86 +166,127 @@ pub fn build_rows(
                 && !cfg!(feature = "mutant-freshness-ignored")
                 && params
                     .freshness_ticks
-                    .is_some_and(|window| tick.saturating_sub(state.last_heard()) > window);
-            let reuse = if !eligible {
-                0
-            } else if stale {
+                    .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
+            if stale {
                 reasons.insert(Reason::StaleView);
-                0
-            } else {
-                let walk = reuse_walk(state, request, sharing);
-                // An eligible, fresh row has no reason yet: the walk's are all it gets.
-                reasons = walk.boundary;
-                walk.reuse_tokens
-            };
-            let recomputed = request.prompt_tokens - reuse;
-            let work_milli =
-                1000 * state.queued_prefill as u128 + decode_weight * state.active_decode as u128;
-            let after_milli = work_milli
-                + 1000 * recomputed as u128
-                + decode_weight * request.decode_tokens as u128;
-            CandidateRow {
-                worker: index,
-                eligible,
-                reasons,
-                reuse,
-                recomputed,
-                queued_prefill: state.queued_prefill,
-                active_decode: state.active_decode,
-                work_milli: to_u64(work_milli),
-                after_milli: to_u64(after_milli),
-                cost_milli: 0,
-                dominated_by: Vec::new(),
             }
-        })
-        .collect();
-    let eligible_count = rows.iter().filter(|r| r.eligible).count() as u128;
-    let after_sum: u128 = rows
-        .iter()
-        .filter(|r| r.eligible)
-        .map(|r| r.after_milli as u128)
-        .sum();
-    for row in &mut rows {
-        let imbalance = if eligible_count == 0 {
-            0
-        } else {
-            let excess = (eligible_count * row.after_milli as u128).saturating_sub(after_sum);
-            params.imbalance_penalty_milli as u128 * excess / (1000 * eligible_count)
-        };
-        // The mutant prices a worker by its prefill queue alone, as if decode were free.
-        let work_in_cost = if cfg!(feature = "mutant-decode-ignored") {
-            1000 * row.queued_prefill as u128
-        } else {
-            row.work_milli as u128
-        };
-        row.cost_milli = to_u64(1000 * row.recomputed as u128 + work_in_cost + imbalance);
+            // An eligible, fresh row has no reason yet: the walk's are all it gets.
+            self.walk.set_walking(w, eligible && !stale);
+            self.eligible[w] = eligible;
+            self.reasons[w] = reasons;
+            self.reuse[w] = 0;
+            self.queued_prefill[w] = worker.queued_prefill;
+            self.active_decode[w] = worker.active_decode;
+        }
+        reuse_walk(
+            request,
+            &state.cache,
+            &compiled.tables,
+            rule,
+            &mut self.walk,
+            &mut self.reuse,
+            &mut self.reasons,
+        );
+        let decode_weight = params.decode_weight_milli as u128;
+        let decode_milli = decode_weight * request.decode_tokens as u128;
+        let mut eligible_count: u128 = 0;
+        let mut after_sum: u128 = 0;
+        // Zipped slices rather than indexes: this loop runs once per worker per request.
+        let columns = self
+            .reuse
+            .iter_mut()
+            .zip(&mut self.recomputed)
+            .zip(&mut self.work_milli)
+            .zip(&mut self.after_milli)
+            .zip(&mut self.cost_milli)
+            .zip(self.queued_prefill.iter().zip(&self.active_decode))
+            .zip(&self.eligible);
+        for ((((((reuse, recomputed), work), after), cost), (&queued, &active)), &eligible) in
+            columns
+        {
+            *reuse = (*reuse).min(request.prompt_tokens);
+            *recomputed = request.prompt_tokens - *reuse;
+            let work_milli = 1000 * queued as u128 + decode_weight * active as u128;
+            let after_milli = work_milli + 1000 * *recomputed as u128 + decode_milli;
+            *work = to_u64(work_milli);
+            *after = to_u64(after_milli);
+            // The mutant prices a worker by its prefill queue alone, as if decode were free.
+            let work_in_cost = if cfg!(feature = "mutant-decode-ignored") {
+                1000 * queued as u128
+            } else {
+                work_milli
+            };
+            // The cost without its imbalance term, which needs every row first.
+            *cost = to_u64(1000 * *recomputed as u128 + work_in_cost);
+            if eligible {
+                eligible_count += 1;
+                after_sum += after_milli;
+            }
+        }
+        let imbalance_penalty = params.imbalance_penalty_milli as u128;
+        if eligible_count == 0 || imbalance_penalty == 0 {
+            return;
+        }
+        for (cost, &after) in self.cost_milli.iter_mut().zip(&self.after_milli) {
+            let excess = (eligible_count * after as u128).saturating_sub(after_sum);
+            let imbalance = imbalance_penalty * excess / (1000 * eligible_count);
+            *cost = to_u64(*cost as u128 + imbalance);
+        }
     }
-    rows
+
+    /// Eligible and not cut by the overload cap: the rows that compete for dominance.
+    pub fn in_front_set(&self, w: usize) -> bool {
+        self.eligible[w] && !self.reasons[w].contains(Reason::Overloaded)
+    }
+
+    /// B dominates A when it reuses at least as much and leaves at most as much work
+    /// after placement, one of them strictly; both must be in the front set.
+    pub fn dominates(&self, b: usize, a: usize) -> bool {
+        let (reuse_a, after_a) = (self.reuse[a], self.after_milli[a]);
+        let (reuse_b, after_b) = (self.reuse[b], self.after_milli[b]);
+        self.in_front_set(a)
+            && self.in_front_set(b)
+            && reuse_b >= reuse_a
+            && after_b <= after_a
+            && (reuse_b > reuse_a || after_b < after_a)
+    }
+
+    /// Whether any row dominates row `a`: O(workers), for the metrics of a run that
+    /// writes no receipt.
+    pub fn is_dominated(&self, a: usize) -> bool {
+        (0..self.len()).any(|b| self.dominates(b, a))
+    }
+
+    /// The rows that dominate row `a`, in id order.
+    pub fn dominated_by(&self, a: usize) -> Vec<usize> {
+        (0..self.len()).filter(|&b| self.dominates(b, a)).collect()
+    }
+
+    /// Row `w` as the receipt lists it.
+    pub fn candidate_row(&self, w: usize) -> CandidateRow {
+        CandidateRow {
+            worker: w,
+            eligible: self.eligible[w],
+            reasons: self.reasons[w],
+            reuse: self.reuse[w],
+            recomputed: self.recomputed[w],
+            queued_prefill: self.queued_prefill[w],
+            active_decode: self.active_decode[w],
+            work_milli: self.work_milli[w],
+            after_milli: self.after_milli[w],
+            cost_milli: self.cost_milli[w],
+            dominated_by: self.dominated_by(w),
+        }
+    }
+
+    /// Every row as the receipt lists it, dominance included: O(workers²).
+    pub fn to_candidate_rows(&self) -> Vec<CandidateRow> {
+        (0..self.len()).map(|w| self.candidate_row(w)).collect()
+    }
 }
 
 /// The overflow rule (SPEC.md §1.4) bounds every row figure by 2^53 - 1, so this
 /// narrowing never saturates on a validated trace; saturating keeps it panic-free.
 fn to_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
-}
-
-/// Fills `dominated_by` for the front set: B dominates A when it reuses at least as much
-/// and leaves at most as much work after placement, one of them strictly.
-pub fn mark_dominance(rows: &mut [CandidateRow]) {
-    let front: Vec<(usize, u64, u64)> = rows
-        .iter()
-        .filter(|r| r.in_front_set())
-        .map(|r| (r.worker, r.reuse, r.after_milli))
-        .collect();
-    for row in rows.iter_mut().filter(|r| r.in_front_set()) {
-        row.dominated_by = front
-            .iter()
-            .filter(|(_, reuse, after)| {
-                *reuse >= row.reuse
-                    && *after <= row.after_milli
-                    && (*reuse > row.reuse || *after < row.after_milli)
-            })
-            .map(|(worker, _, _)| *worker)
-            .collect();
-    }
 }

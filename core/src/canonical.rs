@@ -18,7 +18,12 @@ pub fn jcs_bytes(value: &Value) -> Vec<u8> {
 
 /// `"sha256:" + lowercase hex` of `bytes`.
 pub fn sha256_tag(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
+    digest_tag(&Sha256::digest(bytes))
+}
+
+/// `"sha256:" + lowercase hex` of a finished SHA-256 digest (for digests fed
+/// incrementally, as the streaming receipt's is).
+pub fn digest_tag(digest: &[u8]) -> String {
     let mut tag = String::with_capacity(7 + 64);
     tag.push_str("sha256:");
     for byte in digest {

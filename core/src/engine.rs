@@ -1,79 +1,238 @@
 //! The replay engine: one clean run of the trace per policy (SPEC.md §3, §5).
 //!
-//! Each run starts from its own fresh copy of the initial worker states, walks the
-//! events in `(tick, seq)` order, drains every worker before each event, applies cache
-//! events and load observations through [`crate::state`], and for each request builds
-//! the candidate rows, lets the policy choose, and places the request. Nothing is
-//! shared between runs, so the runs may execute in any order or in parallel.
+//! A [`Runner`] holds one policy's run: its own fresh [`RouterState`], the round-robin
+//! cursor, the metrics so far and the scratch rows. [`Runner::step`] takes one event in
+//! `(tick, seq)` order: cache events and load observations go through
+//! [`crate::state`]; a request gets its rows, the policy's choice and its placement.
+//! What the run produces goes to a [`RunSink`] as it is produced, so the same loop
+//! collects a full receipt in memory, streams one to a file, or keeps metrics only.
+//! Nothing is shared between runs, so they may execute in any order or in parallel.
 
-use crate::candidate::{build_rows, mark_dominance};
+use crate::candidate::Rows;
 use crate::canonical::trace_digest;
-use crate::metrics::MetricsRecorder;
-use crate::policy::{choose, Policy};
+use crate::compiled::{CEvent, Compiled, Req, Step};
+use crate::metrics::{Metrics, MetricsRecorder};
+use crate::policy::{choose, Choice, Policy};
 use crate::receipt::{CacheLogEntry, Decision, ObservationLogEntry, Receipt, RouteKind, Run};
-use crate::state::WorkerState;
-use crate::tenant::Sharing;
-use crate::trace::{Event, EventKind, Trace, WorkerSpec};
-use std::collections::BTreeMap;
+use crate::state::RouterState;
+use crate::tenant::{NamespaceRule, Sharing};
+use crate::trace::Trace;
 
-/// A trace made ready to replay: workers in id order, events in `(tick, seq)` order.
-pub struct Prepared<'t> {
-    pub trace: &'t Trace,
-    pub workers: Vec<&'t WorkerSpec>,
-    pub events: Vec<&'t Event>,
-    worker_index: BTreeMap<&'t str, usize>,
+/// One decision as the engine hands it to a sink: the rows are the run's scratch rows,
+/// valid only during the call.
+pub struct DecisionRef<'a> {
+    pub seq: u64,
+    pub tick: u64,
+    pub request: &'a str,
+    pub choice: Choice,
+    pub route_kind: RouteKind,
+    pub rows: &'a Rows,
 }
 
-impl<'t> Prepared<'t> {
-    pub fn new(trace: &'t Trace) -> Self {
-        let mut workers: Vec<&WorkerSpec> = trace.workers.iter().collect();
-        workers.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut events: Vec<&Event> = trace.events.iter().collect();
-        events.sort_by_key(|e| (e.tick, e.seq));
-        let worker_index = workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (w.id.as_str(), i))
-            .collect();
-        Prepared {
-            trace,
-            workers,
-            events,
-            worker_index,
+impl DecisionRef<'_> {
+    /// The decision as the receipt lists it, with every candidate row and its
+    /// dominance: O(workers²).
+    pub fn to_decision(&self) -> Decision {
+        Decision {
+            seq: self.seq,
+            tick: self.tick,
+            request: self.request.to_owned(),
+            chosen: self.choice.chosen,
+            route_kind: self.route_kind,
+            tie_count: self.choice.tie_count,
+            margin_milli: self.choice.margin_milli,
+            candidates: self.rows.to_candidate_rows(),
+        }
+    }
+}
+
+/// Where a run's output goes. Every method defaults to ignoring its input, so a sink
+/// that keeps metrics only is `()`.
+pub trait RunSink {
+    fn cache_logged(&mut self, _entry: &CacheLogEntry) {}
+    fn observation_logged(&mut self, _entry: &ObservationLogEntry) {}
+    fn decided(&mut self, _decision: &DecisionRef) {}
+}
+
+/// The sink of a run that writes no receipt: the metrics are all it keeps.
+impl RunSink for () {}
+
+/// Collects a run's decisions and logs in memory, for the in-memory [`Receipt`].
+#[derive(Default)]
+pub struct CollectSink {
+    pub decisions: Vec<Decision>,
+    pub cache_log: Vec<CacheLogEntry>,
+    pub observation_log: Vec<ObservationLogEntry>,
+}
+
+impl RunSink for CollectSink {
+    fn cache_logged(&mut self, entry: &CacheLogEntry) {
+        self.cache_log.push(entry.clone());
+    }
+    fn observation_logged(&mut self, entry: &ObservationLogEntry) {
+        self.observation_log.push(entry.clone());
+    }
+    fn decided(&mut self, decision: &DecisionRef) {
+        self.decisions.push(decision.to_decision());
+    }
+}
+
+/// Where a routed request went, for callers that drive a run event by event (the
+/// closed-loop simulator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub worker: usize,
+    pub reuse_tokens: u64,
+    pub recomputed_tokens: u64,
+}
+
+/// One policy's run in progress.
+pub struct Runner<'c, 't> {
+    compiled: &'c Compiled<'t>,
+    policy: Policy,
+    state: RouterState,
+    rows: Rows,
+    rule: NamespaceRule<'t>,
+    cursor: usize,
+    metrics: MetricsRecorder,
+}
+
+impl<'c, 't> Runner<'c, 't> {
+    /// A run from the trace's initial state.
+    pub fn new(compiled: &'c Compiled<'t>, policy: Policy) -> Self {
+        Self::with_state(compiled, policy, RouterState::initial(compiled))
+    }
+
+    /// A run from `state` (normally [`RouterState::initial`]).
+    pub fn with_state(compiled: &'c Compiled<'t>, policy: Policy, state: RouterState) -> Self {
+        Runner {
+            compiled,
+            policy,
+            state,
+            rows: Rows::new(compiled.worker_count()),
+            rule: NamespaceRule::new(Sharing::new(compiled.sharing)),
+            cursor: 0,
+            metrics: MetricsRecorder::new(compiled.worker_count()),
         }
     }
 
-    /// The worker ids in id order (the index space of rows and logs).
-    pub fn worker_ids(&self) -> Vec<String> {
-        self.workers.iter().map(|w| w.id.clone()).collect()
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
-    /// The initial state of every worker, in id order: each run gets a fresh copy.
-    pub fn initial_states(&self) -> Vec<WorkerState> {
-        self.workers
-            .iter()
-            .map(|w| WorkerState::from_spec(w))
-            .collect()
+    pub fn state(&self) -> &RouterState {
+        &self.state
     }
 
-    fn index_of(&self, worker: &str) -> usize {
-        // Validation rejects events naming unknown workers.
-        self.worker_index[worker]
+    /// Processes one event. Events must come in `(tick, seq)` order.
+    pub fn step(&mut self, event: &CEvent, sink: &mut impl RunSink) -> Option<Placement> {
+        match &event.step {
+            Step::Cache { worker, epoch, op } => {
+                let outcome = self
+                    .state
+                    .apply_cache_event(*worker, event.tick, *epoch, op);
+                self.metrics.record_outcome(outcome);
+                sink.cache_logged(&CacheLogEntry {
+                    seq: event.seq,
+                    tick: event.tick,
+                    worker: *worker as usize,
+                    epoch: *epoch,
+                    op: op.name(),
+                    outcome,
+                });
+                None
+            }
+            Step::Load {
+                worker,
+                observed_tick,
+                queued_prefill,
+                active_decode,
+            } => {
+                let outcome = self.state.workers[*worker as usize].apply_observation(
+                    event.tick,
+                    *observed_tick,
+                    *queued_prefill,
+                    *active_decode,
+                );
+                self.metrics.record_outcome(outcome);
+                sink.observation_logged(&ObservationLogEntry {
+                    seq: event.seq,
+                    tick: event.tick,
+                    worker: *worker as usize,
+                    observed_tick: *observed_tick,
+                    outcome,
+                });
+                None
+            }
+            Step::Request(request) => self.route(event, request, sink),
+        }
+    }
+
+    fn route(
+        &mut self,
+        event: &CEvent,
+        request: &Req,
+        sink: &mut impl RunSink,
+    ) -> Option<Placement> {
+        let params = &self.compiled.trace.policy;
+        self.rows.fill(
+            event.tick,
+            request,
+            self.compiled,
+            &mut self.state,
+            params,
+            &mut self.rule,
+        );
+        let choice = choose(self.policy, &mut self.rows, params, &mut self.cursor);
+        let rows = &self.rows;
+        let route_kind = match choice.chosen {
+            None => RouteKind::Rejected,
+            Some(_) if choice.overload_escape => RouteKind::OverloadEscape,
+            Some(c) if rows.reuse[c] > 0 => RouteKind::Hit,
+            Some(_) => RouteKind::Cold,
+        };
+        let prefill_rate_chosen = choice
+            .chosen
+            .map_or(1, |c| self.state.workers[c].prefill_rate);
+        self.metrics
+            .record_decision(&choice, rows, request, prefill_rate_chosen);
+        let placement = choice.chosen.map(|c| {
+            self.state.workers[c].place(rows.recomputed[c], request.decode_tokens);
+            Placement {
+                worker: c,
+                reuse_tokens: rows.reuse[c],
+                recomputed_tokens: rows.recomputed[c],
+            }
+        });
+        sink.decided(&DecisionRef {
+            seq: event.seq,
+            tick: event.tick,
+            request: request.id,
+            choice,
+            route_kind,
+            rows,
+        });
+        placement
+    }
+
+    /// The run's metrics, and the state it ended with.
+    pub fn finish(self) -> (Metrics, RouterState) {
+        (self.metrics.finish(), self.state)
     }
 }
 
-/// Replays the trace under every policy and assembles the receipt.
+/// Replays the trace under every policy and assembles the receipt in memory.
 pub fn replay(trace: &Trace) -> Receipt {
-    let prepared = Prepared::new(trace);
+    let compiled = Compiled::new(trace);
     #[cfg(feature = "mutant-shared-state")]
     let runs = {
         // The mutant hands each policy the state the previous one left behind.
-        let mut states = prepared.initial_states();
+        let mut state = RouterState::initial(&compiled);
         Policy::ALL
             .iter()
             .map(|&policy| {
-                let (run, left) = run_policy_returning_state(&prepared, policy, states.clone());
-                states = left;
+                let (run, left) = run_policy_returning_state(&compiled, policy, state.clone());
+                state = left;
                 run
             })
             .collect()
@@ -81,112 +240,53 @@ pub fn replay(trace: &Trace) -> Receipt {
     #[cfg(not(feature = "mutant-shared-state"))]
     let runs = Policy::ALL
         .iter()
-        .map(|&policy| run_policy(&prepared, policy, prepared.initial_states()))
+        .map(|&policy| run_policy(&compiled, policy, RouterState::initial(&compiled)))
         .collect();
     Receipt {
         trace_digest: trace_digest(trace),
-        worker_ids: prepared.worker_ids(),
+        worker_ids: compiled.worker_ids.iter().map(|w| w.to_string()).collect(),
         runs,
     }
 }
 
-/// One policy's run, starting from `states` (normally [`Prepared::initial_states`]).
-pub fn run_policy(prepared: &Prepared, policy: Policy, states: Vec<WorkerState>) -> Run {
-    run_policy_returning_state(prepared, policy, states).0
+/// One policy's run with every decision and log entry kept, starting from `state`.
+pub fn run_policy(compiled: &Compiled, policy: Policy, state: RouterState) -> Run {
+    run_policy_returning_state(compiled, policy, state).0
 }
 
-/// [`run_policy`], also returning the worker states the run ended with.
 fn run_policy_returning_state(
-    prepared: &Prepared,
+    compiled: &Compiled,
     policy: Policy,
-    mut states: Vec<WorkerState>,
-) -> (Run, Vec<WorkerState>) {
-    let trace = prepared.trace;
-    let sharing = Sharing::new(&trace.sharing);
-    let mut cursor = 0usize;
-    let mut ticks_previous = 0u64;
-    let mut decisions = Vec::new();
-    let mut cache_log = Vec::new();
-    let mut observation_log = Vec::new();
-    let mut metrics = MetricsRecorder::new(prepared.workers.len());
-    for event in &prepared.events {
-        let ticks_elapsed = event.tick - ticks_previous;
-        if ticks_elapsed > 0 {
-            states.iter_mut().for_each(|s| s.drain(ticks_elapsed));
-        }
-        ticks_previous = event.tick;
-        match &event.kind {
-            EventKind::Cache { worker, epoch, op } => {
-                let w = prepared.index_of(worker);
-                let outcome = states[w].apply_cache_event(event.tick, *epoch, op);
-                cache_log.push(CacheLogEntry {
-                    seq: event.seq,
-                    tick: event.tick,
-                    worker: w,
-                    epoch: *epoch,
-                    op: op.name(),
-                    outcome,
-                });
-            }
-            EventKind::Load {
-                worker,
-                observed_tick,
-                queued_prefill,
-                active_decode,
-            } => {
-                let w = prepared.index_of(worker);
-                let outcome =
-                    states[w].apply_observation(*observed_tick, *queued_prefill, *active_decode);
-                observation_log.push(ObservationLogEntry {
-                    seq: event.seq,
-                    tick: event.tick,
-                    worker: w,
-                    observed_tick: *observed_tick,
-                    outcome,
-                });
-            }
-            EventKind::Request(request) => {
-                let mut rows = build_rows(
-                    event.tick,
-                    request,
-                    &prepared.workers,
-                    &states,
-                    &trace.policy,
-                    &sharing,
-                );
-                let choice = choose(policy, &mut rows, &trace.policy, &mut cursor);
-                mark_dominance(&mut rows);
-                let route_kind = match choice.chosen {
-                    None => RouteKind::Rejected,
-                    Some(_) if choice.overload_escape => RouteKind::OverloadEscape,
-                    Some(c) if rows[c].reuse > 0 => RouteKind::Hit,
-                    Some(_) => RouteKind::Cold,
-                };
-                if let Some(c) = choice.chosen {
-                    states[c].place(rows[c].recomputed, request.decode_tokens);
-                }
-                let decision = Decision {
-                    seq: event.seq,
-                    tick: event.tick,
-                    request: request.id.clone(),
-                    chosen: choice.chosen,
-                    route_kind,
-                    tie_count: choice.tie_count,
-                    margin_milli: choice.margin_milli,
-                    candidates: rows,
-                };
-                metrics.record_decision(&decision, request, &states);
-                decisions.push(decision);
-            }
-        }
-    }
-    let metrics = metrics.finish(&cache_log, &observation_log);
+    state: RouterState,
+) -> (Run, RouterState) {
+    let mut sink = CollectSink::default();
+    let (metrics, state) = run_with_sink(compiled, policy, state, &mut sink);
     let run = Run {
         policy,
-        decisions,
-        cache_log,
-        observation_log,
+        decisions: sink.decisions,
+        cache_log: sink.cache_log,
+        observation_log: sink.observation_log,
         metrics,
     };
-    (run, states)
+    (run, state)
+}
+
+/// One policy's run, everything it produces going to `sink`.
+pub fn run_with_sink(
+    compiled: &Compiled,
+    policy: Policy,
+    state: RouterState,
+    sink: &mut impl RunSink,
+) -> (Metrics, RouterState) {
+    let mut runner = Runner::with_state(compiled, policy, state);
+    for event in &compiled.events {
+        runner.step(event, sink);
+    }
+    runner.finish()
+}
+
+/// One policy's metrics with no receipt kept: no candidate row is ever materialised, so
+/// memory is the cache index and the workers, whatever the trace's length.
+pub fn run_metrics(compiled: &Compiled, policy: Policy) -> Metrics {
+    run_with_sink(compiled, policy, RouterState::initial(compiled), &mut ()).0
 }

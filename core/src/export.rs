@@ -1,6 +1,10 @@
 //! CSV export of candidate rows (SPEC.md §6.3) and the human-readable summary table.
 
-use crate::receipt::Receipt;
+use crate::candidate::CandidateRow;
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::receipt::{Decision, Receipt};
+use crate::simulate::SimRun;
 
 /// The CSV header, in column order.
 pub const CSV_COLUMNS: [&str; 17] = [
@@ -31,33 +35,8 @@ pub fn csv_bytes(receipt: &Receipt) -> Result<Vec<u8>, csv::Error> {
     writer.write_record(CSV_COLUMNS)?;
     for run in &receipt.runs {
         for d in &run.decisions {
-            let chosen = d.chosen.map(|c| receipt.worker_id(c)).unwrap_or("");
             for r in &d.candidates {
-                let reasons: Vec<&str> = r.reasons.iter().map(|x| x.name()).collect();
-                let dominated_by: Vec<&str> = r
-                    .dominated_by
-                    .iter()
-                    .map(|&w| receipt.worker_id(w))
-                    .collect();
-                writer.write_record([
-                    run.policy.name(),
-                    &d.seq.to_string(),
-                    &d.tick.to_string(),
-                    &d.request,
-                    chosen,
-                    d.route_kind.name(),
-                    receipt.worker_id(r.worker),
-                    if r.eligible { "true" } else { "false" },
-                    &reasons.join(";"),
-                    &r.reuse.to_string(),
-                    &r.recomputed.to_string(),
-                    &r.queued_prefill.to_string(),
-                    &r.active_decode.to_string(),
-                    &r.work_milli.to_string(),
-                    &r.after_milli.to_string(),
-                    &r.cost_milli.to_string(),
-                    &dominated_by.join(";"),
-                ])?;
+                writer.write_record(csv_record(run.policy, &receipt.worker_ids, d, r))?;
             }
         }
     }
@@ -66,8 +45,54 @@ pub fn csv_bytes(receipt: &Receipt) -> Result<Vec<u8>, csv::Error> {
         .map_err(|e| csv::Error::from(e.into_error()))
 }
 
+/// One candidate row's CSV fields, in [`CSV_COLUMNS`] order. `ids` maps worker indexes
+/// to ids.
+pub fn csv_record<S: AsRef<str>>(
+    policy: Policy,
+    ids: &[S],
+    d: &Decision,
+    r: &CandidateRow,
+) -> [String; 17] {
+    let id = |w: usize| ids[w].as_ref().to_owned();
+    let reasons: Vec<&str> = r.reasons.iter().map(|x| x.name()).collect();
+    let dominated_by: Vec<&str> = r.dominated_by.iter().map(|&w| ids[w].as_ref()).collect();
+    [
+        policy.name().to_owned(),
+        d.seq.to_string(),
+        d.tick.to_string(),
+        d.request.clone(),
+        d.chosen.map(id).unwrap_or_default(),
+        d.route_kind.name().to_owned(),
+        id(r.worker),
+        r.eligible.to_string(),
+        reasons.join(";"),
+        r.reuse.to_string(),
+        r.recomputed.to_string(),
+        r.queued_prefill.to_string(),
+        r.active_decode.to_string(),
+        r.work_milli.to_string(),
+        r.after_milli.to_string(),
+        r.cost_milli.to_string(),
+        dominated_by.join(";"),
+    ]
+}
+
 /// A fixed-width summary: one row per policy with the headline metrics, then digests.
 pub fn summary_table(receipt: &Receipt) -> String {
+    let runs: Vec<(Policy, Metrics)> = receipt
+        .runs
+        .iter()
+        .map(|r| (r.policy, r.metrics.clone()))
+        .collect();
+    summary_table_of(&runs, &receipt.trace_digest, &receipt.digest())
+}
+
+/// The summary table from each run's metrics and the two digests.
+pub fn summary_table_of(
+    runs: &[(Policy, Metrics)],
+    trace_digest: &str,
+    receipt_digest: &str,
+) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{:<16} {:>6} {:>5} {:>5} {:>9} {:>11} {:>6} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8}\n",
@@ -86,11 +111,10 @@ pub fn summary_table(receipt: &Receipt) -> String {
         "escapes",
         "dominated"
     ));
-    for run in &receipt.runs {
-        let m = &run.metrics;
+    for (policy, m) in runs {
         out.push_str(&format!(
             "{:<16} {:>6} {:>5} {:>5} {:>9} {:>11} {:>6} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8}\n",
-            run.policy.name(),
+            policy.name(),
             m.routed,
             m.rejected,
             m.cache_hits,
@@ -106,7 +130,49 @@ pub fn summary_table(receipt: &Receipt) -> String {
             m.dominated_choices,
         ));
     }
-    out.push_str(&format!("trace   {}\n", receipt.trace_digest));
-    out.push_str(&format!("receipt {}\n", receipt.digest()));
+    out.push_str(&format!("trace   {trace_digest}\n"));
+    out.push_str(&format!("receipt {receipt_digest}\n"));
+    out
+}
+
+/// The closed-loop comparison `kvroute simulate` prints: one row per policy.
+/// `hit_pm` is routed requests with reuse, per mille; `phantom` counts tokens the router
+/// believed reusable that the chosen engine had already evicted.
+pub fn simulate_table(runs: &[SimRun], workers: usize, requests: usize) -> String {
+    let mut out = format!("simulate: {requests} requests on {workers} workers\n");
+    out.push_str(&format!(
+        "{:<16} {:>8} {:>6} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6} {:>7} {:>7} {:>10}\n",
+        "policy",
+        "routed",
+        "hit_pm",
+        "reused",
+        "recomputed",
+        "skew_m",
+        "lat_mean_m",
+        "lat_p95_m",
+        "stale",
+        "stores",
+        "evicts",
+        "phantom"
+    ));
+    for run in runs {
+        let m = &run.metrics;
+        let hit_pm = (1000 * m.cache_hits).checked_div(m.routed).unwrap_or(0);
+        out.push_str(&format!(
+            "{:<16} {:>8} {:>6} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6} {:>7} {:>7} {:>10}\n",
+            run.policy.name(),
+            m.routed,
+            hit_pm,
+            m.reused_tokens,
+            m.recomputed_tokens,
+            m.load_skew_milli,
+            m.latency_proxy_mean_milli,
+            m.latency_proxy_p95_milli,
+            m.stale_event_rejections,
+            run.stats.store_events,
+            run.stats.evict_events,
+            run.stats.phantom_reuse_tokens,
+        ));
+    }
     out
 }

@@ -8,9 +8,14 @@
 //! Where to find each rule:
 //! - the **policy rule** (what each policy prefers, ties, margins, the overload cap):
 //!   [`policy`];
-//! - the **epoch rule** (stale cache events are dropped): [`state::WorkerState::apply_cache_event`];
+//! - the **epoch rule** (stale cache events are dropped): [`state::RouterState::apply_cache_event`];
 //! - the **tenant rule** (whose prefix may be reused, boundary reasons): [`tenant`];
 //! - candidate figures and dominance: [`candidate`]; the run loop: [`engine`].
+//!
+//! At scale: [`compiled`] interns the trace's strings, [`state::CacheIndex`] indexes
+//! residency by key so a decision costs O(prefix segments + workers), [`stream`] writes
+//! JSON Lines and CSV receipts while the runs replay, [`import`] reads Mooncake traces,
+//! and [`simulate`] is the closed-loop engine model that generates cache events.
 
 /// How many planted-bug features are enabled. The mutant check enables one at a time;
 /// two at once would make a kill unattributable, so the build refuses.
@@ -33,13 +38,17 @@ const _: () = assert!(
 
 pub mod candidate;
 pub mod canonical;
+pub mod compiled;
 pub mod engine;
 pub mod export;
+pub mod import;
 pub mod json;
 pub mod metrics;
 pub mod policy;
 pub mod receipt;
+pub mod simulate;
 pub mod state;
+pub mod stream;
 pub mod tenant;
 pub mod trace;
 pub mod validate;

@@ -1,10 +1,10 @@
 //! Per-run metrics (SPEC.md §6.2), accumulated decision by decision.
 
-use crate::candidate::CandidateRow;
-use crate::receipt::{CacheLogEntry, Decision, ObservationLogEntry, RouteKind};
-use crate::state::{Outcome, WorkerState};
-use crate::trace::Request;
-use std::collections::BTreeMap;
+use crate::candidate::Rows;
+use crate::compiled::{KeyId, NsId, Req};
+use crate::policy::Choice;
+use crate::state::Outcome;
+use std::collections::HashMap;
 
 /// The metrics of one run, as exported.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct MetricsRecorder {
     /// Work assigned to each worker (milli), by worker index.
     assigned_milli: Vec<u128>,
     latency_proxies_milli: Vec<u64>,
-    /// Where each first-segment namespace-key was last routed.
-    last_route: BTreeMap<(String, String, String, String), usize>,
+    /// Where each first segment (namespace and key) was last routed. Lookups only.
+    last_route: HashMap<(NsId, KeyId), usize>,
 }
 
 impl MetricsRecorder {
@@ -42,53 +42,43 @@ impl MetricsRecorder {
             metrics: Metrics::default(),
             assigned_milli: vec![0; worker_count],
             latency_proxies_milli: Vec::new(),
-            last_route: BTreeMap::new(),
+            last_route: HashMap::new(),
         }
     }
 
-    /// Records one decision; `states` supplies the chosen worker's prefill rate.
+    /// Records one decision; `prefill_rate_chosen` is the chosen worker's prefill rate.
     pub fn record_decision(
         &mut self,
-        decision: &Decision,
-        request: &Request,
-        states: &[WorkerState],
+        choice: &Choice,
+        rows: &Rows,
+        request: &Req,
+        prefill_rate_chosen: u64,
     ) {
         let m = &mut self.metrics;
-        m.boundary_rejections += decision
-            .candidates
-            .iter()
-            .map(|r| r.reasons.boundary_count())
-            .sum::<u64>();
-        let Some(chosen) = decision.chosen else {
+        m.boundary_rejections += rows.reasons.iter().map(|r| r.boundary_count()).sum::<u64>();
+        let Some(chosen) = choice.chosen else {
             m.rejected += 1;
             return;
         };
-        let row: &CandidateRow = &decision.candidates[chosen];
         m.routed += 1;
-        if row.reuse > 0 {
+        if rows.reuse[chosen] > 0 {
             m.cache_hits += 1;
         }
-        if decision.route_kind == RouteKind::OverloadEscape {
+        if choice.overload_escape {
             m.overload_escapes += 1;
         }
-        if !row.dominated_by.is_empty() {
+        if rows.is_dominated(chosen) {
             m.dominated_choices += 1;
         }
-        m.reused_tokens += row.reuse;
-        m.recomputed_tokens += row.recomputed;
-        self.assigned_milli[chosen] += (row.after_milli - row.work_milli) as u128;
-        let latency = 1000 * (row.queued_prefill as u128 + row.recomputed as u128)
-            / states[chosen].prefill_rate as u128;
+        m.reused_tokens += rows.reuse[chosen];
+        m.recomputed_tokens += rows.recomputed[chosen];
+        self.assigned_milli[chosen] += (rows.after_milli[chosen] - rows.work_milli[chosen]) as u128;
+        let latency = 1000
+            * (rows.queued_prefill[chosen] as u128 + rows.recomputed[chosen] as u128)
+            / prefill_rate_chosen as u128;
         self.latency_proxies_milli.push(latency as u64);
         if let Some(first) = request.prefix.first() {
-            let ns = &request.namespace;
-            let key = (
-                ns.tenant.clone(),
-                ns.model.clone(),
-                ns.adapter.clone(),
-                first.key.clone(),
-            );
-            if let Some(previous) = self.last_route.insert(key, chosen) {
+            if let Some(previous) = self.last_route.insert((request.ns, first.key), chosen) {
                 if previous != chosen {
                     m.route_churn += 1;
                 }
@@ -96,20 +86,17 @@ impl MetricsRecorder {
         }
     }
 
-    pub fn finish(
-        mut self,
-        cache_log: &[CacheLogEntry],
-        observation_log: &[ObservationLogEntry],
-    ) -> Metrics {
+    /// Records a cache event's or observation's outcome.
+    pub fn record_outcome(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Applied => {}
+            Outcome::StaleEpoch => self.metrics.stale_event_rejections += 1,
+            Outcome::StaleObservation => self.metrics.stale_observation_rejections += 1,
+        }
+    }
+
+    pub fn finish(mut self) -> Metrics {
         let m = &mut self.metrics;
-        m.stale_event_rejections = cache_log
-            .iter()
-            .filter(|e| e.outcome == Outcome::StaleEpoch)
-            .count() as u64;
-        m.stale_observation_rejections = observation_log
-            .iter()
-            .filter(|e| e.outcome == Outcome::StaleObservation)
-            .count() as u64;
         let assigned_sum: u128 = self.assigned_milli.iter().sum();
         let assigned_max = self.assigned_milli.iter().copied().max().unwrap_or(0);
         let worker_count = self.assigned_milli.len() as u128;

@@ -5,7 +5,7 @@
 //! the one place that says what each policy prefers, what the overload cap excludes,
 //! and how `tie_count` and `margin_milli` are measured.
 
-use crate::candidate::{CandidateRow, Reason};
+use crate::candidate::{Reason, Rows};
 use crate::trace::PolicyParams;
 
 /// A routing policy.
@@ -57,25 +57,30 @@ const REJECTED: Choice = Choice {
 /// `overloaded`. `cursor` is the round-robin position, untouched by other policies.
 pub fn choose(
     policy: Policy,
-    rows: &mut [CandidateRow],
+    rows: &mut Rows,
     params: &PolicyParams,
     cursor: &mut usize,
 ) -> Choice {
     match policy {
         Policy::RoundRobin => round_robin(rows, cursor),
         // Smaller work first.
-        Policy::LeastLoad => best_by(rows, |r| r.eligible, |r| r.work_milli, 1),
+        Policy::LeastLoad => best_by(rows, |w| rows.eligible[w], |w| rows.work_milli[w], 1),
         // Larger reuse first: order by the reuse a row lacks against the largest possible.
-        Policy::LongestPrefix => best_by(rows, |r| r.eligible, |r| u64::MAX - r.reuse, 1000),
+        Policy::LongestPrefix => best_by(
+            rows,
+            |w| rows.eligible[w],
+            |w| u64::MAX - rows.reuse[w],
+            1000,
+        ),
         Policy::CachePlusLoad => cache_plus_load(rows, params),
     }
 }
 
-fn round_robin(rows: &[CandidateRow], cursor: &mut usize) -> Choice {
+fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
     let n = rows.len();
     for step in 0..n {
         let i = (*cursor + step) % n;
-        if rows[i].eligible {
+        if rows.eligible[i] {
             // The cursor is only ever read modulo n, so "past the last" wraps there.
             *cursor = i + 1;
             return Choice {
@@ -89,7 +94,7 @@ fn round_robin(rows: &[CandidateRow], cursor: &mut usize) -> Choice {
     REJECTED
 }
 
-fn cache_plus_load(rows: &mut [CandidateRow], params: &PolicyParams) -> Choice {
+fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
     let cap = if cfg!(feature = "mutant-overload-cap-ignored") {
         None
     } else {
@@ -97,20 +102,21 @@ fn cache_plus_load(rows: &mut [CandidateRow], params: &PolicyParams) -> Choice {
     };
     if let Some(cap) = cap {
         let cap_milli = 1000 * cap as u128;
-        for row in rows.iter_mut().filter(|r| r.eligible) {
-            if row.after_milli as u128 > cap_milli {
-                row.reasons.insert(Reason::Overloaded);
+        for w in 0..rows.len() {
+            if rows.eligible[w] && rows.after_milli[w] as u128 > cap_milli {
+                rows.reasons[w].insert(Reason::Overloaded);
             }
         }
     }
-    let choice = best_by(rows, CandidateRow::in_front_set, |r| r.cost_milli, 1);
-    if choice.chosen.is_some() || !rows.iter().any(|r| r.eligible) {
+    let rows = &*rows;
+    let choice = best_by(rows, |w| rows.in_front_set(w), |w| rows.cost_milli[w], 1);
+    if choice.chosen.is_some() || !rows.eligible.contains(&true) {
         return choice;
     }
     // Every eligible row is over the cap: escape to the one that ends up least loaded.
     Choice {
         overload_escape: true,
-        ..best_by(rows, |r| r.eligible, |r| r.after_milli, 1)
+        ..best_by(rows, |w| rows.eligible[w], |w| rows.after_milli[w], 1)
     }
 }
 
@@ -118,16 +124,16 @@ fn cache_plus_load(rows: &mut [CandidateRow], params: &PolicyParams) -> Choice {
 /// the runner-up's score minus the winner's, times `margin_scale` (1000 turns a token
 /// count into milli-units).
 fn best_by(
-    rows: &[CandidateRow],
-    choosable: impl Fn(&CandidateRow) -> bool,
-    score: impl Fn(&CandidateRow) -> u64,
+    rows: &Rows,
+    choosable: impl Fn(usize) -> bool,
+    score: impl Fn(usize) -> u64,
     margin_scale: u64,
 ) -> Choice {
     let mut best: Option<(u64, usize)> = None;
     let mut runner_up: Option<u64> = None;
     let mut tie_count = 0;
-    for (i, row) in rows.iter().enumerate().filter(|(_, r)| choosable(r)) {
-        let s = score(row);
+    for i in (0..rows.len()).filter(|&w| choosable(w)) {
+        let s = score(i);
         match best {
             None => {
                 best = Some((s, i));
@@ -161,31 +167,23 @@ fn best_by(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::candidate::Reasons;
 
-    fn row(worker: usize, eligible: bool, reuse: u64, work: u64, cost: u64) -> CandidateRow {
-        CandidateRow {
-            worker,
-            eligible,
-            reasons: Reasons::default(),
-            reuse,
-            recomputed: 0,
-            queued_prefill: 0,
-            active_decode: 0,
-            work_milli: work,
-            after_milli: work + 10,
-            cost_milli: cost,
-            dominated_by: vec![],
+    /// Rows from `(eligible, reuse, work, cost)` per worker; after is work + 10.
+    fn rows(spec: &[(bool, u64, u64, u64)]) -> Rows {
+        let mut rows = Rows::new(spec.len());
+        for (w, &(eligible, reuse, work, cost)) in spec.iter().enumerate() {
+            rows.eligible[w] = eligible;
+            rows.reuse[w] = reuse;
+            rows.work_milli[w] = work;
+            rows.after_milli[w] = work + 10;
+            rows.cost_milli[w] = cost;
         }
+        rows
     }
 
     #[test]
     fn ties_go_to_the_smallest_id_and_are_counted() {
-        let mut rows = vec![
-            row(0, true, 5, 7, 3),
-            row(1, true, 5, 7, 3),
-            row(2, true, 1, 9, 4),
-        ];
+        let mut rows = rows(&[(true, 5, 7, 3), (true, 5, 7, 3), (true, 1, 9, 4)]);
         let mut cursor = 0;
         let params = PolicyParams::default();
         let c = choose(Policy::LeastLoad, &mut rows, &params, &mut cursor);
@@ -198,11 +196,7 @@ mod tests {
 
     #[test]
     fn margins_are_in_each_policys_own_units() {
-        let mut rows = vec![
-            row(0, true, 1, 9, 40),
-            row(1, true, 4, 7, 30),
-            row(2, false, 9, 0, 0),
-        ];
+        let mut rows = rows(&[(true, 1, 9, 40), (true, 4, 7, 30), (false, 9, 0, 0)]);
         let params = PolicyParams::default();
         let mut cursor = 0;
         let c = choose(Policy::LeastLoad, &mut rows, &params, &mut cursor);
@@ -215,25 +209,21 @@ mod tests {
 
     #[test]
     fn round_robin_skips_ineligible_wraps_and_holds_on_reject() {
-        let mut rows = vec![
-            row(0, true, 0, 0, 0),
-            row(1, false, 0, 0, 0),
-            row(2, true, 0, 0, 0),
-        ];
+        let mut rows = rows(&[(true, 0, 0, 0), (false, 0, 0, 0), (true, 0, 0, 0)]);
         let params = PolicyParams::default();
         let mut cursor = 1;
         let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);
         assert_eq!((c.chosen, cursor % 3), (Some(2), 0));
         let c = choose(Policy::RoundRobin, &mut rows, &params, &mut cursor);
         assert_eq!((c.chosen, cursor), (Some(0), 1));
-        let mut none = vec![row(0, false, 0, 0, 0), row(1, false, 0, 0, 0)];
+        let mut none = super::tests::rows(&[(false, 0, 0, 0), (false, 0, 0, 0)]);
         let c = choose(Policy::RoundRobin, &mut none, &params, &mut cursor);
         assert_eq!((c.chosen, c.tie_count, cursor), (None, 0, 1));
     }
 
     #[test]
     fn cap_excludes_and_escapes_to_least_after() {
-        let mut rows = vec![row(0, true, 0, 991, 1), row(1, true, 0, 996, 0)];
+        let mut rows = rows(&[(true, 0, 991, 1), (true, 0, 996, 0)]);
         let params = PolicyParams {
             max_queued_work: Some(1),
             ..PolicyParams::default()
@@ -242,6 +232,6 @@ mod tests {
         let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut cursor);
         assert!(c.overload_escape);
         assert_eq!((c.chosen, c.margin_milli), (Some(0), 5));
-        assert!(rows.iter().all(|r| r.reasons.contains(Reason::Overloaded)));
+        assert!(rows.reasons.iter().all(|r| r.contains(Reason::Overloaded)));
     }
 }

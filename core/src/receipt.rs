@@ -86,9 +86,9 @@ impl Receipt {
     /// The receipt as JSON without its `receipt_digest` member.
     pub fn body_value(&self) -> Value {
         json!({
-            "format": "kvroute-receipt/1",
+            "format": RECEIPT_FORMAT,
             "trace_digest": self.trace_digest,
-            "runs": self.runs.iter().map(|r| self.run_value(r)).collect::<Vec<_>>(),
+            "runs": self.runs.iter().map(|r| run_value(&self.worker_ids, r)).collect::<Vec<_>>(),
         })
     }
 
@@ -116,58 +116,74 @@ impl Receipt {
     pub fn worker_id(&self, index: usize) -> &str {
         &self.worker_ids[index]
     }
+}
 
-    fn run_value(&self, run: &Run) -> Value {
-        let m = &run.metrics;
-        json!({
-            "policy": run.policy.name(),
-            "decisions": run.decisions.iter().map(|d| self.decision_value(d)).collect::<Vec<_>>(),
-            "cache_log": run.cache_log.iter().map(|e| json!({
-                "seq": e.seq, "tick": e.tick, "worker": self.worker_id(e.worker),
-                "epoch": e.epoch, "op": e.op, "outcome": e.outcome.name(),
-            })).collect::<Vec<_>>(),
-            "observation_log": run.observation_log.iter().map(|e| json!({
-                "seq": e.seq, "tick": e.tick, "worker": self.worker_id(e.worker),
-                "observed_tick": e.observed_tick, "outcome": e.outcome.name(),
-            })).collect::<Vec<_>>(),
-            "metrics": {
-                "routed": m.routed, "rejected": m.rejected, "cache_hits": m.cache_hits,
-                "reused_tokens": m.reused_tokens, "recomputed_tokens": m.recomputed_tokens,
-                "route_churn": m.route_churn, "load_skew_milli": m.load_skew_milli,
-                "latency_proxy_mean_milli": m.latency_proxy_mean_milli,
-                "latency_proxy_p95_milli": m.latency_proxy_p95_milli,
-                "latency_proxy_max_milli": m.latency_proxy_max_milli,
-                "stale_event_rejections": m.stale_event_rejections,
-                "stale_observation_rejections": m.stale_observation_rejections,
-                "boundary_rejections": m.boundary_rejections,
-                "overload_escapes": m.overload_escapes,
-                "dominated_choices": m.dominated_choices,
-            },
-        })
-    }
+/// The `format` member of every receipt.
+pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
 
-    fn decision_value(&self, d: &Decision) -> Value {
-        json!({
-            "seq": d.seq, "tick": d.tick, "request": d.request,
-            "chosen": d.chosen.map(|c| self.worker_id(c)),
-            "route_kind": d.route_kind.name(),
-            "tie_count": d.tie_count, "margin_milli": d.margin_milli,
-            "candidates": d.candidates.iter()
-                // The mutant exports only the chosen worker's row.
-                .filter(|r| !cfg!(feature = "mutant-chosen-only-receipt") || Some(r.worker) == d.chosen)
-                .map(|r| self.row_value(r)).collect::<Vec<_>>(),
-        })
-    }
+/// One run as JSON. `ids` maps worker indexes to ids.
+pub fn run_value<S: AsRef<str>>(ids: &[S], run: &Run) -> Value {
+    json!({
+        "policy": run.policy.name(),
+        "decisions": run.decisions.iter().map(|d| decision_value(ids, d)).collect::<Vec<_>>(),
+        "cache_log": run.cache_log.iter().map(|e| cache_entry_value(ids, e)).collect::<Vec<_>>(),
+        "observation_log": run.observation_log.iter()
+            .map(|e| observation_entry_value(ids, e)).collect::<Vec<_>>(),
+        "metrics": metrics_value(&run.metrics),
+    })
+}
 
-    fn row_value(&self, r: &CandidateRow) -> Value {
-        json!({
-            "worker": self.worker_id(r.worker),
-            "eligible": r.eligible,
-            "reasons": r.reasons.iter().map(|x| x.name()).collect::<Vec<_>>(),
-            "reuse": r.reuse, "recomputed": r.recomputed,
-            "queued_prefill": r.queued_prefill, "active_decode": r.active_decode,
-            "work_milli": r.work_milli, "after_milli": r.after_milli, "cost_milli": r.cost_milli,
-            "dominated_by": r.dominated_by.iter().map(|&w| self.worker_id(w)).collect::<Vec<_>>(),
-        })
-    }
+pub fn cache_entry_value<S: AsRef<str>>(ids: &[S], e: &CacheLogEntry) -> Value {
+    json!({
+        "seq": e.seq, "tick": e.tick, "worker": ids[e.worker].as_ref(),
+        "epoch": e.epoch, "op": e.op, "outcome": e.outcome.name(),
+    })
+}
+
+pub fn observation_entry_value<S: AsRef<str>>(ids: &[S], e: &ObservationLogEntry) -> Value {
+    json!({
+        "seq": e.seq, "tick": e.tick, "worker": ids[e.worker].as_ref(),
+        "observed_tick": e.observed_tick, "outcome": e.outcome.name(),
+    })
+}
+
+pub fn metrics_value(m: &Metrics) -> Value {
+    json!({
+        "routed": m.routed, "rejected": m.rejected, "cache_hits": m.cache_hits,
+        "reused_tokens": m.reused_tokens, "recomputed_tokens": m.recomputed_tokens,
+        "route_churn": m.route_churn, "load_skew_milli": m.load_skew_milli,
+        "latency_proxy_mean_milli": m.latency_proxy_mean_milli,
+        "latency_proxy_p95_milli": m.latency_proxy_p95_milli,
+        "latency_proxy_max_milli": m.latency_proxy_max_milli,
+        "stale_event_rejections": m.stale_event_rejections,
+        "stale_observation_rejections": m.stale_observation_rejections,
+        "boundary_rejections": m.boundary_rejections,
+        "overload_escapes": m.overload_escapes,
+        "dominated_choices": m.dominated_choices,
+    })
+}
+
+pub fn decision_value<S: AsRef<str>>(ids: &[S], d: &Decision) -> Value {
+    json!({
+        "seq": d.seq, "tick": d.tick, "request": d.request,
+        "chosen": d.chosen.map(|c| ids[c].as_ref()),
+        "route_kind": d.route_kind.name(),
+        "tie_count": d.tie_count, "margin_milli": d.margin_milli,
+        "candidates": d.candidates.iter()
+            // The mutant exports only the chosen worker's row.
+            .filter(|r| !cfg!(feature = "mutant-chosen-only-receipt") || Some(r.worker) == d.chosen)
+            .map(|r| row_value(ids, r)).collect::<Vec<_>>(),
+    })
+}
+
+fn row_value<S: AsRef<str>>(ids: &[S], r: &CandidateRow) -> Value {
+    json!({
+        "worker": ids[r.worker].as_ref(),
+        "eligible": r.eligible,
+        "reasons": r.reasons.iter().map(|x| x.name()).collect::<Vec<_>>(),
+        "reuse": r.reuse, "recomputed": r.recomputed,
+        "queued_prefill": r.queued_prefill, "active_decode": r.active_decode,
+        "work_milli": r.work_milli, "after_milli": r.after_milli, "cost_milli": r.cost_milli,
+        "dominated_by": r.dominated_by.iter().map(|&w| ids[w].as_ref()).collect::<Vec<_>>(),
+    })
 }

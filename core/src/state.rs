@@ -1,12 +1,16 @@
 //! The router's view of each worker, and the rules that change it (SPEC.md §3).
 //!
 //! This is where time passes ([`WorkerState::drain`]), where the **epoch rule** lives
-//! ([`WorkerState::apply_cache_event`]: a cache event is applied only when its epoch is
+//! ([`RouterState::apply_cache_event`]: a cache event is applied only when its epoch is
 //! strictly greater than the worker's last one), where load observations are accepted
 //! or dropped, and where a placement adds load. Nothing else mutates a worker.
+//!
+//! Residency is kept in one [`CacheIndex`] for all workers, keyed by prefix key, so a
+//! request's walk visits only the workers that hold each of its segments instead of
+//! every entry of every cache.
 
-use crate::trace::{CacheOp, Namespace, WorkerSpec};
-use std::collections::BTreeMap;
+use crate::compiled::{Compiled, KeyId, NsId, Op};
+use smallvec::SmallVec;
 
 /// What happened to a cache event or a load observation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,14 +30,7 @@ impl Outcome {
     }
 }
 
-/// One resident entry under a key: its namespace and resident tokens (always > 0).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resident {
-    pub namespace: Namespace,
-    pub tokens: u64,
-}
-
-/// The router-side view of one worker.
+/// The router-side view of one worker's load and freshness.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerState {
     pub prefill_rate: u64,
@@ -44,29 +41,14 @@ pub struct WorkerState {
     pub observed_tick: u64,
     /// Tick of the last applied cache event; `None` until one is applied.
     pub last_cache_tick: Option<u64>,
-    /// Cache entries grouped by key, so a lookup visits only the namespaces that hold
-    /// that key. An entry with 0 tokens is never stored: it means "not resident".
-    pub cache: BTreeMap<String, Vec<Resident>>,
+    /// The tick the load figures have been drained to. Draining is lazy: a worker is
+    /// brought up to date only when it is read or overwritten, which gives the same
+    /// figures as draining every worker before every event (draining `a` then `b` ticks
+    /// equals draining `a + b`, both saturating at zero) at O(1) per cache event.
+    pub drained_to_tick: u64,
 }
 
 impl WorkerState {
-    pub fn from_spec(spec: &WorkerSpec) -> Self {
-        let mut state = WorkerState {
-            prefill_rate: spec.prefill_rate,
-            decode_rate: spec.decode_rate,
-            queued_prefill: spec.queued_prefill,
-            active_decode: spec.active_decode,
-            last_epoch: spec.epoch,
-            observed_tick: spec.observed_tick,
-            last_cache_tick: None,
-            cache: BTreeMap::new(),
-        };
-        for entry in &spec.cache {
-            state.set_resident(&entry.namespace, &entry.key, entry.tokens);
-        }
-        state
-    }
-
     /// The larger of the last observation and the last applied cache event.
     pub fn last_heard(&self) -> u64 {
         self.observed_tick.max(self.last_cache_tick.unwrap_or(0))
@@ -80,39 +62,19 @@ impl WorkerState {
         self.active_decode -= self.active_decode.min(decode_done);
     }
 
-    /// The epoch rule: epochs are per worker and strictly increase. A cache event whose
-    /// epoch is not above the last applied one is stale and changes nothing at all (not
-    /// even `last_heard`), because applying an older eviction or store would resurrect
-    /// or destroy residency the worker has since changed.
-    pub fn apply_cache_event(&mut self, tick: u64, epoch: u64, op: &CacheOp) -> Outcome {
-        if epoch <= self.last_epoch && !cfg!(feature = "mutant-stale-epochs-accepted") {
-            return Outcome::StaleEpoch;
+    /// Drains up to `tick` (events arrive in tick order, so `tick` never goes back).
+    pub fn drain_to(&mut self, tick: u64) {
+        if tick > self.drained_to_tick {
+            self.drain(tick - self.drained_to_tick);
+            self.drained_to_tick = tick;
         }
-        self.last_epoch = epoch;
-        self.last_cache_tick = Some(tick);
-        match op {
-            CacheOp::Store {
-                namespace,
-                segments,
-            } => {
-                for segment in segments {
-                    self.set_resident(namespace, &segment.key, segment.tokens);
-                }
-            }
-            CacheOp::Evict { namespace, keys } => {
-                for key in keys {
-                    self.set_resident(namespace, key, 0);
-                }
-            }
-            CacheOp::Clear => self.cache.clear(),
-        }
-        Outcome::Applied
     }
 
     /// A load observation replaces the load figures unless it is older than the one the
     /// router already has.
     pub fn apply_observation(
         &mut self,
+        tick: u64,
         observed_tick: u64,
         queued_prefill: u64,
         active_decode: u64,
@@ -120,6 +82,7 @@ impl WorkerState {
         if observed_tick < self.observed_tick {
             return Outcome::StaleObservation;
         }
+        self.drained_to_tick = self.drained_to_tick.max(tick);
         self.observed_tick = observed_tick;
         self.queued_prefill = queued_prefill;
         self.active_decode = active_decode;
@@ -131,141 +94,275 @@ impl WorkerState {
         self.queued_prefill += recomputed_tokens;
         self.active_decode += decode_tokens;
     }
+}
 
-    /// The entries resident under `key`, in any namespace.
-    pub fn residents(&self, key: &str) -> &[Resident] {
-        self.cache.get(key).map(Vec::as_slice).unwrap_or(&[])
+/// One resident entry: which worker holds the key, under which namespace, how many
+/// tokens (always more than 0: an entry with 0 tokens means "not resident").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub worker: u32,
+    pub ns: NsId,
+    pub tokens: u64,
+    /// Where this entry sits in its worker's entry list (for O(1) removal).
+    slot: u32,
+}
+
+/// Every worker's resident entries, indexed by key. Memory is one slot per key the
+/// trace names plus one [`Holder`] and one per-worker record per live entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheIndex {
+    /// Key → its holders, sorted by `(worker, ns)` so updates find an entry by binary
+    /// search and the layout never depends on the order events arrived in. Most blocks
+    /// live on one or two workers, so two holders are stored inline: a heap allocation
+    /// per cached block was a third of replay time.
+    by_key: Vec<SmallVec<[Holder; 2]>>,
+    /// Worker → its live `(key, ns)` entries, so `clear` touches only that worker's.
+    /// Unordered: only ever iterated to remove every entry, which gives the same index
+    /// in any order.
+    by_worker: Vec<Vec<(KeyId, NsId)>>,
+}
+
+impl CacheIndex {
+    pub fn new(key_count: usize, worker_count: usize) -> Self {
+        CacheIndex {
+            by_key: vec![SmallVec::new(); key_count],
+            by_worker: vec![Vec::new(); worker_count],
+        }
     }
 
-    fn set_resident(&mut self, namespace: &Namespace, key: &str, tokens: u64) {
-        let entries = self.cache.entry(key.to_owned()).or_default();
-        match entries.iter().position(|r| &r.namespace == namespace) {
-            Some(i) if tokens == 0 => {
-                entries.remove(i);
+    /// The entries resident under `key`, on any worker and in any namespace.
+    pub fn holders(&self, key: KeyId) -> &[Holder] {
+        &self.by_key[key as usize]
+    }
+
+    /// The tokens `worker` holds for `key` under `ns` (0 when absent).
+    pub fn resident(&self, worker: u32, ns: NsId, key: KeyId) -> u64 {
+        let holders = &self.by_key[key as usize];
+        find(holders, worker, ns).map_or(0, |i| holders[i].tokens)
+    }
+
+    /// How many entries are resident in all.
+    pub fn live_entries(&self) -> usize {
+        self.by_worker.iter().map(Vec::len).sum()
+    }
+
+    /// Sets the resident tokens of one entry; 0 removes it.
+    pub fn set(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
+        let holders = &mut self.by_key[key as usize];
+        match find(holders, worker, ns) {
+            Ok(i) if tokens == 0 => {
+                let slot = holders.remove(i).slot;
+                self.forget(worker, slot);
             }
-            Some(i) => entries[i].tokens = tokens,
-            None if tokens == 0 => {}
-            None => entries.push(Resident {
-                namespace: namespace.clone(),
-                tokens,
-            }),
+            Ok(i) => holders[i].tokens = tokens,
+            Err(_) if tokens == 0 => {}
+            Err(i) => {
+                let entries = &mut self.by_worker[worker as usize];
+                let slot = entries.len() as u32;
+                entries.push((key, ns));
+                holders.insert(
+                    i,
+                    Holder {
+                        worker,
+                        ns,
+                        tokens,
+                        slot,
+                    },
+                );
+            }
         }
-        if entries.is_empty() {
-            self.cache.remove(key);
+    }
+
+    /// Drops a worker's entry record at `slot`, moving its last record into the gap.
+    fn forget(&mut self, worker: u32, slot: u32) {
+        let entries = &mut self.by_worker[worker as usize];
+        entries.swap_remove(slot as usize);
+        if let Some(&(key, ns)) = entries.get(slot as usize) {
+            let holders = &mut self.by_key[key as usize];
+            if let Ok(i) = find(holders, worker, ns) {
+                holders[i].slot = slot;
+            }
         }
+    }
+
+    /// Removes every entry of one worker.
+    pub fn clear(&mut self, worker: u32) {
+        for (key, ns) in std::mem::take(&mut self.by_worker[worker as usize]) {
+            let holders = &mut self.by_key[key as usize];
+            if let Ok(i) = find(holders, worker, ns) {
+                holders.remove(i);
+            }
+        }
+    }
+}
+
+/// The position of `(worker, ns)` among a key's sorted holders.
+fn find(holders: &[Holder], worker: u32, ns: NsId) -> Result<usize, usize> {
+    holders.binary_search_by_key(&(worker, ns), |h| (h.worker, h.ns))
+}
+
+/// Everything one policy run knows about the workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterState {
+    pub workers: Vec<WorkerState>,
+    pub cache: CacheIndex,
+}
+
+impl RouterState {
+    /// The state at tick 0: each run gets a fresh one (SPEC.md §3.5).
+    pub fn initial(compiled: &Compiled) -> Self {
+        let mut cache = CacheIndex::new(compiled.key_count(), compiled.worker_count());
+        let workers = compiled
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(w, spec)| {
+                for &(ns, key, tokens) in &spec.cache {
+                    cache.set(w as u32, ns, key, tokens);
+                }
+                WorkerState {
+                    prefill_rate: spec.prefill_rate,
+                    decode_rate: spec.decode_rate,
+                    queued_prefill: spec.queued_prefill,
+                    active_decode: spec.active_decode,
+                    last_epoch: spec.epoch,
+                    observed_tick: spec.observed_tick,
+                    last_cache_tick: None,
+                    drained_to_tick: 0,
+                }
+            })
+            .collect();
+        RouterState { workers, cache }
+    }
+
+    /// The epoch rule: epochs are per worker and strictly increase. A cache event whose
+    /// epoch is not above the last applied one is stale and changes nothing at all (not
+    /// even `last_heard`), because applying an older eviction or store would resurrect
+    /// or destroy residency the worker has since changed.
+    pub fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Outcome {
+        let state = &mut self.workers[worker as usize];
+        if epoch <= state.last_epoch && !cfg!(feature = "mutant-stale-epochs-accepted") {
+            return Outcome::StaleEpoch;
+        }
+        state.last_epoch = epoch;
+        state.last_cache_tick = Some(tick);
+        match op {
+            Op::Store { ns, segments } => {
+                for segment in segments {
+                    self.cache.set(worker, *ns, segment.key, segment.tokens);
+                }
+            }
+            Op::Evict { ns, keys } => {
+                for &key in keys {
+                    self.cache.set(worker, *ns, key, 0);
+                }
+            }
+            Op::Clear => self.cache.clear(worker),
+        }
+        Outcome::Applied
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::Segment;
+    use crate::compiled::Seg;
 
-    fn ns(tenant: &str) -> Namespace {
-        Namespace {
-            tenant: tenant.into(),
-            model: "m1".into(),
-            adapter: "base".into(),
+    /// One worker, two keys (0 and 1), namespaces 0 ("a") and 1 ("b").
+    fn router() -> RouterState {
+        RouterState {
+            workers: vec![WorkerState {
+                prefill_rate: 100,
+                decode_rate: 10,
+                queued_prefill: 250,
+                active_decode: 5,
+                last_epoch: 3,
+                observed_tick: 2,
+                last_cache_tick: None,
+                drained_to_tick: 0,
+            }],
+            cache: CacheIndex::new(2, 1),
         }
     }
 
-    fn worker() -> WorkerState {
-        WorkerState {
-            prefill_rate: 100,
-            decode_rate: 10,
-            queued_prefill: 250,
-            active_decode: 5,
-            last_epoch: 3,
-            observed_tick: 2,
-            last_cache_tick: None,
-            cache: BTreeMap::new(),
+    fn store(ns: NsId, key: KeyId, tokens: u64) -> Op {
+        Op::Store {
+            ns,
+            segments: vec![Seg { key, tokens }],
         }
     }
 
     #[test]
-    fn drain_saturates_at_zero() {
-        let mut w = worker();
-        w.drain(2);
+    fn drain_saturates_at_zero_and_lazy_draining_adds_up() {
+        let mut w = router().workers.remove(0);
+        w.drain_to(1);
+        w.drain_to(2);
         assert_eq!((w.queued_prefill, w.active_decode), (50, 0));
+        w.drain_to(2);
+        assert_eq!(w.queued_prefill, 50);
         w.drain(u64::MAX);
         assert_eq!(w.queued_prefill, 0);
     }
 
     #[test]
     fn stale_and_equal_epochs_change_nothing() {
-        let mut w = worker();
-        let store = CacheOp::Store {
-            namespace: ns("a"),
-            segments: vec![Segment {
-                key: "k".into(),
-                tokens: 5,
-            }],
-        };
-        let before = w.clone();
-        assert_eq!(w.apply_cache_event(9, 3, &store), Outcome::StaleEpoch);
-        assert_eq!(w.apply_cache_event(9, 2, &store), Outcome::StaleEpoch);
-        assert_eq!(w, before);
-        assert_eq!(w.apply_cache_event(9, 4, &store), Outcome::Applied);
-        assert_eq!(w.residents("k").len(), 1);
-        assert_eq!(w.last_heard(), 9);
+        let mut r = router();
+        let before = r.clone();
+        assert_eq!(
+            r.apply_cache_event(0, 9, 3, &store(0, 0, 5)),
+            Outcome::StaleEpoch
+        );
+        assert_eq!(
+            r.apply_cache_event(0, 9, 2, &store(0, 0, 5)),
+            Outcome::StaleEpoch
+        );
+        assert_eq!(r, before);
+        assert_eq!(
+            r.apply_cache_event(0, 9, 4, &store(0, 0, 5)),
+            Outcome::Applied
+        );
+        assert_eq!(r.cache.resident(0, 0, 0), 5);
+        assert_eq!(r.workers[0].last_heard(), 9);
     }
 
     #[test]
     fn older_observation_is_dropped_and_last_heard_never_moves_back() {
-        let mut w = worker();
-        w.apply_cache_event(7, 4, &CacheOp::Clear);
-        assert_eq!(w.apply_observation(1, 0, 0), Outcome::StaleObservation);
-        assert_eq!(w.apply_observation(5, 9, 9), Outcome::Applied);
+        let mut r = router();
+        r.apply_cache_event(0, 7, 4, &Op::Clear);
+        let w = &mut r.workers[0];
+        assert_eq!(w.apply_observation(7, 1, 0, 0), Outcome::StaleObservation);
+        assert_eq!(w.apply_observation(7, 5, 9, 9), Outcome::Applied);
         assert_eq!((w.queued_prefill, w.active_decode), (9, 9));
         assert_eq!(w.last_heard(), 7);
     }
 
     #[test]
-    fn store_of_zero_tokens_removes_and_evict_is_scoped() {
-        let mut w = worker();
-        let seg = |t| Segment {
-            key: "k".into(),
-            tokens: t,
-        };
-        w.apply_cache_event(
+    fn store_of_zero_tokens_removes_evict_is_scoped_and_clear_empties() {
+        let mut r = router();
+        r.apply_cache_event(0, 0, 4, &store(0, 0, 5));
+        r.apply_cache_event(0, 0, 5, &store(1, 0, 7));
+        r.apply_cache_event(
             0,
-            4,
-            &CacheOp::Store {
-                namespace: ns("a"),
-                segments: vec![seg(5)],
-            },
-        );
-        w.apply_cache_event(
-            0,
-            5,
-            &CacheOp::Store {
-                namespace: ns("b"),
-                segments: vec![seg(7)],
-            },
-        );
-        w.apply_cache_event(
             0,
             6,
-            &CacheOp::Evict {
-                namespace: ns("a"),
-                keys: vec!["k".into()],
+            &Op::Evict {
+                ns: 0,
+                keys: vec![0],
             },
         );
-        assert_eq!(
-            w.residents("k"),
-            &[Resident {
-                namespace: ns("b"),
-                tokens: 7
-            }]
-        );
-        w.apply_cache_event(
-            0,
-            7,
-            &CacheOp::Store {
-                namespace: ns("b"),
-                segments: vec![seg(0)],
-            },
-        );
-        assert!(w.cache.is_empty());
+        let holders: Vec<_> = r
+            .cache
+            .holders(0)
+            .iter()
+            .map(|h| (h.worker, h.ns, h.tokens))
+            .collect();
+        assert_eq!(holders, [(0, 1, 7)]);
+        r.apply_cache_event(0, 0, 7, &store(1, 0, 0));
+        assert!(r.cache.holders(0).is_empty());
+        r.apply_cache_event(0, 0, 8, &store(0, 1, 3));
+        assert_eq!(r.cache.live_entries(), 1);
+        r.apply_cache_event(0, 0, 9, &Op::Clear);
+        assert_eq!(r.cache.live_entries(), 0);
+        assert!(r.cache.holders(1).is_empty());
     }
 }

@@ -44,3 +44,20 @@ pub fn validate(trace_json: &[u8]) -> Result<Vec<u8>, Vec<String>> {
     let trace = validate::check(trace_json)?;
     canonical_trace_bytes(&trace)
 }
+
+/// A trace that passed validation, so that replaying can be timed apart from parsing.
+pub struct Validated(model::Trace);
+
+/// Only validation, keeping the typed trace for [`replay_metrics`].
+pub fn validated(trace_json: &[u8]) -> Result<Validated, Vec<String>> {
+    validate::check(trace_json).map(Validated)
+}
+
+/// Replays every policy exactly as [`replay`] does (every candidate row and log entry is
+/// built) but writes no receipt: the canonical bytes of
+/// `[{"metrics": …, "policy": …}, …]` in receipt order. Benchmarks use it to time the
+/// naive routing alone, and tests to check runs that keep no receipt.
+pub fn replay_metrics(trace: &Validated) -> Result<Vec<u8>, Vec<String>> {
+    let runs = replay::replay_all(&trace.0);
+    receipt::metrics_bytes(&runs).map_err(|message| vec![format!("$: internal error: {message}")])
+}

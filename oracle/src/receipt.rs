@@ -99,3 +99,13 @@ pub fn receipt_bytes(trace_digest: &str, runs: &[Run]) -> Result<Vec<u8>, String
     }
     jcs(&receipt)
 }
+
+/// Canonical bytes of `[{"metrics": …, "policy": …}, …]`, one per run: the receipt's
+/// metrics without its decisions, for comparing runs that keep no receipt.
+pub fn metrics_bytes(runs: &[Run]) -> Result<Vec<u8>, String> {
+    let runs: Vec<Value> = runs
+        .iter()
+        .map(|run| json!({ "policy": run.policy.name(), "metrics": metrics_value(&run.metrics) }))
+        .collect();
+    jcs(&Value::Array(runs))
+}

@@ -1,6 +1,7 @@
 //! Writes the committed fuzz seed corpora under `fuzz/seeds/<target>/` (`just fuzz-seed`).
 //!
-//! `parse_trace` starts from every fixture trace, valid and invalid. The structured
+//! `parse_trace` starts from every fixture trace, valid and invalid; `import_mooncake`
+//! from the first lines of the real Mooncake trace. The structured
 //! targets read their input through `Arbitrary`, so their seeds are the byte blocks of
 //! the sweep's first seeds: the same traces `kvroute swarm` starts from.
 
@@ -25,7 +26,26 @@ fn main() -> std::io::Result<()> {
         let trace = std::fs::read(fixtures::invalid_dir(&case).join("trace.json"))?;
         std::fs::write(parse.join(format!("invalid-{case}.json")), trace)?;
     }
-    for target in ["differential", "receipt_verify", "csv_export"] {
+    // `import_mooncake` starts from the head of the real trace: one option byte, then lines.
+    let mooncake = std::fs::read_to_string(kvroute_harness::closed_loop::mooncake_path())?;
+    let import = root.join("import_mooncake");
+    std::fs::create_dir_all(&import)?;
+    for (i, lines) in [1usize, 3, 12].into_iter().enumerate() {
+        let head: String = mooncake
+            .lines()
+            .take(lines)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut bytes = vec![(i as u8) * 0x13];
+        bytes.extend_from_slice(head.as_bytes());
+        std::fs::write(import.join(format!("head-{lines}")), bytes)?;
+    }
+    for target in [
+        "differential",
+        "receipt_verify",
+        "csv_export",
+        "closed_loop",
+    ] {
         let dir = root.join(target);
         std::fs::create_dir_all(&dir)?;
         for seed in 0..STRUCTURED_SEEDS {

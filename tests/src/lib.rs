@@ -4,6 +4,7 @@
 //! committed cases, `generators` build valid traces from bytes or seeds, `differential`
 //! decides whether core and oracle disagree, `sweep` runs many seeds in parallel.
 
+pub mod closed_loop;
 pub mod differential;
 pub mod fixtures;
 pub mod generators;

@@ -232,3 +232,66 @@ pub fn csv_export(recipe: &TraceRecipe) {
         assert_eq!(got, want, "CSV record {i}");
     }
 }
+
+/// Arbitrary bytes as a Mooncake JSONL file (the first byte picks the worker count and
+/// block size): the import never panics, and every trace it accepts validates.
+pub fn import_mooncake(data: &[u8]) {
+    use kvroute_core::import::{import_mooncake, MooncakeOptions};
+    let (options, input) = match data.split_first() {
+        Some((&b, rest)) => (
+            MooncakeOptions {
+                workers: 1 + (b % 16) as u32,
+                block_tokens: [1, 16, 512, 4096][(b >> 4) as usize % 4],
+                ..MooncakeOptions::default()
+            },
+            rest,
+        ),
+        None => (MooncakeOptions::default(), data),
+    };
+    if let Ok(trace) = import_mooncake(input, &options) {
+        let bytes = kvroute_core::canonical::canonical_trace_bytes(&trace);
+        if let Err(errors) = kvroute_core::parse_trace(&bytes) {
+            panic!("an imported trace does not validate: {errors}");
+        }
+    }
+}
+
+/// A generated trace run closed-loop under engine settings drawn from the bytes.
+#[derive(Debug, Arbitrary)]
+pub struct LoopCase {
+    pub recipe: TraceRecipe,
+    pub capacity_in_blocks: bool,
+    pub capacity: u16,
+    pub lag_ticks: u8,
+    pub jitter_ticks: u8,
+    pub jitter_seed: u8,
+}
+
+/// Every policy's generated trace replays open-loop to the loop's own run, and core
+/// and the oracle agree on it byte for byte.
+pub fn closed_loop(case: &LoopCase) {
+    use kvroute_core::simulate::{self, Capacity, SimulateOptions};
+    let trace =
+        kvroute_core::parse_trace(&case.recipe.build_bytes()).expect("generated traces are valid");
+    let (sim, _) = simulate::simulation_trace(&trace, None).expect("the recipe has workers");
+    let options = SimulateOptions {
+        capacity: if case.capacity_in_blocks {
+            Capacity::Blocks(case.capacity as u64 % 64)
+        } else {
+            Capacity::Tokens(case.capacity as u64)
+        },
+        publication_lag_ticks: case.lag_ticks as u64 % 8,
+        jitter_ticks: case.jitter_ticks as u64 % 16,
+        jitter_seed: case.jitter_seed as u64,
+    };
+    let runs = crate::closed_loop::check_reproduction(&sim, &options, "fuzz-closed-loop");
+    for run in &runs {
+        let generated = simulate::generated_trace(&sim, run);
+        let bytes = kvroute_core::canonical::canonical_trace_bytes(&generated);
+        differential::assert_agree(
+            "fuzz-closed-loop",
+            &bytes,
+            "cargo fuzz run closed_loop --sanitizer none <the crash file>",
+        );
+    }
+}

@@ -3,7 +3,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use kvroute_harness::generators::TraceRecipe;
-use kvroute_harness::oracles::{self, ReceiptCase};
+use kvroute_harness::oracles::{self, LoopCase, ReceiptCase};
 use kvroute_harness::reorder::seeded_rng;
 use proptest::prelude::Rng;
 use std::path::PathBuf;
@@ -42,6 +42,27 @@ fn differential_and_csv_export_on_seeded_recipes() {
 }
 
 #[test]
+fn import_and_closed_loop_on_seeded_bytes() {
+    let mooncake = std::fs::read(kvroute_harness::closed_loop::mooncake_path()).unwrap();
+    for seed in 0..100u64 {
+        // The head of the real trace, mangled a little: deep into the line rules.
+        let mut bytes = vec![seed as u8];
+        bytes.extend_from_slice(&mooncake[..2_000]);
+        let mut rng = seeded_rng(seed);
+        for _ in 0..seed % 4 {
+            let i = 1 + (rng.next_u64() % 2_000) as usize;
+            bytes[i] = b"0-.e\"{}[],: x1\n"[(rng.next_u64() % 15) as usize];
+        }
+        oracles::import_mooncake(&bytes);
+    }
+    for seed in 0..30 {
+        let bytes = seeded_bytes(seed, 2048);
+        let case = LoopCase::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
+        oracles::closed_loop(&case);
+    }
+}
+
+#[test]
 fn receipt_verify_on_seeded_edits() {
     for seed in 0..60 {
         let bytes = seeded_bytes(seed, 4096);
@@ -61,6 +82,8 @@ fn committed_fuzz_inputs_replay() {
             "differential",
             "receipt_verify",
             "csv_export",
+            "import_mooncake",
+            "closed_loop",
         ] {
             let dir = fuzz.join(kind).join(target);
             let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -80,6 +103,12 @@ fn committed_fuzz_inputs_replay() {
                     "csv_export" => {
                         if let Ok(recipe) = TraceRecipe::arbitrary_take_rest(u) {
                             oracles::csv_export(&recipe);
+                        }
+                    }
+                    "import_mooncake" => oracles::import_mooncake(&data),
+                    "closed_loop" => {
+                        if let Ok(case) = LoopCase::arbitrary_take_rest(u) {
+                            oracles::closed_loop(&case);
                         }
                     }
                     _ => {

@@ -2,7 +2,9 @@
 //! 256 by default). Failures are shrunk through the recipe bytes and persisted under
 //! `tests/tests/proptest-regressions/`, which is committed.
 
-use kvroute_core::engine::{run_policy, Prepared};
+use kvroute_core::compiled::Compiled;
+use kvroute_core::engine::run_policy;
+use kvroute_core::state::RouterState;
 use kvroute_core::{parse_trace, Policy, Receipt};
 use kvroute_harness::differential::{self, Agreement};
 use kvroute_harness::generators::{error_path, near_valid, trace_recipes, DEFECTS};
@@ -72,7 +74,7 @@ proptest! {
     #[test]
     fn policy_runs_are_independent_of_order_and_threads(recipe in trace_recipes(), rotation in 0usize..4) {
         let trace = parse_trace(&recipe.build_bytes()).unwrap();
-        let prepared = Prepared::new(&trace);
+        let compiled = Compiled::new(&trace);
         let expected = kvroute_core::engine::replay(&trace).canonical_bytes();
 
         // Sequentially, starting from a rotated policy.
@@ -80,12 +82,12 @@ proptest! {
         order.rotate_left(rotation);
         let mut runs: Vec<_> = order
             .iter()
-            .map(|&p| run_policy(&prepared, p, prepared.initial_states()))
+            .map(|&p| run_policy(&compiled, p, RouterState::initial(&compiled)))
             .collect();
         runs.sort_by_key(|r| r.policy);
         let assemble = |runs| Receipt {
             trace_digest: kvroute_core::canonical::trace_digest(&trace),
-            worker_ids: prepared.worker_ids(),
+            worker_ids: compiled.worker_ids.iter().map(|w| w.to_string()).collect(),
             runs,
         };
         prop_assert_eq!(&assemble(runs).canonical_bytes(), &expected);
@@ -95,8 +97,8 @@ proptest! {
             let handles: Vec<_> = Policy::ALL
                 .iter()
                 .map(|&p| {
-                    let prepared = &prepared;
-                    scope.spawn(move || run_policy(prepared, p, prepared.initial_states()))
+                    let compiled = &compiled;
+                    scope.spawn(move || run_policy(compiled, p, RouterState::initial(compiled)))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()

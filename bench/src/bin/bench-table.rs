@@ -1,0 +1,548 @@
+//! `just bench`: kvroute's performance figures as one table, each next to its target.
+//!
+//! What is measured, and why:
+//! - **routing throughput**: decisions per second of one policy's replay on one thread,
+//!   for every policy on 8, 64 and 512 workers, without a receipt (`run_metrics`, the
+//!   mode a ten-million-request trace runs in) and with the per-decision receipt work
+//!   (candidate rows, JSON value, canonical bytes: what the streaming receipt does per
+//!   decision). The replayed trace is Mooncake's 12,031 requests plus the cache events
+//!   the closed `cache_plus_load` loop generated for them, so routes are not all cold.
+//! - **core versus oracle**: the same work (parse, four policies, full canonical
+//!   receipt) on a 4,096-request trace, as `oracle_time / core_time`; and core without
+//!   the receipt against the same oracle time, labelled as such.
+//! - **swarm**: seeds per second of the differential sweep at 1 and 2 jobs, and the
+//!   scaling between them.
+//! - **closed loop**: `simulate` of all four policies on 8 workers, end to end from the
+//!   Mooncake file and the simulation alone; its peak memory is read from `VmHWM` in a
+//!   fresh child process (this binary re-run with `--peak-memory-child`), so the other
+//!   figures' allocations do not count.
+//!
+//! Each figure is the best of several timed runs after one untimed warm-up (fewer runs
+//! for figures whose single run is slow; the count is printed). Importing and preparing
+//! the traces is timed separately and counted in no figure. Criterion's statistics for
+//! the same workloads come from `cargo bench -p kvroute-bench`.
+
+use kvroute_bench::{
+    cache_event_count, import, mooncake_bytes, mooncake_path, oracle_trace_bytes,
+    receipt_window_trace, replay_trace, request_count, run_with_receipt, simulate_all,
+    simulation_input, vm_hwm_kib, ORACLE_TRACE_REQUESTS, RECEIPT_WINDOW_REQUESTS, WORKER_COUNTS,
+};
+use kvroute_core::canonical::jcs_bytes;
+use kvroute_core::compiled::Compiled;
+use kvroute_core::engine::run_metrics;
+use kvroute_core::receipt::metrics_value;
+use kvroute_core::{parse_trace, replay_bytes, Policy};
+use kvroute_harness::sweep::{self, SweepConfig};
+use std::hint::black_box;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The hidden argument that makes this binary the peak-memory child.
+const PEAK_MEMORY_CHILD: &str = "--peak-memory-child";
+
+/// Seeds per swarm measurement, and how many times each job count is measured.
+const SWARM_SEEDS: u64 = 2_000;
+const SWARM_REPETITIONS: usize = 2;
+
+/// The targets (SPEC.md / the project's performance goals).
+const TARGET_DECISIONS_PER_SECOND: f64 = 2_000_000.0;
+const TARGET_ORACLE_RATIO: f64 = 50.0;
+const TARGET_SWARM_SCALING: f64 = 1.7;
+const TARGET_CLOSED_LOOP_SECONDS: f64 = 1.0;
+const TARGET_PEAK_MEMORY_BYTES: u64 = 300_000_000;
+
+/// A figure's best time and how many timed runs it was the best of.
+#[derive(Clone, Copy)]
+struct Measured {
+    best: Duration,
+    runs: usize,
+}
+
+impl Measured {
+    fn per_second(self, count: u64) -> f64 {
+        count as f64 / self.best.as_secs_f64()
+    }
+
+    fn elapsed_ms(self) -> f64 {
+        self.best.as_secs_f64() * 1e3
+    }
+}
+
+/// One warm-up run, then the best of 5 runs (3 if the warm-up took over 0.5 s, 2 if it
+/// took over 2 s). The result of every run goes through `black_box`; the last one is
+/// returned, for checking.
+fn measure<T>(mut f: impl FnMut() -> T) -> (Measured, T) {
+    let (mut last, warm_up) = timed(&mut f);
+    let runs = if warm_up > Duration::from_secs(2) {
+        2
+    } else if warm_up > Duration::from_millis(500) {
+        3
+    } else {
+        5
+    };
+    let mut best = Duration::MAX;
+    for _ in 0..runs {
+        let (value, elapsed) = timed(&mut f);
+        // The previous result is dropped outside the timed region.
+        last = value;
+        best = best.min(elapsed);
+    }
+    (Measured { best, runs }, last)
+}
+
+fn timed<T>(f: &mut impl FnMut() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let value = black_box(f());
+    (value, started.elapsed())
+}
+
+/// `1234567.8` as `1,234,568`.
+fn grouped(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn status(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+/// One line of the closing targets table.
+struct TargetRow {
+    figure: String,
+    measured: String,
+    target: String,
+    status: String,
+}
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some(PEAK_MEMORY_CHILD) {
+        peak_memory_child();
+        return;
+    }
+    let started = Instant::now();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mooncake = mooncake_bytes();
+    println!("kvroute benchmarks (bench-table)");
+    println!("machine: {cores} cores (std::thread::available_parallelism); release build");
+    println!(
+        "trace: {} ({} lines)",
+        mooncake_path().display(),
+        grouped(mooncake.iter().filter(|&&b| b == b'\n').count() as f64)
+    );
+    println!("every figure: best of N timed runs after one warm-up run (N in the runs column)");
+    println!(
+        "load average at start: {} (other processes on the machine slow every figure)",
+        load_average()
+    );
+    let mut targets = Vec::new();
+
+    // Routing throughput, one fleet at a time. Only the fleet's own trace is alive while
+    // it is measured: a replay allocates and frees its cache index, so its speed depends
+    // on what else is on the heap (holding the other fleets' traces costs about a third).
+    let mut setup_rows = Vec::new();
+    let mut routing_rows = Vec::new();
+    let mut cache_plus_load_64 = None;
+    // Runs whose metrics differ with and without the receipt (there should be none).
+    let mut mismatches = Vec::new();
+    for workers in WORKER_COUNTS {
+        let (imported, import_time) = timed(&mut || import(&mooncake, workers));
+        let (trace, events_time) = timed(&mut || replay_trace(&imported));
+        drop(imported);
+        let (compiled, compile_time) = timed(&mut || Compiled::new(&trace));
+        let decisions = request_count(&trace);
+        setup_rows.push(format!(
+            "{workers:>7}  {:>9.1}  {:>21.1}  {:>10.1}  {:>8}  {:>12}",
+            import_time.as_secs_f64() * 1e3,
+            events_time.as_secs_f64() * 1e3,
+            compile_time.as_secs_f64() * 1e3,
+            grouped(decisions as f64),
+            grouped(cache_event_count(&trace) as f64),
+        ));
+        let mut rows = Vec::new();
+        for policy in Policy::ALL {
+            let (plain, metrics) = measure(|| run_metrics(black_box(&compiled), policy));
+            let plain_rate = plain.per_second(decisions);
+            if policy == Policy::CachePlusLoad && workers == 64 {
+                cache_plus_load_64 = Some(plain_rate);
+            }
+            let receipt = (workers != 512).then(|| {
+                let (m, (receipt_metrics, _)) =
+                    measure(|| run_with_receipt(black_box(&compiled), policy));
+                if receipt_metrics != metrics {
+                    mismatches.push(format!("{} at {workers} workers", policy.name()));
+                }
+                (grouped(m.per_second(decisions)), m.runs.to_string())
+            });
+            rows.push((policy, plain_rate, plain.runs, metrics.cache_hits, receipt));
+        }
+        drop(compiled);
+        drop(trace);
+        // 512 workers with receipt: cache_plus_load only, on the first requests.
+        if workers == 512 {
+            let window = receipt_window_trace(&mooncake, workers);
+            let compiled = Compiled::new(&window);
+            let policy = Policy::CachePlusLoad;
+            let (m, (receipt_metrics, _)) =
+                measure(|| run_with_receipt(black_box(&compiled), policy));
+            if receipt_metrics != run_metrics(&compiled, policy) {
+                mismatches.push(format!("{} at {workers} workers", policy.name()));
+            }
+            let rate = m.per_second(request_count(&window));
+            for row in &mut rows {
+                row.4 = Some(if row.0 == policy {
+                    (
+                        format!(
+                            "{} (first {} requests)",
+                            grouped(rate),
+                            grouped(RECEIPT_WINDOW_REQUESTS as f64)
+                        ),
+                        m.runs.to_string(),
+                    )
+                } else {
+                    (
+                        "not measured (slow; see cache_plus_load)".to_owned(),
+                        "-".to_owned(),
+                    )
+                });
+            }
+        }
+        for (policy, plain_rate, plain_runs, cache_hits, receipt) in rows {
+            let (receipt_rate, receipt_runs) = receipt.expect("set for every fleet");
+            routing_rows.push(format!(
+                "{:<16} {:>7}  {:>10}  {:>31} {:>4}  {:>33} {:>4}",
+                policy.name(),
+                workers,
+                grouped(cache_hits as f64),
+                grouped(plain_rate),
+                plain_runs,
+                receipt_rate,
+                receipt_runs
+            ));
+        }
+    }
+    println!();
+    println!("## Set-up (counted in no figure below)");
+    println!(
+        "{:>7}  {:>9}  {:>21}  {:>10}  {:>8}  {:>12}",
+        "workers", "import_ms", "closed_loop_events_ms", "compile_ms", "requests", "cache_events"
+    );
+    for row in &setup_rows {
+        println!("{row}");
+    }
+    println!();
+    println!("## Routing throughput: decisions per second, one policy's replay on one thread");
+    println!("   (replay of the Mooncake requests plus the cache_plus_load loop's cache events;");
+    println!("    with receipt = candidate rows + JSON value + canonical bytes per decision;");
+    println!("    cache_hits = decisions that reused a cached prefix, from the no-receipt run)");
+    println!(
+        "{:<16} {:>7}  {:>10}  {:>31} {:>4}  {:>33} {:>4}",
+        "policy",
+        "workers",
+        "cache_hits",
+        "no_receipt_decisions_per_second",
+        "runs",
+        "with_receipt_decisions_per_second",
+        "runs"
+    );
+    for row in &routing_rows {
+        println!("{row}");
+    }
+    if mismatches.is_empty() {
+        println!("metrics with and without receipt: identical for every run measured both ways");
+    } else {
+        println!(
+            "metrics with and without receipt DIFFER for: {}",
+            mismatches.join(", ")
+        );
+    }
+    if let Some(rate) = cache_plus_load_64 {
+        targets.push(TargetRow {
+            figure: "cache_plus_load, 64 workers, no receipt, 1 core".into(),
+            measured: format!("{} decisions/s", grouped(rate)),
+            target: format!(">= {} decisions/s", grouped(TARGET_DECISIONS_PER_SECOND)),
+            status: if rate >= TARGET_DECISIONS_PER_SECOND {
+                status(true).into()
+            } else {
+                format!(
+                    "{} ({:.1}x short)",
+                    status(false),
+                    TARGET_DECISIONS_PER_SECOND / rate
+                )
+            },
+        });
+    }
+
+    // Core versus oracle.
+    println!();
+    println!(
+        "## Core versus oracle: {} Mooncake requests on 8 workers with closed-loop cache events",
+        grouped(ORACLE_TRACE_REQUESTS as f64)
+    );
+    let (trace_bytes, prep_time) = timed(&mut || oracle_trace_bytes(&mooncake));
+    println!(
+        "   trace: {} bytes of canonical JSON, prepared in {:.1} ms (not counted)",
+        grouped(trace_bytes.len() as f64),
+        prep_time.as_secs_f64() * 1e3
+    );
+    let core_receipt = replay_bytes(&trace_bytes).expect("the trace validates in core");
+    let oracle_receipt = kvroute_oracle::replay(&trace_bytes).expect("the trace validates");
+    let identical = core_receipt == oracle_receipt;
+    println!(
+        "   receipts identical: {identical} ({} bytes)",
+        grouped(core_receipt.len() as f64)
+    );
+    drop((core_receipt, oracle_receipt));
+    let core = measure(|| replay_bytes(black_box(&trace_bytes))).0;
+    let oracle = measure(|| kvroute_oracle::replay(black_box(&trace_bytes))).0;
+    let core_metrics_only = measure(|| {
+        let trace = parse_trace(black_box(&trace_bytes)).expect("validates");
+        let compiled = Compiled::new(&trace);
+        Policy::ALL.map(|policy| run_metrics(&compiled, policy))
+    })
+    .0;
+    let parse_only = measure(|| parse_trace(black_box(&trace_bytes)).map(|t| t.events.len())).0;
+    // Routing alone: both sides start from their own validated trace and compute the
+    // same decisions and metrics (checked below) without writing a receipt.
+    let validated_core = parse_trace(&trace_bytes).expect("validates");
+    let validated_oracle = kvroute_oracle::validated(&trace_bytes).expect("validates");
+    let core_routing_metrics = |trace: &kvroute_core::Trace| {
+        let compiled = Compiled::new(trace);
+        let runs: Vec<serde_json::Value> = Policy::ALL
+            .iter()
+            .map(|&p| {
+                serde_json::json!({
+                    "policy": p.name(),
+                    "metrics": metrics_value(&run_metrics(&compiled, p)),
+                })
+            })
+            .collect();
+        jcs_bytes(&serde_json::Value::Array(runs))
+    };
+    let metrics_agree = core_routing_metrics(&validated_core)
+        == kvroute_oracle::replay_metrics(&validated_oracle).expect("replays");
+    println!("   routing-only metrics identical: {metrics_agree}");
+    let core_routing = measure(|| core_routing_metrics(black_box(&validated_core))).0;
+    let oracle_routing = measure(|| kvroute_oracle::replay_metrics(black_box(&validated_oracle))).0;
+    println!("{:<58} {:>10} {:>4}", "", "elapsed_ms", "runs");
+    for (label, m) in [
+        ("core replay_bytes (parse + 4 policies + receipt)", core),
+        ("oracle replay (parse + 4 policies + receipt)", oracle),
+        (
+            "core without receipt (parse + compile + 4x run_metrics)",
+            core_metrics_only,
+        ),
+        ("core parse_trace alone (for reference)", parse_only),
+        (
+            "core routing only (compile + 4 policies, no receipt)",
+            core_routing,
+        ),
+        (
+            "oracle routing only (4 policies in memory, no receipt)",
+            oracle_routing,
+        ),
+    ] {
+        println!("{label:<58} {:>10.1} {:>4}", m.elapsed_ms(), m.runs);
+    }
+    let ratio = oracle.best.as_secs_f64() / core.best.as_secs_f64();
+    let ratio_metrics_only = oracle.best.as_secs_f64() / core_metrics_only.best.as_secs_f64();
+    println!("oracle_time / core_time: {ratio:.2}x (with receipt, like for like)");
+    println!("oracle_time / core_without_receipt_time: {ratio_metrics_only:.2}x");
+    let ratio_routing = oracle_routing.best.as_secs_f64() / core_routing.best.as_secs_f64();
+    println!("oracle_routing_time / core_routing_time: {ratio_routing:.2}x (validated input, same metrics)");
+    targets.push(TargetRow {
+        figure: format!(
+            "core vs oracle routing, {} requests, validated input",
+            grouped(ORACLE_TRACE_REQUESTS as f64)
+        ),
+        measured: format!("{ratio_routing:.2}x"),
+        target: format!(">= {TARGET_ORACLE_RATIO:.0}x"),
+        status: if metrics_agree {
+            status(ratio_routing >= TARGET_ORACLE_RATIO).into()
+        } else {
+            "INVALID: metrics differ".into()
+        },
+    });
+    targets.push(TargetRow {
+        figure: format!(
+            "core vs oracle, {} requests, like for like",
+            grouped(ORACLE_TRACE_REQUESTS as f64)
+        ),
+        measured: format!("{ratio:.2}x"),
+        target: format!(">= {TARGET_ORACLE_RATIO:.0}x"),
+        status: status(ratio >= TARGET_ORACLE_RATIO).into(),
+    });
+    targets.push(TargetRow {
+        figure: "core without receipt vs oracle (not like for like)".into(),
+        measured: format!("{ratio_metrics_only:.2}x"),
+        target: format!(">= {TARGET_ORACLE_RATIO:.0}x"),
+        status: status(ratio_metrics_only >= TARGET_ORACLE_RATIO).into(),
+    });
+
+    // Swarm.
+    println!();
+    println!(
+        "## Swarm: {} seeds through the differential oracle, best of {SWARM_REPETITIONS}",
+        grouped(SWARM_SEEDS as f64)
+    );
+    let warm_up = SweepConfig {
+        start: 0,
+        seeds: 200,
+        jobs: 2,
+        shard: None,
+    };
+    black_box(sweep::run(&warm_up, || {}));
+    let mut best_rate = [0.0f64; 2];
+    let mut failures = 0;
+    for _ in 0..SWARM_REPETITIONS {
+        for (slot, jobs) in [1usize, 2].into_iter().enumerate() {
+            let config = SweepConfig {
+                start: 0,
+                seeds: SWARM_SEEDS,
+                jobs,
+                shard: None,
+            };
+            let report = sweep::run(&config, || {});
+            failures += report.failures.len();
+            best_rate[slot] = best_rate[slot].max(report.seeds_per_second());
+        }
+    }
+    let scaling = best_rate[1] / best_rate[0];
+    println!("{:<8} {:>16}", "jobs", "seeds_per_second");
+    println!("{:<8} {:>16.1}", 1, best_rate[0]);
+    println!("{:<8} {:>16.1}", 2, best_rate[1]);
+    println!("scaling (jobs 2 / jobs 1): {scaling:.2}x; divergent seeds: {failures}");
+    targets.push(TargetRow {
+        figure: format!("swarm scaling, jobs 2 / jobs 1 ({cores} cores)"),
+        measured: format!("{scaling:.2}x"),
+        target: format!(">= {TARGET_SWARM_SCALING}x"),
+        status: status(scaling >= TARGET_SWARM_SCALING).into(),
+    });
+
+    // Closed loop.
+    println!();
+    println!("## Closed loop: simulate all four policies on 8 workers (no events kept)");
+    let imported = import(&mooncake, 8);
+    let sim = simulation_input(&imported);
+    let compiled = Compiled::new(&sim);
+    let simulate_only = measure(|| simulate_all(black_box(&compiled))).0;
+    let end_to_end = measure(|| {
+        let imported = import(black_box(&mooncake), 8);
+        let sim = simulation_input(&imported);
+        let compiled = Compiled::new(&sim);
+        simulate_all(&compiled).len()
+    })
+    .0;
+    let peak_bytes = peak_memory_bytes();
+    println!("{:<58} {:>10} {:>4}", "", "elapsed_ms", "runs");
+    println!(
+        "{:<58} {:>10.1} {:>4}",
+        "simulate x4 alone (compiled trace given)",
+        simulate_only.elapsed_ms(),
+        simulate_only.runs
+    );
+    println!(
+        "{:<58} {:>10.1} {:>4}",
+        "end to end (import + compile + simulate x4)",
+        end_to_end.elapsed_ms(),
+        end_to_end.runs
+    );
+    match peak_bytes {
+        Some(bytes) => println!(
+            "peak memory (VmHWM of a fresh process running only the end-to-end path): {:.1} MB",
+            bytes as f64 / 1e6
+        ),
+        None => println!("peak memory: could not be read (no /proc/self/status?)"),
+    }
+    let seconds = end_to_end.best.as_secs_f64();
+    targets.push(TargetRow {
+        figure: "closed loop, 4 policies, 8 workers, end to end".into(),
+        measured: format!(
+            "{:.3} s ({:.3} s simulate alone)",
+            seconds,
+            simulate_only.best.as_secs_f64()
+        ),
+        target: format!("< {TARGET_CLOSED_LOOP_SECONDS} s"),
+        status: status(seconds < TARGET_CLOSED_LOOP_SECONDS).into(),
+    });
+    targets.push(TargetRow {
+        figure: "closed loop peak memory (fresh process)".into(),
+        measured: peak_bytes.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+        target: format!("< {} MB", TARGET_PEAK_MEMORY_BYTES / 1_000_000),
+        status: peak_bytes.map_or("unknown".into(), |b| {
+            status(b < TARGET_PEAK_MEMORY_BYTES).into()
+        }),
+    });
+
+    // Targets.
+    println!();
+    println!("## Targets");
+    let width = targets.iter().map(|t| t.figure.len()).max().unwrap_or(0);
+    let measured_width = targets.iter().map(|t| t.measured.len()).max().unwrap_or(0);
+    let target_width = targets.iter().map(|t| t.target.len()).max().unwrap_or(0);
+    println!(
+        "{:<width$}  {:<measured_width$}  {:<target_width$}  status",
+        "figure", "measured", "target"
+    );
+    for t in &targets {
+        println!(
+            "{:<width$}  {:<measured_width$}  {:<target_width$}  {}",
+            t.figure, t.measured, t.target, t.status
+        );
+    }
+    println!();
+    println!("load average at end: {}", load_average());
+    println!(
+        "bench-table elapsed_ms: {:.0}",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+}
+
+/// The 1, 5 and 15 minute load averages from `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// Runs this binary again as the peak-memory child and reads the bytes it reports.
+fn peak_memory_bytes() -> Option<u64> {
+    let exe = std::env::current_exe().ok()?;
+    let output = Command::new(exe).arg(PEAK_MEMORY_CHILD).output().ok()?;
+    if !output.status.success() {
+        eprintln!(
+            "the peak-memory child failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return None;
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM_kib "))
+        .and_then(|kib| kib.trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+}
+
+/// The child: the closed loop end to end, nothing else, then its `VmHWM`.
+fn peak_memory_child() {
+    let mooncake = mooncake_bytes();
+    let imported = import(&mooncake, 8);
+    drop(mooncake);
+    let sim = simulation_input(&imported);
+    let compiled = Compiled::new(&sim);
+    black_box(simulate_all(black_box(&compiled)));
+    match vm_hwm_kib() {
+        Some(kib) => println!("VmHWM_kib {kib}"),
+        None => std::process::exit(1),
+    }
+}

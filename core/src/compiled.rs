@@ -1,0 +1,307 @@
+//! The compiled trace: a validated [`Trace`] with every string interned to a small
+//! integer, workers in id order and events in `(tick, seq)` order.
+//!
+//! Routing compares keys and namespaces millions of times on a production-sized trace;
+//! comparing `u32`s instead of strings, and indexing arrays instead of maps, is what lets
+//! a decision cost O(prefix segments + workers). Ids are assigned in first-seen order of
+//! the sorted trace, but nothing ever depends on an id's value: ids are only compared
+//! for equality and used as array indexes, and results are aggregated order-free, so
+//! a decision is the same whichever id a string received.
+
+use crate::trace::{CacheOp, Event, EventKind, Grant, Namespace, Request, Trace, WorkerSpec};
+use std::collections::HashMap;
+
+/// An interned prefix key.
+pub type KeyId = u32;
+/// An interned `(tenant, model, adapter)` namespace.
+pub type NsId = u32;
+/// An interned model or adapter name.
+pub type NameId = u32;
+
+/// A string table: the same string always gets the same id. Lookups only; the map is
+/// never iterated, so its order cannot leak into a result.
+#[derive(Debug, Default, Clone)]
+pub struct Interner<'t> {
+    ids: HashMap<&'t str, u32>,
+    names: Vec<&'t str>,
+}
+
+impl<'t> Interner<'t> {
+    pub fn intern(&mut self, name: &'t str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.ids.insert(name, id);
+        self.names.push(name);
+        id
+    }
+
+    pub fn get(&self, name: &str) -> Option<u32> {
+        self.ids.get(name).copied()
+    }
+
+    pub fn name(&self, id: u32) -> &'t str {
+        self.names[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// A prefix segment with its key interned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seg {
+    pub key: KeyId,
+    pub tokens: u64,
+}
+
+/// A cache operation with its keys and namespace interned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Store { ns: NsId, segments: Vec<Seg> },
+    Evict { ns: NsId, keys: Vec<KeyId> },
+    Clear,
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Store { .. } => "store",
+            Op::Evict { .. } => "evict",
+            Op::Clear => "clear",
+        }
+    }
+}
+
+/// A request with its namespace parts and prefix keys interned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Req<'t> {
+    pub id: &'t str,
+    pub ns: NsId,
+    pub model: NameId,
+    pub adapter: NameId,
+    pub prefix: Vec<Seg>,
+    pub prompt_tokens: u64,
+    pub decode_tokens: u64,
+}
+
+/// What one compiled event does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step<'t> {
+    Cache {
+        worker: u32,
+        epoch: u64,
+        op: Op,
+    },
+    Load {
+        worker: u32,
+        observed_tick: u64,
+        queued_prefill: u64,
+        active_decode: u64,
+    },
+    Request(Req<'t>),
+}
+
+/// One compiled event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CEvent<'t> {
+    pub seq: u64,
+    pub tick: u64,
+    pub step: Step<'t>,
+}
+
+/// A worker with its model and adapters interned. `adapters` is sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CWorker {
+    pub model: NameId,
+    pub adapters: Vec<NameId>,
+    pub prefill_rate: u64,
+    pub decode_rate: u64,
+    pub queued_prefill: u64,
+    pub active_decode: u64,
+    pub observed_tick: u64,
+    pub epoch: u64,
+    /// The initial cache, `(namespace, key, tokens)`.
+    pub cache: Vec<(NsId, KeyId, u64)>,
+}
+
+/// The string tables of a compiled trace.
+#[derive(Debug, Default, Clone)]
+pub struct Tables<'t> {
+    /// Tenants, models and adapters share one table: only equality matters.
+    pub names: Interner<'t>,
+    pub keys: Interner<'t>,
+    /// Namespace id → the namespace it stands for.
+    pub namespaces: Vec<Namespace>,
+    namespace_ids: HashMap<(NameId, NameId, NameId), NsId>,
+}
+
+impl<'t> Tables<'t> {
+    pub fn namespace(&mut self, ns: &'t Namespace) -> NsId {
+        let parts = (
+            self.names.intern(&ns.tenant),
+            self.names.intern(&ns.model),
+            self.names.intern(&ns.adapter),
+        );
+        if let Some(&id) = self.namespace_ids.get(&parts) {
+            return id;
+        }
+        let id = self.namespaces.len() as NsId;
+        self.namespace_ids.insert(parts, id);
+        self.namespaces.push(ns.clone());
+        id
+    }
+
+    fn segments(&mut self, segments: &'t [crate::trace::Segment]) -> Vec<Seg> {
+        segments
+            .iter()
+            .map(|s| Seg {
+                key: self.keys.intern(&s.key),
+                tokens: s.tokens,
+            })
+            .collect()
+    }
+
+    /// Compiles one request (also used by the closed-loop simulator).
+    pub fn request(&mut self, request: &'t Request) -> Req<'t> {
+        Req {
+            id: &request.id,
+            ns: self.namespace(&request.namespace),
+            model: self.names.intern(&request.namespace.model),
+            adapter: self.names.intern(&request.namespace.adapter),
+            prefix: self.segments(&request.prefix),
+            prompt_tokens: request.prompt_tokens,
+            decode_tokens: request.decode_tokens,
+        }
+    }
+}
+
+/// A trace made ready to replay.
+#[derive(Debug, Clone)]
+pub struct Compiled<'t> {
+    pub trace: &'t Trace,
+    /// Worker ids in byte order: index `i` is worker `i` everywhere.
+    pub worker_ids: Vec<&'t str>,
+    pub workers: Vec<CWorker>,
+    /// Events in `(tick, seq)` order.
+    pub events: Vec<CEvent<'t>>,
+    pub tables: Tables<'t>,
+    /// The id of `"base"`, the adapter every eligible worker serves.
+    pub base_adapter: NameId,
+    pub sharing: &'t [Grant],
+}
+
+impl<'t> Compiled<'t> {
+    pub fn new(trace: &'t Trace) -> Self {
+        let mut specs: Vec<&WorkerSpec> = trace.workers.iter().collect();
+        specs.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut events: Vec<&Event> = trace.events.iter().collect();
+        events.sort_by_key(|e| (e.tick, e.seq));
+        let mut tables = Tables::default();
+        let base_adapter = tables.names.intern("base");
+        let worker_index: HashMap<&str, u32> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.id.as_str(), i as u32))
+            .collect();
+        let workers = specs
+            .iter()
+            .map(|spec| {
+                let mut adapters: Vec<NameId> = spec
+                    .adapters
+                    .iter()
+                    .map(|a| tables.names.intern(a))
+                    .collect();
+                adapters.sort_unstable();
+                CWorker {
+                    model: tables.names.intern(&spec.model),
+                    adapters,
+                    prefill_rate: spec.prefill_rate,
+                    decode_rate: spec.decode_rate,
+                    queued_prefill: spec.queued_prefill,
+                    active_decode: spec.active_decode,
+                    observed_tick: spec.observed_tick,
+                    epoch: spec.epoch,
+                    cache: spec
+                        .cache
+                        .iter()
+                        .map(|e| {
+                            (
+                                tables.namespace(&e.namespace),
+                                tables.keys.intern(&e.key),
+                                e.tokens,
+                            )
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        // Validation rejects events naming unknown workers, so the lookups succeed.
+        let events = events
+            .iter()
+            .map(|e| {
+                let step = match &e.kind {
+                    EventKind::Cache { worker, epoch, op } => Step::Cache {
+                        worker: worker_index[worker.as_str()],
+                        epoch: *epoch,
+                        op: match op {
+                            CacheOp::Store {
+                                namespace,
+                                segments,
+                            } => Op::Store {
+                                ns: tables.namespace(namespace),
+                                segments: tables.segments(segments),
+                            },
+                            CacheOp::Evict { namespace, keys } => Op::Evict {
+                                ns: tables.namespace(namespace),
+                                keys: keys.iter().map(|k| tables.keys.intern(k)).collect(),
+                            },
+                            CacheOp::Clear => Op::Clear,
+                        },
+                    },
+                    EventKind::Load {
+                        worker,
+                        observed_tick,
+                        queued_prefill,
+                        active_decode,
+                    } => Step::Load {
+                        worker: worker_index[worker.as_str()],
+                        observed_tick: *observed_tick,
+                        queued_prefill: *queued_prefill,
+                        active_decode: *active_decode,
+                    },
+                    EventKind::Request(request) => Step::Request(tables.request(request)),
+                };
+                CEvent {
+                    seq: e.seq,
+                    tick: e.tick,
+                    step,
+                }
+            })
+            .collect();
+        Compiled {
+            trace,
+            worker_ids: specs.iter().map(|w| w.id.as_str()).collect(),
+            workers,
+            events,
+            tables,
+            base_adapter,
+            sharing: &trace.sharing,
+        }
+    }
+
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// How many distinct keys the trace names (the size of the cache index).
+    pub fn key_count(&self) -> usize {
+        self.tables.keys.len()
+    }
+}

@@ -1,0 +1,883 @@
+//! Importing a Mooncake FAST'25 request trace as a `kvroute-trace/1` document (SPEC.md §10).
+//!
+//! Mooncake's traces are the public record of real prefix sharing at scale: one JSON
+//! object a line with an arrival `timestamp` in milliseconds, `input_length`,
+//! `output_length` and `hash_ids`, the ids of the prompt's prefix blocks. kvroute can only
+//! replay what it can validate, so the import maps each line onto one request event under
+//! the `scale` limits profile, with one prefix segment per block, and adds a fleet of
+//! identical workers whose rates are the documented defaults below. Every rule the
+//! validator would enforce is checked here first, per line, so a bad input is reported by
+//! line number instead of by a JSON path into a document the user never wrote, and an
+//! accepted import always validates.
+
+use crate::json::{quote_value, Node};
+use crate::trace::{
+    Event, EventKind, LimitsProfile, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
+    JSON_INTEGER_MAX,
+};
+use crate::validate::ERROR_LINES_MAX;
+use std::fmt;
+use std::io::BufRead;
+
+/// Prefill tokens per tick (1 tick = 1 ms) of every imported worker: 16,000 tokens/s,
+/// about what one current GPU prefills for a mid-sized model.
+pub const DEFAULT_PREFILL_RATE: u64 = 16;
+
+/// Decode tokens per tick of every imported worker: 4,000 tokens/s summed over the
+/// requests one GPU decodes as a batch.
+pub const DEFAULT_DECODE_RATE: u64 = 4;
+
+/// The limits profile every import declares: Mooncake traces exceed the lab limits.
+const PROFILE: LimitsProfile = LimitsProfile::Scale;
+
+/// The Mooncake members of one line, in the order their errors are reported.
+const FIELDS: [&str; 4] = ["timestamp", "input_length", "output_length", "hash_ids"];
+
+/// How the lines become requests, and which fleet replays them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MooncakeOptions {
+    /// Tokens per hash id; Mooncake's own traces use 512.
+    pub block_tokens: u64,
+    /// The tenant every request belongs to.
+    pub tenant: String,
+    /// The model every request and every worker names.
+    pub model: String,
+    /// How many identical workers to create.
+    pub workers: u32,
+}
+
+impl Default for MooncakeOptions {
+    fn default() -> Self {
+        MooncakeOptions {
+            block_tokens: 512,
+            tenant: "mooncake".to_owned(),
+            model: "mooncake-model".to_owned(),
+            workers: 8,
+        }
+    }
+}
+
+/// One reason the input was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportError {
+    /// The 1-based input line; 0 for a problem with the options or the input as a whole.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for ImportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            f.write_str(&self.reason)
+        } else {
+            write!(f, "line {}: {}", self.line, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ImportError {}
+
+/// The id of worker `index` of `workers`: `w` and the index zero-padded to the width of
+/// `workers - 1`, so that byte order (the order candidates are listed and ties broken
+/// in) is numeric order: `w0`..`w7` for 8 workers, `w000`..`w511` for 512.
+pub fn worker_id(index: u32, workers: u32) -> String {
+    let width = workers.saturating_sub(1).to_string().len();
+    format!("w{index:0width$}")
+}
+
+/// Converts Mooncake JSONL into a `scale` trace, or returns every problem found.
+///
+/// Line `k` becomes request `r{k}` with `seq = k` and `tick = timestamp`. Errors are in
+/// input order, at most [`ERROR_LINES_MAX`] of them, followed when there are more by one
+/// line-0 entry `... and N more errors`. The whole input is read even after an error, so
+/// that every bad line is counted.
+pub fn import_mooncake(
+    mut input: impl BufRead,
+    options: &MooncakeOptions,
+) -> Result<Trace, Vec<ImportError>> {
+    let mut report = Report::default();
+    for reason in option_errors(options) {
+        report.push(0, reason);
+    }
+    if !report.is_empty() {
+        return Err(report.finish());
+    }
+    let namespace = Namespace {
+        tenant: options.tenant.clone(),
+        model: options.model.clone(),
+        adapter: "base".to_owned(),
+    };
+    let mut events = Vec::new();
+    let mut totals = Totals::default();
+    let mut previous_timestamp: Option<(u64, usize)> = None;
+    let mut line_bytes = Vec::new();
+    let mut line_number = 0usize;
+    loop {
+        line_bytes.clear();
+        match input.read_until(b'\n', &mut line_bytes) {
+            Ok(0) => break,
+            Ok(_) => line_number += 1,
+            Err(e) => {
+                report.push(line_number + 1, format!("cannot read the input: {e}"));
+                break;
+            }
+        }
+        let mut reasons = Vec::new();
+        let fields = parse_line(&line_bytes, &mut reasons);
+        if let Some(timestamp) = fields.timestamp {
+            if let Some((previous, previous_line)) = previous_timestamp {
+                if timestamp < previous {
+                    reasons.push(format!(
+                        "timestamp: {timestamp} is before {previous} on line {previous_line} \
+                         (timestamps must not decrease)"
+                    ));
+                }
+            }
+            previous_timestamp = Some((timestamp, line_number));
+        }
+        let request = match fields {
+            LineFields {
+                timestamp: Some(timestamp),
+                input_length: Some(prompt_tokens),
+                output_length: Some(decode_tokens),
+                hash_ids: Some(hash_ids),
+            } => request_checks(
+                prompt_tokens,
+                decode_tokens,
+                &hash_ids,
+                options.block_tokens,
+                &mut reasons,
+            )
+            .then_some((timestamp, prompt_tokens, decode_tokens, hash_ids)),
+            _ => None,
+        };
+        for reason in reasons {
+            report.push(line_number, reason);
+        }
+        totals.requests += 1;
+        let Some((timestamp, prompt_tokens, decode_tokens, hash_ids)) = request else {
+            continue;
+        };
+        totals.add(prompt_tokens, decode_tokens);
+        // Once the input is known to be rejected, building more events only costs memory.
+        if !report.is_empty() || totals.requests > PROFILE.requests_max() {
+            continue;
+        }
+        let seq = line_number as u64;
+        events.push(Event {
+            seq,
+            tick: timestamp,
+            kind: EventKind::Request(Request {
+                id: format!("r{seq}"),
+                namespace: namespace.clone(),
+                prefix: prefix(&hash_ids, prompt_tokens, options.block_tokens),
+                prompt_tokens,
+                decode_tokens,
+            }),
+        });
+    }
+    for reason in whole_input_errors(&totals) {
+        report.push(0, reason);
+    }
+    if !report.is_empty() {
+        return Err(report.finish());
+    }
+    let workers = (0..options.workers)
+        .map(|index| WorkerSpec {
+            id: worker_id(index, options.workers),
+            model: options.model.clone(),
+            adapters: Vec::new(),
+            prefill_rate: DEFAULT_PREFILL_RATE,
+            decode_rate: DEFAULT_DECODE_RATE,
+            queued_prefill: 0,
+            active_decode: 0,
+            observed_tick: 0,
+            epoch: 0,
+            cache: Vec::new(),
+        })
+        .collect();
+    Ok(Trace {
+        limits: PROFILE,
+        policy: PolicyParams::default(),
+        sharing: Vec::new(),
+        workers,
+        events,
+    })
+}
+
+/// The errors collected so far: the first [`ERROR_LINES_MAX`] kept, the rest counted.
+#[derive(Default)]
+struct Report {
+    shown: Vec<ImportError>,
+    more: usize,
+}
+
+impl Report {
+    fn push(&mut self, line: usize, reason: String) {
+        if self.shown.len() < ERROR_LINES_MAX {
+            self.shown.push(ImportError { line, reason });
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.shown.is_empty()
+    }
+
+    fn finish(mut self) -> Vec<ImportError> {
+        if self.more > 0 {
+            self.shown.push(ImportError {
+                line: 0,
+                reason: format!("... and {} more errors", self.more),
+            });
+        }
+        self.shown
+    }
+}
+
+fn option_errors(options: &MooncakeOptions) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if options.block_tokens == 0 {
+        reasons.push("block_tokens: expected a positive integer, found 0".to_owned());
+    }
+    let workers_max = PROFILE.workers_max();
+    if options.workers == 0 || u64::from(options.workers) > workers_max {
+        reasons.push(format!(
+            "workers: expected 1 to {workers_max} (the {} limit), found {}",
+            PROFILE.name(),
+            options.workers
+        ));
+    }
+    if options.tenant.is_empty() {
+        reasons.push("tenant: expected a non-empty string".to_owned());
+    }
+    if options.model.is_empty() {
+        reasons.push("model: expected a non-empty string".to_owned());
+    }
+    reasons
+}
+
+/// The members of one line that parsed; `None` where the member was missing or bad.
+#[derive(Default)]
+struct LineFields {
+    timestamp: Option<u64>,
+    input_length: Option<u64>,
+    output_length: Option<u64>,
+    hash_ids: Option<Vec<u64>>,
+}
+
+/// Parses one line, pushing a reason for every problem: the four members in [`FIELDS`]
+/// order, then unknown and repeated members in document order.
+fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
+    let mut fields = LineFields::default();
+    if line_bytes.iter().all(u8::is_ascii_whitespace) {
+        reasons.push("empty line".to_owned());
+        return fields;
+    }
+    // The line's own terminator is not part of its JSON: left in, an error at the end of
+    // the line would be placed on "line 2" of it.
+    let json_bytes = line_bytes
+        .strip_suffix(b"\n")
+        .map_or(line_bytes, |rest| rest.strip_suffix(b"\r").unwrap_or(rest));
+    // [`Node`] keeps repeated members, which `serde_json::Value` would silently collapse
+    // to the last one.
+    let node = match serde_json::from_slice::<Node>(json_bytes) {
+        Ok(node) => node,
+        Err(e) => {
+            reasons.push(invalid_json_reason(&e));
+            return fields;
+        }
+    };
+    let Node::Object(members) = &node else {
+        reasons.push(format!("expected an object, found {}", node.quoted()));
+        return fields;
+    };
+    let member = |name: &str| members.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    for name in FIELDS {
+        let Some(value) = member(name) else {
+            reasons.push(format!("missing field {}", quote_name(name)));
+            continue;
+        };
+        match name {
+            "timestamp" => fields.timestamp = integer(name, value, reasons),
+            "input_length" => fields.input_length = integer(name, value, reasons),
+            "output_length" => fields.output_length = integer(name, value, reasons),
+            _ => fields.hash_ids = hash_ids(value, reasons),
+        }
+    }
+    let mut seen = Vec::with_capacity(FIELDS.len());
+    for (name, _) in members {
+        if !FIELDS.contains(&name.as_str()) {
+            reasons.push(format!("unknown field {}", quote_name(name)));
+        } else if seen.contains(&name) {
+            reasons.push(format!("repeated field {}", quote_name(name)));
+        } else {
+            seen.push(name);
+        }
+    }
+    fields
+}
+
+/// `invalid JSON: <parser message> at column <c>`: the parser's own position says
+/// "line 1" of a single line, which reads like the wrong input line.
+fn invalid_json_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&position) {
+        Some(message) if e.line() == 1 => {
+            format!("invalid JSON: {message} at column {}", e.column())
+        }
+        _ => format!("invalid JSON: {text}"),
+    }
+}
+
+fn quote_name(name: &str) -> String {
+    quote_value(&serde_json::Value::String(name.to_owned()))
+}
+
+/// A JSON integer literal from 0 to 2^53 - 1, as every trace integer must be.
+fn integer(path: &str, node: &Node, reasons: &mut Vec<String>) -> Option<u64> {
+    let value = match node {
+        Node::Number(n) => n.as_u64().filter(|&v| v <= JSON_INTEGER_MAX),
+        _ => None,
+    };
+    if value.is_none() {
+        reasons.push(format!(
+            "{path}: expected a non-negative integer, found {}",
+            node.quoted()
+        ));
+    }
+    value
+}
+
+fn hash_ids(node: &Node, reasons: &mut Vec<String>) -> Option<Vec<u64>> {
+    let Node::Array(items) = node else {
+        reasons.push(format!(
+            "hash_ids: expected an array, found {}",
+            node.quoted()
+        ));
+        return None;
+    };
+    let mut ids = Vec::with_capacity(items.len());
+    let mut all_ok = true;
+    for (i, item) in items.iter().enumerate() {
+        match integer(&format!("hash_ids[{i}]"), item, reasons) {
+            Some(id) => ids.push(id),
+            None => all_ok = false,
+        }
+    }
+    all_ok.then_some(ids)
+}
+
+/// Pushes a reason when the hash ids do not cover the prompt exactly (every block full
+/// except the last, which holds 1 to `block_tokens` tokens) or the request is over the
+/// per-request token limit; true when the request is good.
+fn request_checks(
+    prompt_tokens: u64,
+    decode_tokens: u64,
+    hash_ids: &[u64],
+    block_tokens: u64,
+    reasons: &mut Vec<String>,
+) -> bool {
+    let mut good = true;
+    let ids = hash_ids.len() as u128;
+    let full_blocks_tokens = u128::from(block_tokens) * ids.saturating_sub(1);
+    let prompt = u128::from(prompt_tokens);
+    let covered = if ids == 0 {
+        prompt == 0
+    } else {
+        full_blocks_tokens < prompt && prompt <= full_blocks_tokens + u128::from(block_tokens)
+    };
+    if !covered {
+        let ids_needed = prompt_tokens.div_ceil(block_tokens);
+        let plural = if ids_needed == 1 { "" } else { "s" };
+        reasons.push(format!(
+            "hash_ids: input_length {prompt_tokens} at {block_tokens} tokens a block needs \
+             {ids_needed} id{plural}, found {ids}"
+        ));
+        good = false;
+    }
+    let tokens = prompt + u128::from(decode_tokens);
+    if tokens > u128::from(PROFILE.tokens_per_request_max()) {
+        reasons.push(format!(
+            "{tokens} tokens (input_length + output_length) exceed the {} limit of {}",
+            PROFILE.name(),
+            PROFILE.tokens_per_request_max()
+        ));
+        good = false;
+    }
+    good
+}
+
+/// One segment per hash id, keyed `b<id>`: full blocks, then the partial remainder.
+/// Only called once [`request_checks`] accepted the figures.
+fn prefix(hash_ids: &[u64], prompt_tokens: u64, block_tokens: u64) -> Vec<Segment> {
+    let mut remaining_tokens = prompt_tokens;
+    hash_ids
+        .iter()
+        .map(|id| {
+            let tokens = remaining_tokens.min(block_tokens);
+            remaining_tokens -= tokens;
+            Segment {
+                key: format!("b{id}"),
+                tokens,
+            }
+        })
+        .collect()
+}
+
+/// Running figures for the whole-input limits.
+#[derive(Default)]
+struct Totals {
+    /// Every line counts, good or bad: each would have been one request event.
+    requests: u64,
+    prompt_tokens_sum: u128,
+    decode_tokens_sum: u128,
+    prompt_tokens_max: u128,
+}
+
+impl Totals {
+    fn add(&mut self, prompt_tokens: u64, decode_tokens: u64) {
+        self.prompt_tokens_sum += u128::from(prompt_tokens);
+        self.decode_tokens_sum += u128::from(decode_tokens);
+        self.prompt_tokens_max = self.prompt_tokens_max.max(u128::from(prompt_tokens));
+    }
+}
+
+/// The request-count limit and the overflow bound of SPEC.md §1.4 for the trace the
+/// import would produce. Every event is a request, so the event limit (twice the request
+/// limit) cannot be reached first.
+fn whole_input_errors(totals: &Totals) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if totals.requests > PROFILE.requests_max() {
+        reasons.push(format!(
+            "{} requests exceed the {} limit of {}",
+            totals.requests,
+            PROFILE.name(),
+            PROFILE.requests_max()
+        ));
+    }
+    // Workers start idle and there are no load events, so Q and A of §1.4 are the sums.
+    let policy = PolicyParams::default();
+    let work_bound = (1000 * totals.prompt_tokens_sum).saturating_add(
+        u128::from(policy.decode_weight_milli).saturating_mul(totals.decode_tokens_sum),
+    );
+    let imbalance_bound =
+        u128::from(policy.imbalance_penalty_milli).saturating_mul(work_bound) / 1000;
+    let cost_bound = (1000 * totals.prompt_tokens_max)
+        .saturating_add(work_bound)
+        .saturating_add(imbalance_bound);
+    if cost_bound > u128::from(JSON_INTEGER_MAX) {
+        reasons.push(format!(
+            "figures could overflow: {} prompt and {} decode tokens in all put the cost \
+             bound over {JSON_INTEGER_MAX}; import fewer lines",
+            totals.prompt_tokens_sum, totals.decode_tokens_sum
+        ));
+    }
+    reasons
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::canonical_trace_bytes;
+    use crate::parse_trace;
+
+    const THREE_LINES: &str = concat!(
+        r#"{"timestamp": 0, "input_length": 1100, "output_length": 39, "hash_ids": [0, 1, 7]}"#,
+        "\n",
+        r#"{"timestamp": 5, "input_length": 512, "output_length": 0, "hash_ids": [0]}"#,
+        "\n",
+        r#"{"timestamp": 5, "input_length": 0, "output_length": 12, "hash_ids": []}"#,
+        "\n",
+    );
+
+    fn import(text: &str) -> Result<Trace, Vec<ImportError>> {
+        import_mooncake(text.as_bytes(), &MooncakeOptions::default())
+    }
+
+    /// The error lines as printed, for compact assertions.
+    fn errors(text: &str) -> Vec<String> {
+        match import(text) {
+            Ok(_) => panic!("expected errors for {text:?}"),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    fn segment(key: &str, tokens: u64) -> Segment {
+        Segment {
+            key: key.to_owned(),
+            tokens,
+        }
+    }
+
+    fn request_event(seq: u64, tick: u64, prefix: Vec<Segment>, prompt: u64, decode: u64) -> Event {
+        Event {
+            seq,
+            tick,
+            kind: EventKind::Request(Request {
+                id: format!("r{seq}"),
+                namespace: Namespace {
+                    tenant: "mooncake".to_owned(),
+                    model: "mooncake-model".to_owned(),
+                    adapter: "base".to_owned(),
+                },
+                prefix,
+                prompt_tokens: prompt,
+                decode_tokens: decode,
+            }),
+        }
+    }
+
+    /// A valid line with one member's text replaced.
+    fn line_with(member: &str, value: &str) -> String {
+        let mut fields = vec![
+            ("timestamp", "7".to_owned()),
+            ("input_length", "600".to_owned()),
+            ("output_length", "10".to_owned()),
+            ("hash_ids", "[3, 4]".to_owned()),
+        ];
+        for (name, text) in &mut fields {
+            if *name == member {
+                *text = value.to_owned();
+            }
+        }
+        let body: Vec<String> = fields
+            .iter()
+            .map(|(name, text)| format!("\"{name}\": {text}"))
+            .collect();
+        format!("{{{}}}", body.join(", "))
+    }
+
+    const GOOD: &str =
+        r#"{"timestamp": 7, "input_length": 600, "output_length": 10, "hash_ids": [3, 4]}"#;
+
+    #[test]
+    fn three_lines_map_exactly() {
+        let trace = import(THREE_LINES).unwrap();
+        assert_eq!(trace.limits, LimitsProfile::Scale);
+        assert_eq!(trace.policy, PolicyParams::default());
+        assert!(trace.sharing.is_empty());
+        let ids: Vec<&str> = trace.workers.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(ids, ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"]);
+        assert_eq!(
+            trace.workers[3],
+            WorkerSpec {
+                id: "w3".to_owned(),
+                model: "mooncake-model".to_owned(),
+                adapters: vec![],
+                prefill_rate: 16,
+                decode_rate: 4,
+                queued_prefill: 0,
+                active_decode: 0,
+                observed_tick: 0,
+                epoch: 0,
+                cache: vec![],
+            }
+        );
+        assert_eq!(
+            trace.events,
+            vec![
+                request_event(
+                    1,
+                    0,
+                    vec![segment("b0", 512), segment("b1", 512), segment("b7", 76)],
+                    1100,
+                    39
+                ),
+                request_event(2, 5, vec![segment("b0", 512)], 512, 0),
+                request_event(3, 5, vec![], 0, 12),
+            ]
+        );
+    }
+
+    #[test]
+    fn worker_ids_are_padded_so_byte_order_is_numeric_order() {
+        assert_eq!(worker_id(0, 1), "w0");
+        assert_eq!(worker_id(9, 10), "w9");
+        assert_eq!(worker_id(0, 11), "w00");
+        assert_eq!(worker_id(10, 11), "w10");
+        assert_eq!(worker_id(0, 512), "w000");
+        assert_eq!(worker_id(511, 512), "w511");
+        assert_eq!(worker_id(4095, 4096), "w4095");
+        let ids: Vec<String> = (0..512).map(|i| worker_id(i, 512)).collect();
+        assert!(ids.windows(2).all(|pair| pair[0] < pair[1]));
+    }
+
+    #[test]
+    fn options_choose_block_size_namespace_and_fleet() {
+        let options = MooncakeOptions {
+            block_tokens: 400,
+            tenant: "t".to_owned(),
+            model: "m".to_owned(),
+            workers: 12,
+        };
+        let first_and_last: String = THREE_LINES
+            .lines()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, line)| format!("{line}\n"))
+            .collect();
+        let trace = import_mooncake(first_and_last.as_bytes(), &options).unwrap();
+        assert_eq!(trace.workers.len(), 12);
+        assert_eq!(trace.workers[0].id, "w00");
+        assert_eq!(trace.workers[11].id, "w11");
+        assert!(trace.workers.iter().all(|w| w.model == "m"));
+        let EventKind::Request(request) = &trace.events[0].kind else {
+            panic!("expected a request");
+        };
+        assert_eq!(request.namespace.tenant, "t");
+        assert_eq!(request.namespace.model, "m");
+        assert_eq!(
+            request.prefix,
+            vec![segment("b0", 400), segment("b1", 400), segment("b7", 300)]
+        );
+        // Line 2: 512 tokens need two blocks of 400.
+        let options = MooncakeOptions {
+            block_tokens: 400,
+            ..MooncakeOptions::default()
+        };
+        let errors = import_mooncake(THREE_LINES.as_bytes(), &options).unwrap_err();
+        assert_eq!(
+            errors[0].to_string(),
+            "line 2: hash_ids: input_length 512 at 400 tokens a block needs 2 ids, found 1"
+        );
+    }
+
+    #[test]
+    fn the_output_round_trips_through_validation() {
+        for workers in [1, 8, 12, 512] {
+            let options = MooncakeOptions {
+                workers,
+                ..MooncakeOptions::default()
+            };
+            let trace = import_mooncake(THREE_LINES.as_bytes(), &options).unwrap();
+            let reparsed = parse_trace(&canonical_trace_bytes(&trace)).unwrap();
+            assert_eq!(reparsed, trace);
+        }
+    }
+
+    #[test]
+    fn empty_input_is_an_empty_trace_and_crlf_and_a_missing_last_newline_are_fine() {
+        let trace = import("").unwrap();
+        assert!(trace.events.is_empty());
+        assert_eq!(trace.workers.len(), 8);
+        let crlf = THREE_LINES.replace('\n', "\r\n");
+        assert_eq!(import(&crlf).unwrap(), import(THREE_LINES).unwrap());
+        let unterminated = THREE_LINES.trim_end();
+        assert_eq!(import(unterminated).unwrap(), import(THREE_LINES).unwrap());
+    }
+
+    #[test]
+    fn each_kind_of_bad_line_names_its_line_and_reason() {
+        let cases = [
+            (
+                line_with("input_length", "-3"),
+                "input_length: expected a non-negative integer, found -3",
+            ),
+            (
+                line_with("timestamp", "1.5"),
+                "timestamp: expected a non-negative integer, found 1.5",
+            ),
+            (
+                line_with("timestamp", "1e3"),
+                "timestamp: expected a non-negative integer, found 1000.0",
+            ),
+            (
+                line_with("output_length", "\"10\""),
+                "output_length: expected a non-negative integer, found \"10\"",
+            ),
+            (
+                line_with("output_length", "9007199254740992"),
+                "output_length: expected a non-negative integer, found 9007199254740992",
+            ),
+            (
+                line_with("output_length", "null"),
+                "output_length: expected a non-negative integer, found null",
+            ),
+            (
+                line_with("hash_ids", "\"0,1\""),
+                "hash_ids: expected an array, found \"0,1\"",
+            ),
+            (
+                line_with("hash_ids", "[3, -4]"),
+                "hash_ids[1]: expected a non-negative integer, found -4",
+            ),
+            (
+                line_with("hash_ids", "[3]"),
+                "hash_ids: input_length 600 at 512 tokens a block needs 2 ids, found 1",
+            ),
+            (
+                line_with("hash_ids", "[3, 4, 5]"),
+                "hash_ids: input_length 600 at 512 tokens a block needs 2 ids, found 3",
+            ),
+            (
+                line_with("hash_ids", "[]"),
+                "hash_ids: input_length 600 at 512 tokens a block needs 2 ids, found 0",
+            ),
+            (
+                line_with("input_length", "1025"),
+                "hash_ids: input_length 1025 at 512 tokens a block needs 3 ids, found 2",
+            ),
+            (
+                line_with("input_length", "512"),
+                "hash_ids: input_length 512 at 512 tokens a block needs 1 id, found 2",
+            ),
+            (
+                line_with("output_length", "2096553"),
+                "2097153 tokens (input_length + output_length) exceed the scale limit of \
+                 2097152",
+            ),
+            (
+                r#"{"timestamp": 7, "input_length": 600, "output_length": 10}"#.to_owned(),
+                "missing field \"hash_ids\"",
+            ),
+            (GOOD.replace('}', r#", "foo": 1}"#), "unknown field \"foo\""),
+            (
+                GOOD.replace('}', r#", "timestamp": 7}"#),
+                "repeated field \"timestamp\"",
+            ),
+            ("[1, 2]".to_owned(), "expected an object, found [1,2]"),
+            ("   ".to_owned(), "empty line"),
+            (
+                r#"{"timestamp": 7,"#.to_owned(),
+                "invalid JSON: EOF while parsing a value at column 16",
+            ),
+        ];
+        for (bad, reason) in cases {
+            let text = format!("{GOOD}\n{bad}\n{GOOD}\n");
+            assert_eq!(errors(&text), [format!("line 2: {reason}")], "{bad}");
+        }
+    }
+
+    #[test]
+    fn input_length_1024_is_covered_by_two_full_blocks() {
+        // An exact multiple of the block size ends in a full last block, not an error.
+        let text = line_with("input_length", "1024");
+        let trace = import(&text).unwrap();
+        let EventKind::Request(request) = &trace.events[0].kind else {
+            panic!("expected a request");
+        };
+        assert_eq!(request.prefix, vec![segment("b3", 512), segment("b4", 512)]);
+    }
+
+    #[test]
+    fn timestamps_must_not_decrease() {
+        let text = format!(
+            "{}\n{}\n{}\n",
+            line_with("timestamp", "20"),
+            line_with("timestamp", "20"),
+            line_with("timestamp", "19")
+        );
+        assert_eq!(
+            errors(&text),
+            ["line 3: timestamp: 19 is before 20 on line 2 (timestamps must not decrease)"]
+        );
+    }
+
+    #[test]
+    fn every_bad_line_is_reported_and_every_problem_on_it() {
+        let text = format!(
+            "\n{GOOD}\n{}\nnot json\n",
+            GOOD.replace("600", "-1").replace('}', r#", "x": 0}"#)
+        );
+        let lines = errors(&text);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert_eq!(lines[0], "line 1: empty line");
+        assert_eq!(
+            lines[1],
+            "line 3: input_length: expected a non-negative integer, found -1"
+        );
+        assert_eq!(lines[2], "line 3: unknown field \"x\"");
+        assert!(lines[3].starts_with("line 4: invalid JSON: "), "{lines:?}");
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_bad_line_not_a_panic() {
+        let mut bytes = GOOD.as_bytes().to_vec();
+        bytes.push(b'\n');
+        bytes.extend_from_slice(b"{\"timestamp\": \"\xff\"}\n");
+        let errors = import_mooncake(&bytes[..], &MooncakeOptions::default()).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].line, 2);
+        assert!(errors[0].reason.starts_with("invalid JSON: "), "{errors:?}");
+    }
+
+    #[test]
+    fn errors_are_capped_with_a_count_of_the_rest() {
+        let text = "x\n".repeat(ERROR_LINES_MAX + 5);
+        let errors = import(&text).unwrap_err();
+        assert_eq!(errors.len(), ERROR_LINES_MAX + 1);
+        assert_eq!(errors[ERROR_LINES_MAX - 1].line, ERROR_LINES_MAX);
+        assert_eq!(
+            errors[ERROR_LINES_MAX],
+            ImportError {
+                line: 0,
+                reason: "... and 5 more errors".to_owned()
+            }
+        );
+        assert_eq!(errors[ERROR_LINES_MAX].to_string(), "... and 5 more errors");
+    }
+
+    #[test]
+    fn bad_options_are_line_0_errors() {
+        let options = MooncakeOptions {
+            block_tokens: 0,
+            tenant: String::new(),
+            model: String::new(),
+            workers: 4097,
+        };
+        let errors: Vec<String> = import_mooncake(THREE_LINES.as_bytes(), &options)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "block_tokens: expected a positive integer, found 0",
+                "workers: expected 1 to 4096 (the scale limit), found 4097",
+                "tenant: expected a non-empty string",
+                "model: expected a non-empty string",
+            ]
+        );
+        let options = MooncakeOptions {
+            workers: 0,
+            ..MooncakeOptions::default()
+        };
+        assert!(import_mooncake(THREE_LINES.as_bytes(), &options).is_err());
+        let options = MooncakeOptions {
+            workers: 4096,
+            ..MooncakeOptions::default()
+        };
+        let trace = import_mooncake(THREE_LINES.as_bytes(), &options).unwrap();
+        assert_eq!(trace.workers[4095].id, "w4095");
+    }
+
+    #[test]
+    fn whole_input_limits_are_line_0_errors() {
+        let within = Totals {
+            requests: 10_000_000,
+            prompt_tokens_sum: 9_000_000_000_000 - 2_097_152,
+            decode_tokens_sum: 0,
+            prompt_tokens_max: 2_097_152,
+        };
+        assert!(whole_input_errors(&within).is_empty());
+        let over = Totals {
+            requests: 10_000_001,
+            prompt_tokens_sum: 9_000_000_000_000,
+            decode_tokens_sum: 7_200_000_000,
+            prompt_tokens_max: 2_000_000,
+        };
+        assert_eq!(
+            whole_input_errors(&over),
+            [
+                "10000001 requests exceed the scale limit of 10000000".to_owned(),
+                "figures could overflow: 9000000000000 prompt and 7200000000 decode tokens \
+                 in all put the cost bound over 9007199254740991; import fewer lines"
+                    .to_owned(),
+            ]
+        );
+    }
+}

@@ -1,0 +1,513 @@
+//! The closed-loop engine model (SPEC.md §11): where cache events come from when a
+//! trace carries only requests.
+//!
+//! The router never invents residency, so replaying a bare request stream would route
+//! every request cold. `simulate` closes the loop: each policy's run routes a request,
+//! and a deterministic model of the chosen engine prefills it (FIFO, at the worker's
+//! `prefill_rate`), stores its prefix blocks in a per-worker LRU cache of fixed capacity
+//! when the prefill completes, evicts the least recently used blocks to make room, and
+//! publishes the `store` and `evict` events, each with the next epoch of that worker,
+//! after a publication lag plus an optional seeded jitter. Jitter can deliver a later
+//! epoch first, so the router sees stale events exactly as it would from a real fleet.
+//!
+//! Every policy runs its own loop from a clean state. The events a loop generated,
+//! merged with the requests, form an ordinary `kvroute-trace/1` trace; replaying it
+//! open-loop reproduces that policy's run exactly, because generated events are given
+//! seqs above every request's and ticks never in the past, so `(tick, seq)` order
+//! places them where the loop processed them.
+
+use crate::compiled::{CEvent, Compiled, KeyId, NsId, Op, Req, Seg, Step};
+use crate::engine::{RunSink, Runner};
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::trace::{
+    CacheOp, Event, EventKind, LimitsProfile, Namespace, Segment, Trace, WorkerSpec,
+};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+
+/// How a worker's KV cache capacity is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// Resident tokens, summed over blocks (a partial block counts its tokens).
+    Tokens(u64),
+    /// Resident blocks, whatever their size.
+    Blocks(u64),
+}
+
+/// The engine model's parameters. Defaults are documented in SPEC.md §11.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulateOptions {
+    pub capacity: Capacity,
+    /// Ticks between a prefill completing and its cache events reaching the router.
+    pub publication_lag_ticks: u64,
+    /// Up to this many extra ticks per event, drawn from `jitter_seed`; 0 disables it.
+    pub jitter_ticks: u64,
+    pub jitter_seed: u64,
+}
+
+/// 262,144 tokens: 512 blocks of 512 tokens, about 40 GiB of KV cache at 160 KiB per
+/// token (a 70B-class model with grouped-query attention in 16-bit).
+pub const DEFAULT_CACHE_TOKENS: u64 = 262_144;
+/// 10 ticks (10 ms at the import's 1 tick = 1 ms): an event bus hop plus batching.
+pub const DEFAULT_PUBLICATION_LAG_TICKS: u64 = 10;
+
+impl Default for SimulateOptions {
+    fn default() -> Self {
+        SimulateOptions {
+            capacity: Capacity::Tokens(DEFAULT_CACHE_TOKENS),
+            publication_lag_ticks: DEFAULT_PUBLICATION_LAG_TICKS,
+            jitter_ticks: 0,
+            jitter_seed: 0,
+        }
+    }
+}
+
+/// Why a trace cannot be simulated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulateError(pub String);
+
+impl std::fmt::Display for SimulateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The trace a simulation runs on: the input's requests, and either its workers or
+/// `workers` identical copies of its first worker (ids `w0`…, zero-padded), each with
+/// an empty cache and no load. The input's own cache and load events are dropped (the
+/// engine model generates them); the count dropped is returned.
+pub fn simulation_trace(
+    trace: &Trace,
+    workers: Option<u32>,
+) -> Result<(Trace, usize), SimulateError> {
+    let mut sim = trace.clone();
+    sim.limits = LimitsProfile::Scale;
+    let before = sim.events.len();
+    sim.events
+        .retain(|e| matches!(e.kind, EventKind::Request(_)));
+    let dropped = before - sim.events.len();
+    if let Some(count) = workers {
+        if count == 0 || count as u64 > LimitsProfile::Scale.workers_max() {
+            return Err(SimulateError(format!(
+                "--workers {count}: expected 1 to {}",
+                LimitsProfile::Scale.workers_max()
+            )));
+        }
+        let mut first: WorkerSpec = trace
+            .workers
+            .iter()
+            .min_by(|a, b| a.id.cmp(&b.id))
+            .cloned()
+            .ok_or_else(|| SimulateError("the trace has no workers to copy".into()))?;
+        first.queued_prefill = 0;
+        first.active_decode = 0;
+        first.cache.clear();
+        sim.workers = (0..count)
+            .map(|i| WorkerSpec {
+                id: crate::import::worker_id(i, count),
+                ..first.clone()
+            })
+            .collect();
+    }
+    Ok((sim, dropped))
+}
+
+/// What one policy's closed loop produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimRun {
+    pub policy: Policy,
+    pub metrics: Metrics,
+    pub stats: EngineStats,
+    /// The generated cache events, when asked for, in generation (seq) order.
+    pub generated: Vec<Event>,
+}
+
+/// What the engine model did in one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub store_events: u64,
+    pub evict_events: u64,
+    pub blocks_evicted: u64,
+    /// Tokens the router counted as reused that the chosen engine no longer held.
+    pub phantom_reuse_tokens: u64,
+    /// Tokens the chosen engines actually reused.
+    pub engine_reused_tokens: u64,
+}
+
+/// One worker's true cache: an LRU over `(namespace, key)` entries.
+#[derive(Debug, Default)]
+struct Lru {
+    /// Entry → (tokens, stamp of its last use). Lookups only.
+    entries: HashMap<(NsId, KeyId), (u64, u64)>,
+    /// Stamp → entry, oldest first: the eviction order.
+    by_age: BTreeMap<u64, (NsId, KeyId)>,
+    used: u64,
+}
+
+impl Lru {
+    fn weight(capacity: Capacity, tokens: u64) -> u64 {
+        match capacity {
+            Capacity::Tokens(_) => tokens,
+            Capacity::Blocks(_) => 1,
+        }
+    }
+
+    fn limit(capacity: Capacity) -> u64 {
+        match capacity {
+            Capacity::Tokens(n) | Capacity::Blocks(n) => n,
+        }
+    }
+
+    fn tokens(&self, entry: (NsId, KeyId)) -> u64 {
+        self.entries.get(&entry).map_or(0, |e| e.0)
+    }
+
+    /// Inserts or refreshes an entry; true when its residency changed (new or resized).
+    fn put(&mut self, capacity: Capacity, entry: (NsId, KeyId), tokens: u64, stamp: u64) -> bool {
+        let weight = Self::weight(capacity, tokens);
+        match self.entries.insert(entry, (tokens, stamp)) {
+            Some((old_tokens, old_stamp)) => {
+                self.by_age.remove(&old_stamp);
+                self.by_age.insert(stamp, entry);
+                self.used = self.used - Self::weight(capacity, old_tokens) + weight;
+                old_tokens != tokens
+            }
+            None => {
+                self.by_age.insert(stamp, entry);
+                self.used += weight;
+                true
+            }
+        }
+    }
+
+    /// Evicts the oldest entries not used at `stamp_floor` or later until within capacity.
+    fn evict_to_fit(&mut self, capacity: Capacity, stamp_floor: u64) -> Vec<(NsId, KeyId)> {
+        let mut evicted = Vec::new();
+        while self.used > Self::limit(capacity) {
+            let Some((&stamp, &entry)) = self.by_age.first_key_value() else {
+                break;
+            };
+            if stamp >= stamp_floor {
+                break;
+            }
+            self.by_age.remove(&stamp);
+            if let Some((tokens, _)) = self.entries.remove(&entry) {
+                self.used -= Self::weight(capacity, tokens);
+            }
+            evicted.push(entry);
+        }
+        evicted
+    }
+}
+
+/// A prefill in flight: completes at its tick, then stores its prefix.
+#[derive(Debug, Clone)]
+struct Prefill {
+    worker: u32,
+    ns: NsId,
+    prefix: Vec<Seg>,
+}
+
+/// The engine model of every worker.
+struct Engines {
+    capacity: Capacity,
+    caches: Vec<Lru>,
+    /// When each worker's prefill queue empties (FIFO prefill).
+    busy_until_tick: Vec<u64>,
+    prefill_rate: Vec<u64>,
+    /// The last epoch each worker published.
+    epoch: Vec<u64>,
+    stamp: u64,
+}
+
+impl Engines {
+    fn new(compiled: &Compiled, capacity: Capacity) -> Self {
+        let mut engines = Engines {
+            capacity,
+            caches: compiled.workers.iter().map(|_| Lru::default()).collect(),
+            busy_until_tick: vec![0; compiled.worker_count()],
+            prefill_rate: compiled.workers.iter().map(|w| w.prefill_rate).collect(),
+            epoch: compiled.workers.iter().map(|w| w.epoch).collect(),
+            stamp: 0,
+        };
+        // The initial caches are the engines' caches too, oldest in canonical order.
+        for (w, spec) in compiled.workers.iter().enumerate() {
+            let mut entries: Vec<_> = spec
+                .cache
+                .iter()
+                .map(|&(ns, key, tokens)| {
+                    let n = &compiled.tables.namespaces[ns as usize];
+                    let k = compiled.tables.keys.name(key);
+                    ((&n.tenant, &n.model, &n.adapter, k), ns, key, tokens)
+                })
+                .collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            for (_, ns, key, tokens) in entries {
+                engines.stamp += 1;
+                engines.caches[w].put(capacity, (ns, key), tokens, engines.stamp);
+            }
+        }
+        engines
+    }
+
+    /// The prefix the engine really holds for `request`: leading fully resident blocks
+    /// under the request's own namespace, plus a partially resident one.
+    fn true_reuse(&self, worker: usize, request: &Req) -> u64 {
+        let mut reuse = 0;
+        for segment in &request.prefix {
+            let resident = self.caches[worker].tokens((request.ns, segment.key));
+            reuse += resident.min(segment.tokens);
+            if resident < segment.tokens {
+                break;
+            }
+        }
+        reuse.min(request.prompt_tokens)
+    }
+
+    /// Queues the prefill of what the engine must really recompute; returns its
+    /// completion tick.
+    fn admit(&mut self, worker: usize, tick: u64, recomputed_tokens: u64) -> u64 {
+        let start = tick.max(self.busy_until_tick[worker]);
+        let duration = recomputed_tokens.div_ceil(self.prefill_rate[worker]);
+        let done = start.saturating_add(duration);
+        self.busy_until_tick[worker] = done;
+        done
+    }
+
+    /// Stores a completed prefill's prefix and evicts to fit: the cache operations to
+    /// publish, in the order the engine performed them.
+    fn complete(&mut self, prefill: &Prefill, compiled: &Compiled) -> Vec<Op> {
+        let cache = &mut self.caches[prefill.worker as usize];
+        let limit = Lru::limit(self.capacity);
+        self.stamp += 1;
+        let stamp_floor = self.stamp;
+        let mut stored = Vec::new();
+        // Stamped tail first, so the head of a prefix is the most recently used: like
+        // vLLM's prefix cache, eviction takes a chain's last blocks before its first,
+        // and a shared head outlives the conversations that hang off it.
+        let fitting: Vec<&Seg> = prefix_that_fits(&prefill.prefix, self.capacity, limit).collect();
+        for segment in fitting.into_iter().rev() {
+            self.stamp += 1;
+            if cache.put(
+                self.capacity,
+                (prefill.ns, segment.key),
+                segment.tokens,
+                self.stamp,
+            ) {
+                stored.push(*segment);
+            }
+        }
+        stored.reverse();
+        let evicted = cache.evict_to_fit(self.capacity, stamp_floor);
+        let mut ops = Vec::new();
+        if !stored.is_empty() {
+            ops.push(Op::Store {
+                ns: prefill.ns,
+                segments: stored,
+            });
+        }
+        // One evict per namespace, in namespace order (by name, not by interned id, so
+        // shuffling the input's arrays cannot reorder the events and their epochs).
+        let mut by_ns: BTreeMap<&Namespace, (NsId, Vec<KeyId>)> = BTreeMap::new();
+        for (ns, key) in evicted {
+            let name = &compiled.tables.namespaces[ns as usize];
+            by_ns
+                .entry(name)
+                .or_insert_with(|| (ns, Vec::new()))
+                .1
+                .push(key);
+        }
+        ops.extend(by_ns.into_values().map(|(ns, keys)| Op::Evict { ns, keys }));
+        ops
+    }
+}
+
+/// The leading segments of a prefix that fit in an empty cache (a prefix longer than
+/// the whole cache keeps its head), skipping segments of 0 tokens, which hold nothing.
+fn prefix_that_fits<'p>(
+    prefix: &'p [Seg],
+    capacity: Capacity,
+    limit: u64,
+) -> impl Iterator<Item = &'p Seg> + 'p {
+    let mut total = 0u64;
+    let fits: Vec<bool> = prefix
+        .iter()
+        .map(|s| {
+            total = total.saturating_add(Lru::weight(capacity, s.tokens));
+            total <= limit
+        })
+        .collect();
+    prefix
+        .iter()
+        .zip(fits)
+        .take_while(|(_, fits)| *fits)
+        .map(|(s, _)| s)
+        .filter(|s| s.tokens > 0)
+}
+
+/// Extra publication ticks for one event: a pure function of the seed, the worker and
+/// the epoch, so it does not depend on the order events are generated in.
+fn jitter(options: &SimulateOptions, worker: u32, epoch: u64) -> u64 {
+    if options.jitter_ticks == 0 {
+        return 0;
+    }
+    let digest = Sha256::digest(format!("{}/{worker}/{epoch}", options.jitter_seed).as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    let value = u64::from_be_bytes(head);
+    value % (options.jitter_ticks + 1)
+}
+
+/// Scheduled work, ordered by tick; at one tick, prefill completions (class 0) come
+/// before router events (class 1), and router events keep `seq` order. Keys are
+/// unique: completions are numbered, router events have unique seqs.
+type Key = (u64, u8, u64);
+
+/// What is scheduled: a prefill to complete, or a cache event to deliver.
+enum Scheduled<'t> {
+    Completion(Prefill),
+    Delivery(CEvent<'t>),
+}
+
+/// Runs one policy's closed loop over a compiled request-only trace. Memory is the
+/// router state, the engines' caches and the work in flight (plus the generated events
+/// when `keep_events` asks for them), not the length of the trace.
+pub fn simulate_policy(
+    compiled: &Compiled,
+    policy: Policy,
+    options: &SimulateOptions,
+    keep_events: bool,
+    sink: &mut impl RunSink,
+) -> SimRun {
+    let mut runner = Runner::new(compiled, policy);
+    let mut engines = Engines::new(compiled, options.capacity);
+    let mut stats = EngineStats::default();
+    let mut next_seq = compiled.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1;
+    let mut completions_scheduled = 0u64;
+    let mut scheduled: BTreeMap<Key, Scheduled> = BTreeMap::new();
+    let mut generated = Vec::new();
+    let mut input = compiled.events.iter().peekable();
+    loop {
+        let next_input = input.peek().map(|e| (e.tick, 1u8, e.seq));
+        let next_scheduled = scheduled.first_key_value().map(|(key, _)| *key);
+        let take_input = match (next_input, next_scheduled) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some(b)) => a < b,
+        };
+        if take_input {
+            let event = input.next().expect("peeked");
+            let Step::Request(request) = &event.step else {
+                continue;
+            };
+            if let Some(placement) = runner.step(event, sink) {
+                let engine_reuse = engines.true_reuse(placement.worker, request);
+                stats.engine_reused_tokens += engine_reuse;
+                stats.phantom_reuse_tokens += placement.reuse_tokens.saturating_sub(engine_reuse);
+                let done = engines.admit(
+                    placement.worker,
+                    event.tick,
+                    request.prompt_tokens - engine_reuse,
+                );
+                completions_scheduled += 1;
+                let prefill = Prefill {
+                    worker: placement.worker as u32,
+                    ns: request.ns,
+                    prefix: request.prefix.clone(),
+                };
+                scheduled.insert(
+                    (done, 0, completions_scheduled),
+                    Scheduled::Completion(prefill),
+                );
+            }
+            continue;
+        }
+        let ((tick, _, _), item) = scheduled.pop_first().expect("peeked");
+        let prefill = match item {
+            Scheduled::Delivery(event) => {
+                runner.step(&event, sink);
+                continue;
+            }
+            Scheduled::Completion(prefill) => prefill,
+        };
+        for op in engines.complete(&prefill, compiled) {
+            let worker = prefill.worker;
+            engines.epoch[worker as usize] += 1;
+            let epoch = engines.epoch[worker as usize];
+            match &op {
+                Op::Store { .. } => stats.store_events += 1,
+                Op::Evict { keys, .. } => {
+                    stats.evict_events += 1;
+                    stats.blocks_evicted += keys.len() as u64;
+                }
+                Op::Clear => {}
+            }
+            let publish_tick = tick
+                .saturating_add(options.publication_lag_ticks)
+                .saturating_add(jitter(options, worker, epoch));
+            let event = CEvent {
+                seq: next_seq,
+                tick: publish_tick,
+                step: Step::Cache { worker, epoch, op },
+            };
+            next_seq += 1;
+            if keep_events {
+                generated.push(to_trace_event(compiled, &event));
+            }
+            scheduled.insert((publish_tick, 1, event.seq), Scheduled::Delivery(event));
+        }
+    }
+    let (metrics, _) = runner.finish();
+    SimRun {
+        policy,
+        metrics,
+        stats,
+        generated,
+    }
+}
+
+/// A generated event in the trace's own terms.
+fn to_trace_event(compiled: &Compiled, event: &CEvent) -> Event {
+    let Step::Cache { worker, epoch, op } = &event.step else {
+        unreachable!("the engine model generates cache events only");
+    };
+    let tables = &compiled.tables;
+    let namespace = |ns: &NsId| tables.namespaces[*ns as usize].clone();
+    let key = |k: &KeyId| tables.keys.name(*k).to_owned();
+    let op = match op {
+        Op::Store { ns, segments } => CacheOp::Store {
+            namespace: namespace(ns),
+            segments: segments
+                .iter()
+                .map(|s| Segment {
+                    key: key(&s.key),
+                    tokens: s.tokens,
+                })
+                .collect(),
+        },
+        Op::Evict { ns, keys } => CacheOp::Evict {
+            namespace: namespace(ns),
+            keys: keys.iter().map(key).collect(),
+        },
+        Op::Clear => CacheOp::Clear,
+    };
+    Event {
+        seq: event.seq,
+        tick: event.tick,
+        kind: EventKind::Cache {
+            worker: compiled.worker_ids[*worker as usize].to_owned(),
+            epoch: *epoch,
+            op,
+        },
+    }
+}
+
+/// The open-loop trace of one policy's loop: the simulated trace plus the events it
+/// generated.
+pub fn generated_trace(sim_trace: &Trace, run: &SimRun) -> Trace {
+    let mut trace = sim_trace.clone();
+    trace.events.extend(run.generated.iter().cloned());
+    trace
+}
