@@ -121,12 +121,35 @@ fn worker_value(worker: &WorkerSpec) -> Value {
     })
 }
 
-/// The canonical trace as a JSON value.
+/// The canonical trace as a JSON value (the whole trace in one tree: for small traces
+/// and tests; [`canonical_trace_pieces`] produces the same bytes piece by piece).
 pub fn canonical_trace_value(trace: &Trace) -> Value {
+    let mut value = canonical_head_value(trace);
+    let fields = value.as_object_mut().expect("built as an object");
+    let workers: Vec<Value> = sorted_workers(trace)
+        .into_iter()
+        .map(worker_value)
+        .collect();
+    let events: Vec<Value> = sorted_events(trace).into_iter().map(event_value).collect();
+    fields.insert("workers".into(), Value::Array(workers));
+    fields.insert("events".into(), Value::Array(events));
+    value
+}
+
+fn sorted_workers(trace: &Trace) -> Vec<&WorkerSpec> {
     let mut workers: Vec<&WorkerSpec> = trace.workers.iter().collect();
     workers.sort_by(|a, b| a.id.cmp(&b.id));
+    workers
+}
+
+fn sorted_events(trace: &Trace) -> Vec<&Event> {
     let mut events: Vec<&Event> = trace.events.iter().collect();
     events.sort_by_key(|e| (e.tick, e.seq));
+    events
+}
+
+/// Every member of the canonical trace except `workers` and `events`.
+fn canonical_head_value(trace: &Trace) -> Value {
     let grants = trace
         .sharing
         .iter()
@@ -142,17 +165,66 @@ pub fn canonical_trace_value(trace: &Trace) -> Value {
             "max_queued_work": trace.policy.max_queued_work,
         },
         "sharing": sorted_by_canonical_bytes(grants),
-        "workers": workers.into_iter().map(worker_value).collect::<Vec<_>>(),
-        "events": events.into_iter().map(event_value).collect::<Vec<_>>(),
     })
+}
+
+/// Hands the canonical trace bytes to `emit` piece by piece: one event or one worker at
+/// a time, so a trace of millions of events is never held as one JSON tree (that tree
+/// took about 40 bytes of memory per byte of trace). The members are written in JCS
+/// order (`events` < `format` < `limits` < `policy` < `sharing` < `workers`), and each
+/// piece is the JCS of its own value, which is what JCS writes inside the whole.
+pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
+    emit(br#"{"events":["#);
+    for (i, event) in sorted_events(trace).into_iter().enumerate() {
+        if i > 0 {
+            emit(b",");
+        }
+        emit(&jcs_bytes(&event_value(event)));
+    }
+    emit(b"],");
+    // The head's members sort between `events` and `workers`: write its object without
+    // its braces.
+    let head = jcs_bytes(&canonical_head_value(trace));
+    emit(&head[1..head.len() - 1]);
+    emit(br#","workers":["#);
+    for (i, worker) in sorted_workers(trace).into_iter().enumerate() {
+        if i > 0 {
+            emit(b",");
+        }
+        emit(&jcs_bytes(&worker_value(worker)));
+    }
+    emit(b"]}");
 }
 
 /// The canonical trace bytes.
 pub fn canonical_trace_bytes(trace: &Trace) -> Vec<u8> {
-    jcs_bytes(&canonical_trace_value(trace))
+    let mut bytes = Vec::new();
+    canonical_trace_pieces(trace, |piece| bytes.extend_from_slice(piece));
+    bytes
 }
 
-/// The trace digest, `sha256:<hex>` of the canonical trace.
+/// The trace digest, `sha256:<hex>` of the canonical trace, hashed as it is produced.
 pub fn trace_digest(trace: &Trace) -> String {
-    sha256_tag(&canonical_trace_bytes(trace))
+    let mut hasher = Sha256::new();
+    canonical_trace_pieces(trace, |piece| hasher.update(piece));
+    digest_tag(&hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_the_canonical_bytes_of_the_whole_tree() {
+        for json in [
+            crate::LAB_TRACE_JSON,
+            include_str!("../../fixtures/sharing_grant/trace.json"),
+            include_str!("../../fixtures/stale_epoch/trace.json"),
+        ] {
+            let trace = crate::parse_trace(json.as_bytes()).unwrap();
+            let whole = jcs_bytes(&canonical_trace_value(&trace));
+            assert_eq!(canonical_trace_bytes(&trace), whole);
+            assert_eq!(trace_digest(&trace), sha256_tag(&whole));
+        }
+    }
 }

@@ -1,7 +1,8 @@
-//! The streaming receipt writers against the in-memory receipt (SPEC.md §6.4): the
+//! The streaming writers against their in-memory counterparts (SPEC.md §6.4): the
 //! JSON Lines stream must carry the same members in canonical order and end with the
 //! same `receipt_digest`, and the streamed CSV must be byte-identical to the CSV of the
-//! in-memory receipt. Checked on every fixture and on generated traces.
+//! in-memory receipt; and the canonical trace, written piece by piece, must equal the
+//! JCS of the whole trace tree. Checked on every fixture and on generated traces.
 
 use kvroute_core::compiled::Compiled;
 use kvroute_core::stream::{write_csv, write_jsonl, STREAM_FORMAT};
@@ -57,6 +58,13 @@ fn reassemble(jsonl: &[u8]) -> Value {
 
 fn check(trace_bytes: &[u8], what: &str) {
     let trace = parse_trace(trace_bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+    // The canonical trace, written piece by piece, is the JCS of the whole tree.
+    let whole = canonical::jcs_bytes(&canonical::canonical_trace_value(&trace));
+    assert_eq!(
+        canonical::canonical_trace_bytes(&trace),
+        whole,
+        "{what}: trace"
+    );
     let receipt = engine::replay(&trace);
     let compiled = Compiled::new(&trace);
 
