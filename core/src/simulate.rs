@@ -128,11 +128,8 @@ pub struct SimRun {
 pub struct EngineStats {
     pub store_events: u64,
     pub evict_events: u64,
-    pub blocks_evicted: u64,
     /// Tokens the router counted as reused that the chosen engine no longer held.
     pub phantom_reuse_tokens: u64,
-    /// Tokens the chosen engines actually reused.
-    pub engine_reused_tokens: u64,
 }
 
 /// One worker's true cache: an LRU over `(namespace, key)` entries.
@@ -404,7 +401,6 @@ pub fn simulate_policy(
             };
             if let Some(placement) = runner.step(event, sink) {
                 let engine_reuse = engines.true_reuse(placement.worker, request);
-                stats.engine_reused_tokens += engine_reuse;
                 stats.phantom_reuse_tokens += placement.reuse_tokens.saturating_sub(engine_reuse);
                 let done = engines.admit(
                     placement.worker,
@@ -438,10 +434,7 @@ pub fn simulate_policy(
             let epoch = engines.epoch[worker as usize];
             match &op {
                 Op::Store { .. } => stats.store_events += 1,
-                Op::Evict { keys, .. } => {
-                    stats.evict_events += 1;
-                    stats.blocks_evicted += keys.len() as u64;
-                }
+                Op::Evict { .. } => stats.evict_events += 1,
                 Op::Clear => {}
             }
             let publish_tick = tick
@@ -510,4 +503,176 @@ pub fn generated_trace(sim_trace: &Trace, run: &SimRun) -> Trace {
     let mut trace = sim_trace.clone();
     trace.events.extend(run.generated.iter().cloned());
     trace
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compiled::Req;
+
+    /// One worker (`prefill_rate` 16) and two requests: acme's prefix a, b, c (512, 512,
+    /// 100 tokens) and another tenant's prefix a.
+    const TRACE: &str = r#"{
+      "format": "kvroute-trace/1", "limits": "scale",
+      "workers": [ { "id": "w0", "model": "m", "adapters": [], "prefill_rate": 16,
+        "decode_rate": 4, "queued_prefill": 0, "active_decode": 0, "observed_tick": 0,
+        "epoch": 0, "cache": [] } ],
+      "events": [
+        { "seq": 1, "tick": 0, "type": "request", "id": "r1", "tenant": "acme", "model": "m",
+          "adapter": "base", "prompt_tokens": 1124, "decode_tokens": 1,
+          "prefix": [ { "key": "a", "tokens": 512 }, { "key": "b", "tokens": 512 },
+                      { "key": "c", "tokens": 100 } ] },
+        { "seq": 2, "tick": 0, "type": "request", "id": "r2", "tenant": "other", "model": "m",
+          "adapter": "base", "prompt_tokens": 512, "decode_tokens": 1,
+          "prefix": [ { "key": "a", "tokens": 512 } ] } ] }"#;
+
+    fn requests<'c>(compiled: &'c Compiled) -> Vec<&'c Req<'c>> {
+        compiled
+            .events
+            .iter()
+            .filter_map(|e| match &e.step {
+                Step::Request(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lru_counts_tokens_refreshes_and_evicts_the_oldest_unprotected_entry() {
+        let capacity = Capacity::Tokens(1000);
+        let mut lru = Lru::default();
+        assert!(lru.put(capacity, (0, 0), 600, 1));
+        assert!(lru.put(capacity, (0, 1), 300, 2));
+        // A refresh of the same size is not a change, but makes the entry the newest.
+        assert!(!lru.put(capacity, (0, 0), 600, 3));
+        assert!(lru.put(capacity, (0, 2), 200, 4));
+        assert_eq!(lru.used, 1100);
+        // Entries stamped at or after the floor are protected.
+        assert!(lru.evict_to_fit(capacity, 2).is_empty());
+        assert_eq!(lru.evict_to_fit(capacity, 4), [(0, 1)]);
+        assert_eq!(
+            (lru.used, lru.tokens((0, 1)), lru.tokens((0, 0))),
+            (800, 0, 600)
+        );
+        // A resize is a change, and the used total follows it.
+        assert!(lru.put(capacity, (0, 2), 250, 5));
+        assert_eq!(lru.used, 850);
+
+        let blocks = Capacity::Blocks(2);
+        let mut lru = Lru::default();
+        for (key, stamp) in [(7, 1), (8, 2), (9, 3)] {
+            lru.put(blocks, (0, key), 512, stamp);
+        }
+        assert_eq!(lru.used, 3);
+        assert_eq!(lru.evict_to_fit(blocks, 3), [(0, 7)]);
+        assert_eq!(lru.used, 2);
+    }
+
+    #[test]
+    fn the_engine_reuses_only_its_own_leading_blocks_and_prefills_fifo() {
+        let trace = crate::parse_trace(TRACE.as_bytes()).unwrap();
+        let compiled = Compiled::new(&trace);
+        let [r1, r2] = requests(&compiled)[..] else {
+            panic!("two requests")
+        };
+        let key = |k: &str| compiled.tables.keys.get(k).unwrap();
+        let mut engines = Engines::new(&compiled, Capacity::Tokens(10_000));
+        assert_eq!(engines.true_reuse(0, r1), 0);
+        engines.caches[0].put(engines.capacity, (r1.ns, key("a")), 512, 1);
+        engines.caches[0].put(engines.capacity, (r1.ns, key("b")), 300, 2);
+        engines.caches[0].put(engines.capacity, (r1.ns, key("c")), 100, 3);
+        // a in full, b partly, and the walk stops at b: c does not count.
+        assert_eq!(engines.true_reuse(0, r1), 812);
+        // Another tenant's request sees nothing of acme's blocks.
+        assert_eq!(engines.true_reuse(0, r2), 0);
+
+        // FIFO at 16 tokens per tick, rounding a partial tick up.
+        assert_eq!(engines.admit(0, 10, 100), 17);
+        assert_eq!(engines.admit(0, 12, 16), 18);
+        assert_eq!(engines.admit(0, 30, 0), 30);
+    }
+
+    #[test]
+    fn a_completion_stores_new_blocks_and_evicts_tails_before_heads() {
+        let trace = crate::parse_trace(TRACE.as_bytes()).unwrap();
+        let compiled = Compiled::new(&trace);
+        let r1 = requests(&compiled)[0];
+        let key = |k: &str| compiled.tables.keys.get(k).unwrap();
+        let seg = |k: &str, tokens| Seg {
+            key: key(k),
+            tokens,
+        };
+        let prefill = |prefix: Vec<Seg>| Prefill {
+            worker: 0,
+            ns: r1.ns,
+            prefix,
+        };
+        let store = |segments: Vec<Seg>| Op::Store {
+            ns: r1.ns,
+            segments,
+        };
+        let mut engines = Engines::new(&compiled, Capacity::Blocks(2));
+        let ops = engines.complete(&prefill(vec![seg("a", 512), seg("b", 512)]), &compiled);
+        assert_eq!(ops, [store(vec![seg("a", 512), seg("b", 512)])]);
+        // c is new; a segment of 0 tokens holds nothing. b (the tail) was stamped before
+        // a (the head), so b is the one evicted.
+        let ops = engines.complete(&prefill(vec![seg("c", 100), seg("a", 0)]), &compiled);
+        let evict_b = Op::Evict {
+            ns: r1.ns,
+            keys: vec![key("b")],
+        };
+        assert_eq!(ops, [store(vec![seg("c", 100)]), evict_b]);
+        // Everything already resident at its size: a refresh, nothing to publish.
+        let ops = engines.complete(&prefill(vec![seg("a", 512), seg("c", 100)]), &compiled);
+        assert_eq!(ops, []);
+        // A resized block is published again.
+        let ops = engines.complete(&prefill(vec![seg("c", 50)]), &compiled);
+        assert_eq!(ops, [store(vec![seg("c", 50)])]);
+
+        // A prefix longer than the whole cache keeps its head.
+        let mut engines = Engines::new(&compiled, Capacity::Blocks(2));
+        let long = vec![seg("a", 512), seg("b", 512), seg("c", 100)];
+        let ops = engines.complete(&prefill(long), &compiled);
+        assert_eq!(ops, [store(vec![seg("a", 512), seg("b", 512)])]);
+        // The same in tokens: 1,100 tokens hold a and b (1,024) but not c as well.
+        let mut engines = Engines::new(&compiled, Capacity::Tokens(1_100));
+        let long = vec![seg("a", 512), seg("b", 512), seg("c", 100)];
+        let ops = engines.complete(&prefill(long), &compiled);
+        assert_eq!(ops, [store(vec![seg("a", 512), seg("b", 512)])]);
+    }
+
+    #[test]
+    fn jitter_is_the_specd_function_of_seed_worker_and_epoch() {
+        let mut options = SimulateOptions::default();
+        assert_eq!(jitter(&options, 3, 5), 0);
+        options.jitter_ticks = 40;
+        options.jitter_seed = 7;
+        // SPEC.md §11: the first 8 bytes of SHA-256("7/3/5"), big-endian, modulo 41.
+        let digest = Sha256::digest(b"7/3/5");
+        let head = u64::from_be_bytes(digest[..8].try_into().unwrap());
+        assert_eq!(jitter(&options, 3, 5), head % 41);
+        let spread: std::collections::BTreeSet<u64> =
+            (0..200).map(|epoch| jitter(&options, 0, epoch)).collect();
+        assert!(spread.iter().all(|&j| j <= 40) && spread.len() > 30);
+    }
+
+    #[test]
+    fn replacing_workers_is_bounded_by_the_scale_profile() {
+        let trace = crate::parse_trace(TRACE.as_bytes()).unwrap();
+        assert_eq!(
+            simulation_trace(&trace, Some(4096))
+                .unwrap()
+                .0
+                .workers
+                .len(),
+            4096
+        );
+        for count in [0, 4097] {
+            let error = simulation_trace(&trace, Some(count)).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("--workers {count}: expected 1 to 4096")
+            );
+        }
+    }
 }

@@ -115,3 +115,70 @@ fn core_and_oracle_agree_on_thousands_of_mooncake_requests() {
         kvroute_oracle::replay_metrics(&kvroute_oracle::validated(&bytes).unwrap()).unwrap();
     assert_eq!(jcs_bytes(&Value::Array(core_metrics)), oracle_metrics);
 }
+
+/// Two workers (16 prefill tokens per tick), lag 10. r1 (acme, block a) and r2 (another
+/// tenant, block a) arrive at tick 0 and go to different workers; each prefill of 512
+/// tokens completes at tick 32, at the same tick, so both stores are published at 42
+/// (seqs 4 and 5, epochs 1). r3 (acme, a) arrives at 50, after the store reached the
+/// router, and hits w0; the engine holds a too, so r3 recomputes nothing and its
+/// completion publishes nothing.
+#[test]
+fn a_hand_checked_loop_publishes_exactly_the_specd_events() {
+    let request = |seq: u64, tick: u64, tenant: &str| {
+        json!({ "seq": seq, "tick": tick, "type": "request", "id": format!("r{seq}"),
+                "tenant": tenant, "model": "m", "adapter": "base",
+                "prefix": [ { "key": "a", "tokens": 512 } ],
+                "prompt_tokens": 512, "decode_tokens": 1 })
+    };
+    let worker = |id: &str| {
+        json!({ "id": id, "model": "m", "adapters": [], "prefill_rate": 16, "decode_rate": 4,
+                "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0,
+                "cache": [] })
+    };
+    let trace = json!({
+        "format": "kvroute-trace/1", "limits": "scale",
+        "workers": [worker("w0"), worker("w1")],
+        "events": [request(1, 0, "acme"), request(2, 0, "other"), request(3, 50, "acme")],
+    });
+    let trace = parse_trace(trace.to_string().as_bytes()).unwrap();
+    let compiled = Compiled::new(&trace);
+    let options = SimulateOptions::default();
+    assert_eq!(options.publication_lag_ticks, 10);
+    for policy in [Policy::RoundRobin, Policy::CachePlusLoad] {
+        let run = simulate_policy(&compiled, policy, &options, true, &mut ());
+        let generated: Vec<Value> = run
+            .generated
+            .iter()
+            .map(|e| {
+                let canonical = canonical_trace_bytes(&kvroute_core::Trace {
+                    events: vec![e.clone()],
+                    ..trace.clone()
+                });
+                serde_json::from_slice::<Value>(&canonical).unwrap()["events"][0].clone()
+            })
+            .collect();
+        let store = |seq: u64, worker: &str, tenant: &str| {
+            json!({ "seq": seq, "tick": 42, "type": "cache", "op": "store", "worker": worker,
+                    "epoch": 1, "tenant": tenant, "model": "m", "adapter": "base",
+                    "segments": [ { "key": "a", "tokens": 512 } ] })
+        };
+        assert_eq!(
+            generated,
+            [store(4, "w0", "acme"), store(5, "w1", "other")],
+            "{}",
+            policy.name()
+        );
+        assert_eq!((run.stats.store_events, run.stats.evict_events), (2, 0));
+        assert_eq!(run.metrics.cache_hits, 1, "{}: r3 hits", policy.name());
+        assert_eq!(run.metrics.reused_tokens, 512);
+        assert_eq!(run.stats.phantom_reuse_tokens, 0);
+    }
+    // With a lag of 60 the store reaches the router only at tick 92: r3 routes cold,
+    // although the engine it lands on holds its block.
+    let late = SimulateOptions {
+        publication_lag_ticks: 60,
+        ..SimulateOptions::default()
+    };
+    let run = simulate_policy(&compiled, Policy::CachePlusLoad, &late, false, &mut ());
+    assert_eq!((run.metrics.cache_hits, run.stats.store_events), (0, 2));
+}
