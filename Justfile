@@ -43,11 +43,14 @@ mutants-auto:
     clone=$(mktemp -d)
     git clone -q . "$clone"
     cd "$clone"
-    cargo mutants --package kvroute-core --test-package kvroute-harness --baseline=skip \
+    cargo mutants --package kvroute-core --test-package kvroute-core \
+        --test-package kvroute-harness --baseline=skip \
         --file core/src/policy.rs --file core/src/candidate.rs --file core/src/tenant.rs \
-        --file core/src/state.rs -E "::name" --profile mutants --timeout 120 \
+        --file core/src/state.rs --file core/src/simulate.rs --file core/src/stream.rs \
+        -E "::name" --profile mutants --timeout 180 \
         --output "$OLDPWD/target/mutants-auto" \
-        -- --test fixtures --test spec_example --test sweep --test verify
+        -- --lib --test fixtures --test spec_example --test sweep --test verify \
+        --test closed_loop --test streaming
 
 # Rewrite the committed fuzz seeds from fixtures/ and the sweep's first seeds.
 fuzz-seed:

@@ -629,6 +629,17 @@ mod tests {
         let ops = engines.complete(&prefill(vec![seg("c", 50)]), &compiled);
         assert_eq!(ops, [store(vec![seg("c", 50)])]);
 
+        // A one-block cache: each completion's block replaces the previous one, which
+        // is not protected just because it was the last one stored.
+        let mut engines = Engines::new(&compiled, Capacity::Blocks(1));
+        engines.complete(&prefill(vec![seg("a", 512)]), &compiled);
+        let ops = engines.complete(&prefill(vec![seg("b", 512)]), &compiled);
+        let evict_a = Op::Evict {
+            ns: r1.ns,
+            keys: vec![key("a")],
+        };
+        assert_eq!(ops, [store(vec![seg("b", 512)]), evict_a]);
+
         // A prefix longer than the whole cache keeps its head.
         let mut engines = Engines::new(&compiled, Capacity::Blocks(2));
         let long = vec![seg("a", 512), seg("b", 512), seg("c", 100)];
