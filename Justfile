@@ -40,8 +40,11 @@ mutants:
 mutants-auto:
     #!/usr/bin/env bash
     set -euo pipefail
-    clone=$(mktemp -d)
+    scratch=$(mktemp -d)
+    clone="$scratch/main"
     git clone -q . "$clone"
+    # The closed-loop tests read the Mooncake trace from ../shared, beside the checkout.
+    ln -s "$(cd .. && pwd)/shared" "$scratch/shared"
     cd "$clone"
     cargo mutants --package kvroute-core --test-package kvroute-core \
         --test-package kvroute-harness --baseline=skip \
