@@ -220,14 +220,21 @@ fn swarm_runs_seeds_and_prints_a_summary() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-const MOONCAKE_THREE_LINES: &str = concat!(
-    r#"{"timestamp": 0, "input_length": 1100, "output_length": 39, "hash_ids": [0, 1, 7]}"#,
-    "\n",
-    r#"{"timestamp": 5, "input_length": 512, "output_length": 0, "hash_ids": [0]}"#,
-    "\n",
-    r#"{"timestamp": 5, "input_length": 0, "output_length": 12, "hash_ids": []}"#,
-    "\n",
-);
+/// Writes the three-line Mooncake sample to `dir/m.jsonl` and imports it to `dir/m.json`
+/// with `extra` options: the trace path and the import's output.
+fn import_sample(dir: &Path, extra: &[&str]) -> (PathBuf, Output) {
+    let input = dir.join("m.jsonl");
+    std::fs::write(&input, MOONCAKE_THREE_LINES).unwrap();
+    let trace = dir.join("m.json");
+    let mut args = vec!["import", "mooncake", path_str(&input)];
+    args.extend_from_slice(extra);
+    args.extend(["-o", path_str(&trace)]);
+    let out = kvroute(&args);
+    (trace, out)
+}
+
+/// Three Mooncake lines, shared with the import unit tests.
+const MOONCAKE_THREE_LINES: &str = include_str!("../../fixtures/mooncake/three-lines.jsonl");
 
 /// The names left in `dir`, sorted.
 fn dir_names(dir: &Path) -> Vec<String> {
@@ -242,18 +249,7 @@ fn dir_names(dir: &Path) -> Vec<String> {
 #[test]
 fn import_mooncake_writes_a_trace_that_validates() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("m.jsonl");
-    std::fs::write(&input, MOONCAKE_THREE_LINES).unwrap();
-    let trace = dir.path().join("m.json");
-    let out = kvroute(&[
-        "import",
-        "mooncake",
-        path_str(&input),
-        "--workers",
-        "12",
-        "-o",
-        path_str(&trace),
-    ]);
+    let (trace, out) = import_sample(dir.path(), &["--workers", "12"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(out.stdout.is_empty());
@@ -386,16 +382,7 @@ fn jsonl_ends_with_the_same_receipt_digest_as_json() {
 #[test]
 fn simulate_prints_the_comparison_and_its_generated_traces_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("m.jsonl");
-    std::fs::write(&input, MOONCAKE_THREE_LINES).unwrap();
-    let trace = dir.path().join("m.json");
-    let import = kvroute(&[
-        "import",
-        "mooncake",
-        path_str(&input),
-        "-o",
-        path_str(&trace),
-    ]);
+    let (trace, import) = import_sample(dir.path(), &[]);
     assert_eq!(import.status.code(), Some(0));
     let events = dir.path().join("events");
     let out = kvroute(&[

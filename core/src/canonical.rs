@@ -174,26 +174,31 @@ fn canonical_head_value(trace: &Trace) -> Value {
 /// order (`events` < `format` < `limits` < `policy` < `sharing` < `workers`), and each
 /// piece is the JCS of its own value, which is what JCS writes inside the whole.
 pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
-    emit(br#"{"events":["#);
-    for (i, event) in sorted_events(trace).into_iter().enumerate() {
-        if i > 0 {
-            emit(b",");
-        }
-        emit(&jcs_bytes(&event_value(event)));
-    }
-    emit(b"],");
+    emit(br#"{"events":"#);
+    emit_array(sorted_events(trace).into_iter().map(event_value), &mut emit);
+    emit(b",");
     // The head's members sort between `events` and `workers`: write its object without
     // its braces.
     let head = jcs_bytes(&canonical_head_value(trace));
     emit(&head[1..head.len() - 1]);
-    emit(br#","workers":["#);
-    for (i, worker) in sorted_workers(trace).into_iter().enumerate() {
+    emit(br#","workers":"#);
+    emit_array(
+        sorted_workers(trace).into_iter().map(worker_value),
+        &mut emit,
+    );
+    emit(b"}");
+}
+
+/// A JSON array written one element at a time.
+fn emit_array(items: impl Iterator<Item = Value>, emit: &mut impl FnMut(&[u8])) {
+    emit(b"[");
+    for (i, item) in items.enumerate() {
         if i > 0 {
             emit(b",");
         }
-        emit(&jcs_bytes(&worker_value(worker)));
+        emit(&jcs_bytes(&item));
     }
-    emit(b"]}");
+    emit(b"]");
 }
 
 /// The canonical trace bytes.

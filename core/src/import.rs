@@ -484,14 +484,8 @@ mod tests {
     use crate::canonical::canonical_trace_bytes;
     use crate::parse_trace;
 
-    const THREE_LINES: &str = concat!(
-        r#"{"timestamp": 0, "input_length": 1100, "output_length": 39, "hash_ids": [0, 1, 7]}"#,
-        "\n",
-        r#"{"timestamp": 5, "input_length": 512, "output_length": 0, "hash_ids": [0]}"#,
-        "\n",
-        r#"{"timestamp": 5, "input_length": 0, "output_length": 12, "hash_ids": []}"#,
-        "\n",
-    );
+    /// Three Mooncake lines, shared with the CLI tests.
+    const THREE_LINES: &str = include_str!("../../fixtures/mooncake/three-lines.jsonl");
 
     fn import(text: &str) -> Result<Trace, Vec<ImportError>> {
         import_mooncake(text.as_bytes(), &MooncakeOptions::default())
