@@ -116,14 +116,6 @@ impl<'c, 't> Runner<'c, 't> {
         }
     }
 
-    pub fn policy(&self) -> Policy {
-        self.policy
-    }
-
-    pub fn state(&self) -> &RouterState {
-        &self.state
-    }
-
     /// Processes one event. Events must come in `(tick, seq)` order.
     pub fn step(&mut self, event: &CEvent, sink: &mut impl RunSink) -> Option<Placement> {
         match &event.step {

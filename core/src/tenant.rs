@@ -115,7 +115,7 @@ pub struct WalkScratch {
 }
 
 /// The depth of a worker whose cache is not walked.
-pub const NOT_WALKING: u32 = u32::MAX;
+const NOT_WALKING: u32 = u32::MAX;
 
 impl WalkScratch {
     pub fn new(worker_count: usize) -> Self {
