@@ -22,7 +22,6 @@ use kvroute_core::state::RouterState;
 use kvroute_core::{Policy, Trace};
 use std::hint::black_box;
 use std::io::Write;
-use std::path::PathBuf;
 
 /// The fleet sizes every routing figure is measured at.
 pub const WORKER_COUNTS: [u32; 3] = [8, 64, 512];
@@ -37,15 +36,8 @@ pub const ORACLE_TRACE_REQUESTS: usize = 4_096;
 /// same per-decision cost in a fraction of the time.
 pub const RECEIPT_WINDOW_REQUESTS: usize = 1_024;
 
-/// Where the Mooncake trace is: `$KVROUTE_MOONCAKE` if set, else
-/// `<workspace>/../shared/traces/mooncake-conversation.jsonl`.
-pub fn mooncake_path() -> PathBuf {
-    match std::env::var_os("KVROUTE_MOONCAKE") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/traces/mooncake-conversation.jsonl"),
-    }
-}
+/// Where the Mooncake trace is (the harness's answer, `$KVROUTE_MOONCAKE` overriding).
+pub use kvroute_harness::closed_loop::mooncake_path;
 
 /// The Mooncake file's bytes, or a panic naming the path (a benchmark without its
 /// input has nothing to measure).

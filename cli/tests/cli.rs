@@ -226,11 +226,16 @@ fn import_sample(dir: &Path, extra: &[&str]) -> (PathBuf, Output) {
     let input = dir.join("m.jsonl");
     std::fs::write(&input, MOONCAKE_THREE_LINES).unwrap();
     let trace = dir.join("m.json");
-    let mut args = vec!["import", "mooncake", path_str(&input)];
-    args.extend_from_slice(extra);
-    args.extend(["-o", path_str(&trace)]);
-    let out = kvroute(&args);
+    let out = import(&input, &trace, extra);
     (trace, out)
+}
+
+/// `kvroute import mooncake INPUT [extra…] -o OUT`.
+fn import(input: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["import", "mooncake", path_str(input)];
+    args.extend_from_slice(extra);
+    args.extend(["-o", path_str(out)]);
+    kvroute(&args)
 }
 
 /// Three Mooncake lines, shared with the import unit tests.
@@ -293,13 +298,7 @@ fn import_mooncake_with_a_bad_line_exits_2_and_writes_nothing() {
     let text = MOONCAKE_THREE_LINES.replacen("\"input_length\": 512", "\"input_length\": -3", 1);
     std::fs::write(&input, text).unwrap();
     let trace = dir.path().join("bad.json");
-    let out = kvroute(&[
-        "import",
-        "mooncake",
-        path_str(&input),
-        "-o",
-        path_str(&trace),
-    ]);
+    let out = import(&input, &trace, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
@@ -314,41 +313,20 @@ fn import_mooncake_with_a_bad_line_exits_2_and_writes_nothing() {
         "no partial or temporary file"
     );
 
-    let out = kvroute(&[
-        "import",
-        "mooncake",
-        path_str(&dir.path().join("missing.jsonl")),
-        "-o",
-        path_str(&trace),
-    ]);
+    let out = import(&dir.path().join("missing.jsonl"), &trace, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read Mooncake trace"));
-    let out = kvroute(&[
-        "import",
-        "mooncake",
-        path_str(&input),
-        "--workers",
-        "0",
-        "-o",
-        path_str(&trace),
-    ]);
+    let out = import(&input, &trace, &["--workers", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(dir_names(dir.path()), ["bad.jsonl"]);
 }
 
 #[test]
 fn import_of_the_real_mooncake_conversation_trace_validates() {
-    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/traces/mooncake-conversation.jsonl");
+    let input = kvroute_harness::closed_loop::mooncake_path();
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("conversation.json");
-    let out = kvroute(&[
-        "import",
-        "mooncake",
-        path_str(&input),
-        "-o",
-        path_str(&trace),
-    ]);
+    let out = import(&input, &trace, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(

@@ -183,11 +183,8 @@ impl<'c, 't> Runner<'c, 't> {
             Some(c) if rows.reuse[c] > 0 => RouteKind::Hit,
             Some(_) => RouteKind::Cold,
         };
-        let prefill_rate_chosen = choice
-            .chosen
-            .map_or(1, |c| self.state.workers[c].prefill_rate);
         self.metrics
-            .record_decision(&choice, rows, request, prefill_rate_chosen);
+            .record_decision(&choice, rows, request, &self.state.workers);
         let placement = choice.chosen.map(|c| {
             self.state.workers[c].place(rows.recomputed[c], request.decode_tokens);
             Placement {

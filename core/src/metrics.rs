@@ -3,7 +3,7 @@
 use crate::candidate::Rows;
 use crate::compiled::{KeyId, NsId, Req};
 use crate::policy::Choice;
-use crate::state::Outcome;
+use crate::state::{Outcome, WorkerState};
 use std::collections::HashMap;
 
 /// The metrics of one run, as exported.
@@ -46,13 +46,13 @@ impl MetricsRecorder {
         }
     }
 
-    /// Records one decision; `prefill_rate_chosen` is the chosen worker's prefill rate.
+    /// Records one decision; `workers` supplies the chosen worker's prefill rate.
     pub fn record_decision(
         &mut self,
         choice: &Choice,
         rows: &Rows,
         request: &Req,
-        prefill_rate_chosen: u64,
+        workers: &[WorkerState],
     ) {
         let m = &mut self.metrics;
         m.boundary_rejections += rows.reasons.iter().map(|r| r.boundary_count()).sum::<u64>();
@@ -75,7 +75,7 @@ impl MetricsRecorder {
         self.assigned_milli[chosen] += (rows.after_milli[chosen] - rows.work_milli[chosen]) as u128;
         let latency = 1000
             * (rows.queued_prefill[chosen] as u128 + rows.recomputed[chosen] as u128)
-            / prefill_rate_chosen as u128;
+            / workers[chosen].prefill_rate as u128;
         self.latency_proxies_milli.push(latency as u64);
         if let Some(first) = request.prefix.first() {
             if let Some(previous) = self.last_route.insert((request.ns, first.key), chosen) {

@@ -276,14 +276,13 @@ impl Engines {
     /// publish, in the order the engine performed them.
     fn complete(&mut self, prefill: &Prefill, compiled: &Compiled) -> Vec<Op> {
         let cache = &mut self.caches[prefill.worker as usize];
-        let limit = Lru::limit(self.capacity);
         self.stamp += 1;
         let stamp_floor = self.stamp;
         let mut stored = Vec::new();
         // Stamped tail first, so the head of a prefix is the most recently used: like
         // vLLM's prefix cache, eviction takes a chain's last blocks before its first,
         // and a shared head outlives the conversations that hang off it.
-        let fitting: Vec<&Seg> = prefix_that_fits(&prefill.prefix, self.capacity, limit).collect();
+        let fitting: Vec<&Seg> = prefix_that_fits(&prefill.prefix, self.capacity).collect();
         for segment in fitting.into_iter().rev() {
             self.stamp += 1;
             if cache.put(
@@ -322,24 +321,15 @@ impl Engines {
 
 /// The leading segments of a prefix that fit in an empty cache (a prefix longer than
 /// the whole cache keeps its head), skipping segments of 0 tokens, which hold nothing.
-fn prefix_that_fits<'p>(
-    prefix: &'p [Seg],
-    capacity: Capacity,
-    limit: u64,
-) -> impl Iterator<Item = &'p Seg> + 'p {
+fn prefix_that_fits(prefix: &[Seg], capacity: Capacity) -> impl Iterator<Item = &Seg> {
+    let limit = Lru::limit(capacity);
     let mut total = 0u64;
-    let fits: Vec<bool> = prefix
+    prefix
         .iter()
-        .map(|s| {
+        .take_while(move |s| {
             total = total.saturating_add(Lru::weight(capacity, s.tokens));
             total <= limit
         })
-        .collect();
-    prefix
-        .iter()
-        .zip(fits)
-        .take_while(|(_, fits)| *fits)
-        .map(|(s, _)| s)
         .filter(|s| s.tokens > 0)
 }
 

@@ -64,12 +64,34 @@ impl<W: Write + ?Sized> Lines<'_, W> {
     }
 
     /// One element of a receipt array: hashed in place, written as its own record.
-    fn element(&mut self, policy: Policy, member: &str, value: Value) {
+    fn element(&mut self, policy: Policy, member: &str, value: &Value) {
         if std::mem::replace(&mut self.separate, true) {
             self.hash(b",");
         }
-        self.hash(&jcs_bytes(&value));
-        self.line(&json!({ "policy": policy.name(), member: value }));
+        let bytes = jcs_bytes(value);
+        self.hash(&bytes);
+        self.record(policy, member, &bytes);
+    }
+
+    /// The line `{"<member>":<bytes>,"policy":"<policy>"}`, built from the member's
+    /// canonical bytes rather than by serialising them a second time. It is canonical:
+    /// every member name sorts before `policy`, and JCS writes a nested value exactly
+    /// as it writes that value alone.
+    fn record(&mut self, policy: Policy, member: &str, bytes: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut line = Vec::with_capacity(bytes.len() + member.len() + 40);
+        line.extend_from_slice(b"{\"");
+        line.extend_from_slice(member.as_bytes());
+        line.extend_from_slice(b"\":");
+        line.extend_from_slice(bytes);
+        line.extend_from_slice(b",\"policy\":");
+        line.extend_from_slice(&jcs_bytes(&json!(policy.name())));
+        line.extend_from_slice(b"}\n");
+        if let Err(e) = self.out.write_all(&line) {
+            self.error = Some(e);
+        }
     }
 
     fn open_array(&mut self, bytes: &[u8]) {
@@ -98,19 +120,19 @@ impl<W: Write + ?Sized> RunSink for PassSink<'_, '_, '_, W> {
     fn cache_logged(&mut self, entry: &CacheLogEntry) {
         if self.member == Member::CacheLog {
             let value = cache_entry_value(self.ids, entry);
-            self.lines.element(self.policy, "cache_log", value);
+            self.lines.element(self.policy, "cache_log", &value);
         }
     }
     fn observation_logged(&mut self, entry: &ObservationLogEntry) {
         if self.member == Member::ObservationLog {
             let value = observation_entry_value(self.ids, entry);
-            self.lines.element(self.policy, "observation_log", value);
+            self.lines.element(self.policy, "observation_log", &value);
         }
     }
     fn decided(&mut self, decision: &DecisionRef) {
         if self.member == Member::Decisions {
             let value = decision_value(self.ids, &decision.to_decision());
-            self.lines.element(self.policy, "decisions", value);
+            self.lines.element(self.policy, "decisions", &value);
         }
     }
 }
@@ -155,7 +177,7 @@ pub fn write_jsonl<W: Write + ?Sized>(
         let metrics_bytes = jcs_bytes(&metrics_value(&metrics));
         lines.hash(br#"],"metrics":"#);
         lines.hash(&metrics_bytes);
-        lines.line(&json!({ "policy": policy.name(), "metrics": metrics_value(&metrics) }));
+        lines.record(policy, "metrics", &metrics_bytes);
         lines.open_array(br#","observation_log":["#);
         log_pass(compiled, policy, &mut lines, Member::ObservationLog);
         lines.hash(br#"],"policy":"#);

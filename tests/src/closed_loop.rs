@@ -11,9 +11,13 @@ use kvroute_core::{parse_trace, Policy, Trace};
 use std::io::BufRead;
 use std::path::PathBuf;
 
-/// The real Mooncake conversation trace, in `../shared` beside the checkout.
+/// The real Mooncake conversation trace: `$KVROUTE_MOONCAKE` if set, else
+/// `../shared/traces/mooncake-conversation.jsonl` beside the checkout.
 pub fn mooncake_path() -> PathBuf {
-    crate::fixtures::root().join("../../shared/traces/mooncake-conversation.jsonl")
+    match std::env::var_os("KVROUTE_MOONCAKE") {
+        Some(path) => PathBuf::from(path),
+        None => crate::fixtures::root().join("../../shared/traces/mooncake-conversation.jsonl"),
+    }
 }
 
 /// The first `requests` lines of the Mooncake conversation trace, imported with
@@ -34,17 +38,23 @@ pub fn mooncake_head(requests: usize, workers: u32) -> Trace {
     import_mooncake(head.as_slice(), &options).unwrap_or_else(|e| panic!("import: {e:?}"))
 }
 
+/// One policy's loop and the canonical bytes of the trace it generated.
+pub struct Reproduced {
+    pub run: SimRun,
+    pub trace_bytes: Vec<u8>,
+}
+
 /// Runs every policy's loop on `sim` (a request-only trace) and checks that each
 /// generated trace, written out and validated, replays open-loop to the loop's own
-/// decisions, candidate rows, logs and metrics. Returns the loops' results.
-pub fn check_reproduction(sim: &Trace, options: &SimulateOptions, what: &str) -> Vec<SimRun> {
+/// decisions, candidate rows, logs and metrics. Returns the loops and their traces.
+pub fn check_reproduction(sim: &Trace, options: &SimulateOptions, what: &str) -> Vec<Reproduced> {
     let compiled = Compiled::new(sim);
     let mut runs = Vec::new();
     for &policy in &Policy::ALL {
         let mut sink = CollectSink::default();
         let run = simulate_policy(&compiled, policy, options, true, &mut sink);
-        let bytes = canonical_trace_bytes(&generated_trace(sim, &run));
-        let reparsed = parse_trace(&bytes)
+        let trace_bytes = canonical_trace_bytes(&generated_trace(sim, &run));
+        let reparsed = parse_trace(&trace_bytes)
             .unwrap_or_else(|e| panic!("{what}: {}: generated trace invalid: {e}", policy.name()));
         let open_loop = engine::replay(&reparsed);
         let replayed = open_loop
@@ -64,7 +74,7 @@ pub fn check_reproduction(sim: &Trace, options: &SimulateOptions, what: &str) ->
             policy.name()
         );
         assert_eq!(run.metrics, replayed.metrics, "{what}: {}", policy.name());
-        runs.push(run);
+        runs.push(Reproduced { run, trace_bytes });
     }
     runs
 }

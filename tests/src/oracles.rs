@@ -284,13 +284,10 @@ pub fn closed_loop(case: &LoopCase) {
         jitter_ticks: case.jitter_ticks as u64 % 16,
         jitter_seed: case.jitter_seed as u64,
     };
-    let runs = crate::closed_loop::check_reproduction(&sim, &options, "fuzz-closed-loop");
-    for run in &runs {
-        let generated = simulate::generated_trace(&sim, run);
-        let bytes = kvroute_core::canonical::canonical_trace_bytes(&generated);
+    for reproduced in crate::closed_loop::check_reproduction(&sim, &options, "fuzz-closed-loop") {
         differential::assert_agree(
             "fuzz-closed-loop",
-            &bytes,
+            &reproduced.trace_bytes,
             "cargo fuzz run closed_loop --sanitizer none <the crash file>",
         );
     }

@@ -31,7 +31,10 @@ fn mooncake_loops_replay_open_loop_to_the_same_runs_with_evictions_and_stale_eve
         jitter_ticks: 40,
         jitter_seed: 7,
     };
-    let runs = check_reproduction(&sim, &options, "mooncake 1500");
+    let runs: Vec<_> = check_reproduction(&sim, &options, "mooncake 1500")
+        .into_iter()
+        .map(|r| r.run)
+        .collect();
     for run in &runs {
         let name = run.policy.name();
         assert!(run.stats.evict_events > 0, "{name}: no evictions");

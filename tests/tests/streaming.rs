@@ -70,6 +70,14 @@ fn check(trace_bytes: &[u8], what: &str) {
 
     let mut jsonl = Vec::new();
     let summary = write_jsonl(&compiled, &canonical::trace_digest(&trace), &mut jsonl).unwrap();
+    for line in jsonl.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let value: Value = serde_json::from_slice(line).unwrap();
+        assert_eq!(
+            canonical::jcs_bytes(&value),
+            line,
+            "{what}: a line is not canonical"
+        );
+    }
     assert_eq!(reassemble(&jsonl), receipt.to_value(), "{what}: members");
     assert_eq!(summary.receipt_digest, receipt.digest(), "{what}: digest");
     let metrics: Vec<_> = receipt
