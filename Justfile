@@ -48,8 +48,10 @@ mutants-auto:
     cd "$clone"
     cargo mutants --package kvroute-core --test-package kvroute-core \
         --test-package kvroute-harness --baseline=skip \
-        --file core/src/policy.rs --file core/src/candidate.rs --file core/src/tenant.rs \
-        --file core/src/state.rs --file core/src/simulate.rs --file core/src/stream.rs \
+        --file core/src/route/policy.rs --file core/src/route/candidate.rs \
+        --file core/src/route/tenant.rs --file core/src/route/reuse.rs \
+        --file core/src/route/state.rs --file core/src/route/cache_index.rs \
+        --file 'core/src/simulate/*.rs' --file core/src/output/jsonl.rs \
         -E "::name" --profile mutants --timeout 180 \
         --output "$OLDPWD/target/mutants-auto" \
         -- --lib --test fixtures --test spec_example --test sweep --test verify \

@@ -9,16 +9,16 @@
 //! `cache_plus_load` and keeps the store/evict events it generated, and the routing
 //! figures replay that trace. Nothing here is timed: each caller times what it measures.
 
-use kvroute_core::canonical::{canonical_trace_bytes, jcs_bytes};
-use kvroute_core::compiled::Compiled;
-use kvroute_core::engine::{run_with_sink, DecisionRef, RunSink};
-use kvroute_core::import::{import_mooncake, MooncakeOptions};
-use kvroute_core::metrics::Metrics;
-use kvroute_core::receipt::decision_value;
+use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
+use kvroute_core::output::canonical::{canonical_trace_bytes, jcs_bytes};
+use kvroute_core::output::receipt::decision_value;
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::engine::{run_with_sink, DecisionRef, RunSink};
+use kvroute_core::route::metrics::Metrics;
+use kvroute_core::route::state::RouterState;
 use kvroute_core::simulate::{
     generated_trace, simulate_policy, simulation_trace, SimRun, SimulateOptions,
 };
-use kvroute_core::state::RouterState;
 use kvroute_core::{Policy, Trace};
 use std::hint::black_box;
 use std::io::Write;
@@ -118,7 +118,7 @@ pub fn request_count(trace: &Trace) -> u64 {
     trace
         .events
         .iter()
-        .filter(|e| matches!(e.kind, kvroute_core::trace::EventKind::Request(_)))
+        .filter(|e| matches!(e.kind, kvroute_core::input::trace::EventKind::Request(_)))
         .count() as u64
 }
 
@@ -127,7 +127,7 @@ pub fn cache_event_count(trace: &Trace) -> u64 {
     trace
         .events
         .iter()
-        .filter(|e| matches!(e.kind, kvroute_core::trace::EventKind::Cache { .. }))
+        .filter(|e| matches!(e.kind, kvroute_core::input::trace::EventKind::Cache { .. }))
         .count() as u64
 }
 

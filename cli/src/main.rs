@@ -5,12 +5,12 @@
 //! and renamed into place only when complete, so a failed run leaves nothing behind.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kvroute_core::compiled::Compiled;
-use kvroute_core::import::{self, MooncakeOptions};
+use kvroute_core::input::mooncake::{self, MooncakeOptions};
+use kvroute_core::input::trace::EventKind;
+use kvroute_core::output::{canonical, csv, jsonl, receipt, table};
+use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
-use kvroute_core::trace::EventKind;
-use kvroute_core::{canonical, engine, export, parse_trace, Trace};
-use kvroute_core::{stream, Policy};
+use kvroute_core::{parse_trace, Policy, Trace};
 use kvroute_harness::sweep::{self, SweepConfig};
 use kvroute_harness::verify::VerifyError;
 use std::io::IsTerminal;
@@ -276,7 +276,7 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
     let digest = canonical::trace_digest(&trace);
     match format {
         Format::Json => {
-            let mut bytes = engine::replay(&trace).canonical_bytes();
+            let mut bytes = receipt::replay(&trace).canonical_bytes();
             bytes.push(b'\n');
             emit(&bytes, out)
         }
@@ -284,18 +284,18 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
             // The digest comes from the streaming writer, so a large trace never holds
             // its receipt in memory just to print a table.
             let compiled = Compiled::new(&trace);
-            let summary = stream::write_jsonl(&compiled, &digest, &mut std::io::sink())
+            let summary = jsonl::write_jsonl(&compiled, &digest, &mut std::io::sink())
                 .map_err(|e| Failure::other(format!("kvroute: {e}")))?;
-            let table = export::summary_table_of(&summary.runs, &digest, &summary.receipt_digest);
+            let table = table::summary_table_of(&summary.runs, &digest, &summary.receipt_digest);
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {
-            stream::write_jsonl(&Compiled::new(&trace), &digest, w)
+            jsonl::write_jsonl(&Compiled::new(&trace), &digest, w)
                 .map(|_| ())
                 .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
         }),
         Format::Csv => emit_with(out, |w| {
-            stream::write_csv(&Compiled::new(&trace), w)
+            csv::write_csv(&Compiled::new(&trace), w)
                 .map(|_| ())
                 .map_err(|e| Failure::other(format!("kvroute: cannot write CSV: {e}")))
         }),
@@ -324,7 +324,7 @@ fn simulate(
         .collect();
     print!(
         "{}",
-        export::simulate_table(&runs, sim_trace.workers.len(), sim_trace.request_count())
+        simulate::table::simulate_table(&runs, sim_trace.workers.len(), sim_trace.request_count())
     );
     if let Some(dir) = events_out {
         std::fs::create_dir_all(dir)
@@ -362,7 +362,7 @@ fn validate(path: &Path) -> Result<(), Failure> {
 /// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
 fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result<(), Failure> {
     let input = read_input(file, "Mooncake trace")?;
-    let trace = import::import_mooncake(input.as_slice(), options).map_err(|errors| {
+    let trace = mooncake::import_mooncake(input.as_slice(), options).map_err(|errors| {
         Failure::invalid(
             errors
                 .iter()

@@ -5,17 +5,23 @@
 //! [`Receipt`] whose canonical bytes and SHA-256 digest are the same on every run.
 //! `SPEC.md` at the repository root is the behaviour this crate implements.
 //!
-//! Where to find each rule:
-//! - the **policy rule** (what each policy prefers, ties, margins, the overload cap):
-//!   [`policy`];
-//! - the **epoch rule** (stale cache events are dropped): [`state::RouterState::apply_cache_event`];
-//! - the **tenant rule** (whose prefix may be reused, boundary reasons): [`tenant`];
-//! - candidate figures and dominance: [`candidate`]; the run loop: [`engine`].
-//!
-//! At scale: [`compiled`] interns the trace's strings, [`state::CacheIndex`] indexes
-//! residency by key so a decision costs O(prefix segments + workers), [`stream`] writes
-//! JSON Lines and CSV receipts while the runs replay, [`import`] reads Mooncake traces,
-//! and [`simulate`] is the closed-loop engine model that generates cache events.
+//! The folders follow SPEC.md's parts and depend one way only: [`input`] ← [`route`] ←
+//! [`output`] ← [`simulate`] (`core/tests/layout.rs` checks it). Where each rule lives:
+//! - **limits** (profiles, integer literals, the per-request token limit, the overflow
+//!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
+//!   rules: [`input::validate`];
+//! - the **epoch rule** (stale cache events are dropped): [`route::state`]
+//!   (`RouterState::apply_cache_event`);
+//! - the **tenant rule** (whose prefix may be reused, boundary reasons):
+//!   [`route::tenant`]; how far reuse reaches: [`route::reuse`];
+//! - **freshness**, eligibility, work and after-placement figures, and dominance:
+//!   [`route::candidate`]; the reasons rows list: [`route::reason`];
+//! - the **policy rule** (cost score, ties, margins, the overload cap, route kind):
+//!   [`route::policy`]; the run loop and clean runs: [`route::engine`];
+//! - **canonical bytes and digests**: [`output::canonical`]; the receipt:
+//!   [`output::receipt`]; JSON Lines: [`output::jsonl`]; CSV: [`output::csv`];
+//! - the **closed-loop engine model** (LRU, prefill, publication lag and jitter):
+//!   [`simulate`].
 
 /// How many planted-bug features are enabled. The mutant check enables one at a time;
 /// two at once would make a kill unattributable, so the build refuses.
@@ -36,27 +42,15 @@ const _: () = assert!(
     "kvroute-core: enable at most one mutant-* feature at a time"
 );
 
-pub mod candidate;
-pub mod canonical;
-pub mod compiled;
-pub mod engine;
-pub mod export;
-pub mod import;
-pub mod json;
-pub mod metrics;
-pub mod policy;
-pub mod receipt;
+pub mod input;
+pub mod output;
+pub mod route;
 pub mod simulate;
-pub mod state;
-pub mod stream;
-pub mod tenant;
-pub mod trace;
-pub mod validate;
 
-pub use policy::Policy;
-pub use receipt::Receipt;
-pub use trace::Trace;
-pub use validate::{parse_trace, ValidationErrors};
+pub use input::trace::Trace;
+pub use input::validate::{parse_trace, ValidationErrors};
+pub use output::receipt::Receipt;
+pub use route::policy::Policy;
 
 /// The built-in lab trace, replayed when the CLI is given no trace.
 pub const LAB_TRACE_JSON: &str = include_str!("../../fixtures/lab/trace.json");
@@ -65,5 +59,5 @@ pub const LAB_TRACE_JSON: &str = include_str!("../../fixtures/lab/trace.json");
 /// or the validation errors. The same contract as the oracle's `replay`.
 pub fn replay_bytes(trace_json: &[u8]) -> Result<Vec<u8>, ValidationErrors> {
     let trace = parse_trace(trace_json)?;
-    Ok(engine::replay(&trace).canonical_bytes())
+    Ok(output::receipt::replay(&trace).canonical_bytes())
 }

@@ -2,10 +2,11 @@
 //! tests and the `closed_loop` fuzz target: a policy's generated trace must validate and
 //! replay open-loop to exactly the run the loop made.
 
-use kvroute_core::canonical::canonical_trace_bytes;
-use kvroute_core::compiled::Compiled;
-use kvroute_core::engine::{self, CollectSink};
-use kvroute_core::import::{import_mooncake, MooncakeOptions};
+use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
+use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::receipt;
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::engine::CollectSink;
 use kvroute_core::simulate::{generated_trace, simulate_policy, SimRun, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
 use std::io::BufRead;
@@ -56,7 +57,7 @@ pub fn check_reproduction(sim: &Trace, options: &SimulateOptions, what: &str) ->
         let trace_bytes = canonical_trace_bytes(&generated_trace(sim, &run));
         let reparsed = parse_trace(&trace_bytes)
             .unwrap_or_else(|e| panic!("{what}: {}: generated trace invalid: {e}", policy.name()));
-        let open_loop = engine::replay(&reparsed);
+        let open_loop = receipt::replay(&reparsed);
         let replayed = open_loop
             .runs
             .iter()

@@ -7,7 +7,7 @@ use crate::differential::{self, Agreement};
 use crate::generators::{parse_error_path, TraceRecipe};
 use crate::verify::{verify, VerifyError};
 use arbitrary::Arbitrary;
-use kvroute_core::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
 use serde_json::Value;
 
 /// Arbitrary bytes as a trace: never a panic, core and oracle agree on acceptance,
@@ -159,8 +159,8 @@ pub fn receipt_verify(case: &ReceiptCase) {
 pub fn csv_export(recipe: &TraceRecipe) {
     let trace =
         kvroute_core::parse_trace(&recipe.build_bytes()).expect("generated traces are valid");
-    let receipt = kvroute_core::engine::replay(&trace);
-    let csv_bytes = kvroute_core::export::csv_bytes(&receipt).expect("CSV into memory");
+    let receipt = kvroute_core::output::receipt::replay(&trace);
+    let csv_bytes = kvroute_core::output::csv::csv_bytes(&receipt).expect("CSV into memory");
     let json: Value =
         serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
 
@@ -213,7 +213,7 @@ pub fn csv_export(recipe: &TraceRecipe) {
         .iter()
         .map(str::to_owned)
         .collect();
-    assert_eq!(header, kvroute_core::export::CSV_COLUMNS.to_vec());
+    assert_eq!(header, kvroute_core::output::csv::CSV_COLUMNS.to_vec());
     let parsed: Vec<Vec<String>> = reader
         .records()
         .map(|r| {
@@ -236,7 +236,7 @@ pub fn csv_export(recipe: &TraceRecipe) {
 /// Arbitrary bytes as a Mooncake JSONL file (the first byte picks the worker count and
 /// block size): the import never panics, and every trace it accepts validates.
 pub fn import_mooncake(data: &[u8]) {
-    use kvroute_core::import::{import_mooncake, MooncakeOptions};
+    use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
     let (options, input) = match data.split_first() {
         Some((&b, rest)) => (
             MooncakeOptions {
@@ -249,7 +249,7 @@ pub fn import_mooncake(data: &[u8]) {
         None => (MooncakeOptions::default(), data),
     };
     if let Ok(trace) = import_mooncake(input, &options) {
-        let bytes = kvroute_core::canonical::canonical_trace_bytes(&trace);
+        let bytes = kvroute_core::output::canonical::canonical_trace_bytes(&trace);
         if let Err(errors) = kvroute_core::parse_trace(&bytes) {
             panic!("an imported trace does not validate: {errors}");
         }

@@ -6,7 +6,7 @@
 //! worker, each chosen worker is the one its own rows justify under the policy's rule,
 //! and finally it equals, byte for byte, what the oracle recomputes from the trace.
 
-use kvroute_core::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
 use serde_json::Value;
 
 /// Why verification could not even start.

@@ -6,10 +6,10 @@
 //! - Scale differential: core and the oracle agree byte for byte on a few thousand real
 //!   Mooncake requests with the cache events a loop generated.
 
-use kvroute_core::canonical::{canonical_trace_bytes, jcs_bytes};
-use kvroute_core::compiled::Compiled;
-use kvroute_core::engine;
-use kvroute_core::receipt::metrics_value;
+use kvroute_core::output::canonical::{canonical_trace_bytes, jcs_bytes};
+use kvroute_core::output::receipt::metrics_value;
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::engine;
 use kvroute_core::simulate::{
     generated_trace, simulate_policy, simulation_trace, Capacity, SimulateOptions,
 };

@@ -2,9 +2,9 @@
 //! 256 by default). Failures are shrunk through the recipe bytes and persisted under
 //! `tests/tests/proptest-regressions/`, which is committed.
 
-use kvroute_core::compiled::Compiled;
-use kvroute_core::engine::run_policy;
-use kvroute_core::state::RouterState;
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::engine::run_policy;
+use kvroute_core::route::state::RouterState;
 use kvroute_core::{parse_trace, Policy, Receipt};
 use kvroute_harness::differential::{self, Agreement};
 use kvroute_harness::generators::{error_path, near_valid, trace_recipes, DEFECTS};
@@ -75,7 +75,7 @@ proptest! {
     fn policy_runs_are_independent_of_order_and_threads(recipe in trace_recipes(), rotation in 0usize..4) {
         let trace = parse_trace(&recipe.build_bytes()).unwrap();
         let compiled = Compiled::new(&trace);
-        let expected = kvroute_core::engine::replay(&trace).canonical_bytes();
+        let expected = kvroute_core::output::receipt::replay(&trace).canonical_bytes();
 
         // Sequentially, starting from a rotated policy.
         let mut order = Policy::ALL.to_vec();
@@ -86,7 +86,7 @@ proptest! {
             .collect();
         runs.sort_by_key(|r| r.policy);
         let assemble = |runs| Receipt {
-            trace_digest: kvroute_core::canonical::trace_digest(&trace),
+            trace_digest: kvroute_core::output::canonical::trace_digest(&trace),
             worker_ids: compiled.worker_ids.iter().map(|w| w.to_string()).collect(),
             runs,
         };

@@ -4,9 +4,12 @@
 //! in-memory receipt; and the canonical trace, written piece by piece, must equal the
 //! JCS of the whole trace tree. Checked on every fixture and on generated traces.
 
-use kvroute_core::compiled::Compiled;
-use kvroute_core::stream::{write_csv, write_jsonl, STREAM_FORMAT};
-use kvroute_core::{canonical, engine, export, parse_trace, Policy};
+use kvroute_core::output::csv::{csv_bytes, write_csv};
+use kvroute_core::output::jsonl::{write_jsonl, STREAM_FORMAT};
+use kvroute_core::output::{canonical, receipt};
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::engine;
+use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::fixtures;
 use kvroute_harness::generators::TraceRecipe;
 use serde_json::{json, Map, Value};
@@ -65,7 +68,7 @@ fn check(trace_bytes: &[u8], what: &str) {
         whole,
         "{what}: trace"
     );
-    let receipt = engine::replay(&trace);
+    let receipt = receipt::replay(&trace);
     let compiled = Compiled::new(&trace);
 
     let mut jsonl = Vec::new();
@@ -93,7 +96,7 @@ fn check(trace_bytes: &[u8], what: &str) {
 
     let mut csv = Vec::new();
     write_csv(&compiled, &mut csv).unwrap();
-    assert_eq!(csv, export::csv_bytes(&receipt).unwrap(), "{what}: csv");
+    assert_eq!(csv, csv_bytes(&receipt).unwrap(), "{what}: csv");
 
     // Metrics-only runs (no rows materialised) agree with the full runs.
     for run in &receipt.runs {

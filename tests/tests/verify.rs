@@ -1,6 +1,6 @@
 //! `verify` accepts a genuine receipt and rejects doctored ones, each for its own reason.
 
-use kvroute_core::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
 use kvroute_harness::fixtures;
 use kvroute_harness::verify::{verify, VerifyError};
 use serde_json::Value;

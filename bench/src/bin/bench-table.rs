@@ -27,10 +27,10 @@ use kvroute_bench::{
     receipt_window_trace, replay_trace, request_count, run_with_receipt, simulate_all,
     simulation_input, vm_hwm_kib, ORACLE_TRACE_REQUESTS, RECEIPT_WINDOW_REQUESTS, WORKER_COUNTS,
 };
-use kvroute_core::canonical::jcs_bytes;
-use kvroute_core::compiled::Compiled;
-use kvroute_core::engine::run_metrics;
-use kvroute_core::receipt::metrics_value;
+use kvroute_core::output::canonical::jcs_bytes;
+use kvroute_core::output::receipt::metrics_value;
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::engine::run_metrics;
 use kvroute_core::{parse_trace, replay_bytes, Policy};
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::hint::black_box;

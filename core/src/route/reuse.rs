@@ -1,102 +1,15 @@
-//! The tenant rule: whose cached prefix a request may reuse (SPEC.md §4.3).
+//! The reuse walk (SPEC.md §4.3): how many leading prefix tokens each worker holds
+//! that the request may use.
 //!
-//! A cache entry is usable only under the request's own model and adapter, and only when
-//! its tenant is the request's tenant or shares with it through a grant for that exact
-//! model and adapter. Everything else resident under the same key is a *boundary*: it
-//! contributes nothing, and the row records why. This module is the only place that
-//! decides whether cached tokens may be reused.
+//! The walk goes segment by segment over every walking worker at once, asks the tenant
+//! rule ([`crate::route::tenant`]) whether each resident entry may serve the request,
+//! and stops a worker at its first segment that is not fully resident. Whose entries
+//! count is decided in `tenant`; how far they count is decided here.
 
-use crate::candidate::{Reason, Reasons};
-use crate::compiled::{NsId, Req, Tables};
-use crate::state::CacheIndex;
-use crate::trace::{Grant, Namespace};
-use std::collections::HashMap;
-
-/// The sharing grants of a trace.
-#[derive(Debug, Clone, Copy)]
-pub struct Sharing<'t> {
-    grants: &'t [Grant],
-}
-
-impl<'t> Sharing<'t> {
-    pub fn new(grants: &'t [Grant]) -> Self {
-        Sharing { grants }
-    }
-
-    /// Whether `a` and `b` count as one tenant for `model` and `adapter`. Grants are not
-    /// transitive: each pair must be listed together in one grant.
-    pub fn shares(&self, model: &str, adapter: &str, a: &str, b: &str) -> bool {
-        a == b
-            || self.grants.iter().any(|g| {
-                g.model == model
-                    && g.adapter == adapter
-                    && g.tenants.iter().any(|t| t == a)
-                    && g.tenants.iter().any(|t| t == b)
-            })
-    }
-
-    /// Whether an entry under `entry` may serve a request under `request`.
-    pub fn usable(&self, request: &Namespace, entry: &Namespace) -> bool {
-        #[cfg(feature = "mutant-tenant-scope-removed")]
-        return entry.model == request.model && entry.adapter == request.adapter;
-        #[cfg(feature = "mutant-namespace-model-adapter-dropped")]
-        return self.shares(
-            &request.model,
-            &request.adapter,
-            &request.tenant,
-            &entry.tenant,
-        );
-        #[allow(unreachable_code)]
-        {
-            entry.model == request.model
-                && entry.adapter == request.adapter
-                && self.shares(
-                    &request.model,
-                    &request.adapter,
-                    &request.tenant,
-                    &entry.tenant,
-                )
-        }
-    }
-}
-
-/// The tenant rule over interned namespaces, remembered per pair: a run asks about the
-/// same few pairs millions of times. Lookups only, so the map's order never matters.
-#[derive(Debug, Clone)]
-pub struct NamespaceRule<'t> {
-    sharing: Sharing<'t>,
-    verdicts: HashMap<(NsId, NsId), Option<Reason>>,
-}
-
-impl<'t> NamespaceRule<'t> {
-    pub fn new(sharing: Sharing<'t>) -> Self {
-        NamespaceRule {
-            sharing,
-            verdicts: HashMap::new(),
-        }
-    }
-
-    /// `None` when an entry under `entry` may serve a request under `request`, else the
-    /// boundary reason the row records.
-    pub fn verdict(&mut self, tables: &Tables, request: NsId, entry: NsId) -> Option<Reason> {
-        // A namespace always serves itself, under every reading of the rule.
-        if request == entry {
-            return None;
-        }
-        let sharing = self.sharing;
-        *self.verdicts.entry((request, entry)).or_insert_with(|| {
-            let (r, e) = (
-                &tables.namespaces[request as usize],
-                &tables.namespaces[entry as usize],
-            );
-            if sharing.usable(r, e) {
-                None
-            } else {
-                Some(boundary_reason(r, e))
-            }
-        })
-    }
-}
+use crate::route::cache_index::CacheIndex;
+use crate::route::compiled::{Req, Tables};
+use crate::route::reason::Reasons;
+use crate::route::tenant::NamespaceRule;
 
 /// Scratch space for [`reuse_walk`], sized to the worker count and reused by every
 /// decision of a run so a decision allocates nothing.
@@ -201,17 +114,5 @@ pub fn reuse_walk(
         if !advanced && !past_partial {
             break;
         }
-    }
-}
-
-/// Why a resident entry (known not to be usable) cannot serve the request: the first
-/// difference in the order model, adapter, tenant.
-fn boundary_reason(request: &Namespace, entry: &Namespace) -> Reason {
-    if entry.model != request.model {
-        Reason::ModelMismatch
-    } else if entry.adapter != request.adapter {
-        Reason::AdapterMismatch
-    } else {
-        Reason::TenantMismatch
     }
 }

@@ -5,13 +5,11 @@
 //! limits, then the overflow bound. Paths index the input arrays as given. Nothing in
 //! here panics on any input: every value is checked before it is used.
 
-use crate::json::{self, quote_value, Node};
-use crate::trace::*;
+use crate::input::json::{self, quote_value, Node};
+use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
+use crate::input::trace::*;
 use std::collections::BTreeSet;
 use std::fmt;
-
-/// How many error lines are printed before the rest are summarised.
-pub const ERROR_LINES_MAX: usize = 100;
 
 /// Every reason a trace was rejected, as `PATH: reason` lines in report order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,15 +85,6 @@ fn index(path: &str, i: usize) -> String {
 
 fn quote_str(s: &str) -> String {
     quote_value(&serde_json::Value::String(s.to_owned()))
-}
-
-/// The value of an integer literal from 0 to 2^53 - 1; `None` for anything else
-/// (`serde_json` yields a `u64` only for literals without fraction or exponent).
-fn json_integer(node: &Node) -> Option<u64> {
-    match node {
-        Node::Number(n) => n.as_u64().filter(|&v| v <= JSON_INTEGER_MAX),
-        _ => None,
-    }
 }
 
 /// The members of one JSON object, for checking required, unknown and repeated names.
@@ -177,7 +166,7 @@ impl Walk {
     }
 
     fn integer(&mut self, path: &str, node: &Node) -> Option<u64> {
-        if let Some(v) = json_integer(node) {
+        if let Some(v) = node.integer() {
             return Some(v);
         }
         self.err(
@@ -191,7 +180,7 @@ impl Walk {
         match node {
             Node::Null => return Some(None),
             node => {
-                if let Some(v) = json_integer(node) {
+                if let Some(v) = node.integer() {
                     return Some(Some(v));
                 }
             }
@@ -673,8 +662,9 @@ fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
                         request.prompt_tokens
                     ));
                 }
-                let tokens = request.prompt_tokens as u128 + request.decode_tokens as u128;
-                if tokens > profile.tokens_per_request_max() as u128 {
+                if let Some(tokens) =
+                    profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
+                {
                     errors.push(format!(
                         "events[{i}]: {tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
                         profile.name(),
@@ -718,43 +708,30 @@ fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
 
 /// Stage 4: the static bound of SPEC.md §1.4 on every exported figure.
 fn overflow_error(trace: &Trace) -> Option<String> {
-    let mut queued_max: u128 = 0;
-    let mut active_max: u128 = 0;
+    let mut bound = CostBound::default();
     for worker in &trace.workers {
-        queued_max = queued_max.max(worker.queued_prefill as u128);
-        active_max = active_max.max(worker.active_decode as u128);
+        bound.add_load(worker.queued_prefill, worker.active_decode);
     }
-    let mut prompt_sum: u128 = 0;
-    let mut decode_sum: u128 = 0;
-    let mut prompt_max: u128 = 0;
     for event in &trace.events {
         match &event.kind {
             EventKind::Load {
                 queued_prefill,
                 active_decode,
                 ..
-            } => {
-                queued_max = queued_max.max(*queued_prefill as u128);
-                active_max = active_max.max(*active_decode as u128);
-            }
+            } => bound.add_load(*queued_prefill, *active_decode),
             EventKind::Request(request) => {
-                prompt_sum += request.prompt_tokens as u128;
-                decode_sum += request.decode_tokens as u128;
-                prompt_max = prompt_max.max(request.prompt_tokens as u128);
+                bound.add_request(request.prompt_tokens, request.decode_tokens)
             }
             EventKind::Cache { .. } => {}
         }
     }
-    // Products of two 53-bit figures fit in 128 bits, but the imbalance term multiplies
-    // a third factor in, so saturate: a saturated bound is over the limit either way.
-    let work_bound = (1000 * (queued_max + prompt_sum)).saturating_add(
-        (trace.policy.decode_weight_milli as u128).saturating_mul(active_max + decode_sum),
-    );
-    let imbalance_bound =
-        (trace.policy.imbalance_penalty_milli as u128).saturating_mul(work_bound) / 1000;
-    let cost_bound = (1000 * prompt_max)
-        .saturating_add(work_bound)
-        .saturating_add(imbalance_bound);
-    (cost_bound > JSON_INTEGER_MAX as u128)
-        .then(|| format!("$: figures could overflow: the cost bound exceeds {JSON_INTEGER_MAX}"))
+    let policy = &trace.policy;
+    bound
+        .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
+        .then(|| {
+            format!(
+                "$: figures could overflow: the cost bound exceeds {}",
+                JSON_INTEGER_MAX
+            )
+        })
 }

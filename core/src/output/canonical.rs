@@ -5,7 +5,7 @@
 //! `trace_digest`, so shuffling any input array never changes a digest. The same JCS
 //! serialiser produces the receipt's canonical bytes.
 
-use crate::trace::*;
+use crate::input::trace::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -59,7 +59,7 @@ fn event_value(event: &Event) -> Value {
         EventKind::Cache { worker, epoch, op } => {
             let mut value = json!({
                 "seq": event.seq, "tick": event.tick, "type": "cache",
-                "op": op.name(), "worker": worker, "epoch": epoch,
+                "op": op.kind().name(), "worker": worker, "epoch": epoch,
             });
             let fields = value.as_object_mut().expect("built as an object");
             match op {
@@ -223,8 +223,8 @@ mod tests {
     fn pieces_are_the_canonical_bytes_of_the_whole_tree() {
         for json in [
             crate::LAB_TRACE_JSON,
-            include_str!("../../fixtures/sharing_grant/trace.json"),
-            include_str!("../../fixtures/stale_epoch/trace.json"),
+            include_str!("../../../fixtures/sharing_grant/trace.json"),
+            include_str!("../../../fixtures/stale_epoch/trace.json"),
         ] {
             let trace = crate::parse_trace(json.as_bytes()).unwrap();
             let whole = jcs_bytes(&canonical_trace_value(&trace));

@@ -1,9 +1,9 @@
 //! Per-run metrics (SPEC.md §6.2), accumulated decision by decision.
 
-use crate::candidate::Rows;
-use crate::compiled::{KeyId, NsId, Req};
-use crate::policy::Choice;
-use crate::state::{Outcome, WorkerState};
+use crate::route::candidate::Rows;
+use crate::route::compiled::{KeyId, NsId, Req};
+use crate::route::policy::Choice;
+use crate::route::state::{Outcome, WorkerState};
 use std::collections::HashMap;
 
 /// The metrics of one run, as exported.

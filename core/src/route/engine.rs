@@ -3,20 +3,19 @@
 //! A [`Runner`] holds one policy's run: its own fresh [`RouterState`], the round-robin
 //! cursor, the metrics so far and the scratch rows. [`Runner::step`] takes one event in
 //! `(tick, seq)` order: cache events and load observations go through
-//! [`crate::state`]; a request gets its rows, the policy's choice and its placement.
+//! [`crate::route::state`]; a request gets its rows ([`crate::route::candidate`]), the
+//! policy's price and choice ([`crate::route::policy`]) and its placement.
 //! What the run produces goes to a [`RunSink`] as it is produced, so the same loop
 //! collects a full receipt in memory, streams one to a file, or keeps metrics only.
 //! Nothing is shared between runs, so they may execute in any order or in parallel.
 
-use crate::candidate::Rows;
-use crate::canonical::trace_digest;
-use crate::compiled::{CEvent, Compiled, Req, Step};
-use crate::metrics::{Metrics, MetricsRecorder};
-use crate::policy::{choose, Choice, Policy};
-use crate::receipt::{CacheLogEntry, Decision, ObservationLogEntry, Receipt, RouteKind, Run};
-use crate::state::RouterState;
-use crate::tenant::{NamespaceRule, Sharing};
-use crate::trace::Trace;
+use crate::route::candidate::Rows;
+use crate::route::compiled::{CEvent, Compiled, Req, Step};
+use crate::route::metrics::{Metrics, MetricsRecorder};
+use crate::route::policy::{choose, price, Choice, Policy, RouteKind};
+use crate::route::record::{CacheLogEntry, Decision, ObservationLogEntry, Run};
+use crate::route::state::RouterState;
+use crate::route::tenant::{NamespaceRule, Sharing};
 
 /// One decision as the engine hands it to a sink: the rows are the run's scratch rows,
 /// valid only during the call.
@@ -129,7 +128,7 @@ impl<'c, 't> Runner<'c, 't> {
                     tick: event.tick,
                     worker: *worker as usize,
                     epoch: *epoch,
-                    op: op.name(),
+                    op: op.kind(),
                     outcome,
                 });
                 None
@@ -175,14 +174,10 @@ impl<'c, 't> Runner<'c, 't> {
             params,
             &mut self.rule,
         );
+        price(&mut self.rows, params);
         let choice = choose(self.policy, &mut self.rows, params, &mut self.cursor);
         let rows = &self.rows;
-        let route_kind = match choice.chosen {
-            None => RouteKind::Rejected,
-            Some(_) if choice.overload_escape => RouteKind::OverloadEscape,
-            Some(c) if rows.reuse[c] > 0 => RouteKind::Hit,
-            Some(_) => RouteKind::Cold,
-        };
+        let route_kind = RouteKind::of(&choice, rows);
         self.metrics
             .record_decision(&choice, rows, request, &self.state.workers);
         let placement = choice.chosen.map(|c| {
@@ -210,32 +205,27 @@ impl<'c, 't> Runner<'c, 't> {
     }
 }
 
-/// Replays the trace under every policy and assembles the receipt in memory.
-pub fn replay(trace: &Trace) -> Receipt {
-    let compiled = Compiled::new(trace);
+/// Every policy's run, each from the trace's initial state (SPEC.md §3.5: nothing is
+/// shared between runs), in receipt order.
+pub fn run_all(compiled: &Compiled) -> Vec<Run> {
     #[cfg(feature = "mutant-shared-state")]
-    let runs = {
+    {
         // The mutant hands each policy the state the previous one left behind.
-        let mut state = RouterState::initial(&compiled);
+        let mut state = RouterState::initial(compiled);
         Policy::ALL
             .iter()
             .map(|&policy| {
-                let (run, left) = run_policy_returning_state(&compiled, policy, state.clone());
+                let (run, left) = run_policy_returning_state(compiled, policy, state.clone());
                 state = left;
                 run
             })
             .collect()
-    };
-    #[cfg(not(feature = "mutant-shared-state"))]
-    let runs = Policy::ALL
-        .iter()
-        .map(|&policy| run_policy(&compiled, policy, RouterState::initial(&compiled)))
-        .collect();
-    Receipt {
-        trace_digest: trace_digest(trace),
-        worker_ids: compiled.worker_ids.iter().map(|w| w.to_string()).collect(),
-        runs,
     }
+    #[cfg(not(feature = "mutant-shared-state"))]
+    Policy::ALL
+        .iter()
+        .map(|&policy| run_policy(compiled, policy, RouterState::initial(compiled)))
+        .collect()
 }
 
 /// One policy's run with every decision and log entry kept, starting from `state`.

@@ -1,12 +1,15 @@
-//! The four routing policies: how a row is chosen (SPEC.md §5).
+//! The policy rule: how a row is priced and chosen (SPEC.md §4.4 cost, §4.5, §5).
 //!
 //! Every policy orders the choosable rows by one score and breaks ties by worker id
 //! (rows arrive in id order, so "first in scan order" is "smallest id"). This module is
-//! the one place that says what each policy prefers, what the overload cap excludes,
-//! and how `tie_count` and `margin_milli` are measured.
+//! the one place that says what the cache-plus-load cost is (recompute, work, decode
+//! weight through `work_milli`, and the imbalance penalty), what each policy prefers,
+//! what the overload cap excludes, how `tie_count` and `margin_milli` are measured, and
+//! which route kind a decision gets.
 
-use crate::candidate::{Reason, Rows};
-use crate::trace::PolicyParams;
+use crate::input::trace::PolicyParams;
+use crate::route::candidate::{to_u64, Rows};
+use crate::route::reason::Reason;
 
 /// A routing policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -52,6 +55,69 @@ const REJECTED: Choice = Choice {
     tie_count: 0,
     margin_milli: 0,
 };
+
+/// How a request was routed (SPEC.md §5, "Route kind").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    Rejected,
+    OverloadEscape,
+    Hit,
+    Cold,
+}
+
+impl RouteKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Rejected => "rejected",
+            RouteKind::OverloadEscape => "overload_escape",
+            RouteKind::Hit => "hit",
+            RouteKind::Cold => "cold",
+        }
+    }
+
+    /// `rejected`; else `overload_escape`; else `hit` when the chosen row reuses
+    /// something; else `cold`.
+    pub fn of(choice: &Choice, rows: &Rows) -> RouteKind {
+        match choice.chosen {
+            None => RouteKind::Rejected,
+            Some(_) if choice.overload_escape => RouteKind::OverloadEscape,
+            Some(c) if rows.reuse[c] > 0 => RouteKind::Hit,
+            Some(_) => RouteKind::Cold,
+        }
+    }
+}
+
+/// Fills every row's `cost_milli` (SPEC.md §4.4): `1000 * recomputed + work_milli +
+/// imbalance`, where the imbalance penalises a row whose after-placement work is above
+/// the eligible rows' mean. Every row is priced, eligible or not, for every policy: the
+/// receipt shows what cache-plus-load would have paid.
+pub fn price(rows: &mut Rows, params: &PolicyParams) {
+    let mut eligible_count: u128 = 0;
+    let mut after_sum: u128 = 0;
+    for w in 0..rows.len() {
+        // The mutant prices a worker by its prefill queue alone, as if decode were free.
+        let work_in_cost = if cfg!(feature = "mutant-decode-ignored") {
+            1000 * rows.queued_prefill[w] as u128
+        } else {
+            rows.work_milli[w] as u128
+        };
+        // The cost without its imbalance term, which needs every row first.
+        rows.cost_milli[w] = to_u64(1000 * rows.recomputed[w] as u128 + work_in_cost);
+        if rows.eligible[w] {
+            eligible_count += 1;
+            after_sum += rows.after_milli[w] as u128;
+        }
+    }
+    let imbalance_penalty = params.imbalance_penalty_milli as u128;
+    if eligible_count == 0 || imbalance_penalty == 0 {
+        return;
+    }
+    for (cost, &after) in rows.cost_milli.iter_mut().zip(&rows.after_milli) {
+        let excess = (eligible_count * after as u128).saturating_sub(after_sum);
+        let imbalance = imbalance_penalty * excess / (1000 * eligible_count);
+        *cost = to_u64(*cost as u128 + imbalance);
+    }
+}
 
 /// Chooses a row. For `cache_plus_load` with a cap this first marks excluded rows
 /// `overloaded`. `cursor` is the round-robin position, untouched by other policies.

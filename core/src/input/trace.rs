@@ -4,52 +4,7 @@
 //! already satisfies the value, cross-reference, limit and overflow rules. Arrays keep
 //! the order they had in the input; the engine and the canonical form sort what they need.
 
-/// The largest integer a trace or a receipt may carry: 2^53 - 1.
-pub const JSON_INTEGER_MAX: u64 = (1 << 53) - 1;
-
-/// The limits profile a trace declares (SPEC.md §1.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitsProfile {
-    Lab,
-    Scale,
-}
-
-impl LimitsProfile {
-    pub fn name(self) -> &'static str {
-        match self {
-            LimitsProfile::Lab => "lab",
-            LimitsProfile::Scale => "scale",
-        }
-    }
-
-    pub fn requests_max(self) -> u64 {
-        match self {
-            LimitsProfile::Lab => 64,
-            LimitsProfile::Scale => 10_000_000,
-        }
-    }
-
-    pub fn workers_max(self) -> u64 {
-        match self {
-            LimitsProfile::Lab => 8,
-            LimitsProfile::Scale => 4_096,
-        }
-    }
-
-    pub fn events_max(self) -> u64 {
-        match self {
-            LimitsProfile::Lab => 1_024,
-            LimitsProfile::Scale => 20_000_000,
-        }
-    }
-
-    pub fn tokens_per_request_max(self) -> u64 {
-        match self {
-            LimitsProfile::Lab => 8_192,
-            LimitsProfile::Scale => 2_097_152,
-        }
-    }
-}
+pub use crate::input::limits::LimitsProfile;
 
 /// Routing parameters (the `policy` member).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,12 +86,31 @@ pub enum CacheOp {
     Clear,
 }
 
-impl CacheOp {
-    pub fn name(&self) -> &'static str {
+/// Which of the three cache operations an event performs; its name is the trace's and
+/// the cache log's `op`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Store,
+    Evict,
+    Clear,
+}
+
+impl OpKind {
+    pub fn name(self) -> &'static str {
         match self {
-            CacheOp::Store { .. } => "store",
-            CacheOp::Evict { .. } => "evict",
-            CacheOp::Clear => "clear",
+            OpKind::Store => "store",
+            OpKind::Evict => "evict",
+            OpKind::Clear => "clear",
+        }
+    }
+}
+
+impl CacheOp {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            CacheOp::Store { .. } => OpKind::Store,
+            CacheOp::Evict { .. } => OpKind::Evict,
+            CacheOp::Clear => OpKind::Clear,
         }
     }
 }
@@ -194,4 +168,13 @@ impl Trace {
             .filter(|e| matches!(e.kind, EventKind::Request(_)))
             .count()
     }
+}
+
+/// The id of worker `index` of a generated fleet of `workers` (SPEC.md §10.1, and
+/// `simulate --workers`): `w` and the index zero-padded to the width of `workers - 1`,
+/// so that byte order (the order candidates are listed and ties broken in) is numeric
+/// order: `w0`..`w7` for 8 workers, `w000`..`w511` for 512.
+pub fn fleet_worker_id(index: u32, workers: u32) -> String {
+    let width = workers.saturating_sub(1).to_string().len();
+    format!("w{index:0width$}")
 }

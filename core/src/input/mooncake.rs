@@ -10,12 +10,11 @@
 //! line number instead of by a JSON path into a document the user never wrote, and an
 //! accepted import always validates.
 
-use crate::json::{quote_value, Node};
-use crate::trace::{
-    Event, EventKind, LimitsProfile, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
-    JSON_INTEGER_MAX,
+use crate::input::json::{quote_value, Node};
+use crate::input::limits::{CostBound, LimitsProfile, ERROR_LINES_MAX, JSON_INTEGER_MAX};
+use crate::input::trace::{
+    fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
 };
-use crate::validate::ERROR_LINES_MAX;
 use std::fmt;
 use std::io::BufRead;
 
@@ -76,14 +75,6 @@ impl fmt::Display for ImportError {
 }
 
 impl std::error::Error for ImportError {}
-
-/// The id of worker `index` of `workers`: `w` and the index zero-padded to the width of
-/// `workers - 1`, so that byte order (the order candidates are listed and ties broken
-/// in) is numeric order: `w0`..`w7` for 8 workers, `w000`..`w511` for 512.
-pub fn worker_id(index: u32, workers: u32) -> String {
-    let width = workers.saturating_sub(1).to_string().len();
-    format!("w{index:0width$}")
-}
 
 /// Converts Mooncake JSONL into a `scale` trace, or returns every problem found.
 ///
@@ -184,7 +175,7 @@ pub fn import_mooncake(
     }
     let workers = (0..options.workers)
         .map(|index| WorkerSpec {
-            id: worker_id(index, options.workers),
+            id: fleet_worker_id(index, options.workers),
             model: options.model.clone(),
             adapters: Vec::new(),
             prefill_rate: DEFAULT_PREFILL_RATE,
@@ -338,10 +329,7 @@ fn quote_name(name: &str) -> String {
 
 /// A JSON integer literal from 0 to 2^53 - 1, as every trace integer must be.
 fn integer(path: &str, node: &Node, reasons: &mut Vec<String>) -> Option<u64> {
-    let value = match node {
-        Node::Number(n) => n.as_u64().filter(|&v| v <= JSON_INTEGER_MAX),
-        _ => None,
-    };
+    let value = node.integer();
     if value.is_none() {
         reasons.push(format!(
             "{path}: expected a non-negative integer, found {}",
@@ -398,8 +386,7 @@ fn request_checks(
         ));
         good = false;
     }
-    let tokens = prompt + u128::from(decode_tokens);
-    if tokens > u128::from(PROFILE.tokens_per_request_max()) {
+    if let Some(tokens) = PROFILE.tokens_over_limit(prompt_tokens, decode_tokens) {
         reasons.push(format!(
             "{tokens} tokens (input_length + output_length) exceed the {} limit of {}",
             PROFILE.name(),
@@ -432,16 +419,13 @@ fn prefix(hash_ids: &[u64], prompt_tokens: u64, block_tokens: u64) -> Vec<Segmen
 struct Totals {
     /// Every line counts, good or bad: each would have been one request event.
     requests: u64,
-    prompt_tokens_sum: u128,
-    decode_tokens_sum: u128,
-    prompt_tokens_max: u128,
+    /// Workers start idle and there are no load events, so only requests add to it.
+    bound: CostBound,
 }
 
 impl Totals {
     fn add(&mut self, prompt_tokens: u64, decode_tokens: u64) {
-        self.prompt_tokens_sum += u128::from(prompt_tokens);
-        self.decode_tokens_sum += u128::from(decode_tokens);
-        self.prompt_tokens_max = self.prompt_tokens_max.max(u128::from(prompt_tokens));
+        self.bound.add_request(prompt_tokens, decode_tokens);
     }
 }
 
@@ -458,21 +442,15 @@ fn whole_input_errors(totals: &Totals) -> Vec<String> {
             PROFILE.requests_max()
         ));
     }
-    // Workers start idle and there are no load events, so Q and A of §1.4 are the sums.
     let policy = PolicyParams::default();
-    let work_bound = (1000 * totals.prompt_tokens_sum).saturating_add(
-        u128::from(policy.decode_weight_milli).saturating_mul(totals.decode_tokens_sum),
-    );
-    let imbalance_bound =
-        u128::from(policy.imbalance_penalty_milli).saturating_mul(work_bound) / 1000;
-    let cost_bound = (1000 * totals.prompt_tokens_max)
-        .saturating_add(work_bound)
-        .saturating_add(imbalance_bound);
-    if cost_bound > u128::from(JSON_INTEGER_MAX) {
+    if totals
+        .bound
+        .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
+    {
         reasons.push(format!(
             "figures could overflow: {} prompt and {} decode tokens in all put the cost \
              bound over {JSON_INTEGER_MAX}; import fewer lines",
-            totals.prompt_tokens_sum, totals.decode_tokens_sum
+            totals.bound.prompt_sum, totals.bound.decode_sum
         ));
     }
     reasons
@@ -481,11 +459,11 @@ fn whole_input_errors(totals: &Totals) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::canonical::canonical_trace_bytes;
+    use crate::output::canonical::canonical_trace_bytes;
     use crate::parse_trace;
 
     /// Three Mooncake lines, shared with the CLI tests.
-    const THREE_LINES: &str = include_str!("../../fixtures/mooncake/three-lines.jsonl");
+    const THREE_LINES: &str = include_str!("../../../fixtures/mooncake/three-lines.jsonl");
 
     fn import(text: &str) -> Result<Trace, Vec<ImportError>> {
         import_mooncake(text.as_bytes(), &MooncakeOptions::default())
@@ -588,14 +566,14 @@ mod tests {
 
     #[test]
     fn worker_ids_are_padded_so_byte_order_is_numeric_order() {
-        assert_eq!(worker_id(0, 1), "w0");
-        assert_eq!(worker_id(9, 10), "w9");
-        assert_eq!(worker_id(0, 11), "w00");
-        assert_eq!(worker_id(10, 11), "w10");
-        assert_eq!(worker_id(0, 512), "w000");
-        assert_eq!(worker_id(511, 512), "w511");
-        assert_eq!(worker_id(4095, 4096), "w4095");
-        let ids: Vec<String> = (0..512).map(|i| worker_id(i, 512)).collect();
+        assert_eq!(fleet_worker_id(0, 1), "w0");
+        assert_eq!(fleet_worker_id(9, 10), "w9");
+        assert_eq!(fleet_worker_id(0, 11), "w00");
+        assert_eq!(fleet_worker_id(10, 11), "w10");
+        assert_eq!(fleet_worker_id(0, 512), "w000");
+        assert_eq!(fleet_worker_id(511, 512), "w511");
+        assert_eq!(fleet_worker_id(4095, 4096), "w4095");
+        let ids: Vec<String> = (0..512).map(|i| fleet_worker_id(i, 512)).collect();
         assert!(ids.windows(2).all(|pair| pair[0] < pair[1]));
     }
 
@@ -853,16 +831,21 @@ mod tests {
     fn whole_input_limits_are_line_0_errors() {
         let within = Totals {
             requests: 10_000_000,
-            prompt_tokens_sum: 9_000_000_000_000 - 2_097_152,
-            decode_tokens_sum: 0,
-            prompt_tokens_max: 2_097_152,
+            bound: CostBound {
+                prompt_sum: 9_000_000_000_000 - 2_097_152,
+                prompt_max: 2_097_152,
+                ..CostBound::default()
+            },
         };
         assert!(whole_input_errors(&within).is_empty());
         let over = Totals {
             requests: 10_000_001,
-            prompt_tokens_sum: 9_000_000_000_000,
-            decode_tokens_sum: 7_200_000_000,
-            prompt_tokens_max: 2_000_000,
+            bound: CostBound {
+                prompt_sum: 9_000_000_000_000,
+                decode_sum: 7_200_000_000,
+                prompt_max: 2_000_000,
+                ..CostBound::default()
+            },
         };
         assert_eq!(
             whole_input_errors(&over),

@@ -1,5 +1,5 @@
-//! Streaming receipts (SPEC.md §6.4): JSON Lines and CSV written while the runs
-//! replay, so a ten-million-request trace never holds its candidate rows in memory.
+//! Streaming receipts (SPEC.md §6.4): JSON Lines written while the runs replay, so a
+//! ten-million-request trace never holds its candidate rows in memory.
 //!
 //! The JSON Lines stream carries exactly the members of the in-memory receipt, one
 //! record a line, in the order the canonical receipt lists them: per run its cache log,
@@ -11,17 +11,16 @@
 //! cache events alone (the epoch rule never looks at requests), the full run, and load
 //! observations alone. Memory stays O(live cache entries + workers).
 
-use crate::canonical::{digest_tag, jcs_bytes};
-use crate::compiled::{Compiled, Step};
-use crate::engine::{run_with_sink, DecisionRef, RunSink, Runner};
-use crate::export::{csv_record, CSV_COLUMNS};
-use crate::metrics::Metrics;
-use crate::policy::Policy;
-use crate::receipt::{
-    cache_entry_value, decision_value, metrics_value, observation_entry_value, CacheLogEntry,
-    ObservationLogEntry, RECEIPT_FORMAT,
+use crate::output::canonical::{digest_tag, jcs_bytes};
+use crate::output::receipt::{
+    cache_entry_value, decision_value, metrics_value, observation_entry_value, RECEIPT_FORMAT,
 };
-use crate::state::RouterState;
+use crate::route::compiled::{Compiled, Step};
+use crate::route::engine::{run_with_sink, DecisionRef, RunSink, Runner};
+use crate::route::metrics::Metrics;
+use crate::route::policy::Policy;
+use crate::route::record::{CacheLogEntry, ObservationLogEntry};
+use crate::route::state::RouterState;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::io::{self, Write};
@@ -224,55 +223,4 @@ fn log_pass<W: Write + ?Sized>(
     for event in compiled.events.iter().filter(|e| keep(&e.step)) {
         runner.step(event, &mut sink);
     }
-}
-
-/// Writes the candidate rows as CSV (SPEC.md §6.3) while the runs replay; returns each
-/// run's metrics.
-pub fn write_csv<W: Write + ?Sized>(
-    compiled: &Compiled,
-    out: &mut W,
-) -> Result<Vec<(Policy, Metrics)>, csv::Error> {
-    struct CsvSink<'a, W: Write + ?Sized> {
-        writer: csv::Writer<&'a mut W>,
-        ids: &'a [&'a str],
-        policy: Policy,
-        error: Option<csv::Error>,
-    }
-    impl<W: Write + ?Sized> RunSink for CsvSink<'_, W> {
-        fn decided(&mut self, decision: &DecisionRef) {
-            if self.error.is_some() {
-                return;
-            }
-            let decision = decision.to_decision();
-            for row in &decision.candidates {
-                let record = csv_record(self.policy, self.ids, &decision, row);
-                if let Err(e) = self.writer.write_record(record) {
-                    self.error = Some(e);
-                    return;
-                }
-            }
-        }
-    }
-    let mut writer = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_writer(out);
-    writer.write_record(CSV_COLUMNS)?;
-    let mut runs = Vec::new();
-    for &policy in &Policy::ALL {
-        let mut sink = CsvSink {
-            writer,
-            ids: &compiled.worker_ids,
-            policy,
-            error: None,
-        };
-        let (metrics, _) =
-            run_with_sink(compiled, policy, RouterState::initial(compiled), &mut sink);
-        if let Some(e) = sink.error {
-            return Err(e);
-        }
-        writer = sink.writer;
-        runs.push((policy, metrics));
-    }
-    writer.flush()?;
-    Ok(runs)
 }

@@ -7,8 +7,15 @@
 //! the sorted trace, but nothing ever depends on an id's value: ids are only compared
 //! for equality and used as array indexes, and results are aggregated order-free, so
 //! a decision is the same whichever id a string received.
+//!
+//! The types mirror [`crate::input::trace`]'s one for one on purpose: the trace is what
+//! the user wrote (strings, input order), this is what routing reads (ids, replay
+//! order), and converting once is what keeps strings off the hot path. Names that
+//! both must print, such as a cache operation's, live only in the trace's types.
 
-use crate::trace::{CacheOp, Event, EventKind, Grant, Namespace, Request, Trace, WorkerSpec};
+use crate::input::trace::{
+    CacheOp, Event, EventKind, Grant, Namespace, OpKind, Request, Segment, Trace, WorkerSpec,
+};
 use std::collections::HashMap;
 
 /// An interned prefix key.
@@ -70,11 +77,11 @@ pub enum Op {
 }
 
 impl Op {
-    pub fn name(&self) -> &'static str {
+    pub fn kind(&self) -> OpKind {
         match self {
-            Op::Store { .. } => "store",
-            Op::Evict { .. } => "evict",
-            Op::Clear => "clear",
+            Op::Store { .. } => OpKind::Store,
+            Op::Evict { .. } => OpKind::Evict,
+            Op::Clear => OpKind::Clear,
         }
     }
 }
@@ -158,7 +165,7 @@ impl<'t> Tables<'t> {
         id
     }
 
-    fn segments(&mut self, segments: &'t [crate::trace::Segment]) -> Vec<Seg> {
+    fn segments(&mut self, segments: &'t [Segment]) -> Vec<Seg> {
         segments
             .iter()
             .map(|s| Seg {

@@ -1,81 +1,18 @@
-//! Candidate rows: every worker's figures for one request (SPEC.md §4).
+//! Candidate rows: every worker's figures for one request (SPEC.md §4.1–§4.4, §4.6).
 //!
-//! A row says whether the worker may serve the request, how much prefix it could reuse
-//! (through the tenant rule in [`crate::tenant`]), the load it carries and the cost the
-//! cache-plus-load score gives it. Rows are computed the same way for every policy; only
-//! the overload cap of `cache_plus_load` (applied in [`crate::policy`]) differs. This
-//! module also computes the Pareto `dominated_by` lists.
+//! A row says whether the worker may serve the request (eligibility and freshness),
+//! how much prefix it could reuse (the walk in [`crate::route::reuse`], under the
+//! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
+//! have after this request. Rows are computed the same way for every policy. What a
+//! policy makes of them — the cost score, the overload cap, the choice — is in
+//! [`crate::route::policy`]. This module also answers the Pareto dominance question.
 
-use crate::compiled::{Compiled, Req};
-use crate::state::RouterState;
-use crate::tenant::{reuse_walk, NamespaceRule, WalkScratch};
-use crate::trace::PolicyParams;
-
-/// Why a row is ineligible, lost its cache evidence, or was excluded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    ModelNotServed,
-    AdapterNotLoaded,
-    StaleView,
-    TenantMismatch,
-    ModelMismatch,
-    AdapterMismatch,
-    Overloaded,
-}
-
-impl Reason {
-    /// Every reason, in the order a row lists them.
-    pub const ALL: [Reason; 7] = [
-        Reason::ModelNotServed,
-        Reason::AdapterNotLoaded,
-        Reason::StaleView,
-        Reason::TenantMismatch,
-        Reason::ModelMismatch,
-        Reason::AdapterMismatch,
-        Reason::Overloaded,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Reason::ModelNotServed => "model_not_served",
-            Reason::AdapterNotLoaded => "adapter_not_loaded",
-            Reason::StaleView => "stale_view",
-            Reason::TenantMismatch => "tenant_mismatch",
-            Reason::ModelMismatch => "model_mismatch",
-            Reason::AdapterMismatch => "adapter_mismatch",
-            Reason::Overloaded => "overloaded",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        1 << (self as u8)
-    }
-}
-
-/// A set of reasons that iterates in the fixed listing order.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reasons(u8);
-
-impl Reasons {
-    pub fn insert(&mut self, reason: Reason) {
-        self.0 |= reason.bit();
-    }
-
-    pub fn contains(self, reason: Reason) -> bool {
-        self.0 & reason.bit() != 0
-    }
-
-    pub fn iter(self) -> impl Iterator<Item = Reason> {
-        Reason::ALL.into_iter().filter(move |r| self.contains(*r))
-    }
-
-    pub fn boundary_count(self) -> u64 {
-        const BOUNDARY: u8 = 1 << (Reason::TenantMismatch as u8)
-            | 1 << (Reason::ModelMismatch as u8)
-            | 1 << (Reason::AdapterMismatch as u8);
-        (self.0 & BOUNDARY).count_ones() as u64
-    }
-}
+use crate::input::trace::PolicyParams;
+use crate::route::compiled::{Compiled, Req};
+use crate::route::reason::{Reason, Reasons};
+use crate::route::reuse::{reuse_walk, WalkScratch};
+use crate::route::state::RouterState;
+use crate::route::tenant::NamespaceRule;
 
 /// One worker's figures for one request, as the receipt lists it. `worker` indexes the
 /// id-sorted workers.
@@ -137,7 +74,8 @@ impl Rows {
     }
 
     /// Computes every worker's row for `request` at tick `tick`, draining each worker
-    /// up to `tick` first.
+    /// up to `tick` first: everything but `cost_milli`, which the policy rule prices
+    /// ([`crate::route::policy::price`]).
     pub fn fill(
         &mut self,
         tick: u64,
@@ -189,8 +127,6 @@ impl Rows {
         );
         let decode_weight = params.decode_weight_milli as u128;
         let decode_milli = decode_weight * request.decode_tokens as u128;
-        let mut eligible_count: u128 = 0;
-        let mut after_sum: u128 = 0;
         // Zipped slices rather than indexes: this loop runs once per worker per request.
         let columns = self
             .reuse
@@ -198,39 +134,14 @@ impl Rows {
             .zip(&mut self.recomputed)
             .zip(&mut self.work_milli)
             .zip(&mut self.after_milli)
-            .zip(&mut self.cost_milli)
-            .zip(self.queued_prefill.iter().zip(&self.active_decode))
-            .zip(&self.eligible);
-        for ((((((reuse, recomputed), work), after), cost), (&queued, &active)), &eligible) in
-            columns
-        {
+            .zip(self.queued_prefill.iter().zip(&self.active_decode));
+        for ((((reuse, recomputed), work), after), (&queued, &active)) in columns {
             *reuse = (*reuse).min(request.prompt_tokens);
             *recomputed = request.prompt_tokens - *reuse;
             let work_milli = 1000 * queued as u128 + decode_weight * active as u128;
             let after_milli = work_milli + 1000 * *recomputed as u128 + decode_milli;
             *work = to_u64(work_milli);
             *after = to_u64(after_milli);
-            // The mutant prices a worker by its prefill queue alone, as if decode were free.
-            let work_in_cost = if cfg!(feature = "mutant-decode-ignored") {
-                1000 * queued as u128
-            } else {
-                work_milli
-            };
-            // The cost without its imbalance term, which needs every row first.
-            *cost = to_u64(1000 * *recomputed as u128 + work_in_cost);
-            if eligible {
-                eligible_count += 1;
-                after_sum += after_milli;
-            }
-        }
-        let imbalance_penalty = params.imbalance_penalty_milli as u128;
-        if eligible_count == 0 || imbalance_penalty == 0 {
-            return;
-        }
-        for (cost, &after) in self.cost_milli.iter_mut().zip(&self.after_milli) {
-            let excess = (eligible_count * after as u128).saturating_sub(after_sum);
-            let imbalance = imbalance_penalty * excess / (1000 * eligible_count);
-            *cost = to_u64(*cost as u128 + imbalance);
         }
     }
 
@@ -287,6 +198,6 @@ impl Rows {
 
 /// The overflow rule (SPEC.md §1.4) bounds every row figure by 2^53 - 1, so this
 /// narrowing never saturates on a validated trace; saturating keeps it panic-free.
-fn to_u64(value: u128) -> u64 {
+pub(crate) fn to_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }

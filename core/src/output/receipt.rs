@@ -1,76 +1,26 @@
-//! The receipt (`kvroute-receipt/1`, SPEC.md §6): every decision, both logs and the
-//! metrics of each run, with its canonical bytes and digests.
+//! The receipt (`kvroute-receipt/1`, SPEC.md §6): every run's records as one JSON
+//! document, with its canonical bytes and digests.
 //!
-//! Rows and logs refer to workers by index into the id-sorted worker list; ids are put
-//! back only when the receipt is serialised. No key or tenant name is ever exported.
+//! The records themselves ([`crate::route::record`]) index workers; ids are put back
+//! here, when the receipt is serialised. No key or tenant name is ever exported.
 
-use crate::candidate::CandidateRow;
-use crate::canonical::{jcs_bytes, sha256_tag};
-use crate::metrics::Metrics;
-use crate::policy::Policy;
-use crate::state::Outcome;
+use crate::input::trace::Trace;
+use crate::output::canonical::{jcs_bytes, sha256_tag, trace_digest};
+use crate::route::candidate::CandidateRow;
+use crate::route::compiled::Compiled;
+use crate::route::engine::run_all;
+use crate::route::metrics::Metrics;
+use crate::route::record::{CacheLogEntry, Decision, ObservationLogEntry, Run};
 use serde_json::{json, Value};
 
-/// How a request was routed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouteKind {
-    Rejected,
-    OverloadEscape,
-    Hit,
-    Cold,
-}
-
-impl RouteKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            RouteKind::Rejected => "rejected",
-            RouteKind::OverloadEscape => "overload_escape",
-            RouteKind::Hit => "hit",
-            RouteKind::Cold => "cold",
-        }
+/// Replays the trace under every policy and assembles the receipt in memory.
+pub fn replay(trace: &Trace) -> Receipt {
+    let compiled = Compiled::new(trace);
+    Receipt {
+        trace_digest: trace_digest(trace),
+        worker_ids: compiled.worker_ids.iter().map(|w| w.to_string()).collect(),
+        runs: run_all(&compiled),
     }
-}
-
-/// One routing decision and every candidate row behind it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub seq: u64,
-    pub tick: u64,
-    pub request: String,
-    pub chosen: Option<usize>,
-    pub route_kind: RouteKind,
-    pub tie_count: u64,
-    pub margin_milli: u64,
-    pub candidates: Vec<CandidateRow>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheLogEntry {
-    pub seq: u64,
-    pub tick: u64,
-    pub worker: usize,
-    pub epoch: u64,
-    pub op: &'static str,
-    pub outcome: Outcome,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservationLogEntry {
-    pub seq: u64,
-    pub tick: u64,
-    pub worker: usize,
-    pub observed_tick: u64,
-    pub outcome: Outcome,
-}
-
-/// One policy's replay.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
-    pub policy: Policy,
-    pub decisions: Vec<Decision>,
-    pub cache_log: Vec<CacheLogEntry>,
-    pub observation_log: Vec<ObservationLogEntry>,
-    pub metrics: Metrics,
 }
 
 /// The full receipt: the trace digest and the four runs.
@@ -136,7 +86,7 @@ pub fn run_value<S: AsRef<str>>(ids: &[S], run: &Run) -> Value {
 pub fn cache_entry_value<S: AsRef<str>>(ids: &[S], e: &CacheLogEntry) -> Value {
     json!({
         "seq": e.seq, "tick": e.tick, "worker": ids[e.worker].as_ref(),
-        "epoch": e.epoch, "op": e.op, "outcome": e.outcome.name(),
+        "epoch": e.epoch, "op": e.op.name(), "outcome": e.outcome.name(),
     })
 }
 

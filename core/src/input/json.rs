@@ -5,6 +5,7 @@
 //! which lets validation reject repeated names with a path (SPEC.md §1.1), and keeps
 //! numbers as `serde_json::Number` so that `5.0` and `1e3` stay distinguishable from `5`.
 
+use crate::input::limits::integer_literal;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -28,6 +29,15 @@ pub fn parse(bytes: &[u8]) -> Result<Node, String> {
 }
 
 impl Node {
+    /// The node's value when it is an integer literal a trace may carry
+    /// ([`integer_literal`]), else `None`.
+    pub fn integer(&self) -> Option<u64> {
+        match self {
+            Node::Number(n) => integer_literal(n),
+            _ => None,
+        }
+    }
+
     /// The value as `serde_json::Value` (for display only: repeated members collapse).
     pub fn to_value(&self) -> serde_json::Value {
         use serde_json::Value;

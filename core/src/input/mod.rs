@@ -1,0 +1,13 @@
+//! Reading input: the trace as Rust types, strict JSON, validation, the limits, and the
+//! Mooncake import (SPEC.md §1, §2, §10).
+//!
+//! Everything here turns bytes into a [`trace::Trace`] that satisfies every rule of the
+//! contract, or into errors that name a JSON path (or an input line) and a reason. What
+//! belongs here: shapes, value rules, cross-references, limits, overflow. What must not:
+//! anything about routing; this folder imports nothing from the others.
+
+pub mod json;
+pub mod limits;
+pub mod mooncake;
+pub mod trace;
+pub mod validate;

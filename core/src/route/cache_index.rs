@@ -1,0 +1,118 @@
+//! Residency: every worker's resident cache entries in one index, keyed by prefix key.
+//!
+//! A request's reuse walk visits only the workers that hold each of its segments
+//! instead of every entry of every cache, so a decision costs O(segments + holders +
+//! workers). The index holds what the router believes; only the epoch rule in
+//! [`crate::route::state`] changes it after the initial caches.
+
+use crate::route::compiled::{KeyId, NsId};
+use smallvec::SmallVec;
+
+/// One resident entry: which worker holds the key, under which namespace, how many
+/// tokens (always more than 0: an entry with 0 tokens means "not resident").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub worker: u32,
+    pub ns: NsId,
+    pub tokens: u64,
+    /// Where this entry sits in its worker's entry list (for O(1) removal).
+    slot: u32,
+}
+
+/// Every worker's resident entries, indexed by key. Memory is one slot per key the
+/// trace names plus one [`Holder`] and one per-worker record per live entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheIndex {
+    /// Key → its holders, sorted by `(worker, ns)` so updates find an entry by binary
+    /// search and the layout never depends on the order events arrived in. Most blocks
+    /// live on one or two workers, so two holders are stored inline: a heap allocation
+    /// per cached block was a third of replay time.
+    by_key: Vec<SmallVec<[Holder; 2]>>,
+    /// Worker → its live `(key, ns)` entries, so `clear` touches only that worker's.
+    /// Unordered: only ever iterated to remove every entry, which gives the same index
+    /// in any order.
+    by_worker: Vec<Vec<(KeyId, NsId)>>,
+}
+
+impl CacheIndex {
+    pub fn new(key_count: usize, worker_count: usize) -> Self {
+        CacheIndex {
+            by_key: vec![SmallVec::new(); key_count],
+            by_worker: vec![Vec::new(); worker_count],
+        }
+    }
+
+    /// The entries resident under `key`, on any worker and in any namespace.
+    pub fn holders(&self, key: KeyId) -> &[Holder] {
+        &self.by_key[key as usize]
+    }
+
+    /// The tokens `worker` holds for `key` under `ns` (0 when absent). Routing reads
+    /// whole holder lists; this point lookup is for tests.
+    #[cfg(test)]
+    pub fn resident(&self, worker: u32, ns: NsId, key: KeyId) -> u64 {
+        let holders = &self.by_key[key as usize];
+        find(holders, worker, ns).map_or(0, |i| holders[i].tokens)
+    }
+
+    /// How many entries are resident in all (for tests: it checks the per-worker lists
+    /// stay in step with the holders).
+    #[cfg(test)]
+    pub fn live_entries(&self) -> usize {
+        self.by_worker.iter().map(Vec::len).sum()
+    }
+
+    /// Sets the resident tokens of one entry; 0 removes it.
+    pub fn set(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
+        let holders = &mut self.by_key[key as usize];
+        match find(holders, worker, ns) {
+            Ok(i) if tokens == 0 => {
+                let slot = holders.remove(i).slot;
+                self.forget(worker, slot);
+            }
+            Ok(i) => holders[i].tokens = tokens,
+            Err(_) if tokens == 0 => {}
+            Err(i) => {
+                let entries = &mut self.by_worker[worker as usize];
+                let slot = entries.len() as u32;
+                entries.push((key, ns));
+                holders.insert(
+                    i,
+                    Holder {
+                        worker,
+                        ns,
+                        tokens,
+                        slot,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drops a worker's entry record at `slot`, moving its last record into the gap.
+    fn forget(&mut self, worker: u32, slot: u32) {
+        let entries = &mut self.by_worker[worker as usize];
+        entries.swap_remove(slot as usize);
+        if let Some(&(key, ns)) = entries.get(slot as usize) {
+            let holders = &mut self.by_key[key as usize];
+            if let Ok(i) = find(holders, worker, ns) {
+                holders[i].slot = slot;
+            }
+        }
+    }
+
+    /// Removes every entry of one worker.
+    pub fn clear(&mut self, worker: u32) {
+        for (key, ns) in std::mem::take(&mut self.by_worker[worker as usize]) {
+            let holders = &mut self.by_key[key as usize];
+            if let Ok(i) = find(holders, worker, ns) {
+                holders.remove(i);
+            }
+        }
+    }
+}
+
+/// The position of `(worker, ns)` among a key's sorted holders.
+fn find(holders: &[Holder], worker: u32, ns: NsId) -> Result<usize, usize> {
+    holders.binary_search_by_key(&(worker, ns), |h| (h.worker, h.ns))
+}

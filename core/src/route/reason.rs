@@ -1,0 +1,71 @@
+//! The reasons a candidate row lists (SPEC.md §4.7): why a worker is ineligible, why
+//! its cache evidence was not used, or why the overload cap excluded it.
+//!
+//! A leaf: candidate rows, the tenant rule and the policies all record reasons, and
+//! none of them owns the list.
+
+/// Why a row is ineligible, lost its cache evidence, or was excluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    ModelNotServed,
+    AdapterNotLoaded,
+    StaleView,
+    TenantMismatch,
+    ModelMismatch,
+    AdapterMismatch,
+    Overloaded,
+}
+
+impl Reason {
+    /// Every reason, in the order a row lists them.
+    pub const ALL: [Reason; 7] = [
+        Reason::ModelNotServed,
+        Reason::AdapterNotLoaded,
+        Reason::StaleView,
+        Reason::TenantMismatch,
+        Reason::ModelMismatch,
+        Reason::AdapterMismatch,
+        Reason::Overloaded,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::ModelNotServed => "model_not_served",
+            Reason::AdapterNotLoaded => "adapter_not_loaded",
+            Reason::StaleView => "stale_view",
+            Reason::TenantMismatch => "tenant_mismatch",
+            Reason::ModelMismatch => "model_mismatch",
+            Reason::AdapterMismatch => "adapter_mismatch",
+            Reason::Overloaded => "overloaded",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of reasons that iterates in the fixed listing order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reasons(u8);
+
+impl Reasons {
+    pub fn insert(&mut self, reason: Reason) {
+        self.0 |= reason.bit();
+    }
+
+    pub fn contains(self, reason: Reason) -> bool {
+        self.0 & reason.bit() != 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Reason> {
+        Reason::ALL.into_iter().filter(move |r| self.contains(*r))
+    }
+
+    pub fn boundary_count(self) -> u64 {
+        const BOUNDARY: u8 = 1 << (Reason::TenantMismatch as u8)
+            | 1 << (Reason::ModelMismatch as u8)
+            | 1 << (Reason::AdapterMismatch as u8);
+        (self.0 & BOUNDARY).count_ones() as u64
+    }
+}

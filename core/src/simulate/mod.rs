@@ -1,0 +1,41 @@
+//! The closed-loop engine model (SPEC.md §11): where cache events come from when a
+//! trace carries only requests.
+//!
+//! The router never invents residency, so replaying a bare request stream would route
+//! every request cold. `simulate` closes the loop: each policy's run routes a request,
+//! and a deterministic model of the chosen engine prefills it (FIFO, at the worker's
+//! `prefill_rate`), stores its prefix blocks in a per-worker LRU cache of fixed capacity
+//! when the prefill completes, evicts the least recently used blocks to make room, and
+//! publishes the `store` and `evict` events, each with the next epoch of that worker,
+//! after a publication lag plus an optional seeded jitter. Jitter can deliver a later
+//! epoch first, so the router sees stale events exactly as it would from a real fleet.
+//!
+//! Every policy runs its own loop from a clean state. The events a loop generated,
+//! merged with the requests, form an ordinary `kvroute-trace/1` trace; replaying it
+//! open-loop reproduces that policy's run exactly, because generated events are given
+//! seqs above every request's and ticks never in the past, so `(tick, seq)` order
+//! places them where the loop processed them.
+//! The folder's files, one job each:
+//! - [`options`]: the model's parameters and the trace a simulation runs on;
+//! - [`lru`]: one worker's true cache, an LRU over `(namespace, key)` entries;
+//! - [`engine_model`]: every worker's engine — what it really reuses, FIFO prefill,
+//!   and what a completed prefill stores and evicts;
+//! - [`publication`]: when a published event reaches the router (lag and jitter);
+//! - [`closed_loop`]: the scheduler that interleaves routing, completions and
+//!   deliveries in one policy's run;
+//! - [`trace_out`]: the generated events in the trace's own terms, for `--events-out`;
+//! - [`table`]: the comparison `kvroute simulate` prints.
+
+pub mod closed_loop;
+pub mod engine_model;
+pub mod lru;
+pub mod options;
+pub mod publication;
+pub mod table;
+pub mod trace_out;
+
+pub use closed_loop::{generated_trace, simulate_policy, EngineStats, SimRun};
+pub use options::{
+    simulation_trace, Capacity, SimulateError, SimulateOptions, DEFAULT_CACHE_TOKENS,
+    DEFAULT_PUBLICATION_LAG_TICKS,
+};

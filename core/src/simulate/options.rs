@@ -1,0 +1,119 @@
+//! The engine model's parameters (SPEC.md §11, defaults and reasons included) and the
+//! trace a simulation runs on.
+
+use crate::input::limits::LimitsProfile;
+use crate::input::trace::{fleet_worker_id, EventKind, Trace, WorkerSpec};
+
+/// How a worker's KV cache capacity is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// Resident tokens, summed over blocks (a partial block counts its tokens).
+    Tokens(u64),
+    /// Resident blocks, whatever their size.
+    Blocks(u64),
+}
+
+/// The engine model's parameters. Defaults are documented in SPEC.md §11.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulateOptions {
+    pub capacity: Capacity,
+    /// Ticks between a prefill completing and its cache events reaching the router.
+    pub publication_lag_ticks: u64,
+    /// Up to this many extra ticks per event, drawn from `jitter_seed`; 0 disables it.
+    pub jitter_ticks: u64,
+    pub jitter_seed: u64,
+}
+
+/// 262,144 tokens: 512 blocks of 512 tokens, about 40 GiB of KV cache at 160 KiB per
+/// token (a 70B-class model with grouped-query attention in 16-bit).
+pub const DEFAULT_CACHE_TOKENS: u64 = 262_144;
+/// 10 ticks (10 ms at the import's 1 tick = 1 ms): an event bus hop plus batching.
+pub const DEFAULT_PUBLICATION_LAG_TICKS: u64 = 10;
+
+impl Default for SimulateOptions {
+    fn default() -> Self {
+        SimulateOptions {
+            capacity: Capacity::Tokens(DEFAULT_CACHE_TOKENS),
+            publication_lag_ticks: DEFAULT_PUBLICATION_LAG_TICKS,
+            jitter_ticks: 0,
+            jitter_seed: 0,
+        }
+    }
+}
+
+/// Why a trace cannot be simulated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulateError(pub String);
+
+impl std::fmt::Display for SimulateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The trace a simulation runs on: the input's requests, and either its workers or
+/// `workers` identical copies of its first worker (ids `w0`…, zero-padded), each with
+/// an empty cache and no load. The input's own cache and load events are dropped (the
+/// engine model generates them); the count dropped is returned.
+pub fn simulation_trace(
+    trace: &Trace,
+    workers: Option<u32>,
+) -> Result<(Trace, usize), SimulateError> {
+    let mut sim = trace.clone();
+    sim.limits = LimitsProfile::Scale;
+    let before = sim.events.len();
+    sim.events
+        .retain(|e| matches!(e.kind, EventKind::Request(_)));
+    let dropped = before - sim.events.len();
+    if let Some(count) = workers {
+        if count == 0 || count as u64 > LimitsProfile::Scale.workers_max() {
+            return Err(SimulateError(format!(
+                "--workers {count}: expected 1 to {}",
+                LimitsProfile::Scale.workers_max()
+            )));
+        }
+        let mut first: WorkerSpec = trace
+            .workers
+            .iter()
+            .min_by(|a, b| a.id.cmp(&b.id))
+            .cloned()
+            .ok_or_else(|| SimulateError("the trace has no workers to copy".into()))?;
+        first.queued_prefill = 0;
+        first.active_decode = 0;
+        first.cache.clear();
+        sim.workers = (0..count)
+            .map(|i| WorkerSpec {
+                id: fleet_worker_id(i, count),
+                ..first.clone()
+            })
+            .collect();
+    }
+    Ok((sim, dropped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRACE: &str = crate::simulate::engine_model::tests::TRACE;
+
+    #[test]
+    fn replacing_workers_is_bounded_by_the_scale_profile() {
+        let trace = crate::parse_trace(TRACE.as_bytes()).unwrap();
+        assert_eq!(
+            simulation_trace(&trace, Some(4096))
+                .unwrap()
+                .0
+                .workers
+                .len(),
+            4096
+        );
+        for count in [0, 4097] {
+            let error = simulation_trace(&trace, Some(count)).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("--workers {count}: expected 1 to 4096")
+            );
+        }
+    }
+}

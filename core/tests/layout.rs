@@ -1,0 +1,395 @@
+//! The shape of `core/src/`, checked: which file imports which, measured from the
+//! `crate::`, `super::` and `self::` paths of the non-test code.
+//!
+//! The folders follow the parts of SPEC.md, and they may only depend on each other in
+//! one direction: `input` (reading and validating) ← `route` (the rules that decide) ←
+//! `output` (the bytes written) ← `simulate` (the closed loop, which drives routing and
+//! writes traces). No two files of core may import each other, directly or through
+//! others. `cargo test -p kvroute-core --test layout -- --nocapture` prints the figures
+//! (files per folder, the import graph's depth and its cycles).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The folders in dependency order: each may import only from itself and those before it.
+const LAYERS: [&str; 4] = ["input", "route", "output", "simulate"];
+
+/// One source file of core: its module path (`route::candidate`) and its text.
+struct SourceFile {
+    module: Vec<String>,
+    text: String,
+}
+
+fn source_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn collect(dir: &Path, files: &mut Vec<(PathBuf, String)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .expect("core/src is readable")
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("source is UTF-8");
+            files.push((path, text));
+        }
+    }
+}
+
+/// `route/mod.rs` → `[route]`, `route/candidate.rs` → `[route, candidate]`, `lib.rs` → `[]`.
+fn module_of(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+fn sources() -> Vec<SourceFile> {
+    let root = source_root();
+    let mut files = Vec::new();
+    collect(&root, &mut files);
+    files
+        .into_iter()
+        .map(|(path, text)| SourceFile {
+            module: module_of(path.strip_prefix(&root).expect("under src")),
+            // Unit tests may reach anywhere; only the code itself counts.
+            text: match text
+                .find("#[cfg(test)]\nmod tests")
+                .or_else(|| text.find("#[cfg(test)]\npub(crate) mod tests"))
+            {
+                Some(end) => text[..end].to_owned(),
+                None => text,
+            },
+        })
+        .collect()
+}
+
+/// Every module path the text names through `crate::`, `super::` or `self::`, with
+/// `use` groups (`crate::a::{b, c::d}`) expanded, resolved against `here`.
+fn named_paths(text: &str, here: &[String]) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let code: String = text
+        .lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let bytes = code.as_bytes();
+    // `use name::…` with a name that is not `crate`, `super` or `self` is relative to
+    // this module (a child module, or an external crate that resolves to no file).
+    for line in code.lines() {
+        let line = line.trim_start();
+        let rest = line
+            .strip_prefix("pub use ")
+            .or_else(|| line.strip_prefix("pub(crate) use "))
+            .or_else(|| line.strip_prefix("use "));
+        if let Some(rest) = rest {
+            if !rest.starts_with("crate::")
+                && !rest.starts_with("super::")
+                && !rest.starts_with("self::")
+            {
+                expand(rest, here.to_vec(), &mut paths);
+            }
+        }
+    }
+    for (start, _) in code.match_indices("::") {
+        // The segment just before this `::`; only a path's first segment counts.
+        let mut begin = start;
+        while begin > 0 && (bytes[begin - 1].is_ascii_alphanumeric() || bytes[begin - 1] == b'_') {
+            begin -= 1;
+        }
+        if begin > 0 && bytes[begin - 1] == b':' {
+            continue;
+        }
+        let head = &code[begin..start];
+        if !matches!(head, "crate" | "super" | "self") {
+            continue;
+        }
+        let base: Vec<String> = match head {
+            "crate" => Vec::new(),
+            // In `a/mod.rs` and `a.rs` alike, `self` is module `a`; `super` is its parent.
+            "self" => here.to_vec(),
+            _ => {
+                let mut parent = here.to_vec();
+                parent.pop();
+                parent
+            }
+        };
+        expand(&code[start + 2..], base, &mut paths);
+    }
+    paths
+}
+
+/// Expands the rest of a path (after `head::`) into the full paths it names.
+fn expand(rest: &str, base: Vec<String>, out: &mut Vec<Vec<String>>) {
+    let mut path = base;
+    let mut chars = rest.char_indices().peekable();
+    let mut segment = String::new();
+    while let Some((i, c)) = chars.next() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            segment.push(c);
+        } else if c == ':' && rest[i..].starts_with("::") {
+            chars.next();
+            path.push(std::mem::take(&mut segment));
+        } else if c == '{' {
+            // A group: split its top-level items and expand each.
+            let mut depth = 1;
+            let mut item_start = i + 1;
+            let mut end = i + 1;
+            for (j, d) in rest[i + 1..].char_indices() {
+                let j = i + 1 + j;
+                match d {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = j;
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => {
+                        expand(&rest[item_start..j], path.clone(), out);
+                        item_start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            expand(&rest[item_start..end], path.clone(), out);
+            return;
+        } else if c.is_whitespace() && segment.is_empty() {
+            continue;
+        } else {
+            break;
+        }
+    }
+    if !segment.is_empty() {
+        path.push(segment);
+    }
+    out.push(path);
+}
+
+/// The import graph between files: file index → the files it imports.
+fn graph(files: &[SourceFile]) -> Vec<BTreeSet<usize>> {
+    let modules: BTreeMap<&[String], usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.module.as_slice(), i))
+        .collect();
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| {
+            let mut targets = BTreeSet::new();
+            for path in named_paths(&file.text, &file.module) {
+                // The longest prefix of the path that is a file of core.
+                let target = (1..=path.len())
+                    .rev()
+                    .find_map(|n| modules.get(&path[..n]).copied());
+                if let Some(t) = target {
+                    if t != i {
+                        targets.insert(t);
+                    }
+                }
+            }
+            targets
+        })
+        .collect()
+}
+
+fn name(file: &SourceFile) -> String {
+    if file.module.is_empty() {
+        "lib".to_owned()
+    } else {
+        file.module.join("::")
+    }
+}
+
+/// Strongly connected components with more than one file (Tarjan's algorithm).
+fn cycles(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
+    struct Tarjan<'e> {
+        edges: &'e [BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        found: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in self.edges[v].iter() {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(iw) if self.on_stack[w] => self.low[v] = self.low[v].min(iw),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let n = edges.len();
+    let mut t = Tarjan {
+        edges,
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            t.visit(v);
+        }
+    }
+    t.found
+}
+
+/// The longest import chain, as file indexes from importer to leaf (one file for a
+/// file importing nothing); a file already on the chain is not entered again.
+fn longest_chain(edges: &[BTreeSet<usize>]) -> Vec<usize> {
+    fn longest(
+        v: usize,
+        edges: &[BTreeSet<usize>],
+        memo: &mut Vec<Option<Vec<usize>>>,
+        visiting: &mut Vec<bool>,
+    ) -> Vec<usize> {
+        if let Some(chain) = &memo[v] {
+            return chain.clone();
+        }
+        visiting[v] = true;
+        let mut best: Vec<usize> = Vec::new();
+        for &w in &edges[v] {
+            if !visiting[w] {
+                let chain = longest(w, edges, memo, visiting);
+                if chain.len() > best.len() {
+                    best = chain;
+                }
+            }
+        }
+        visiting[v] = false;
+        best.insert(0, v);
+        memo[v] = Some(best.clone());
+        best
+    }
+    let mut memo = vec![None; edges.len()];
+    let mut visiting = vec![false; edges.len()];
+    (0..edges.len())
+        .map(|v| longest(v, edges, &mut memo, &mut visiting))
+        .max_by_key(Vec::len)
+        .unwrap_or_default()
+}
+
+/// The layer of a file: its top folder's position in [`LAYERS`]; `None` for `lib.rs`.
+fn layer(file: &SourceFile) -> Option<usize> {
+    let top = file.module.first()?;
+    Some(LAYERS.iter().position(|l| l == top).unwrap_or_else(|| {
+        panic!("core/src/{top}: every file of core lives in one of the folders {LAYERS:?}")
+    }))
+}
+
+#[test]
+fn core_has_no_import_cycle_and_folders_depend_one_way() {
+    let files = sources();
+    let edges = graph(&files);
+    let mut per_folder: BTreeMap<String, usize> = BTreeMap::new();
+    for file in &files {
+        let folder = match file.module.as_slice() {
+            [] => "src".to_owned(),
+            [only] if !source_root().join(only).is_dir() => "src".to_owned(),
+            [top, ..] => top.clone(),
+        };
+        *per_folder.entry(folder).or_default() += 1;
+    }
+    let found = cycles(&edges);
+    println!("files of core: {}", files.len());
+    println!("files per folder: {per_folder:?}");
+    println!(
+        "largest folder: {} files",
+        per_folder.values().max().unwrap_or(&0)
+    );
+    let chain = longest_chain(&edges);
+    let chain_names: Vec<String> = chain.iter().map(|&i| name(&files[i])).collect();
+    println!(
+        "import graph depth: {} files ({})",
+        chain.len(),
+        chain_names.join(" -> ")
+    );
+    println!("cycles: {}", found.len());
+    for component in &found {
+        let names: Vec<String> = component.iter().map(|&i| name(&files[i])).collect();
+        println!("  cycle: {}", names.join(" <-> "));
+    }
+    assert!(
+        found.is_empty(),
+        "core's files import each other in a cycle: {found:?}"
+    );
+    let mut upward = Vec::new();
+    for (i, targets) in edges.iter().enumerate() {
+        for &t in targets {
+            if let (Some(from), Some(to)) = (layer(&files[i]), layer(&files[t])) {
+                if to > from {
+                    upward.push(format!("{} imports {}", name(&files[i]), name(&files[t])));
+                }
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "a folder imports from a later one ({LAYERS:?} is the only direction): {upward:#?}"
+    );
+}
+
+#[test]
+fn the_path_reader_expands_groups_and_relative_paths() {
+    let here = vec!["route".to_owned(), "candidate".to_owned()];
+    let text = "use crate::input::{trace::Trace, limits};\nuse super::reason::Reason;\nfn f() { crate::output::canonical::digest(); }";
+    let mut paths = named_paths(text, &here);
+    paths.sort();
+    let expected: Vec<Vec<String>> = [
+        &["input", "limits"][..],
+        &["input", "trace", "Trace"],
+        &["output", "canonical", "digest"],
+        &["route", "reason", "Reason"],
+    ]
+    .iter()
+    .map(|p| p.iter().map(|s| s.to_string()).collect())
+    .collect();
+    assert_eq!(paths, expected);
+    let mut a = BTreeSet::new();
+    a.insert(1);
+    let mut b = BTreeSet::new();
+    b.insert(0);
+    assert_eq!(cycles(&[a, b]).len(), 1);
+}
