@@ -301,9 +301,9 @@ impl Shape {
         self.list(node, path, Self::string)
     }
 
-    /// Unknown and repeated members, in document order. A name seen earlier in the
-    /// same object is "repeated" (whether known or not); otherwise an unlisted name
-    /// is "unknown".
+    /// Unknown and repeated members, in document order (SPEC.md §2.2). An unlisted
+    /// name is "unknown" at every occurrence; a listed name seen earlier in the same
+    /// object is "repeated".
     fn extras(&mut self, members: &[(String, Node)], allowed: &[&str], parent: &str) {
         // A set of the names seen so far (membership only), so that an object with very
         // many members is not checked in quadratic time.
@@ -311,10 +311,10 @@ impl Shape {
         for (name, _) in members {
             let path = member_path(parent, name);
             let earlier = !seen.insert(name.as_str());
-            if earlier {
-                self.error(&path, format!("repeated member {}", quote_str(name)));
-            } else if !allowed.contains(&name.as_str()) {
+            if !allowed.contains(&name.as_str()) {
                 self.error(&path, format!("unknown member {}", quote_str(name)));
+            } else if earlier {
+                self.error(&path, format!("repeated member {}", quote_str(name)));
             }
         }
     }

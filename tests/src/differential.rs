@@ -2,7 +2,7 @@
 //! decide whether they agree.
 //!
 //! Agreement means both accept and produce byte-identical canonical receipts, or both
-//! reject and name the same error paths in the same order. A disagreement is explained
+//! reject with identical error lines (paths and reasons) in the same order. A disagreement is explained
 //! by the first differing JSON location, labelled with the policy, request and worker it
 //! sits under, and the trace is saved to a file that reproduces it.
 
@@ -79,23 +79,13 @@ pub fn compare_engines(
         (Ok(x), Ok(y)) => Err(Divergence {
             first_difference: first_receipt_difference(&x, &y, a.name(), b.name()),
         }),
-        (Err(x), Err(y)) => {
-            let paths_x: Vec<&str> = x.iter().map(|l| crate::generators::error_path(l)).collect();
-            let paths_y: Vec<&str> = y.iter().map(|l| crate::generators::error_path(l)).collect();
-            if paths_x == paths_y {
-                Ok(Agreement::Rejected(x))
-            } else {
-                Err(Divergence {
-                    first_difference: format!(
-                        "both reject, but name different paths:\n  {}: {:?}\n  {}: {:?}",
-                        a.name(),
-                        x,
-                        b.name(),
-                        y
-                    ),
-                })
-            }
-        }
+        // Rejections agree only when the error lines are identical: the same paths,
+        // the same reasons, in the same order (SPEC.md §2). Comparing paths alone let
+        // `unknown member` against `repeated member` at one path pass as agreement.
+        (Err(x), Err(y)) if x == y => Ok(Agreement::Rejected(x)),
+        (Err(x), Err(y)) => Err(Divergence {
+            first_difference: first_error_difference(&x, &y, a.name(), b.name()),
+        }),
         (Ok(_), Err(errors)) => Err(Divergence {
             first_difference: format!(
                 "{} accepts the trace, {} rejects it: {:?}",
@@ -113,6 +103,24 @@ pub fn compare_engines(
             ),
         }),
     }
+}
+
+/// Names the first error line where two rejections differ, with both lines in full.
+pub fn first_error_difference(x: &[String], y: &[String], x_name: &str, y_name: &str) -> String {
+    let index = x.iter().zip(y).take_while(|(a, b)| a == b).count();
+    let line = |lines: &[String]| {
+        lines
+            .get(index)
+            .map_or("(no line)".to_owned(), |l| format!("{l:?}"))
+    };
+    format!(
+        "both reject, but error line {} differs ({} vs {} lines):\n  {x_name}: {}\n  {y_name}: {}",
+        index + 1,
+        x.len(),
+        y.len(),
+        line(x),
+        line(y)
+    )
 }
 
 /// Names the first differing location of two receipts, e.g.
