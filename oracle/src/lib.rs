@@ -4,8 +4,8 @@
 //! an unclear sentence in SPEC.md.
 //!
 //! Modules: `json` (a JSON tree that keeps repeated members), `model` (the typed
-//! trace), `validate` (the four validation stages of §2), `wide` (exact big-integer
-//! arithmetic for the overflow bound), `canonical` (canonical trace bytes, digests),
+//! trace), `validate` (the four validation stages of §2, the overflow bound in
+//! saturating 128-bit arithmetic), `canonical` (canonical trace bytes, digests),
 //! `replay` (state, candidates, policies, metrics) and `receipt` (receipt JSON).
 
 mod canonical;
@@ -14,7 +14,6 @@ mod model;
 mod receipt;
 mod replay;
 mod validate;
-mod wide;
 
 #[cfg(test)]
 mod tests;

@@ -17,28 +17,28 @@ impl Profile {
         }
     }
 
-    pub fn max_requests(self) -> u64 {
+    pub fn requests_max(self) -> u64 {
         match self {
             Profile::Lab => 64,
             Profile::Scale => 10_000_000,
         }
     }
 
-    pub fn max_workers(self) -> u64 {
+    pub fn workers_max(self) -> u64 {
         match self {
             Profile::Lab => 8,
             Profile::Scale => 4_096,
         }
     }
 
-    pub fn max_events(self) -> u64 {
+    pub fn events_max(self) -> u64 {
         match self {
             Profile::Lab => 1_024,
             Profile::Scale => 20_000_000,
         }
     }
 
-    pub fn max_tokens_per_request(self) -> u64 {
+    pub fn tokens_per_request_max(self) -> u64 {
         match self {
             Profile::Lab => 8_192,
             Profile::Scale => 2_097_152,

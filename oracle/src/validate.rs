@@ -7,10 +7,9 @@ use std::collections::BTreeSet;
 
 use crate::json::{self, member, quote, quote_str, Node};
 use crate::model::{Entry, Event, EventKind, Grant, Policy, Profile, Segment, Trace, Worker};
-use crate::wide::Wide;
 
 /// `B = 2^53 − 1`, the largest integer a trace or receipt carries.
-pub const MAX_INT: u64 = 9_007_199_254_740_991;
+pub const INTEGER_MAX: u64 = 9_007_199_254_740_991;
 
 /// At most this many error lines, then one `... and <n> more errors` line.
 const MAX_ERROR_LINES: usize = 100;
@@ -195,7 +194,7 @@ impl Shape {
     fn integer(&mut self, node: &Node, path: &str) -> Option<u64> {
         if let Node::Number(number) = node {
             if let Some(value) = number.as_u64() {
-                if value <= MAX_INT {
+                if value <= INTEGER_MAX {
                     return Some(value);
                 }
             }
@@ -222,7 +221,7 @@ impl Shape {
         match node {
             Node::Null => Some(None),
             Node::Number(number) => match number.as_u64() {
-                Some(value) if value <= MAX_INT => Some(Some(value)),
+                Some(value) if value <= INTEGER_MAX => Some(Some(value)),
                 _ => {
                     self.nullable_error(node, path);
                     None
@@ -721,7 +720,7 @@ fn cross_references(trace: &Trace) -> Vec<String> {
                 ));
             }
             let tokens = u128::from(*prompt_tokens) + u128::from(*decode_tokens);
-            let limit = profile.max_tokens_per_request();
+            let limit = profile.tokens_per_request_max();
             if tokens > u128::from(limit) {
                 lines.push(line(
                     &event_path,
@@ -736,13 +735,13 @@ fn cross_references(trace: &Trace) -> Vec<String> {
 
     // Count limits: workers, requests, events.
     let worker_count = trace.workers.len() as u64;
-    if worker_count > profile.max_workers() {
+    if worker_count > profile.workers_max() {
         lines.push(line(
             "workers",
             &format!(
                 "{worker_count} workers exceed the {} limit of {}",
                 profile.name(),
-                profile.max_workers()
+                profile.workers_max()
             ),
         ));
     }
@@ -751,41 +750,42 @@ fn cross_references(trace: &Trace) -> Vec<String> {
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Request { .. }))
         .count() as u64;
-    if request_count > profile.max_requests() {
+    if request_count > profile.requests_max() {
         lines.push(line(
             "events",
             &format!(
                 "{request_count} requests exceed the {} limit of {}",
                 profile.name(),
-                profile.max_requests()
+                profile.requests_max()
             ),
         ));
     }
     let event_count = trace.events.len() as u64;
-    if event_count > profile.max_events() {
+    if event_count > profile.events_max() {
         lines.push(line(
             "events",
             &format!(
                 "{event_count} events exceed the {} limit of {}",
                 profile.name(),
-                profile.max_events()
+                profile.events_max()
             ),
         ));
     }
     lines
 }
 
-/// Stage 4, the overflow rule of SPEC §1.4, computed exactly (see `wide`).
+/// Stage 4, the overflow rule of SPEC §1.4, in 128-bit integers that saturate: a
+/// saturated figure is far above B, so the answer is the exact computation's.
 fn overflow(trace: &Trace) -> Option<String> {
-    let mut max_queued: u64 = 0;
-    let mut max_active: u64 = 0;
+    let mut queued_max: u64 = 0;
+    let mut active_max: u64 = 0;
     for worker in &trace.workers {
-        max_queued = max_queued.max(worker.queued_prefill);
-        max_active = max_active.max(worker.active_decode);
+        queued_max = queued_max.max(worker.queued_prefill);
+        active_max = active_max.max(worker.active_decode);
     }
-    let mut sum_prompt: u128 = 0;
-    let mut sum_decode: u128 = 0;
-    let mut max_prompt: u64 = 0;
+    let mut prompt_sum: u128 = 0;
+    let mut decode_sum: u128 = 0;
+    let mut prompt_max: u64 = 0;
     for event in &trace.events {
         match &event.kind {
             EventKind::Load {
@@ -793,8 +793,8 @@ fn overflow(trace: &Trace) -> Option<String> {
                 active_decode,
                 ..
             } => {
-                max_queued = max_queued.max(*queued_prefill);
-                max_active = max_active.max(*active_decode);
+                queued_max = queued_max.max(*queued_prefill);
+                active_max = active_max.max(*active_decode);
             }
             EventKind::Request {
                 prompt_tokens,
@@ -802,25 +802,23 @@ fn overflow(trace: &Trace) -> Option<String> {
                 ..
             } => {
                 // At most 2·10^7 events of at most 2^53 each: far below 2^128.
-                sum_prompt += u128::from(*prompt_tokens);
-                sum_decode += u128::from(*decode_tokens);
-                max_prompt = max_prompt.max(*prompt_tokens);
+                prompt_sum += u128::from(*prompt_tokens);
+                decode_sum += u128::from(*decode_tokens);
+                prompt_max = prompt_max.max(*prompt_tokens);
             }
             _ => {}
         }
     }
-    let queued = Wide::from_u128(u128::from(max_queued) + sum_prompt);
-    let active = Wide::from_u128(u128::from(max_active) + sum_decode);
+    let queued = u128::from(queued_max) + prompt_sum;
+    let active = u128::from(active_max) + decode_sum;
     let work = queued
-        .mul_u64(1000)
-        .add(&active.mul_u64(trace.policy.decode_weight_milli));
-    let imbalance = work
-        .mul_u64(trace.policy.imbalance_penalty_milli)
-        .div_u32(1000);
-    let bound = Wide::from_u128(u128::from(max_prompt) * 1000)
-        .add(&work)
-        .add(&imbalance);
-    if bound.cmp_u64(MAX_INT) == std::cmp::Ordering::Greater {
+        .saturating_mul(1000)
+        .saturating_add(active.saturating_mul(u128::from(trace.policy.decode_weight_milli)));
+    let imbalance = work.saturating_mul(u128::from(trace.policy.imbalance_penalty_milli)) / 1000;
+    let bound = (u128::from(prompt_max) * 1000)
+        .saturating_add(work)
+        .saturating_add(imbalance);
+    if bound > u128::from(INTEGER_MAX) {
         Some(line(
             "",
             "figures could overflow: the cost bound exceeds 9007199254740991",

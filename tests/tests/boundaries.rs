@@ -122,6 +122,7 @@ fn the_overload_cap_excludes_only_rows_strictly_over_it() {
 ///   to 499 (rounding would give 500); cost = 10,000 + 1,001 + 499 = 11,500.
 /// - w2 (active 5,000, after 15,000): excess 30,000 - 21,001 = 8,999; 999 * 8,999 /
 ///   2,000 = 4,495.0005 → 4,495; cost = 10,000 + 5,000 + 4,495 = 19,495.
+///
 /// With w1 at active 2,000 instead the division is exact: excess 2,000 (S = 22,000),
 /// 999 * 2,000 / 2,000 = 999; cost = 10,000 + 2,000 + 999 = 12,999.
 #[test]
