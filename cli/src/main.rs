@@ -73,6 +73,10 @@ enum Command {
         /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
         #[arg(long, value_name = "DIR")]
         events_out: Option<PathBuf>,
+        /// Output format: the comparison table, or the canonical kvroute-simulate/1
+        /// document of SPEC.md §11.1 (figures plus each generated trace's digest).
+        #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
+        format: SimulateFormat,
     },
     /// Check a trace against the contract and print its digest.
     Validate {
@@ -164,6 +168,14 @@ enum Format {
     Jsonl,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SimulateFormat {
+    /// One row per policy: the table in README.
+    Table,
+    /// The canonical kvroute-simulate/1 document plus a newline.
+    Json,
+}
+
 /// A failure with its exit status.
 struct Failure {
     status: u8,
@@ -201,6 +213,7 @@ fn main() -> ExitCode {
             jitter,
             seed,
             events_out,
+            format,
         } => simulate(
             &trace,
             workers,
@@ -214,6 +227,7 @@ fn main() -> ExitCode {
                 jitter_seed: seed,
             },
             events_out.as_deref(),
+            format,
         ),
         Command::Verify { trace, receipt } => verify(&trace, &receipt),
         Command::Swarm {
@@ -307,8 +321,21 @@ fn simulate(
     workers: Option<u32>,
     options: &SimulateOptions,
     events_out: Option<&Path>,
+    format: SimulateFormat,
 ) -> Result<(), Failure> {
     let trace = load_trace(Some(path))?;
+    if format == SimulateFormat::Json {
+        let result = simulate::result::simulate_result(&trace, workers, options)
+            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+        if let Some(dir) = events_out {
+            for (policy, trace_bytes) in &result.generated_traces {
+                write_generated_trace(dir, *policy, trace_bytes)?;
+            }
+        }
+        let mut bytes = result.document;
+        bytes.push(b'\n');
+        return emit(&bytes, None);
+    }
     let (sim_trace, dropped) = simulate::simulation_trace(&trace, workers)
         .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
     if dropped > 0 {
@@ -327,22 +354,27 @@ fn simulate(
         simulate::table::simulate_table(&runs, sim_trace.workers.len(), sim_trace.request_count())
     );
     if let Some(dir) = events_out {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Failure::other(format!("{}: cannot create: {e}", dir.display())))?;
         for run in &runs {
             let generated = simulate::generated_trace(&sim_trace, run);
-            let mut bytes = canonical::canonical_trace_bytes(&generated);
-            bytes.push(b'\n');
-            let file = dir.join(format!("{}.trace.json", run.policy.name()));
-            emit(&bytes, Some(&file))?;
-            eprintln!(
-                "simulate: {} -> {} ({} events)",
-                run.policy.name(),
-                file.display(),
-                generated.events.len()
-            );
+            write_generated_trace(
+                dir,
+                run.policy,
+                &canonical::canonical_trace_bytes(&generated),
+            )?;
         }
     }
+    Ok(())
+}
+
+/// Writes one policy's generated trace to `DIR/<policy>.trace.json`, creating DIR.
+fn write_generated_trace(dir: &Path, policy: Policy, trace_bytes: &[u8]) -> Result<(), Failure> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Failure::other(format!("{}: cannot create: {e}", dir.display())))?;
+    let mut bytes = trace_bytes.to_vec();
+    bytes.push(b'\n');
+    let file = dir.join(format!("{}.trace.json", policy.name()));
+    emit(&bytes, Some(&file))?;
+    eprintln!("simulate: {} -> {}", policy.name(), file.display());
     Ok(())
 }
 

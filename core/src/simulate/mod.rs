@@ -24,13 +24,15 @@
 //! - [`closed_loop`]: the scheduler that interleaves routing, completions and
 //!   deliveries in one policy's run;
 //! - [`trace_out`]: the generated events in the trace's own terms, for `--events-out`;
-//! - [`table`]: the comparison `kvroute simulate` prints.
+//! - [`table`]: the comparison `kvroute simulate` prints; [`result`]: the same as the
+//!   canonical `kvroute-simulate/1` document of SPEC.md §11.1.
 
 pub mod closed_loop;
 pub mod engine_model;
 pub mod lru;
 pub mod options;
 pub mod publication;
+pub mod result;
 pub mod table;
 pub mod trace_out;
 

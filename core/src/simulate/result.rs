@@ -1,0 +1,94 @@
+//! The simulate result as one canonical document (`kvroute-simulate/1`, SPEC.md §11.1):
+//! the table's figures per policy plus the digest of each generated trace, so a second
+//! implementation of the engine model can be compared byte for byte.
+
+use crate::input::trace::Trace;
+use crate::output::canonical::{canonical_trace_bytes, jcs_bytes, sha256_tag, trace_digest};
+use crate::route::compiled::Compiled;
+use crate::route::policy::Policy;
+use crate::simulate::closed_loop::{generated_trace, simulate_policy, SimRun};
+use crate::simulate::options::{simulation_trace, Capacity, SimulateError, SimulateOptions};
+use serde_json::json;
+
+/// The `format` of the document.
+pub const SIMULATE_FORMAT: &str = "kvroute-simulate/1";
+
+/// A whole simulation: the document and, per policy in receipt order, the canonical
+/// bytes of the trace its loop generated (what `--events-out` writes, without `\n`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulateResult {
+    pub document: Vec<u8>,
+    pub runs: Vec<SimRun>,
+    pub generated_traces: Vec<(Policy, Vec<u8>)>,
+}
+
+/// Simulates every policy on `trace` (the input, before `--workers`) and builds the
+/// §11.1 document.
+pub fn simulate_result(
+    trace: &Trace,
+    workers: Option<u32>,
+    options: &SimulateOptions,
+) -> Result<SimulateResult, SimulateError> {
+    let (sim_trace, _dropped) = simulation_trace(trace, workers)?;
+    let compiled = Compiled::new(&sim_trace);
+    let runs: Vec<SimRun> = Policy::ALL
+        .iter()
+        .map(|&policy| simulate_policy(&compiled, policy, options, true, &mut ()))
+        .collect();
+    let generated_traces: Vec<(Policy, Vec<u8>)> = runs
+        .iter()
+        .map(|run| {
+            let generated = generated_trace(&sim_trace, run);
+            (run.policy, canonical_trace_bytes(&generated))
+        })
+        .collect();
+    let (cache_tokens, cache_blocks) = match options.capacity {
+        Capacity::Tokens(t) => (Some(t), None),
+        Capacity::Blocks(b) => (None, Some(b)),
+    };
+    let run_values: Vec<_> = runs
+        .iter()
+        .zip(&generated_traces)
+        .map(|(run, (_, bytes))| {
+            let m = &run.metrics;
+            json!({
+                "policy": run.policy.name(),
+                "routed": m.routed,
+                "hit_pm": hit_per_mille(m.cache_hits, m.routed),
+                "reused": m.reused_tokens,
+                "recomputed": m.recomputed_tokens,
+                "skew_m": m.load_skew_milli,
+                "lat_mean_m": m.latency_proxy_mean_milli,
+                "lat_p95_m": m.latency_proxy_p95_milli,
+                "stale": m.stale_event_rejections,
+                "stores": run.stats.store_events,
+                "evicts": run.stats.evict_events,
+                "phantom": run.stats.phantom_reuse_tokens,
+                "events_digest": sha256_tag(bytes),
+            })
+        })
+        .collect();
+    let document = jcs_bytes(&json!({
+        "format": SIMULATE_FORMAT,
+        "options": {
+            "cache_blocks": cache_blocks,
+            "cache_tokens": cache_tokens,
+            "jitter_ticks": options.jitter_ticks,
+            "lag_ticks": options.publication_lag_ticks,
+            "seed": options.jitter_seed,
+            "workers": workers,
+        },
+        "trace_digest": trace_digest(&sim_trace),
+        "runs": run_values,
+    }));
+    Ok(SimulateResult {
+        document,
+        runs,
+        generated_traces,
+    })
+}
+
+/// Routed requests with reuse, per mille of routed requests; 0 when none was routed.
+pub fn hit_per_mille(cache_hits: u64, routed: u64) -> u64 {
+    (1000 * cache_hits).checked_div(routed).unwrap_or(0)
+}
