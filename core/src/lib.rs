@@ -34,7 +34,10 @@ const MUTANTS_ENABLED: usize = cfg!(feature = "mutant-tenant-scope-removed") as 
     + cfg!(feature = "mutant-freshness-ignored") as usize
     + cfg!(feature = "mutant-reuse-past-partial") as usize
     + cfg!(feature = "mutant-namespace-model-adapter-dropped") as usize
-    + cfg!(feature = "mutant-overload-cap-ignored") as usize;
+    + cfg!(feature = "mutant-overload-cap-ignored") as usize
+    + cfg!(feature = "mutant-phantom-reversed") as usize
+    + cfg!(feature = "mutant-lru-refresh-ignored") as usize
+    + cfg!(feature = "mutant-publication-lag-dropped") as usize;
 // In a clean build the count is the constant 0, which clippy finds trivially true.
 #[allow(clippy::absurd_extreme_comparisons)]
 const _: () = assert!(

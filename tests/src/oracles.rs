@@ -267,8 +267,9 @@ pub struct LoopCase {
     pub jitter_seed: u8,
 }
 
-/// Every policy's generated trace replays open-loop to the loop's own run, and core
-/// and the oracle agree on it byte for byte.
+/// Every policy's generated trace replays open-loop to the loop's own run, core and the
+/// oracle agree on it byte for byte, and the oracle's own engine model generates the
+/// same traces and figures (SPEC.md §11).
 pub fn closed_loop(case: &LoopCase) {
     use kvroute_core::simulate::{self, Capacity, SimulateOptions};
     let trace =
@@ -284,6 +285,15 @@ pub fn closed_loop(case: &LoopCase) {
         jitter_ticks: case.jitter_ticks as u64 % 16,
         jitter_seed: case.jitter_seed as u64,
     };
+    let settings = crate::engine_model::SimSettings {
+        workers: None,
+        options: options.clone(),
+    };
+    crate::engine_model::assert_simulations_agree(
+        "fuzz-closed-loop",
+        &case.recipe.build_bytes(),
+        &settings,
+    );
     for reproduced in crate::closed_loop::check_reproduction(&sim, &options, "fuzz-closed-loop") {
         differential::assert_agree(
             "fuzz-closed-loop",

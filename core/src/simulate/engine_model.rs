@@ -40,9 +40,11 @@ impl Engines {
         };
         // The initial caches are the engines' caches too, oldest in canonical order.
         for (w, spec) in compiled.workers.iter().enumerate() {
+            // An entry of 0 tokens is no entry (SPEC.md §3): it takes no room.
             let mut entries: Vec<_> = spec
                 .cache
                 .iter()
+                .filter(|&&(_, _, tokens)| tokens > 0)
                 .map(|&(ns, key, tokens)| {
                     let n = &compiled.tables.namespaces[ns as usize];
                     let k = compiled.tables.keys.name(key);
@@ -88,23 +90,27 @@ impl Engines {
         let cache = &mut self.caches[prefill.worker as usize];
         self.stamp += 1;
         let stamp_floor = self.stamp;
-        let mut stored = Vec::new();
-        // Stamped tail first, so the head of a prefix is the most recently used: like
-        // vLLM's prefix cache, eviction takes a chain's last blocks before its first,
-        // and a shared head outlives the conversations that hang off it.
         let fitting: Vec<&Seg> = prefix_that_fits(&prefill.prefix, self.capacity).collect();
-        for segment in fitting.into_iter().rev() {
+        // Stored in segment order, as the router applies the published store: a key
+        // repeated in one prefix ends with its last segment's tokens, and each segment
+        // that was new or changed size when stored is published.
+        let mut stored = Vec::new();
+        for segment in &fitting {
             self.stamp += 1;
-            if cache.put(
-                self.capacity,
-                (prefill.ns, segment.key),
-                segment.tokens,
-                self.stamp,
-            ) {
-                stored.push(*segment);
+            let entry = (prefill.ns, segment.key);
+            if cache.put(self.capacity, entry, segment.tokens, self.stamp) {
+                stored.push(**segment);
             }
         }
-        stored.reverse();
+        // Then stamped tail first, so the head of a prefix is the most recently used:
+        // like vLLM's prefix cache, eviction takes a chain's last blocks before its
+        // first, and a shared head outlives the conversations that hang off it.
+        for segment in fitting.iter().rev() {
+            self.stamp += 1;
+            let entry = (prefill.ns, segment.key);
+            let tokens = cache.tokens(entry);
+            cache.put(self.capacity, entry, tokens, self.stamp);
+        }
         let evicted = cache.evict_to_fit(self.capacity, stamp_floor);
         let mut ops = Vec::new();
         if !stored.is_empty() {
@@ -134,13 +140,11 @@ impl Engines {
 fn prefix_that_fits(prefix: &[Seg], capacity: Capacity) -> impl Iterator<Item = &Seg> {
     let limit = Lru::limit(capacity);
     let mut total = 0u64;
-    prefix
-        .iter()
-        .take_while(move |s| {
-            total = total.saturating_add(Lru::weight(capacity, s.tokens));
-            total <= limit
-        })
-        .filter(|s| s.tokens > 0)
+    // Segments of 0 tokens hold nothing, so they take no room either, not even a block.
+    prefix.iter().filter(|s| s.tokens > 0).take_while(move |s| {
+        total = total.saturating_add(Lru::weight(capacity, s.tokens));
+        total <= limit
+    })
 }
 
 #[cfg(test)]
@@ -197,6 +201,53 @@ pub(crate) mod tests {
         assert_eq!(engines.admit(0, 10, 100), 17);
         assert_eq!(engines.admit(0, 12, 16), 18);
         assert_eq!(engines.admit(0, 30, 0), 30);
+    }
+
+    /// Three readings SPEC.md §11 now pins, each found by the oracle's independent
+    /// engine model: 0-token entries and segments take no room, and a key repeated in
+    /// one prefix ends with its last segment's tokens in the engine as in the router.
+    #[test]
+    fn zero_tokens_take_no_room_and_a_repeated_key_ends_with_its_last_size() {
+        let with_zero_entry = TRACE.replace(
+            r#""epoch": 0, "cache": []"#,
+            r#""epoch": 0, "cache": [ { "tenant": "acme", "model": "m", "adapter": "base", "key": "z", "tokens": 0 } ]"#,
+        );
+        let trace = crate::parse_trace(with_zero_entry.as_bytes()).unwrap();
+        let compiled = Compiled::new(&trace);
+        let r1 = requests(&compiled)[0];
+        let key = |k: &str| compiled.tables.keys.get(k).unwrap();
+        let seg = |k: &str, tokens| Seg {
+            key: key(k),
+            tokens,
+        };
+        let prefill = |prefix: Vec<Seg>| Prefill {
+            worker: 0,
+            ns: r1.ns,
+            prefix,
+        };
+        let store = |segments: Vec<Seg>| Op::Store {
+            ns: r1.ns,
+            segments,
+        };
+        // One block of room: the 0-token initial entry is no entry, so storing a
+        // evicts nothing (before, z took the block and was evicted by name).
+        let mut engines = Engines::new(&compiled, Capacity::Blocks(1));
+        let ops = engines.complete(&prefill(vec![seg("a", 512)]), &compiled);
+        assert_eq!(ops, [store(vec![seg("a", 512)])]);
+        // Two blocks: a 0-token segment takes none of them, so a and b both fit
+        // (before, it counted as a block and b was left out).
+        let mut engines = Engines::new(&compiled, Capacity::Blocks(2));
+        let ops = engines.complete(
+            &prefill(vec![seg("c", 0), seg("a", 512), seg("b", 512)]),
+            &compiled,
+        );
+        assert_eq!(ops, [store(vec![seg("a", 512), seg("b", 512)])]);
+        // a twice: stored in segment order, both sizes published, 300 held, which is
+        // what the router believes once it applies the store.
+        let mut engines = Engines::new(&compiled, Capacity::Tokens(10_000));
+        let ops = engines.complete(&prefill(vec![seg("a", 100), seg("a", 300)]), &compiled);
+        assert_eq!(ops, [store(vec![seg("a", 100), seg("a", 300)])]);
+        assert_eq!(engines.caches[0].tokens((r1.ns, key("a"))), 300);
     }
 
     #[test]

@@ -43,6 +43,12 @@ impl Lru {
     ) -> bool {
         let weight = Self::weight(capacity, tokens);
         match self.entries.insert(entry, (tokens, stamp)) {
+            // The mutant keeps a refreshed entry's old age: first in, first out.
+            Some((old_tokens, old_stamp)) if cfg!(feature = "mutant-lru-refresh-ignored") => {
+                self.entries.insert(entry, (tokens, old_stamp));
+                self.used = self.used - Self::weight(capacity, old_tokens) + weight;
+                old_tokens != tokens
+            }
             Some((old_tokens, old_stamp)) => {
                 self.by_age.remove(&old_stamp);
                 self.by_age.insert(stamp, entry);

@@ -11,8 +11,14 @@ pub fn delivery_tick(
     worker: u32,
     epoch: u64,
 ) -> u64 {
+    // The mutant delivers at the completion itself plus jitter, as if the bus were free.
+    let lag_ticks = if cfg!(feature = "mutant-publication-lag-dropped") {
+        0
+    } else {
+        options.publication_lag_ticks
+    };
     completion_tick
-        .saturating_add(options.publication_lag_ticks)
+        .saturating_add(lag_ticks)
         .saturating_add(jitter(options, worker, epoch))
 }
 

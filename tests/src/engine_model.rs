@@ -1,0 +1,116 @@
+//! The engine-model differential: core's closed loop (`kvroute simulate`) against the
+//! oracle's independent one (SPEC.md §11), compared byte for byte through the
+//! `kvroute-simulate/1` document and every policy's generated trace.
+//!
+//! The open-loop differential cannot see the engine model: a slip in how the model
+//! stores, evicts, publishes or counts leaves a trace that core and the oracle replay
+//! identically. This module compares what the model itself produced.
+
+use crate::differential::{first_receipt_difference, save_trace, Divergence};
+use kvroute_core::simulate::result::simulate_result;
+use kvroute_core::simulate::{Capacity, SimulateOptions};
+use kvroute_oracle::{SimCache, SimOptions};
+
+/// One simulation's settings, as `kvroute simulate` takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimSettings {
+    pub workers: Option<u32>,
+    pub options: SimulateOptions,
+}
+
+impl SimSettings {
+    fn oracle_options(&self) -> SimOptions {
+        SimOptions {
+            workers: self.workers,
+            cache: match self.options.capacity {
+                Capacity::Tokens(t) => SimCache::Tokens(t),
+                Capacity::Blocks(b) => SimCache::Blocks(b),
+            },
+            lag_ticks: self.options.publication_lag_ticks,
+            jitter_ticks: self.options.jitter_ticks,
+            seed: self.options.jitter_seed,
+        }
+    }
+
+    /// The `kvroute simulate` options that reproduce these settings.
+    pub fn command_line(&self) -> String {
+        let mut line = match self.options.capacity {
+            Capacity::Tokens(t) => format!("--cache-tokens {t}"),
+            Capacity::Blocks(b) => format!("--cache-blocks {b}"),
+        };
+        line.push_str(&format!(
+            " --lag {} --jitter {} --seed {}",
+            self.options.publication_lag_ticks, self.options.jitter_ticks, self.options.jitter_seed
+        ));
+        if let Some(w) = self.workers {
+            line.push_str(&format!(" --workers {w}"));
+        }
+        line
+    }
+}
+
+/// Simulates `trace_json` in core and in the oracle: `Ok` with the shared document
+/// when both agree byte for byte (or both reject), else the first difference.
+pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec<u8>, Divergence> {
+    let core = kvroute_core::parse_trace(trace_json)
+        .map_err(|e| e.to_string())
+        .and_then(|trace| {
+            simulate_result(&trace, settings.workers, &settings.options).map_err(|e| e.to_string())
+        });
+    let oracle = kvroute_oracle::simulate(trace_json, &settings.oracle_options());
+    let diverge = |first_difference: String| Err(Divergence { first_difference });
+    match (core, oracle) {
+        (Err(_), Err(_)) => Ok(Vec::new()),
+        (Ok(_), Err(e)) => diverge(format!(
+            "core simulates the trace, the oracle rejects it: {e}"
+        )),
+        (Err(e), Ok(_)) => diverge(format!(
+            "core rejects the trace ({e}), the oracle simulates it"
+        )),
+        (Ok(core), Ok(oracle)) => {
+            // The generated traces first: a difference there names the event, where the
+            // document would only show two digests.
+            for ((policy, core_bytes), (name, oracle_bytes)) in
+                core.generated_traces.iter().zip(&oracle.generated_traces)
+            {
+                if policy.name() != name {
+                    return diverge(format!(
+                        "policy order differs: core {}, oracle {name}",
+                        policy.name()
+                    ));
+                }
+                if core_bytes != oracle_bytes {
+                    return diverge(format!(
+                        "{name}: generated traces differ {}",
+                        first_receipt_difference(core_bytes, oracle_bytes, "core", "oracle")
+                    ));
+                }
+            }
+            if core.document != oracle.result {
+                return diverge(format!(
+                    "simulate documents differ {}",
+                    first_receipt_difference(&core.document, &oracle.result, "core", "oracle")
+                ));
+            }
+            Ok(core.document)
+        }
+    }
+}
+
+/// Panics with a readable report when the two engine models disagree; the trace is
+/// saved under `name` beside the other divergences.
+pub fn assert_simulations_agree(name: &str, trace_json: &[u8], settings: &SimSettings) -> Vec<u8> {
+    match compare_simulate(trace_json, settings) {
+        Ok(document) => document,
+        Err(divergence) => {
+            let saved = save_trace(name, trace_json)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|e| format!("(could not save the trace: {e})"));
+            panic!(
+                "the engine models disagree: {divergence}\n  trace: {saved}\n  reproduce: \
+                 kvroute simulate {saved} {} --format json",
+                settings.command_line()
+            );
+        }
+    }
+}
