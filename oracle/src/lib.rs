@@ -6,18 +6,22 @@
 //! Modules: `json` (a JSON tree that keeps repeated members), `model` (the typed
 //! trace), `validate` (the four validation stages of §2), `wide` (exact big-integer
 //! arithmetic for the overflow bound), `canonical` (canonical trace bytes, digests),
-//! `replay` (state, candidates, policies, metrics) and `receipt` (receipt JSON).
+//! `replay` (state, candidates, policies, metrics), `receipt` (receipt JSON) and
+//! `simulate` (the closed-loop engine model of §11).
 
 mod canonical;
 mod json;
 mod model;
 mod receipt;
 mod replay;
+pub mod simulate;
 mod validate;
 mod wide;
 
 #[cfg(test)]
 mod tests;
+
+pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
 
 /// Canonical trace bytes of an already validated trace; an error line on the
 /// (never expected) failure of canonicalization.
