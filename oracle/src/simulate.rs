@@ -9,7 +9,19 @@
 //! The loop, at every step, takes the earliest pending prefill completion if its tick is
 //! not after the next router event's tick (completions first, §11 "Order"); otherwise
 //! the next router event, in `(tick, seq)` order among the remaining requests and the
-//! generated events not yet delivered. It ends when nothing is pending.
+//! generated events not yet delivered. It ends when nothing is pending. Completions at
+//! the same tick go in admission order (so a prefill of 0 ticks completes before the
+//! next router event at its own tick).
+//!
+//! Readings where SPEC is silent, chosen here:
+//! - initial cache entries are stamped in namespace-key order (tenant, model, adapter,
+//!   key), the first the least recently used; entries of 0 tokens are no entries (§3);
+//! - prefix segments of 0 tokens are not stored and take no room, not even a block;
+//! - a key repeated within one prefix is stored in segment order, the last one winning,
+//!   as the published store is applied (§1.2); each segment that was new or changed
+//!   size when stored is published;
+//! - `--workers` copies keep the first worker's model, adapters, rates, `epoch` and
+//!   `observed_tick`; generated seqs start at the largest request seq plus one.
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

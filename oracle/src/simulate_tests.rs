@@ -652,7 +652,8 @@ fn an_initial_cache_is_evicted_in_namespace_key_order() {
     assert_eq!(figures(&result, "round_robin")["phantom"], json!(1));
 }
 
-/// Readings where SPEC is silent (see the report of this module's author):
+/// Readings where SPEC is silent (the module doc lists them; kvroute-core, run as a
+/// black box, was seen to read all three cases differently when this was written):
 /// - a key repeated within one prefix is stored in segment order, the last one winning
 ///   (as a store event is applied, §1.2), so the engine holds what its published store
 ///   tells the router; each segment is published when it changed the entry at the
