@@ -6,17 +6,21 @@
 //! Modules: `json` (a JSON tree that keeps repeated members), `model` (the typed
 //! trace), `validate` (the four validation stages of §2, the overflow bound in
 //! saturating 128-bit arithmetic), `canonical` (canonical trace bytes, digests),
-//! `replay` (state, candidates, policies, metrics) and `receipt` (receipt JSON).
+//! `replay` (state, candidates, policies, metrics), `receipt` (receipt JSON) and
+//! `simulate` (the closed-loop engine model of §11).
 
 mod canonical;
 mod json;
 mod model;
 mod receipt;
 mod replay;
+pub mod simulate;
 mod validate;
 
 #[cfg(test)]
 mod tests;
+
+pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
 
 /// Canonical trace bytes of an already validated trace; an error line on the
 /// (never expected) failure of canonicalization.

@@ -550,27 +550,84 @@ fn drain(worker: &mut WorkerState, dt: u64) {
 
 /// One whole run of one policy from a fresh state.
 fn run_policy(trace: &Trace, policy: PolicyKind) -> Run {
-    let mut workers = initial_state(trace);
-    let mut decisions = Vec::new();
-    let mut cache_log = Vec::new();
-    let mut observation_log = Vec::new();
-    let mut metrics = Metrics::default();
+    let mut state = RunState::new(trace, policy);
+    for event in sorted_events(trace) {
+        state.step(event);
+    }
+    state.finish()
+}
 
-    let mut previous_tick: u64 = 0;
-    let mut cursor: usize = 0;
+/// The state of one policy's run between events, so that a caller (the closed loop of
+/// SPEC §11) can feed events one at a time, in `(tick, seq)` order, and see each
+/// decision as it is made. [`run_policy`] is exactly `new`, `step` per event, `finish`.
+pub struct RunState<'t> {
+    trace: &'t Trace,
+    policy: PolicyKind,
+    workers: Vec<WorkerState>,
+    decisions: Vec<Decision>,
+    cache_log: Vec<CacheLogEntry>,
+    observation_log: Vec<ObservationLogEntry>,
+    metrics: Metrics,
+    previous_tick: u64,
+    cursor: usize,
     // Route-churn memory: (tenant, model, adapter, first key) → last worker, scanned
     // linearly.
-    let mut churn_memory: Vec<((String, String, String, String), String)> = Vec::new();
+    churn_memory: Vec<((String, String, String, String), String)>,
     // Per worker (id order): Σ (after_milli − work_milli) of its placements.
-    let mut assigned_milli: Vec<u128> = vec![0; workers.len()];
-    let mut latencies_milli: Vec<u128> = Vec::new();
+    assigned_milli: Vec<u128>,
+    latencies_milli: Vec<u128>,
+}
 
-    for event in sorted_events(trace) {
-        let dt = event.tick.saturating_sub(previous_tick);
+impl<'t> RunState<'t> {
+    /// A fresh initial state for one policy's run.
+    pub fn new(trace: &'t Trace, policy: PolicyKind) -> Self {
+        let workers = initial_state(trace);
+        let worker_count = workers.len();
+        RunState {
+            trace,
+            policy,
+            workers,
+            decisions: Vec::new(),
+            cache_log: Vec::new(),
+            observation_log: Vec::new(),
+            metrics: Metrics::default(),
+            previous_tick: 0,
+            cursor: 0,
+            churn_memory: Vec::new(),
+            assigned_milli: vec![0; worker_count],
+            latencies_milli: Vec::new(),
+        }
+    }
+
+    /// The decisions made so far, in the order they were made.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// Processes one event (drain, then the event itself). For a routed request, the
+    /// index (in worker-id order) of the chosen worker; otherwise `None`.
+    pub fn step(&mut self, event: &Event) -> Option<usize> {
+        let trace = self.trace;
+        let policy = self.policy;
+        let RunState {
+            workers,
+            decisions,
+            cache_log,
+            observation_log,
+            metrics,
+            previous_tick,
+            cursor,
+            churn_memory,
+            assigned_milli,
+            latencies_milli,
+            ..
+        } = self;
+        let mut routed_to = None;
+        let dt = event.tick.saturating_sub(*previous_tick);
         for worker in workers.iter_mut() {
             drain(worker, dt);
         }
-        previous_tick = event.tick;
+        *previous_tick = event.tick;
 
         match &event.kind {
             EventKind::Store { worker, epoch, .. }
@@ -648,12 +705,12 @@ fn run_policy(trace: &Trace, policy: PolicyKind) -> Run {
                 };
                 let rows = candidate_rows(
                     trace,
-                    &workers,
+                    workers,
                     &request,
                     event.tick,
                     policy == PolicyKind::CachePlusLoad,
                 );
-                let choice = choose(policy, &rows, &mut cursor);
+                let choice = choose(policy, &rows, cursor);
 
                 // Boundary reasons count on every row, whatever was chosen.
                 for row in &rows {
@@ -673,6 +730,7 @@ fn run_policy(trace: &Trace, policy: PolicyKind) -> Run {
                 match choice.chosen.and_then(|i| rows.get(i).map(|r| (i, r))) {
                     None => metrics.rejected += 1,
                     Some((index, row)) => {
+                        routed_to = Some(index);
                         chosen_id = Some(row.worker.clone());
                         metrics.routed += 1;
                         if row.reuse > 0 {
@@ -736,45 +794,61 @@ fn run_policy(trace: &Trace, policy: PolicyKind) -> Run {
                 });
             }
         }
+        routed_to
     }
 
-    // Load skew over all workers of the trace.
-    let assigned_total: u128 = assigned_milli
-        .iter()
-        .fold(0u128, |sum, a| sum.saturating_add(*a));
-    let assigned_max: u128 = assigned_milli.iter().copied().max().unwrap_or(0);
-    // `checked_div` is None exactly when nothing was assigned: the skew is then 0.
-    metrics.load_skew_milli = assigned_max
-        .saturating_mul(1000)
-        .saturating_mul(workers.len() as u128)
-        .checked_div(assigned_total)
-        .map(to_u64)
-        .unwrap_or(0);
+    /// Ends the run: the final metrics (load skew, latency proxies) and the logs.
+    pub fn finish(self) -> Run {
+        let RunState {
+            policy,
+            workers,
+            decisions,
+            cache_log,
+            observation_log,
+            mut metrics,
+            assigned_milli,
+            latencies_milli,
+            ..
+        } = self;
 
-    // Latency proxies: floor mean, p95 = sorted[ceil(95·N/100) − 1], max.
-    if !latencies_milli.is_empty() {
-        let count = latencies_milli.len() as u128;
-        let sum: u128 = latencies_milli
+        // Load skew over all workers of the trace.
+        let assigned_total: u128 = assigned_milli
             .iter()
-            .fold(0u128, |sum, l| sum.saturating_add(*l));
-        metrics.latency_proxy_mean_milli = to_u64(sum / count);
-        let mut sorted = latencies_milli.clone();
-        sorted.sort();
-        let rank = (95 * count).div_ceil(100);
-        let p95 = usize::try_from(rank.saturating_sub(1))
-            .ok()
-            .and_then(|i| sorted.get(i).copied())
+            .fold(0u128, |sum, a| sum.saturating_add(*a));
+        let assigned_max: u128 = assigned_milli.iter().copied().max().unwrap_or(0);
+        // `checked_div` is None exactly when nothing was assigned: the skew is then 0.
+        metrics.load_skew_milli = assigned_max
+            .saturating_mul(1000)
+            .saturating_mul(workers.len() as u128)
+            .checked_div(assigned_total)
+            .map(to_u64)
             .unwrap_or(0);
-        metrics.latency_proxy_p95_milli = to_u64(p95);
-        metrics.latency_proxy_max_milli = to_u64(sorted.last().copied().unwrap_or(0));
-    }
 
-    Run {
-        policy,
-        decisions,
-        cache_log,
-        observation_log,
-        metrics,
+        // Latency proxies: floor mean, p95 = sorted[ceil(95·N/100) − 1], max.
+        if !latencies_milli.is_empty() {
+            let count = latencies_milli.len() as u128;
+            let sum: u128 = latencies_milli
+                .iter()
+                .fold(0u128, |sum, l| sum.saturating_add(*l));
+            metrics.latency_proxy_mean_milli = to_u64(sum / count);
+            let mut sorted = latencies_milli.clone();
+            sorted.sort();
+            let rank = (95 * count).div_ceil(100);
+            let p95 = usize::try_from(rank.saturating_sub(1))
+                .ok()
+                .and_then(|i| sorted.get(i).copied())
+                .unwrap_or(0);
+            metrics.latency_proxy_p95_milli = to_u64(p95);
+            metrics.latency_proxy_max_milli = to_u64(sorted.last().copied().unwrap_or(0));
+        }
+
+        Run {
+            policy,
+            decisions,
+            cache_log,
+            observation_log,
+            metrics,
+        }
     }
 }
 

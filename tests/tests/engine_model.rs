@@ -54,13 +54,13 @@ fn the_lab_trace_agrees_under_default_and_tight_engines() {
     }
 }
 
-/// 2,000 Mooncake requests on 8 workers whose caches hold 64 blocks each, with events
-/// delivered up to 40 ticks late: evictions, stale epochs and phantom reuse all occur,
-/// and the test says so, so it cannot pass vacuously.
+/// 2,000 Mooncake requests on 8 workers whose caches hold 16 blocks each, with events
+/// delivered 30 ticks plus up to 40 ticks late: evictions, stale epochs and phantom
+/// reuse all occur, and the test says so, so it cannot pass vacuously.
 #[test]
 fn mooncake_with_evictions_and_jitter_agrees() {
     let trace = canonical_trace_bytes(&mooncake_head(2_000, 8));
-    let s = settings(Capacity::Blocks(64), 10, 40, 1, None);
+    let s = settings(Capacity::Blocks(16), 30, 40, 1, None);
     let document = assert_simulations_agree("engine-model-mooncake", &trace, &s);
     let policy = "cache_plus_load";
     assert!(

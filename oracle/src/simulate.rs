@@ -1,0 +1,608 @@
+//! The naive reference for SPEC.md §11 and §11.1 (`kvroute simulate`, the closed-loop
+//! engine model), written from SPEC.md alone, without looking at kvroute-core. Per
+//! policy, a fresh router run ([`RunState`], the same code as the open-loop replay) is
+//! fed one event at a time, interleaved with a plain model of each worker's engine: an
+//! LRU cache kept as a `Vec` of stamped entries and scanned linearly, a FIFO prefill
+//! clock, and the cache events each prefill completion publishes. Nothing is indexed or
+//! cached; every lookup is a scan.
+//!
+//! The loop, at every step, takes the earliest pending prefill completion if its tick is
+//! not after the next router event's tick (completions first, §11 "Order"); otherwise
+//! the next router event, in `(tick, seq)` order among the remaining requests and the
+//! generated events not yet delivered. It ends when nothing is pending. Completions at
+//! the same tick go in admission order (so a prefill of 0 ticks completes before the
+//! next router event at its own tick).
+//!
+//! Readings where SPEC is silent, chosen here:
+//! - initial cache entries are stamped in namespace-key order (tenant, model, adapter,
+//!   key), the first the least recently used; entries of 0 tokens are no entries (§3);
+//! - prefix segments of 0 tokens are not stored and take no room, not even a block;
+//! - a key repeated within one prefix is stored in segment order, the last one winning,
+//!   as the published store is applied (§1.2); each segment that was new or changed
+//!   size when stored is published;
+//! - `--workers` copies keep the first worker's model, adapters, rates, `epoch` and
+//!   `observed_tick`; generated seqs start at the largest request seq plus one.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{canonical_trace, digest, jcs};
+use crate::model::{Event, EventKind, Profile, Segment, Trace, Worker};
+use crate::replay::{sorted_events, PolicyKind, RunState};
+use crate::validate;
+
+/// The engine cache's capacity: resident tokens (`--cache-tokens`) or entries
+/// (`--cache-blocks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimCache {
+    Tokens(u64),
+    Blocks(u64),
+}
+
+/// The options of `kvroute simulate` (SPEC §7, §11).
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// `--workers N`: replace the workers by N copies of the first one (1 to 4,096).
+    pub workers: Option<u32>,
+    pub cache: SimCache,
+    pub lag_ticks: u64,
+    pub jitter_ticks: u64,
+    pub seed: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            workers: None,
+            cache: SimCache::Tokens(262_144),
+            lag_ticks: 10,
+            jitter_ticks: 0,
+            seed: 0,
+        }
+    }
+}
+
+/// What one simulation produces.
+#[derive(Debug, Clone)]
+pub struct SimOutcome {
+    /// The §11.1 `kvroute-simulate/1` document: canonical JSON bytes, WITHOUT the
+    /// trailing newline.
+    pub result: Vec<u8>,
+    /// Per policy in receipt order: (policy name, canonical bytes of the generated
+    /// trace — simulated trace plus generated events, as `--events-out` writes it).
+    pub generated_traces: Vec<(String, Vec<u8>)>,
+}
+
+/// The most workers `--workers` accepts: the `scale` limit (§1.3).
+const WORKERS_MAX: u32 = 4_096;
+
+/// Validates the trace, builds the simulated trace and runs the closed loop once per
+/// policy. Err: the validation error lines joined by `\n`, or a bad option.
+pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, String> {
+    let input = validate::check(trace_json).map_err(|lines| lines.join("\n"))?;
+    let sim = simulated_trace(&input, options.workers)?;
+    let trace_digest = digest(&canonical_bytes(&sim)?);
+
+    let mut runs = Vec::new();
+    let mut generated_traces = Vec::new();
+    for policy in PolicyKind::ALL {
+        let outcome = closed_loop(&sim, policy, options);
+        let mut generated = sim.clone();
+        generated.events.extend(outcome.generated);
+        let bytes = canonical_bytes(&generated)?;
+        let m = &outcome.metrics;
+        let hit_pm = if m.routed == 0 {
+            0
+        } else {
+            // Floor; 128-bit so that no count can overflow the product.
+            (1000 * u128::from(m.cache_hits) / u128::from(m.routed)) as u64
+        };
+        runs.push(json!({
+            "policy": policy.name(),
+            "routed": m.routed,
+            "hit_pm": hit_pm,
+            "reused": m.reused_tokens,
+            "recomputed": m.recomputed_tokens,
+            "skew_m": m.load_skew_milli,
+            "lat_mean_m": m.latency_proxy_mean_milli,
+            "lat_p95_m": m.latency_proxy_p95_milli,
+            "stale": m.stale_event_rejections,
+            "stores": outcome.stores,
+            "evicts": outcome.evicts,
+            "phantom": outcome.phantom,
+            "events_digest": digest(&bytes),
+        }));
+        generated_traces.push((policy.name().to_owned(), bytes));
+    }
+
+    let (cache_tokens, cache_blocks) = match options.cache {
+        SimCache::Tokens(t) => (json!(t), Value::Null),
+        SimCache::Blocks(b) => (Value::Null, json!(b)),
+    };
+    let result = json!({
+        "format": "kvroute-simulate/1",
+        "options": {
+            "cache_blocks": cache_blocks,
+            "cache_tokens": cache_tokens,
+            "jitter_ticks": options.jitter_ticks,
+            "lag_ticks": options.lag_ticks,
+            "seed": options.seed,
+            "workers": match options.workers { Some(n) => json!(n), None => Value::Null },
+        },
+        "trace_digest": trace_digest,
+        "runs": runs,
+    });
+    Ok(SimOutcome {
+        result: jcs(&result)?,
+        generated_traces,
+    })
+}
+
+fn canonical_bytes(trace: &Trace) -> Result<Vec<u8>, String> {
+    canonical_trace(trace).and_then(|value| jcs(&value))
+}
+
+/// §11 "The simulated trace": the input's workers (or `--workers` copies of the first
+/// worker in id order), policy, sharing and request events, under the `scale` limits.
+fn simulated_trace(input: &Trace, workers: Option<u32>) -> Result<Trace, String> {
+    let workers = match workers {
+        None => input.workers.clone(),
+        Some(n) => {
+            if n == 0 || n > WORKERS_MAX {
+                return Err(format!(
+                    "workers: expected 1 to {WORKERS_MAX} (the scale limit), found {n}"
+                ));
+            }
+            let Some(first) = input.workers.iter().min_by(|a, b| a.id.cmp(&b.id)) else {
+                return Err("workers: the trace has no worker to copy".to_owned());
+            };
+            // Ids as in §10.1: "w" + index zero-padded to the digits of N - 1.
+            let width = (n - 1).to_string().len();
+            (0..n)
+                .map(|i| Worker {
+                    id: format!("w{i:0width$}"),
+                    queued_prefill: 0,
+                    active_decode: 0,
+                    cache: Vec::new(),
+                    ..first.clone()
+                })
+                .collect()
+        }
+    };
+    let events: Vec<Event> = input
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Request { .. }))
+        .cloned()
+        .collect();
+    Ok(Trace {
+        limits: Profile::Scale,
+        policy: input.policy.clone(),
+        sharing: input.sharing.clone(),
+        workers,
+        events,
+    })
+}
+
+/// One engine cache entry: a namespace-key, its resident tokens, and its LRU stamp
+/// (larger = more recently used).
+#[derive(Debug, Clone)]
+struct EngineEntry {
+    tenant: String,
+    model: String,
+    adapter: String,
+    key: String,
+    tokens: u64,
+    stamp: u64,
+}
+
+/// One worker's engine (§11 "The engine model").
+struct Engine {
+    /// Worker id and its position in id order (the jitter's "worker index").
+    id: String,
+    index: usize,
+    prefill_rate: u64,
+    cache: Vec<EngineEntry>,
+    next_stamp: u64,
+    /// Tick at which the worker's last admitted prefill completes (0 before any).
+    prefill_end: u64,
+    /// The last epoch this engine published (starts at `workers[].epoch`).
+    epoch: u64,
+}
+
+/// A prefill admitted but not yet completed.
+struct Pending {
+    completion: u64,
+    /// Admission order, to break ties between completions at the same tick.
+    admitted: u64,
+    worker: usize,
+    tenant: String,
+    model: String,
+    adapter: String,
+    prefix: Vec<Segment>,
+}
+
+/// What one policy's closed loop yields.
+struct LoopOutcome {
+    metrics: crate::replay::Metrics,
+    generated: Vec<Event>,
+    stores: u64,
+    evicts: u64,
+    phantom: u64,
+}
+
+fn fresh_engines(sim: &Trace) -> Vec<Engine> {
+    let mut workers: Vec<&Worker> = sim.workers.iter().collect();
+    workers.sort_by(|a, b| a.id.cmp(&b.id));
+    workers
+        .into_iter()
+        .enumerate()
+        .map(|(index, w)| {
+            // Initial entries (0 tokens = no entry), stamped in namespace-key order
+            // (tenant, model, adapter, key; byte order): the first is the least
+            // recently used. SPEC does not say; this is the order §11 uses for
+            // namespaces, and the one the fast implementation was seen to take.
+            let mut initial: Vec<EngineEntry> = w
+                .cache
+                .iter()
+                .filter(|e| e.tokens > 0)
+                .map(|e| EngineEntry {
+                    tenant: e.tenant.clone(),
+                    model: e.model.clone(),
+                    adapter: e.adapter.clone(),
+                    key: e.key.clone(),
+                    tokens: e.tokens,
+                    stamp: 0,
+                })
+                .collect();
+            initial.sort_by(|a, b| {
+                (&a.tenant, &a.model, &a.adapter, &a.key)
+                    .cmp(&(&b.tenant, &b.model, &b.adapter, &b.key))
+            });
+            let mut cache = Vec::new();
+            let mut next_stamp = 1;
+            for mut entry in initial {
+                entry.stamp = next_stamp;
+                next_stamp += 1;
+                cache.push(entry);
+            }
+            Engine {
+                id: w.id.clone(),
+                index,
+                prefill_rate: w.prefill_rate,
+                cache,
+                next_stamp,
+                prefill_end: 0,
+                epoch: w.epoch,
+            }
+        })
+        .collect()
+}
+
+/// What the engine really reuses for a request: the walk of §4.3 over its own cache,
+/// under the request's own namespace only (no grants), capped at `prompt_tokens`.
+fn engine_held(
+    engine: &Engine,
+    tenant: &str,
+    model: &str,
+    adapter: &str,
+    prefix: &[Segment],
+    prompt_tokens: u64,
+) -> u64 {
+    let mut held: u64 = 0;
+    for segment in prefix {
+        let mut r: u64 = 0;
+        for e in &engine.cache {
+            if e.key == segment.key
+                && e.tenant == tenant
+                && e.model == model
+                && e.adapter == adapter
+            {
+                r = r.max(e.tokens);
+            }
+        }
+        held = held.saturating_add(r.min(segment.tokens));
+        if r < segment.tokens {
+            break;
+        }
+    }
+    held.min(prompt_tokens)
+}
+
+/// First 8 bytes (big-endian) of SHA-256("<seed>/<worker index>/<epoch>"), modulo J + 1.
+pub(crate) fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u64) -> u64 {
+    let hash = Sha256::digest(format!("{seed}/{worker_index}/{epoch}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    let value = u128::from(u64::from_be_bytes(first));
+    (value % (u128::from(jitter_ticks) + 1)) as u64
+}
+
+fn over_capacity(cache: &[EngineEntry], capacity: SimCache) -> bool {
+    match capacity {
+        SimCache::Tokens(t) => {
+            let total: u128 = cache.iter().map(|e| u128::from(e.tokens)).sum();
+            total > u128::from(t)
+        }
+        SimCache::Blocks(b) => cache.len() as u128 > u128::from(b),
+    }
+}
+
+/// A prefill completes: store, stamp, evict (§11 "Store and evict"), and the events it
+/// publishes, in order (§11 "Publication"), without seqs or ticks yet: each is
+/// `(epoch, kind)`.
+fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(u64, EventKind)> {
+    let same_namespace = |e: &EngineEntry| {
+        e.tenant == pending.tenant && e.model == pending.model && e.adapter == pending.adapter
+    };
+
+    // The leading segments whose total fits an empty cache; 0-token segments hold
+    // nothing and are skipped.
+    let mut stored: Vec<&Segment> = Vec::new();
+    let mut total: u128 = 0;
+    for segment in &pending.prefix {
+        if segment.tokens == 0 {
+            continue;
+        }
+        let (next, limit) = match capacity {
+            SimCache::Tokens(t) => (total + u128::from(segment.tokens), u128::from(t)),
+            SimCache::Blocks(b) => (total + 1, u128::from(b)),
+        };
+        if next > limit {
+            break;
+        }
+        total = next;
+        stored.push(segment);
+    }
+
+    // Store in segment order; a segment is published when it was newly resident or
+    // changed size at the moment it was stored. `positions[i]` is where `stored[i]`
+    // lives in the cache (entries are only appended here, so positions stay valid).
+    let mut changed: Vec<Segment> = Vec::new();
+    let mut positions: Vec<usize> = Vec::new();
+    for segment in &stored {
+        let found = engine
+            .cache
+            .iter()
+            .position(|e| e.key == segment.key && same_namespace(e));
+        match found {
+            Some(i) => {
+                if engine.cache[i].tokens != segment.tokens {
+                    engine.cache[i].tokens = segment.tokens;
+                    changed.push((*segment).clone());
+                }
+                positions.push(i);
+            }
+            None => {
+                engine.cache.push(EngineEntry {
+                    tenant: pending.tenant.clone(),
+                    model: pending.model.clone(),
+                    adapter: pending.adapter.clone(),
+                    key: segment.key.clone(),
+                    tokens: segment.tokens,
+                    stamp: 0,
+                });
+                changed.push((*segment).clone());
+                positions.push(engine.cache.len() - 1);
+            }
+        }
+    }
+
+    // Stamp last segment first: the prefix's head ends up the most recently used.
+    // Exactly the entries stamped from `first_stamp` on are touched by this completion.
+    let first_stamp = engine.next_stamp;
+    for &i in positions.iter().rev() {
+        engine.cache[i].stamp = engine.next_stamp;
+        engine.next_stamp += 1;
+    }
+
+    // Evict the least recently used entries not touched by this completion until the
+    // cache fits.
+    let mut evicted: Vec<EngineEntry> = Vec::new();
+    while over_capacity(&engine.cache, capacity) {
+        let mut oldest: Option<usize> = None;
+        for (i, e) in engine.cache.iter().enumerate() {
+            if e.stamp >= first_stamp {
+                continue;
+            }
+            match oldest {
+                Some(o) if engine.cache[o].stamp <= e.stamp => {}
+                _ => oldest = Some(i),
+            }
+        }
+        match oldest {
+            Some(i) => evicted.push(engine.cache.remove(i)),
+            None => break, // cannot happen: the stored segments fit an empty cache
+        }
+    }
+
+    let mut events = Vec::new();
+    if !changed.is_empty() {
+        engine.epoch += 1;
+        events.push((
+            engine.epoch,
+            EventKind::Store {
+                worker: engine.id.clone(),
+                epoch: engine.epoch,
+                tenant: pending.tenant.clone(),
+                model: pending.model.clone(),
+                adapter: pending.adapter.clone(),
+                segments: changed,
+            },
+        ));
+    }
+    // One evict per namespace, namespaces in (tenant, model, adapter) order, keys in
+    // eviction order.
+    let mut namespaces: Vec<(String, String, String)> = Vec::new();
+    for e in &evicted {
+        let ns = (e.tenant.clone(), e.model.clone(), e.adapter.clone());
+        if !namespaces.contains(&ns) {
+            namespaces.push(ns);
+        }
+    }
+    namespaces.sort();
+    for (tenant, model, adapter) in namespaces {
+        let keys: Vec<String> = evicted
+            .iter()
+            .filter(|e| e.tenant == tenant && e.model == model && e.adapter == adapter)
+            .map(|e| e.key.clone())
+            .collect();
+        engine.epoch += 1;
+        events.push((
+            engine.epoch,
+            EventKind::Evict {
+                worker: engine.id.clone(),
+                epoch: engine.epoch,
+                tenant,
+                model,
+                adapter,
+                keys,
+            },
+        ));
+    }
+    events
+}
+
+/// One policy's closed loop over the simulated trace.
+fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOutcome {
+    let mut router = RunState::new(sim, policy);
+    let mut engines = fresh_engines(sim);
+    let requests: Vec<&Event> = sorted_events(sim);
+    // Generated events get seqs above every request's, in generation order.
+    let mut next_seq: u64 = sim.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1;
+
+    let mut next_request = 0usize;
+    // Every generated event, in generation order (for the generated trace), and the
+    // ones not yet delivered to the router.
+    let mut generated: Vec<Event> = Vec::new();
+    let mut in_flight: Vec<Event> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut admitted: u64 = 0;
+    let (mut stores, mut evicts, mut phantom) = (0u64, 0u64, 0u64);
+
+    loop {
+        // The next router event: the earliest (tick, seq) among the next request and
+        // the events in flight (`Some(i)`: `in_flight[i]`; `None`: the request).
+        let mut router_next: Option<(u64, u64, Option<usize>)> =
+            requests.get(next_request).map(|e| (e.tick, e.seq, None));
+        for (i, e) in in_flight.iter().enumerate() {
+            let earlier = match router_next {
+                Some((tick, seq, _)) => (e.tick, e.seq) < (tick, seq),
+                None => true,
+            };
+            if earlier {
+                router_next = Some((e.tick, e.seq, Some(i)));
+            }
+        }
+        // The earliest pending completion, ties in admission order.
+        let mut completion_next: Option<usize> = None;
+        for (i, p) in pending.iter().enumerate() {
+            let earlier = match completion_next {
+                Some(c) => {
+                    (p.completion, p.admitted) < (pending[c].completion, pending[c].admitted)
+                }
+                None => true,
+            };
+            if earlier {
+                completion_next = Some(i);
+            }
+        }
+
+        let take_completion = match (completion_next, router_next) {
+            (Some(c), Some((tick, _, _))) => pending[c].completion <= tick,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+
+        if take_completion {
+            let Some(c) = completion_next else { break };
+            let done = pending.remove(c);
+            let engine = &mut engines[done.worker];
+            for (epoch, kind) in complete(engine, &done, options.cache) {
+                match kind {
+                    EventKind::Store { .. } => stores += 1,
+                    _ => evicts += 1,
+                }
+                let delay = options.lag_ticks.saturating_add(jitter(
+                    options.seed,
+                    engine.index,
+                    epoch,
+                    options.jitter_ticks,
+                ));
+                let event = Event {
+                    index: sim.events.len() + generated.len(),
+                    seq: next_seq,
+                    tick: done.completion.saturating_add(delay),
+                    kind,
+                };
+                next_seq += 1;
+                generated.push(event.clone());
+                in_flight.push(event);
+            }
+            continue;
+        }
+
+        let Some((_, _, source)) = router_next else {
+            break;
+        };
+        match source {
+            Some(i) => {
+                let event = in_flight.remove(i);
+                router.step(&event);
+            }
+            None => {
+                let event = requests[next_request];
+                next_request += 1;
+                let Some(w) = router.step(event) else {
+                    continue;
+                };
+                let EventKind::Request {
+                    tenant,
+                    model,
+                    adapter,
+                    prefix,
+                    prompt_tokens,
+                    ..
+                } = &event.kind
+                else {
+                    continue;
+                };
+                let reuse = router
+                    .decisions()
+                    .last()
+                    .and_then(|d| d.candidates.get(w))
+                    .map(|row| row.reuse)
+                    .unwrap_or(0);
+                let engine = &mut engines[w];
+                let held = engine_held(engine, tenant, model, adapter, prefix, *prompt_tokens);
+                phantom = phantom.saturating_add(reuse.saturating_sub(held));
+                let recomputed = prompt_tokens - held;
+                let start = event.tick.max(engine.prefill_end);
+                let completion = start.saturating_add(recomputed.div_ceil(engine.prefill_rate));
+                engine.prefill_end = completion;
+                pending.push(Pending {
+                    completion,
+                    admitted,
+                    worker: w,
+                    tenant: tenant.clone(),
+                    model: model.clone(),
+                    adapter: adapter.clone(),
+                    prefix: prefix.clone(),
+                });
+                admitted += 1;
+            }
+        }
+    }
+
+    LoopOutcome {
+        metrics: router.finish().metrics,
+        generated,
+        stores,
+        evicts,
+        phantom,
+    }
+}
+
+#[cfg(test)]
+#[path = "simulate_tests.rs"]
+mod tests;
