@@ -116,10 +116,16 @@
       if (articles[i].dataset.seq === params.decision) { index = i; }
     }
     if (index < 0) {
-      // With no decision named, open on the first interesting one.
+      // With no decision named, open on the first decision of the most telling kind
+      // the policy has (the shortcut order: dominated choices first).
       index = 0;
-      for (var j = 0; j < articles.length; j++) {
-        if (kindsOf(articles[j]).length > 0) { index = j; break; }
+      var order = Array.prototype.map.call(document.querySelectorAll("ul.shortcuts[data-policy='" + policy + "'] button"), function (b) {
+        return b.dataset.step.slice(5);
+      });
+      search: for (var k = 0; k < order.length; k++) {
+        for (var j = 0; j < articles.length; j++) {
+          if (kindsOf(articles[j]).indexOf(order[k]) >= 0) { index = j; break search; }
+        }
       }
     }
     state.policy = null;
