@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 pub const CANDIDATE_MARKER_RADIUS_PX: u32 = 7;
 const CHOSEN_RING_RADIUS_PX: u32 = 12;
 const FAILURE_DOT_RADIUS_PX: u32 = 2;
-const FAILURE_DOTS: usize = 8;
+const FAILURE_DOTS: usize = 10;
 
 pub const PARETO_SIZE_PX: (u32, u32) = (640, 400);
 const BAR_SIZE_PX: (u32, u32) = (200, 120);
@@ -152,7 +152,9 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
             ))?;
             chart.draw_series((0..FAILURE_DOTS).map(|i| {
                 let angle = i as f64 * std::f64::consts::TAU / FAILURE_DOTS as f64;
-                let r = CANDIDATE_MARKER_RADIUS_PX as f64;
+                // Outside the marker's own radius, so a failed row that shares its point
+                // with a live one still shows its dotted ring around it.
+                let r = (CANDIDATE_MARKER_RADIUS_PX + FAILURE_DOT_RADIUS_PX) as f64;
                 EmptyElement::at((x, y))
                     + Circle::new(
                         (
@@ -350,4 +352,70 @@ pub fn assigned_work_svg(run: &RunDoc, worker_ids: &[String]) -> String {
             .draw()?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(worker: &str, eligible: bool, reasons: &[&str], reuse: u64, after_milli: u64) -> RowDoc {
+        RowDoc {
+            worker: worker.into(),
+            eligible,
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+            reuse,
+            recomputed: 0,
+            queued_prefill: 0,
+            active_decode: 0,
+            work_milli: 0,
+            after_milli,
+            cost_milli: after_milli,
+            dominated_by: vec![],
+        }
+    }
+
+    #[test]
+    fn every_candidate_is_one_marker_and_failures_are_labelled() {
+        let decision = DecisionDoc {
+            seq: 7,
+            tick: 1,
+            request: "r".into(),
+            chosen: Some("w1".into()),
+            route_kind: "hit".into(),
+            tie_count: 1,
+            margin_milli: 0,
+            candidates: vec![
+                row("w0", false, &["adapter_not_loaded"], 0, 9000),
+                row("w1", true, &[], 512, 4000),
+                row("w2", true, &["stale_view"], 0, 4000),
+                // Co-located with w2: one label block, two markers.
+                row("w3", true, &[], 0, 4000),
+            ],
+        };
+        let svg = pareto_svg(&decision);
+        let marker = format!(r#"r="{CANDIDATE_MARKER_RADIUS_PX}""#);
+        assert_eq!(svg.matches(&marker).count(), 4);
+        assert!(svg.contains("w0: adapter_not_loaded"));
+        assert!(svg.contains("w2: stale_view"));
+        assert!(svg.contains("w1 (chosen)"));
+        // The chosen ring, and the dotted rings of the two failed rows.
+        assert_eq!(
+            svg.matches(&format!(r#"r="{CHOSEN_RING_RADIUS_PX}""#))
+                .count(),
+            1
+        );
+        assert_eq!(
+            svg.matches(&format!(r#"r="{FAILURE_DOT_RADIUS_PX}""#))
+                .count(),
+            2 * FAILURE_DOTS
+        );
+    }
+
+    #[test]
+    fn compact_numbers_fit_a_bar() {
+        assert_eq!(compact(9999), "9999");
+        assert_eq!(compact(52_000), "52k");
+        assert_eq!(compact(2_476_437), "2.5M");
+        assert_eq!(compact(137_674_462), "138M");
+    }
 }

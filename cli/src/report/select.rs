@@ -155,3 +155,109 @@ pub fn select(run: &RunDoc, sample: usize) -> Selection {
         complete,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{DecisionDoc, MetricsDoc, RowDoc};
+
+    fn row(worker: &str, reasons: &[&str], dominated_by: &[&str]) -> RowDoc {
+        RowDoc {
+            worker: worker.into(),
+            eligible: !reasons.contains(&"model_not_served"),
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+            reuse: 0,
+            recomputed: 10,
+            queued_prefill: 0,
+            active_decode: 0,
+            work_milli: 0,
+            after_milli: 10_000,
+            cost_milli: 10_000,
+            dominated_by: dominated_by.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    fn decision(seq: u64, rows: Vec<RowDoc>, margin_milli: u64) -> DecisionDoc {
+        DecisionDoc {
+            seq,
+            tick: seq,
+            request: format!("r{seq}"),
+            chosen: Some("w0".into()),
+            route_kind: "cold".into(),
+            tie_count: 1,
+            margin_milli,
+            candidates: rows,
+        }
+    }
+
+    fn run(decisions: Vec<DecisionDoc>) -> RunDoc {
+        let metrics: MetricsDoc = serde_json::from_value(serde_json::json!({
+            "routed": 0, "rejected": 0, "cache_hits": 0, "reused_tokens": 0,
+            "recomputed_tokens": 0, "route_churn": 0, "load_skew_milli": 0,
+            "latency_proxy_mean_milli": 0, "latency_proxy_p95_milli": 0,
+            "latency_proxy_max_milli": 0, "stale_event_rejections": 0,
+            "stale_observation_rejections": 0, "boundary_rejections": 0,
+            "overload_escapes": 0, "dominated_choices": 0
+        }))
+        .unwrap();
+        RunDoc {
+            policy: "least_load".into(),
+            decisions,
+            cache_log: vec![],
+            observation_log: vec![],
+            metrics,
+        }
+    }
+
+    #[test]
+    fn kinds_follow_the_rows() {
+        let dominated = decision(1, vec![row("w0", &[], &["w1"]), row("w1", &[], &[])], 5000);
+        assert_eq!(kinds_of("least_load", &dominated), vec![Kind::Dominated]);
+        let stale = decision(
+            2,
+            vec![row("w0", &["stale_view"], &[]), row("w1", &[], &[])],
+            0,
+        );
+        assert_eq!(
+            kinds_of("least_load", &stale),
+            vec![Kind::Stale, Kind::CloseCall]
+        );
+        // Round robin's margin is always 0: never a close call.
+        assert_eq!(kinds_of("round_robin", &stale), vec![Kind::Stale]);
+        let boundary = decision(3, vec![row("w0", &["tenant_mismatch"], &[])], 0);
+        assert_eq!(kinds_of("least_load", &boundary), vec![Kind::Boundary]);
+    }
+
+    #[test]
+    fn a_long_run_keeps_the_sample_and_a_capped_spread_of_each_kind() {
+        let plain = || vec![row("w0", &[], &[]), row("w1", &[], &[])];
+        let decisions: Vec<DecisionDoc> = (0..1000)
+            .map(|i| {
+                if i % 10 == 3 {
+                    decision(i, vec![row("w0", &[], &["w1"]), row("w1", &[], &[])], 5000)
+                } else {
+                    decision(i, plain(), 5000)
+                }
+            })
+            .collect();
+        let selection = select(&run(decisions), 10);
+        assert!(!selection.complete);
+        let dominated = selection.counts[0];
+        assert_eq!((dominated.total, dominated.kept), (100, PER_KIND_MAX));
+        // The kept dominated choices are spread over the run, not its first quarter.
+        let last_kept = *selection.kept.iter().rev().find(|&&i| i % 10 == 3).unwrap();
+        assert!(last_kept > 900, "{last_kept}");
+        assert!(selection.kept.len() <= 10 + PER_KIND_MAX);
+        assert!(selection.kept.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_short_run_is_kept_whole() {
+        let decisions = (0..20)
+            .map(|i| decision(i, vec![row("w0", &[], &[])], 5000))
+            .collect();
+        let selection = select(&run(decisions), 10);
+        assert!(selection.complete);
+        assert_eq!(selection.kept, (0..20).collect::<Vec<_>>());
+    }
+}
