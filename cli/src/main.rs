@@ -18,6 +18,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+mod report;
+
 #[derive(Parser)]
 #[command(
     name = "kvroute",
@@ -106,6 +108,61 @@ enum Command {
         /// Run only shard K of M (1-based), e.g. `--shard 2/4`.
         #[arg(long, value_name = "K/M", value_parser = parse_shard)]
         shard: Option<(u64, u64)>,
+    },
+    /// Write the lab report: one self-contained HTML page (opens offline) with the
+    /// four-policy comparison, a Pareto view of each decision's candidates, assigned
+    /// work over time, a shadow diff, the stale and boundary logs and cohort metrics.
+    Report {
+        /// A trace or a receipt (kvroute-receipt/1 JSON); omit for the built-in lab trace.
+        input: Option<PathBuf>,
+        /// With a receipt: its trace, for cohort metrics and latency proxies.
+        #[arg(long, value_name = "TRACE")]
+        trace: Option<PathBuf>,
+        /// Where to write the page (atomically: nothing is left on failure).
+        #[arg(
+            short = 'o',
+            long = "out",
+            value_name = "OUT",
+            default_value = "report.html"
+        )]
+        out: PathBuf,
+        /// The serving policy of the shadow-diff section.
+        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy,
+              default_value = "least_load")]
+        baseline: Policy,
+        /// The shadowed policy of the shadow-diff section.
+        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy,
+              default_value = "cache_plus_load")]
+        candidate: Policy,
+        /// On a large trace, decisions per policy kept in detail besides the
+        /// interesting ones, evenly spaced.
+        #[arg(long, value_name = "N", default_value_t = 60)]
+        sample: usize,
+    },
+    /// Shadow mode: the decisions where a candidate policy chooses differently from the
+    /// baseline, with both chosen rows and the predicted deltas. One input (trace or
+    /// receipt) compares two of its runs; two receipts compare the first's baseline run
+    /// with the second's candidate run (default cache_plus_load for both).
+    Diff {
+        /// A trace or receipt.
+        first: PathBuf,
+        /// A second receipt of the same requests (e.g. other policy settings).
+        second: Option<PathBuf>,
+        /// The serving policy.
+        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy)]
+        baseline: Option<Policy>,
+        /// The shadowed policy.
+        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy)]
+        candidate: Option<Policy>,
+        /// With receipts: their trace, for latency proxy deltas.
+        #[arg(long, value_name = "TRACE")]
+        trace: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = report::DiffFormat::Table)]
+        format: report::DiffFormat,
+        /// Write to FILE instead of stdout (atomically).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {
@@ -242,6 +299,37 @@ fn main() -> ExitCode {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             }),
             shard,
+        }),
+        Command::Report {
+            input,
+            trace,
+            out,
+            baseline,
+            candidate,
+            sample,
+        } => report::report(
+            input.as_deref(),
+            trace.as_deref(),
+            &out,
+            (baseline, candidate),
+            sample,
+        ),
+        Command::Diff {
+            first,
+            second,
+            baseline,
+            candidate,
+            trace,
+            format,
+            out,
+        } => report::diff_command(&report::DiffArgs {
+            first,
+            second,
+            baseline,
+            candidate,
+            trace,
+            format,
+            out,
         }),
         Command::Import {
             format:

@@ -1,0 +1,421 @@
+//! The report's SVG charts, drawn with plotters' SVG backend: the Pareto view of one
+//! decision, the small per-metric bar charts and per-worker assigned work over time.
+//!
+//! Every candidate of a Pareto chart is exactly one circle of radius
+//! [`CANDIDATE_MARKER_RADIUS_PX`], and nothing else in that chart uses that radius, so
+//! the page's self-check (and a browser test) can count plotted candidates in the SVG.
+
+use super::model::{DecisionDoc, RowDoc, RunDoc};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::collections::BTreeMap;
+
+/// Radius of a candidate's marker; unique within a Pareto chart (see the module doc).
+pub const CANDIDATE_MARKER_RADIUS_PX: u32 = 7;
+const CHOSEN_RING_RADIUS_PX: u32 = 12;
+const FAILURE_DOT_RADIUS_PX: u32 = 2;
+const FAILURE_DOTS: usize = 10;
+
+pub const PARETO_SIZE_PX: (u32, u32) = (640, 400);
+const BAR_SIZE_PX: (u32, u32) = (200, 120);
+const WORK_SIZE_PX: (u32, u32) = (560, 280);
+/// The most points one worker's line gets in the assigned-work chart; longer runs are
+/// sampled evenly (always keeping the last decision), which keeps a 12k-decision trace's
+/// chart a few kilobytes.
+const WORK_POINTS_MAX: usize = 240;
+/// The most worker lines one assigned-work chart draws: the busiest ones.
+pub const WORK_LINES_MAX: usize = 12;
+
+const FRONT_COLOUR: RGBColor = RGBColor(0x1c, 0x6e, 0xc9);
+const DOMINATED_COLOUR: RGBColor = RGBColor(0xd9, 0x48, 0x0f);
+const FAILURE_COLOUR: RGBColor = RGBColor(0x49, 0x50, 0x57);
+const INK: RGBColor = RGBColor(0x21, 0x25, 0x29);
+const GRID: RGBColor = RGBColor(0xe9, 0xec, 0xef);
+
+/// The colour of each policy, in receipt order; the page's CSS uses the same.
+pub const POLICY_COLOURS: [RGBColor; 4] = [
+    RGBColor(0x86, 0x8e, 0x96),
+    RGBColor(0x74, 0xb8, 0x16),
+    RGBColor(0xf5, 0x9f, 0x00),
+    RGBColor(0x1c, 0x6e, 0xc9),
+];
+
+/// The worker colours of the assigned-work charts.
+const WORKER_COLOURS: [RGBColor; WORK_LINES_MAX] = [
+    RGBColor(0x1c, 0x6e, 0xc9),
+    RGBColor(0xd9, 0x48, 0x0f),
+    RGBColor(0x2f, 0x9e, 0x44),
+    RGBColor(0x84, 0x5e, 0xf7),
+    RGBColor(0xf5, 0x9f, 0x00),
+    RGBColor(0x0c, 0x85, 0x99),
+    RGBColor(0xe6, 0x49, 0x80),
+    RGBColor(0x5c, 0x5f, 0x66),
+    RGBColor(0x66, 0xa8, 0x0f),
+    RGBColor(0x9c, 0x36, 0xb5),
+    RGBColor(0xc9, 0x2a, 0x2a),
+    RGBColor(0x10, 0x98, 0xad),
+];
+
+type ChartResult = Result<(), Box<dyn std::error::Error>>;
+
+fn render(
+    size_px: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> ChartResult,
+) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size_px).into_drawing_area();
+        // Drawing into a String cannot fail for I/O reasons; a plotting error would be a
+        // bug in the ranges computed here, and an empty chart is the honest outcome.
+        let _ = root
+            .fill(&WHITE)
+            .map_err(Into::into)
+            .and_then(|_| draw(&root));
+        let _ = root.present();
+    }
+    svg
+}
+
+/// A font of `size_px` as the browser draws it: plotters' SVG backend writes a text's
+/// size divided by 1.24², so the size given to it is scaled up by as much.
+fn font(size_px: u32) -> TextStyle<'static> {
+    ("sans-serif", size_px as f64 * 1.24 * 1.24)
+        .into_font()
+        .color(&INK)
+}
+
+/// Axis labels as whole numbers, shortened like the bar labels (`15M`, `250k`).
+fn integer_label(value: &f64) -> String {
+    compact(value.max(0.0).round() as u64)
+}
+
+/// Tokens from milli-tokens, for the axes.
+fn tokens(milli: u64) -> f64 {
+    milli as f64 / 1000.0
+}
+
+/// The Pareto view of one decision: reusable prefix tokens against live work after
+/// assignment, the front drawn as a line, the chosen worker ringed, dominated rows in
+/// orange and failed evidence (ineligible, stale, overloaded) as dotted points labelled
+/// with their reasons.
+pub fn pareto_svg(decision: &DecisionDoc) -> String {
+    render(PARETO_SIZE_PX, |root| {
+        let rows = &decision.candidates;
+        // An axis of at least 100 tokens, so a decision where nothing is reusable still
+        // gets whole-number ticks.
+        let reuse_max = rows.iter().map(|r| r.reuse).max().unwrap_or(0).max(100) as f64;
+        let after_max = rows
+            .iter()
+            .map(|r| tokens(r.after_milli))
+            .fold(1.0, f64::max);
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .margin_right(150)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(
+                -reuse_max * 0.04..reuse_max * 1.08,
+                -after_max * 0.04..after_max * 1.1,
+            )?;
+        chart
+            .configure_mesh()
+            .max_light_lines(0)
+            .bold_line_style(GRID)
+            .axis_style(INK)
+            .x_desc("reusable prefix (tokens)")
+            .y_desc("live work after assignment (tokens)")
+            .label_style(font(11))
+            .axis_desc_style(font(12))
+            .x_labels(6)
+            .y_labels(6)
+            .x_label_formatter(&integer_label)
+            .y_label_formatter(&integer_label)
+            .draw()?;
+        let point = |row: &RowDoc| (row.reuse as f64, tokens(row.after_milli));
+
+        let mut front: Vec<&RowDoc> = rows
+            .iter()
+            .filter(|r| r.eligible && !r.has_reason("overloaded") && r.dominated_by.is_empty())
+            .collect();
+        front.sort_by_key(|r| (r.reuse, r.after_milli));
+        chart.draw_series(LineSeries::new(
+            front.iter().map(|r| point(r)),
+            FRONT_COLOUR.stroke_width(2),
+        ))?;
+
+        for row in rows.iter().filter(|r| r.is_failure()) {
+            let (x, y) = point(row);
+            chart.draw_series(std::iter::once(
+                EmptyElement::at((x, y))
+                    + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, WHITE.filled()),
+            ))?;
+            chart.draw_series((0..FAILURE_DOTS).map(|i| {
+                let angle = i as f64 * std::f64::consts::TAU / FAILURE_DOTS as f64;
+                // Outside the marker's own radius, so a failed row that shares its point
+                // with a live one still shows its dotted ring around it.
+                let r = (CANDIDATE_MARKER_RADIUS_PX + FAILURE_DOT_RADIUS_PX) as f64;
+                EmptyElement::at((x, y))
+                    + Circle::new(
+                        (
+                            (r * angle.cos()).round() as i32,
+                            (r * angle.sin()).round() as i32,
+                        ),
+                        FAILURE_DOT_RADIUS_PX,
+                        FAILURE_COLOUR.filled(),
+                    )
+            }))?;
+        }
+        chart.draw_series(rows.iter().filter(|r| !r.is_failure()).map(|row| {
+            let colour = if row.dominated_by.is_empty() {
+                FRONT_COLOUR
+            } else {
+                DOMINATED_COLOUR
+            };
+            EmptyElement::at(point(row))
+                + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, colour.filled())
+        }))?;
+        if let Some(chosen) = decision.chosen_row() {
+            chart.draw_series(std::iter::once(
+                EmptyElement::at(point(chosen))
+                    + Circle::new((0, 0), CHOSEN_RING_RADIUS_PX, INK.stroke_width(2)),
+            ))?;
+        }
+
+        // Rows at the same point share one label block, so co-located workers (every
+        // cold worker of an idle fleet) read "w0, w1, w2" instead of overprinting. The
+        // chosen worker and every row with a reason get a line of their own.
+        let chosen = decision.chosen.as_deref();
+        // Per point (reuse, after_milli): plain worker ids, then lines of their own.
+        type LabelBlock<'a> = (Vec<&'a str>, Vec<String>);
+        let mut labels: BTreeMap<(u64, u64), LabelBlock> = BTreeMap::new();
+        for row in rows {
+            let entry = labels.entry((row.reuse, row.after_milli)).or_default();
+            let is_chosen = Some(row.worker.as_str()) == chosen;
+            if row.reasons.is_empty() && !is_chosen {
+                entry.0.push(&row.worker);
+            } else {
+                let mut line = row.worker.clone();
+                if is_chosen {
+                    line.push_str(" (chosen)");
+                }
+                if !row.reasons.is_empty() {
+                    line.push_str(": ");
+                    line.push_str(&row.reasons.join(", "));
+                }
+                if is_chosen {
+                    entry.1.insert(0, line);
+                } else {
+                    entry.1.push(line);
+                }
+            }
+        }
+        for (&(reuse, after_milli), (plain, reasoned)) in &labels {
+            let mut lines: Vec<String> = reasoned.clone();
+            if !plain.is_empty() {
+                lines.push(plain.join(", "));
+            }
+            let at = (reuse as f64, tokens(after_milli));
+            chart.draw_series(lines.into_iter().enumerate().map(|(i, line)| {
+                EmptyElement::at(at) + Text::new(line, (15, -6 + 13 * i as i32), font(11))
+            }))?;
+        }
+        Ok(())
+    })
+}
+
+/// One small bar chart: one bar per policy, its value printed above it and the
+/// policy's initials below.
+pub fn bar_svg(title: &str, values: &[u64]) -> String {
+    const INITIALS: [&str; 4] = ["RR", "LL", "LP", "C+L"];
+    render(BAR_SIZE_PX, |root| {
+        let value_max = values.iter().copied().max().unwrap_or(0).max(1) as f64;
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, font(12))
+            .margin(6)
+            .build_cartesian_2d(0.0..values.len() as f64, -value_max * 0.2..value_max * 1.2)?;
+        let centred = |vpos| font(10).pos(Pos::new(HPos::Center, vpos));
+        chart.draw_series(values.iter().enumerate().map(|(i, &value)| {
+            let colour = POLICY_COLOURS[i % POLICY_COLOURS.len()];
+            Rectangle::new(
+                [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, value as f64)],
+                colour.filled(),
+            )
+        }))?;
+        chart.draw_series(LineSeries::new(
+            [(0.0, 0.0), (values.len() as f64, 0.0)],
+            INK.stroke_width(1),
+        ))?;
+        chart.draw_series(values.iter().enumerate().map(|(i, &value)| {
+            EmptyElement::at((i as f64 + 0.5, value as f64))
+                + Text::new(compact(value), (0, -3), centred(VPos::Bottom))
+        }))?;
+        chart.draw_series((0..values.len()).map(|i| {
+            Text::new(
+                INITIALS.get(i).copied().unwrap_or(""),
+                (i as f64 + 0.5, 0.0),
+                centred(VPos::Top),
+            )
+        }))?;
+        Ok(())
+    })
+}
+
+/// `12.3M`, `45.6k` or the number itself: bar labels must fit above a 40-pixel bar.
+pub fn compact(value: u64) -> String {
+    match value {
+        v if v >= 10_000_000 => format!("{:.0}M", v as f64 / 1e6),
+        v if v >= 1_000_000 => format!("{:.1}M", v as f64 / 1e6),
+        v if v >= 10_000 => format!("{:.0}k", v as f64 / 1e3),
+        v => v.to_string(),
+    }
+}
+
+/// Cumulative work assigned to each worker (`after_milli - work_milli` of each placement,
+/// in tokens) against the decision number: the hot worker's line climbs alone.
+pub fn assigned_work_svg(run: &RunDoc, worker_ids: &[String]) -> String {
+    let decisions = &run.decisions;
+    let mut totals_milli = vec![0u128; worker_ids.len()];
+    let index_of: std::collections::HashMap<&str, usize> = worker_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let stride = decisions.len().div_ceil(WORK_POINTS_MAX).max(1);
+    let mut lines: Vec<Vec<(f64, f64)>> = vec![vec![(0.0, 0.0)]; worker_ids.len()];
+    for (n, decision) in decisions.iter().enumerate() {
+        if let Some(row) = decision.chosen_row() {
+            if let Some(&w) = index_of.get(row.worker.as_str()) {
+                totals_milli[w] += (row.after_milli - row.work_milli) as u128;
+            }
+        }
+        if (n + 1) % stride == 0 || n + 1 == decisions.len() {
+            for (w, line) in lines.iter_mut().enumerate() {
+                line.push(((n + 1) as f64, totals_milli[w] as f64 / 1000.0));
+            }
+        }
+    }
+    let mut busiest: Vec<usize> = (0..worker_ids.len()).collect();
+    busiest.sort_by_key(|&w| std::cmp::Reverse(totals_milli[w]));
+    busiest.truncate(WORK_LINES_MAX);
+    busiest.sort_unstable();
+    let sum_milli: u128 = totals_milli.iter().sum();
+    render(WORK_SIZE_PX, |root| {
+        let y_max = totals_milli.iter().copied().max().unwrap_or(0) as f64 / 1000.0;
+        let mut chart = ChartBuilder::on(root)
+            .caption(&run.policy, font(13))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(64)
+            .build_cartesian_2d(
+                0.0..decisions.len().max(1) as f64,
+                0.0..y_max.max(1.0) * 1.05,
+            )?;
+        chart
+            .configure_mesh()
+            .max_light_lines(0)
+            .bold_line_style(GRID)
+            .axis_style(INK)
+            .x_desc("decision")
+            .y_desc("assigned work (tokens)")
+            .label_style(font(10))
+            .axis_desc_style(font(11))
+            .x_labels(6)
+            .y_labels(5)
+            .x_label_formatter(&integer_label)
+            .y_label_formatter(&integer_label)
+            .draw()?;
+        for (slot, &w) in busiest.iter().enumerate() {
+            let colour = WORKER_COLOURS[slot % WORKER_COLOURS.len()];
+            let share_pm = (1000 * totals_milli[w]).checked_div(sum_milli).unwrap_or(0);
+            chart
+                .draw_series(LineSeries::new(
+                    lines[w].iter().copied(),
+                    colour.stroke_width(2),
+                ))?
+                .label(format!(
+                    "{} {}.{}%",
+                    worker_ids[w],
+                    share_pm / 10,
+                    share_pm % 10
+                ))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(GRID)
+            .label_font(font(10))
+            .draw()?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(worker: &str, eligible: bool, reasons: &[&str], reuse: u64, after_milli: u64) -> RowDoc {
+        RowDoc {
+            worker: worker.into(),
+            eligible,
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+            reuse,
+            recomputed: 0,
+            queued_prefill: 0,
+            active_decode: 0,
+            work_milli: 0,
+            after_milli,
+            cost_milli: after_milli,
+            dominated_by: vec![],
+        }
+    }
+
+    #[test]
+    fn every_candidate_is_one_marker_and_failures_are_labelled() {
+        let decision = DecisionDoc {
+            seq: 7,
+            tick: 1,
+            request: "r".into(),
+            chosen: Some("w1".into()),
+            route_kind: "hit".into(),
+            tie_count: 1,
+            margin_milli: 0,
+            candidates: vec![
+                row("w0", false, &["adapter_not_loaded"], 0, 9000),
+                row("w1", true, &[], 512, 4000),
+                row("w2", true, &["stale_view"], 0, 4000),
+                // Co-located with w2: one label block, two markers.
+                row("w3", true, &[], 0, 4000),
+            ],
+        };
+        let svg = pareto_svg(&decision);
+        let marker = format!(r#"r="{CANDIDATE_MARKER_RADIUS_PX}""#);
+        assert_eq!(svg.matches(&marker).count(), 4);
+        assert!(svg.contains("w0: adapter_not_loaded"));
+        assert!(svg.contains("w2: stale_view"));
+        assert!(svg.contains("w1 (chosen)"));
+        // The chosen ring, and the dotted rings of the two failed rows.
+        assert_eq!(
+            svg.matches(&format!(r#"r="{CHOSEN_RING_RADIUS_PX}""#))
+                .count(),
+            1
+        );
+        assert_eq!(
+            svg.matches(&format!(r#"r="{FAILURE_DOT_RADIUS_PX}""#))
+                .count(),
+            2 * FAILURE_DOTS
+        );
+    }
+
+    #[test]
+    fn compact_numbers_fit_a_bar() {
+        assert_eq!(compact(9999), "9999");
+        assert_eq!(compact(52_000), "52k");
+        assert_eq!(compact(2_476_437), "2.5M");
+        assert_eq!(compact(137_674_462), "138M");
+    }
+}

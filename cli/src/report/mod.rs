@@ -1,0 +1,230 @@
+//! `kvroute report` and `kvroute diff`: the lab as a person looks at it.
+//!
+//! Both read a trace (replayed with core) or a receipt file into one [`model::Lab`].
+//! `report` renders a self-contained HTML page ([`page`]: a minijinja template under
+//! `cli/templates/` with plotters SVG charts from [`charts`]) that opens offline; `diff`
+//! lists the decisions where two runs choose differently ([`diff`]), the shadow mode of
+//! a new policy against the serving one.
+
+pub mod charts;
+pub mod diff;
+pub mod model;
+pub mod page;
+pub mod select;
+
+use super::{emit, read_input, Failure};
+use kvroute_core::output::{canonical, jsonl, receipt};
+use kvroute_core::route::compiled::Compiled;
+use kvroute_core::{parse_trace, Policy, Trace};
+use model::{Lab, ReceiptDoc, TraceFacts, RECEIPT_FORMAT};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Parses a policy name as the receipt spells it (`round_robin`, ...).
+pub fn parse_policy(text: &str) -> Result<Policy, String> {
+    Policy::ALL
+        .iter()
+        .copied()
+        .find(|p| p.name() == text)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!("expected one of {}, found {text:?}", names.join(", "))
+        })
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// One line per differing decision, then the summary line.
+    Table,
+    /// One `kvroute-diff/1` JSON document.
+    Json,
+    /// One line per differing decision, both chosen rows side by side (summary on stderr).
+    Csv,
+}
+
+/// Only the `format` member, to tell a receipt from a trace before parsing either.
+#[derive(Deserialize)]
+struct FormatProbe {
+    format: Option<serde_json::Value>,
+}
+
+fn load_trace_bytes(bytes: &[u8]) -> Result<Trace, Failure> {
+    parse_trace(bytes).map_err(|errors| Failure::invalid(errors.lines()))
+}
+
+/// Replays a trace (None: the built-in lab trace) or reads a receipt file. With a
+/// receipt, `trace` may name its trace, for cohorts and latency; its digest must match
+/// the receipt's `trace_digest`.
+pub fn load_lab(input: Option<&Path>, trace: Option<&Path>) -> Result<Lab, Failure> {
+    let (source, bytes) = match input {
+        None => (
+            "the built-in lab trace (fixtures/lab/trace.json)".to_owned(),
+            kvroute_core::LAB_TRACE_JSON.as_bytes().to_vec(),
+        ),
+        Some(path) => (path.display().to_string(), read_input(path, "input")?),
+    };
+    let is_receipt = serde_json::from_slice::<FormatProbe>(&bytes)
+        .ok()
+        .and_then(|probe| probe.format)
+        .is_some_and(|format| format == RECEIPT_FORMAT);
+    if !is_receipt {
+        if trace.is_some() {
+            return Err(Failure::invalid(vec![format!(
+                "{source}: --trace is for a receipt input, and this is a trace"
+            )]));
+        }
+        return Ok(lab_of_trace(source, &load_trace_bytes(&bytes)?));
+    }
+    let receipt: ReceiptDoc = serde_json::from_slice(&bytes).map_err(|e| {
+        Failure::invalid(vec![format!("{source}: not a valid {RECEIPT_FORMAT}: {e}")])
+    })?;
+    let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+    if let Some(run) = receipt
+        .runs
+        .iter()
+        .find(|r| !known.contains(&r.policy.as_str()))
+    {
+        return Err(Failure::invalid(vec![format!(
+            "{source}: runs: unknown policy {:?}",
+            run.policy
+        )]));
+    }
+    let facts = match trace {
+        None => None,
+        Some(path) => {
+            let trace = load_trace_bytes(&read_input(path, "trace")?)?;
+            let digest = canonical::trace_digest(&trace);
+            if digest != receipt.trace_digest {
+                return Err(Failure::invalid(vec![format!(
+                    "{}: this trace's digest {digest} is not the receipt's trace_digest {}",
+                    path.display(),
+                    receipt.trace_digest
+                )]));
+            }
+            Some(TraceFacts::of(&trace))
+        }
+    };
+    Ok(Lab {
+        source,
+        trace_digest: receipt.trace_digest,
+        receipt_digest: receipt.receipt_digest,
+        runs: receipt.runs,
+        facts,
+    })
+}
+
+fn lab_of_trace(source: String, trace: &Trace) -> Lab {
+    let trace_digest = canonical::trace_digest(trace);
+    // The digest through the streaming writer: the in-memory receipt's own digest would
+    // build the whole receipt as JSON first (hundreds of MB on the Mooncake trace).
+    let receipt_digest =
+        jsonl::write_jsonl(&Compiled::new(trace), &trace_digest, &mut std::io::sink())
+            .map(|summary| summary.receipt_digest)
+            .unwrap_or_default();
+    let receipt = receipt::replay(trace);
+    Lab {
+        source,
+        trace_digest,
+        receipt_digest,
+        runs: model::runs_of_receipt(&receipt),
+        facts: Some(TraceFacts::of(trace)),
+    }
+}
+
+/// `kvroute report`: writes the page atomically to `out`.
+pub fn report(
+    input: Option<&Path>,
+    trace: Option<&Path>,
+    out: &Path,
+    shadow: (Policy, Policy),
+    sample: usize,
+) -> Result<(), Failure> {
+    let lab = load_lab(input, trace)?;
+    let rendered = page::render_within_budget(&lab, shadow, sample)
+        .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
+    emit(rendered.html.as_bytes(), Some(out))?;
+    eprintln!(
+        "report: {} -> {} ({} bytes; {} of {} decisions in detail)",
+        lab.source,
+        out.display(),
+        rendered.html.len(),
+        rendered.detail_decisions,
+        rendered.decisions
+    );
+    Ok(())
+}
+
+/// The arguments of `kvroute diff`.
+pub struct DiffArgs {
+    pub first: PathBuf,
+    pub second: Option<PathBuf>,
+    pub baseline: Option<Policy>,
+    pub candidate: Option<Policy>,
+    pub trace: Option<PathBuf>,
+    pub format: DiffFormat,
+    pub out: Option<PathBuf>,
+}
+
+/// `kvroute diff`: one input compares two of its runs; two inputs compare the first's
+/// baseline run with the second's candidate run (both `cache_plus_load` unless named).
+pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
+    let first = load_lab(Some(&args.first), args.trace.as_deref())?;
+    let (second, baseline, candidate) = match &args.second {
+        None => {
+            let (Some(baseline), Some(candidate)) = (args.baseline, args.candidate) else {
+                return Err(Failure::invalid(vec![
+                    "kvroute diff: with one input, name both --baseline and --candidate".into(),
+                ]));
+            };
+            (None, baseline, candidate)
+        }
+        Some(path) => {
+            // A --trace matches one of the two receipts; the other's facts are the same
+            // workers, so the prefill rates carry over when the first has them.
+            let second = match load_lab(Some(path), args.trace.as_deref()) {
+                Ok(lab) => lab,
+                Err(_) if args.trace.is_some() => {
+                    let mut lab = load_lab(Some(path), None)?;
+                    lab.facts = first.facts.clone();
+                    lab
+                }
+                Err(failure) => return Err(failure),
+            };
+            let default = Policy::ALL[Policy::ALL.len() - 1];
+            (
+                Some(second),
+                args.baseline.unwrap_or(default),
+                args.candidate.unwrap_or(default),
+            )
+        }
+    };
+    let second_lab = second.as_ref().unwrap_or(&first);
+    let run = |lab: &Lab, policy: Policy| {
+        lab.run(policy.name()).cloned().ok_or_else(|| {
+            Failure::invalid(vec![format!("{}: no {} run", lab.source, policy.name())])
+        })
+    };
+    let (base_run, cand_run) = (run(&first, baseline)?, run(second_lab, candidate)?);
+    let name = |lab: &Lab, policy: Policy| match &second {
+        None => policy.name().to_owned(),
+        Some(_) => format!("{}:{}", lab.source, policy.name()),
+    };
+    let facts = first.facts.as_ref().or(second_lab.facts.as_ref());
+    let result = diff::diff(
+        (&name(&first, baseline), &base_run),
+        (&name(second_lab, candidate), &cand_run),
+        facts,
+    )
+    .map_err(|e| Failure::invalid(vec![format!("kvroute diff: {e}")]))?;
+    let bytes = match args.format {
+        DiffFormat::Table => result.table().into_bytes(),
+        DiffFormat::Json => result.json(),
+        DiffFormat::Csv => {
+            eprintln!("{}", result.summary_line());
+            result
+                .csv()
+                .map_err(|e| Failure::other(format!("kvroute diff: cannot write CSV: {e}")))?
+        }
+    };
+    emit(&bytes, args.out.as_deref())
+}

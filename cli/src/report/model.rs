@@ -1,0 +1,296 @@
+//! The receipt as the report and the diff read it: one owned document, built either by
+//! replaying a trace with core or by parsing a `kvroute-receipt/1` file.
+//!
+//! Both commands work from this shape (the receipt's own field names, SPEC.md §6), so a
+//! report of a receipt file and a report of its trace are the same page. What a receipt
+//! does not carry (a request's model and adapter, a worker's prefill rate) comes from
+//! the trace when there is one, in [`TraceFacts`].
+
+use kvroute_core::input::trace::EventKind;
+use kvroute_core::route::candidate::CandidateRow;
+use kvroute_core::route::metrics::Metrics;
+use kvroute_core::route::record::{CacheLogEntry, Decision, ObservationLogEntry, Run};
+use kvroute_core::{Receipt, Trace};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// The `format` member of a receipt file.
+pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReceiptDoc {
+    pub trace_digest: String,
+    pub runs: Vec<RunDoc>,
+    pub receipt_digest: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunDoc {
+    pub policy: String,
+    pub decisions: Vec<DecisionDoc>,
+    pub cache_log: Vec<CacheLogDoc>,
+    pub observation_log: Vec<ObservationLogDoc>,
+    pub metrics: MetricsDoc,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DecisionDoc {
+    pub seq: u64,
+    pub tick: u64,
+    pub request: String,
+    pub chosen: Option<String>,
+    pub route_kind: String,
+    pub tie_count: u64,
+    pub margin_milli: u64,
+    pub candidates: Vec<RowDoc>,
+}
+
+impl DecisionDoc {
+    /// The chosen worker's row, when the request was routed.
+    pub fn chosen_row(&self) -> Option<&RowDoc> {
+        let chosen = self.chosen.as_deref()?;
+        self.candidates.iter().find(|row| row.worker == chosen)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RowDoc {
+    pub worker: String,
+    pub eligible: bool,
+    pub reasons: Vec<String>,
+    pub reuse: u64,
+    pub recomputed: u64,
+    pub queued_prefill: u64,
+    pub active_decode: u64,
+    pub work_milli: u64,
+    pub after_milli: u64,
+    pub cost_milli: u64,
+    pub dominated_by: Vec<String>,
+}
+
+/// The three reasons that mark evidence another tenant, model or adapter owns.
+pub const BOUNDARY_REASONS: [&str; 3] = ["tenant_mismatch", "model_mismatch", "adapter_mismatch"];
+
+impl RowDoc {
+    /// Whether the row's cache evidence failed rather than merely cost more: the worker
+    /// cannot serve the request, its view is stale, or the overload cap excluded it.
+    /// The Pareto view draws these as dotted points.
+    pub fn is_failure(&self) -> bool {
+        !self.eligible || self.has_reason("stale_view") || self.has_reason("overloaded")
+    }
+
+    pub fn has_reason(&self, reason: &str) -> bool {
+        self.reasons.iter().any(|r| r == reason)
+    }
+
+    pub fn has_boundary_reason(&self) -> bool {
+        self.reasons
+            .iter()
+            .any(|r| BOUNDARY_REASONS.contains(&r.as_str()))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CacheLogDoc {
+    pub seq: u64,
+    pub tick: u64,
+    pub worker: String,
+    pub epoch: u64,
+    pub op: String,
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ObservationLogDoc {
+    pub seq: u64,
+    pub tick: u64,
+    pub worker: String,
+    pub observed_tick: u64,
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MetricsDoc {
+    pub routed: u64,
+    pub rejected: u64,
+    pub cache_hits: u64,
+    pub reused_tokens: u64,
+    pub recomputed_tokens: u64,
+    pub route_churn: u64,
+    pub load_skew_milli: u64,
+    pub latency_proxy_mean_milli: u64,
+    pub latency_proxy_p95_milli: u64,
+    pub latency_proxy_max_milli: u64,
+    pub stale_event_rejections: u64,
+    pub stale_observation_rejections: u64,
+    pub boundary_rejections: u64,
+    pub overload_escapes: u64,
+    pub dominated_choices: u64,
+}
+
+/// What the trace knows and the receipt does not.
+#[derive(Debug, Clone, Default)]
+pub struct TraceFacts {
+    /// `(model, adapter)` of each request, by request id.
+    pub cohort_of_request: HashMap<String, (String, String)>,
+    /// Each worker's prefill rate (tokens per tick), by worker id.
+    pub prefill_rate_of_worker: HashMap<String, u64>,
+}
+
+impl TraceFacts {
+    pub fn of(trace: &Trace) -> Self {
+        let cohort_of_request = trace
+            .events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::Request(request) => Some((
+                    request.id.clone(),
+                    (
+                        request.namespace.model.clone(),
+                        request.namespace.adapter.clone(),
+                    ),
+                )),
+                _ => None,
+            })
+            .collect();
+        let prefill_rate_of_worker = trace
+            .workers
+            .iter()
+            .map(|w| (w.id.clone(), w.prefill_rate))
+            .collect();
+        TraceFacts {
+            cohort_of_request,
+            prefill_rate_of_worker,
+        }
+    }
+
+    /// SPEC.md §6.2's latency proxy of a routed decision: milli-ticks of prefill queued
+    /// ahead plus the request's own recompute, on the chosen worker.
+    pub fn latency_proxy_milli(&self, decision: &DecisionDoc) -> Option<u64> {
+        let row = decision.chosen_row()?;
+        let rate = *self.prefill_rate_of_worker.get(&row.worker)?;
+        let queued_and_recomputed = row.queued_prefill as u128 + row.recomputed as u128;
+        Some((1000 * queued_and_recomputed / rate.max(1) as u128) as u64)
+    }
+}
+
+/// A receipt with what the report knows about where it came from.
+#[derive(Debug, Clone)]
+pub struct Lab {
+    /// Where the receipt came from, as the page names it.
+    pub source: String,
+    pub trace_digest: String,
+    pub receipt_digest: String,
+    pub runs: Vec<RunDoc>,
+    pub facts: Option<TraceFacts>,
+}
+
+impl Lab {
+    /// Worker ids in id order, from the rows (every decision has one row per worker).
+    pub fn worker_ids(&self) -> Vec<String> {
+        self.runs
+            .iter()
+            .flat_map(|run| run.decisions.first())
+            .map(|d| d.candidates.iter().map(|r| r.worker.clone()).collect())
+            .next()
+            .unwrap_or_default()
+    }
+
+    pub fn run(&self, policy: &str) -> Option<&RunDoc> {
+        self.runs.iter().find(|run| run.policy == policy)
+    }
+}
+
+/// The in-memory receipt in the receipt file's shape, without building its JSON.
+pub fn runs_of_receipt(receipt: &Receipt) -> Vec<RunDoc> {
+    let ids = &receipt.worker_ids;
+    receipt.runs.iter().map(|run| run_doc(ids, run)).collect()
+}
+
+fn run_doc(ids: &[String], run: &Run) -> RunDoc {
+    RunDoc {
+        policy: run.policy.name().to_owned(),
+        decisions: run.decisions.iter().map(|d| decision_doc(ids, d)).collect(),
+        cache_log: run
+            .cache_log
+            .iter()
+            .map(|e| cache_log_doc(ids, e))
+            .collect(),
+        observation_log: run
+            .observation_log
+            .iter()
+            .map(|e| observation_log_doc(ids, e))
+            .collect(),
+        metrics: metrics_doc(&run.metrics),
+    }
+}
+
+fn decision_doc(ids: &[String], d: &Decision) -> DecisionDoc {
+    DecisionDoc {
+        seq: d.seq,
+        tick: d.tick,
+        request: d.request.clone(),
+        chosen: d.chosen.map(|c| ids[c].clone()),
+        route_kind: d.route_kind.name().to_owned(),
+        tie_count: d.tie_count,
+        margin_milli: d.margin_milli,
+        candidates: d.candidates.iter().map(|r| row_doc(ids, r)).collect(),
+    }
+}
+
+fn row_doc(ids: &[String], r: &CandidateRow) -> RowDoc {
+    RowDoc {
+        worker: ids[r.worker].clone(),
+        eligible: r.eligible,
+        reasons: r.reasons.iter().map(|x| x.name().to_owned()).collect(),
+        reuse: r.reuse,
+        recomputed: r.recomputed,
+        queued_prefill: r.queued_prefill,
+        active_decode: r.active_decode,
+        work_milli: r.work_milli,
+        after_milli: r.after_milli,
+        cost_milli: r.cost_milli,
+        dominated_by: r.dominated_by.iter().map(|&w| ids[w].clone()).collect(),
+    }
+}
+
+fn cache_log_doc(ids: &[String], e: &CacheLogEntry) -> CacheLogDoc {
+    CacheLogDoc {
+        seq: e.seq,
+        tick: e.tick,
+        worker: ids[e.worker].clone(),
+        epoch: e.epoch,
+        op: e.op.name().to_owned(),
+        outcome: e.outcome.name().to_owned(),
+    }
+}
+
+fn observation_log_doc(ids: &[String], e: &ObservationLogEntry) -> ObservationLogDoc {
+    ObservationLogDoc {
+        seq: e.seq,
+        tick: e.tick,
+        worker: ids[e.worker].clone(),
+        observed_tick: e.observed_tick,
+        outcome: e.outcome.name().to_owned(),
+    }
+}
+
+fn metrics_doc(m: &Metrics) -> MetricsDoc {
+    MetricsDoc {
+        routed: m.routed,
+        rejected: m.rejected,
+        cache_hits: m.cache_hits,
+        reused_tokens: m.reused_tokens,
+        recomputed_tokens: m.recomputed_tokens,
+        route_churn: m.route_churn,
+        load_skew_milli: m.load_skew_milli,
+        latency_proxy_mean_milli: m.latency_proxy_mean_milli,
+        latency_proxy_p95_milli: m.latency_proxy_p95_milli,
+        latency_proxy_max_milli: m.latency_proxy_max_milli,
+        stale_event_rejections: m.stale_event_rejections,
+        stale_observation_rejections: m.stale_observation_rejections,
+        boundary_rejections: m.boundary_rejections,
+        overload_escapes: m.overload_escapes,
+        dominated_choices: m.dominated_choices,
+    }
+}

@@ -1,0 +1,263 @@
+//! Which decisions are interesting, and which ones a large report keeps in detail.
+//!
+//! A decision is interesting when it shows a policy's character: it picked a dominated
+//! row, escaped the overload cap, met another tenant's, model's or adapter's prefix,
+//! met a stale view, won by a hair, or was rejected. The report keeps every decision of
+//! a small trace; a large one keeps up to [`PER_KIND_MAX`] of each kind per policy plus
+//! an evenly spaced sample, so the page stays small and says what it kept.
+
+use super::model::{DecisionDoc, RunDoc};
+
+/// The kinds, in the order the page offers their shortcuts.
+pub const KINDS: [Kind; 6] = [
+    Kind::Dominated,
+    Kind::OverloadEscape,
+    Kind::Boundary,
+    Kind::Stale,
+    Kind::CloseCall,
+    Kind::Rejected,
+];
+
+/// A close call: the runner-up is within this much of the winner's score (one token of
+/// cost), or ties it.
+pub const CLOSE_CALL_MARGIN_MILLI: u64 = 1000;
+
+/// Per policy and kind, the most decisions kept in detail.
+pub const PER_KIND_MAX: usize = 25;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dominated,
+    OverloadEscape,
+    Boundary,
+    Stale,
+    CloseCall,
+    Rejected,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Dominated => "dominated",
+            Kind::OverloadEscape => "overload_escape",
+            Kind::Boundary => "boundary",
+            Kind::Stale => "stale",
+            Kind::CloseCall => "close_call",
+            Kind::Rejected => "rejected",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Dominated => "dominated choice",
+            Kind::OverloadEscape => "overload escape",
+            Kind::Boundary => "boundary rejection",
+            Kind::Stale => "stale view",
+            Kind::CloseCall => "close call",
+            Kind::Rejected => "rejected",
+        }
+    }
+
+    pub fn matches(self, policy: &str, decision: &DecisionDoc) -> bool {
+        match self {
+            Kind::Dominated => decision
+                .chosen_row()
+                .is_some_and(|row| !row.dominated_by.is_empty()),
+            Kind::OverloadEscape => decision.route_kind == "overload_escape",
+            Kind::Boundary => decision.candidates.iter().any(|r| r.has_boundary_reason()),
+            Kind::Stale => decision
+                .candidates
+                .iter()
+                .any(|r| r.has_reason("stale_view")),
+            // Round robin's margin is always 0 by definition (SPEC.md §5): not a contest.
+            Kind::CloseCall => {
+                policy != "round_robin"
+                    && decision.chosen.is_some()
+                    && decision.candidates.iter().filter(|r| r.eligible).count() > 1
+                    && (decision.tie_count > 1 || decision.margin_milli < CLOSE_CALL_MARGIN_MILLI)
+            }
+            Kind::Rejected => decision.chosen.is_none(),
+        }
+    }
+}
+
+/// The kinds a decision is.
+pub fn kinds_of(policy: &str, decision: &DecisionDoc) -> Vec<Kind> {
+    KINDS
+        .into_iter()
+        .filter(|kind| kind.matches(policy, decision))
+        .collect()
+}
+
+/// How many decisions of one kind a run has, and how many the page keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct KindCount {
+    pub kind: Kind,
+    pub total: usize,
+    pub kept: usize,
+}
+
+/// The decisions of one run kept in detail, as indexes in run order.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub kept: Vec<usize>,
+    pub counts: Vec<KindCount>,
+    /// Whether every decision is kept.
+    pub complete: bool,
+}
+
+/// `count` indexes spread evenly over `0..len` (all of them when `count >= len`).
+fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {
+    let count = count.min(len);
+    (0..count).map(move |i| i * len / count)
+}
+
+/// Keeps every decision when the run has at most `sample + PER_KIND_MAX` of them;
+/// otherwise up to `PER_KIND_MAX` of each kind, spread over the run, plus `sample`
+/// evenly spaced decisions.
+pub fn select(run: &RunDoc, sample: usize) -> Selection {
+    let decisions = &run.decisions;
+    let of_kind: Vec<Vec<usize>> = KINDS
+        .iter()
+        .map(|&kind| {
+            (0..decisions.len())
+                .filter(|&i| kind.matches(&run.policy, &decisions[i]))
+                .collect()
+        })
+        .collect();
+    let complete = decisions.len() <= sample + PER_KIND_MAX;
+    let mut kept: Vec<usize> = if complete {
+        (0..decisions.len()).collect()
+    } else {
+        let mut kept: Vec<usize> = spread(decisions.len(), sample).collect();
+        for indexes in &of_kind {
+            kept.extend(spread(indexes.len(), PER_KIND_MAX).map(|i| indexes[i]));
+        }
+        kept
+    };
+    kept.sort_unstable();
+    kept.dedup();
+    let counts = KINDS
+        .iter()
+        .zip(&of_kind)
+        .map(|(&kind, indexes)| KindCount {
+            kind,
+            total: indexes.len(),
+            kept: indexes
+                .iter()
+                .filter(|i| kept.binary_search(i).is_ok())
+                .count(),
+        })
+        .collect();
+    Selection {
+        kept,
+        counts,
+        complete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{DecisionDoc, MetricsDoc, RowDoc};
+
+    fn row(worker: &str, reasons: &[&str], dominated_by: &[&str]) -> RowDoc {
+        RowDoc {
+            worker: worker.into(),
+            eligible: !reasons.contains(&"model_not_served"),
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+            reuse: 0,
+            recomputed: 10,
+            queued_prefill: 0,
+            active_decode: 0,
+            work_milli: 0,
+            after_milli: 10_000,
+            cost_milli: 10_000,
+            dominated_by: dominated_by.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    fn decision(seq: u64, rows: Vec<RowDoc>, margin_milli: u64) -> DecisionDoc {
+        DecisionDoc {
+            seq,
+            tick: seq,
+            request: format!("r{seq}"),
+            chosen: Some("w0".into()),
+            route_kind: "cold".into(),
+            tie_count: 1,
+            margin_milli,
+            candidates: rows,
+        }
+    }
+
+    fn run(decisions: Vec<DecisionDoc>) -> RunDoc {
+        let metrics: MetricsDoc = serde_json::from_value(serde_json::json!({
+            "routed": 0, "rejected": 0, "cache_hits": 0, "reused_tokens": 0,
+            "recomputed_tokens": 0, "route_churn": 0, "load_skew_milli": 0,
+            "latency_proxy_mean_milli": 0, "latency_proxy_p95_milli": 0,
+            "latency_proxy_max_milli": 0, "stale_event_rejections": 0,
+            "stale_observation_rejections": 0, "boundary_rejections": 0,
+            "overload_escapes": 0, "dominated_choices": 0
+        }))
+        .unwrap();
+        RunDoc {
+            policy: "least_load".into(),
+            decisions,
+            cache_log: vec![],
+            observation_log: vec![],
+            metrics,
+        }
+    }
+
+    #[test]
+    fn kinds_follow_the_rows() {
+        let dominated = decision(1, vec![row("w0", &[], &["w1"]), row("w1", &[], &[])], 5000);
+        assert_eq!(kinds_of("least_load", &dominated), vec![Kind::Dominated]);
+        let stale = decision(
+            2,
+            vec![row("w0", &["stale_view"], &[]), row("w1", &[], &[])],
+            0,
+        );
+        assert_eq!(
+            kinds_of("least_load", &stale),
+            vec![Kind::Stale, Kind::CloseCall]
+        );
+        // Round robin's margin is always 0: never a close call.
+        assert_eq!(kinds_of("round_robin", &stale), vec![Kind::Stale]);
+        let boundary = decision(3, vec![row("w0", &["tenant_mismatch"], &[])], 0);
+        assert_eq!(kinds_of("least_load", &boundary), vec![Kind::Boundary]);
+    }
+
+    #[test]
+    fn a_long_run_keeps_the_sample_and_a_capped_spread_of_each_kind() {
+        let plain = || vec![row("w0", &[], &[]), row("w1", &[], &[])];
+        let decisions: Vec<DecisionDoc> = (0..1000)
+            .map(|i| {
+                if i % 10 == 3 {
+                    decision(i, vec![row("w0", &[], &["w1"]), row("w1", &[], &[])], 5000)
+                } else {
+                    decision(i, plain(), 5000)
+                }
+            })
+            .collect();
+        let selection = select(&run(decisions), 10);
+        assert!(!selection.complete);
+        let dominated = selection.counts[0];
+        assert_eq!((dominated.total, dominated.kept), (100, PER_KIND_MAX));
+        // The kept dominated choices are spread over the run, not its first quarter.
+        let last_kept = *selection.kept.iter().rev().find(|&&i| i % 10 == 3).unwrap();
+        assert!(last_kept > 900, "{last_kept}");
+        assert!(selection.kept.len() <= 10 + PER_KIND_MAX);
+        assert!(selection.kept.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_short_run_is_kept_whole() {
+        let decisions = (0..20)
+            .map(|i| decision(i, vec![row("w0", &[], &[])], 5000))
+            .collect();
+        let selection = select(&run(decisions), 10);
+        assert!(selection.complete);
+        assert_eq!(selection.kept, (0..20).collect::<Vec<_>>());
+    }
+}

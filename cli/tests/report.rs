@@ -1,0 +1,403 @@
+//! `kvroute report` and `kvroute diff` end to end, without a browser: the page is parsed
+//! as HTML and its structure checked against the receipt; the diff is checked against
+//! the receipt's own `chosen` fields.
+
+use scraper::{Html, Selector};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kvroute(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(args)
+        .output()
+        .expect("the kvroute binary runs")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = kvroute(args);
+    assert!(
+        out.status.success(),
+        "kvroute {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn lab_trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/lab/trace.json")
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 paths")
+}
+
+fn receipt_of(trace: &Path) -> Value {
+    serde_json::from_slice(&ok(&["replay", s(trace), "--format", "json"]).stdout).unwrap()
+}
+
+fn select<'a>(html: &'a Html, selector: &str) -> Vec<scraper::ElementRef<'a>> {
+    html.select(&Selector::parse(selector).unwrap()).collect()
+}
+
+fn report_of(args: &[&str]) -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.html");
+    let mut all = vec!["report"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", s(&out)]);
+    ok(&all);
+    (std::fs::read_to_string(&out).unwrap(), dir)
+}
+
+#[test]
+fn the_lab_report_plots_one_point_per_receipt_row_of_every_decision() {
+    let receipt = receipt_of(&lab_trace());
+    let (page, _dir) = report_of(&[]);
+    let html = Html::parse_document(&page);
+    let articles = select(&html, "article.decision");
+    let mut expected = BTreeSet::new();
+    for run in receipt["runs"].as_array().unwrap() {
+        for d in run["decisions"].as_array().unwrap() {
+            expected.insert((
+                run["policy"].as_str().unwrap().to_owned(),
+                d["seq"].as_u64().unwrap(),
+                d["candidates"].as_array().unwrap().len(),
+            ));
+        }
+    }
+    let mut found = BTreeSet::new();
+    let marker = Selector::parse(r#"svg circle[r="7"]"#).unwrap();
+    let row = Selector::parse("table.rows tbody tr").unwrap();
+    for article in &articles {
+        let attr = |name| article.value().attr(name).unwrap().to_owned();
+        let points = article.select(&marker).count();
+        let rows: usize = attr("data-rows").parse().unwrap();
+        assert_eq!(
+            points,
+            rows,
+            "{} seq {}",
+            attr("data-policy"),
+            attr("data-seq")
+        );
+        assert_eq!(article.select(&row).count(), rows);
+        found.insert((attr("data-policy"), attr("data-seq").parse().unwrap(), rows));
+    }
+    // The lab trace is small: every decision of every policy is kept in detail.
+    assert_eq!(found, expected);
+    assert!(page.contains("Every decision of every policy is shown in detail."));
+}
+
+#[test]
+fn the_lab_report_is_self_contained_and_has_every_section() {
+    let (page, _dir) = report_of(&[]);
+    let html = Html::parse_document(&page);
+    assert!(
+        html.errors.is_empty(),
+        "HTML parse errors: {:?}",
+        html.errors
+    );
+    for id in [
+        "comparison",
+        "pareto",
+        "work",
+        "shadow",
+        "logs",
+        "cohorts",
+        "selfcheck",
+    ] {
+        assert_eq!(select(&html, &format!("#{id}")).len(), 1, "#{id}");
+    }
+    let csp = select(&html, r#"meta[http-equiv="Content-Security-Policy"]"#);
+    assert!(csp[0]
+        .value()
+        .attr("content")
+        .unwrap()
+        .starts_with("default-src 'none'"));
+    // Nothing is loaded from anywhere: no external scripts, styles, images or fonts.
+    assert!(select(&html, "script[src], link, img[src], iframe, object").is_empty());
+    for needle in ["http://", "https://", "url(", "@import", "@font-face"] {
+        let hits: Vec<&str> = page
+            .match_indices(needle)
+            .map(|(i, _)| &page[i.saturating_sub(40)..(i + 40).min(page.len())])
+            .filter(|context| !context.contains("http://www.w3.org/2000/svg"))
+            .collect();
+        assert!(hits.is_empty(), "{needle} in the page: {hits:?}");
+    }
+    // One bar chart per metric and one assigned-work chart per policy.
+    assert_eq!(select(&html, "#comparison figure.bar svg").len(), 9);
+    assert_eq!(select(&html, "#work figure svg").len(), 4);
+    assert_eq!(select(&html, "table.metrics tbody tr").len(), 4);
+    // The lab trace has a model and a LoRA adapter cohort.
+    let cohorts: BTreeSet<String> = select(&html, "table.cohorts tbody tr td:nth-child(2)")
+        .iter()
+        .map(|td| td.text().collect())
+        .collect();
+    assert!(cohorts.len() >= 2, "{cohorts:?}");
+    assert!(page.len() < 10_000_000);
+}
+
+#[test]
+fn the_comparison_table_shows_the_receipts_metrics() {
+    let receipt = receipt_of(&lab_trace());
+    let (page, _dir) = report_of(&[]);
+    let html = Html::parse_document(&page);
+    let rows = select(&html, "table.metrics tbody tr");
+    let td = Selector::parse("td").unwrap();
+    for (run, row) in receipt["runs"].as_array().unwrap().iter().zip(rows) {
+        let cells: Vec<String> = row.select(&td).map(|c| c.text().collect()).collect();
+        let m = &run["metrics"];
+        let wanted = [
+            "routed",
+            "rejected",
+            "cache_hits",
+            "reused_tokens",
+            "recomputed_tokens",
+            "route_churn",
+            "load_skew_milli",
+            "latency_proxy_mean_milli",
+            "latency_proxy_p95_milli",
+            "stale_event_rejections",
+            "stale_observation_rejections",
+            "boundary_rejections",
+            "overload_escapes",
+            "dominated_choices",
+        ];
+        let expected: Vec<String> = wanted.iter().map(|k| m[k].to_string()).collect();
+        assert_eq!(cells, expected, "{}", run["policy"]);
+    }
+}
+
+#[test]
+fn a_report_of_the_receipt_with_its_trace_is_the_report_of_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("receipt.json");
+    ok(&[
+        "replay",
+        s(&lab_trace()),
+        "--format",
+        "json",
+        "--out",
+        s(&receipt),
+    ]);
+    let (from_trace, _a) = report_of(&[s(&lab_trace())]);
+    let (from_receipt, _b) = report_of(&[s(&receipt), "--trace", s(&lab_trace())]);
+    // The page names its source, HTML-escaped; everything else is the same.
+    let escaped = |path: &Path| s(path).replace('/', "&#x2f;");
+    assert!(
+        from_receipt.replace(&escaped(&receipt), "SOURCE")
+            == from_trace.replace(&escaped(&lab_trace()), "SOURCE"),
+        "the two pages differ"
+    );
+    // Without the trace, everything but the cohorts is still there.
+    let (bare, _c) = report_of(&[s(&receipt)]);
+    assert!(bare.contains("A receipt names no request's model or adapter"));
+    assert_eq!(
+        Html::parse_document(&bare)
+            .select(&Selector::parse("article.decision").unwrap())
+            .count(),
+        116
+    );
+}
+
+#[test]
+fn report_errors_name_the_path_and_leave_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.html");
+    let missing = dir.path().join("missing.json");
+    let run = kvroute(&["report", s(&missing), "-o", s(&out)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains(s(&missing)));
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, br#"{"format":"kvroute-receipt/1","runs":3}"#).unwrap();
+    let run = kvroute(&["report", s(&bad), "-o", s(&out)]);
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}: not a valid kvroute-receipt/1", s(&bad))),
+        "{stderr}"
+    );
+
+    // A receipt with a trace it was not made from.
+    let receipt = dir.path().join("receipt.json");
+    ok(&[
+        "replay",
+        s(&lab_trace()),
+        "--format",
+        "json",
+        "--out",
+        s(&receipt),
+    ]);
+    let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/stale_epoch/trace.json");
+    let run = kvroute(&["report", s(&receipt), "--trace", s(&other), "-o", s(&out)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("is not the receipt's trace_digest"));
+
+    let unwritable = dir.path().join("no-such-dir").join("report.html");
+    let run = kvroute(&["report", "-o", s(&unwritable)]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(!out.exists() && !unwritable.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "only the inputs"
+    );
+}
+
+fn chosen_by_seq(run: &Value) -> Vec<(u64, Value)> {
+    run["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["seq"].as_u64().unwrap(), d["chosen"].clone()))
+        .collect()
+}
+
+fn differing_seqs(a: &Value, b: &Value) -> Vec<u64> {
+    chosen_by_seq(a)
+        .into_iter()
+        .zip(chosen_by_seq(b))
+        .filter(|((_, x), (_, y))| x != y)
+        .map(|((seq, _), _)| seq)
+        .collect()
+}
+
+fn diff_json(args: &[&str]) -> Value {
+    let mut all = vec!["diff"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--format", "json"]);
+    serde_json::from_slice(&ok(&all).stdout).unwrap()
+}
+
+#[test]
+fn diff_lists_exactly_the_decisions_whose_chosen_differ_in_the_receipt() {
+    let receipt = receipt_of(&lab_trace());
+    let runs = receipt["runs"].as_array().unwrap();
+    for base in runs {
+        for cand in runs {
+            let (b, c) = (
+                base["policy"].as_str().unwrap(),
+                cand["policy"].as_str().unwrap(),
+            );
+            let diff = diff_json(&[s(&lab_trace()), "--baseline", b, "--candidate", c]);
+            let listed: Vec<u64> = diff["decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["seq"].as_u64().unwrap())
+                .collect();
+            assert_eq!(listed, differing_seqs(base, cand), "{b} -> {c}");
+            assert_eq!(diff["summary"]["differing"], listed.len());
+            // Each entry carries both chosen rows as the receipt has them.
+            for entry in diff["decisions"].as_array().unwrap() {
+                let seq = entry["seq"].as_u64().unwrap();
+                for (side, run) in [("baseline", base), ("candidate", cand)] {
+                    let decision = run["decisions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|d| d["seq"] == seq)
+                        .unwrap();
+                    let row = decision["candidates"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|r| r["worker"] == decision["chosen"]);
+                    assert_eq!(
+                        Some(&entry[side]),
+                        row.or(Some(&Value::Null)),
+                        "{side} {seq}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn diff_of_two_receipts_compares_their_cache_plus_load_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    // The same requests with decode weighed a tenth as much.
+    let text = std::fs::read_to_string(lab_trace()).unwrap();
+    let mut trace: Value = serde_json::from_str(&text).unwrap();
+    trace["policy"]["decode_weight_milli"] = Value::from(100);
+    let other_trace = dir.path().join("other.json");
+    std::fs::write(&other_trace, serde_json::to_vec(&trace).unwrap()).unwrap();
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    ok(&[
+        "replay",
+        s(&lab_trace()),
+        "--format",
+        "json",
+        "--out",
+        s(&a),
+    ]);
+    ok(&[
+        "replay",
+        s(&other_trace),
+        "--format",
+        "json",
+        "--out",
+        s(&b),
+    ]);
+    let diff = diff_json(&[s(&a), s(&b), "--trace", s(&lab_trace())]);
+    let (ra, rb) = (receipt_of(&lab_trace()), receipt_of(&other_trace));
+    let listed: Vec<u64> = diff["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["seq"].as_u64().unwrap())
+        .collect();
+    let expected = differing_seqs(&ra["runs"][3], &rb["runs"][3]);
+    assert!(
+        !expected.is_empty(),
+        "the lighter decode weight changes some choice"
+    );
+    assert_eq!(listed, expected);
+    assert!(diff["decisions"][0]["latency_proxy_delta_milli"].is_i64());
+
+    // Table and CSV list the same decisions.
+    let table = String::from_utf8(ok(&["diff", s(&a), s(&b)]).stdout).unwrap();
+    let last = table.lines().last().unwrap();
+    assert!(
+        last.starts_with(&format!("diff: {} of 29 decisions differ", expected.len())),
+        "{last}"
+    );
+    assert_eq!(table.lines().count(), expected.len() + 2);
+    let csv = String::from_utf8(ok(&["diff", s(&a), s(&b), "--format", "csv"]).stdout).unwrap();
+    assert_eq!(csv.lines().count(), expected.len() + 1);
+    assert!(csv.starts_with("seq,tick,request,baseline_worker,"));
+}
+
+#[test]
+fn diff_refuses_runs_of_different_requests_and_half_named_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/stale_epoch/trace.json");
+    ok(&[
+        "replay",
+        s(&lab_trace()),
+        "--format",
+        "json",
+        "--out",
+        s(&a),
+    ]);
+    ok(&["replay", s(&other), "--format", "json", "--out", s(&b)]);
+    let run = kvroute(&["diff", s(&a), s(&b)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("do not route the same requests"));
+
+    let run = kvroute(&["diff", s(&lab_trace()), "--baseline", "least_load"]);
+    assert_eq!(run.status.code(), Some(2));
+    let run = kvroute(&[
+        "diff",
+        s(&lab_trace()),
+        "--baseline",
+        "fastest",
+        "--candidate",
+        "x",
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+}
