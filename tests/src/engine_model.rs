@@ -114,3 +114,31 @@ pub fn assert_simulations_agree(name: &str, trace_json: &[u8], settings: &SimSet
         }
     }
 }
+
+/// The engine settings a seed of the closed-loop sweep runs under: tiny caches in
+/// blocks or tokens (so evictions are common), short lags and jitter (so stale
+/// events are), all a pure function of the seed.
+pub fn settings_for_seed(seed: u64) -> SimSettings {
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let capacity = if mixed >> 63 == 0 {
+        Capacity::Blocks(seed % 7)
+    } else {
+        Capacity::Tokens(seed.wrapping_mul(37) % 3_000)
+    };
+    SimSettings {
+        workers: None,
+        options: SimulateOptions {
+            capacity,
+            publication_lag_ticks: seed % 5,
+            jitter_ticks: (mixed >> 8) % 9,
+            jitter_seed: seed,
+        },
+    }
+}
+
+/// One seed of the closed-loop sweep (`kvroute swarm --closed-loop`): the seed's
+/// generated trace simulated by both engine models under [`settings_for_seed`].
+pub fn check_closed_loop_seed(seed: u64) -> Result<(), Divergence> {
+    let trace = crate::generators::TraceRecipe::from_seed(seed).build_bytes();
+    compare_simulate(&trace, &settings_for_seed(seed)).map(|_| ())
+}

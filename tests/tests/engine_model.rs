@@ -5,7 +5,9 @@
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_core::simulate::{Capacity, SimulateOptions};
 use kvroute_harness::closed_loop::mooncake_head;
-use kvroute_harness::engine_model::{assert_simulations_agree, SimSettings};
+use kvroute_harness::engine_model::{
+    assert_simulations_agree, check_closed_loop_seed, settings_for_seed, SimSettings,
+};
 use kvroute_harness::generators::TraceRecipe;
 use serde_json::Value;
 
@@ -81,17 +83,14 @@ fn mooncake_with_evictions_and_jitter_agrees() {
 #[test]
 fn generated_traces_agree_under_generated_engines() {
     for seed in 0..150u64 {
-        let recipe = TraceRecipe::from_seed(seed);
-        let capacity = if seed % 2 == 0 {
-            Capacity::Blocks(seed % 7)
-        } else {
-            Capacity::Tokens(seed * 37 % 3_000)
-        };
-        let s = settings(capacity, seed % 5, seed % 9, seed, None);
-        assert_simulations_agree(
-            &format!("engine-model-seed-{seed}"),
-            &recipe.build_bytes(),
-            &s,
-        );
+        if let Err(divergence) = check_closed_loop_seed(seed) {
+            let trace = TraceRecipe::from_seed(seed).build_bytes();
+            assert_simulations_agree(
+                &format!("engine-model-seed-{seed}"),
+                &trace,
+                &settings_for_seed(seed),
+            );
+            panic!("seed {seed}: {divergence}");
+        }
     }
 }
