@@ -1,42 +1,45 @@
 # kvroute tasks. Each recipe is a plain cargo command; without `just`, run it directly.
+# Needs just 1.27 or later (`cargo install --locked just`) for the [doc] attributes that
+# `just --list` shows, one sentence per recipe (.ci/run checks that).
 
 fuzz_targets := "parse_trace differential receipt_verify csv_export import_mooncake closed_loop"
 
-# Every test of the workspace.
+[doc("Every test of the workspace.")]
 test:
     cargo test
 
-# The four-policy table for the built-in lab trace.
+[doc("The four-policy table for the built-in lab trace.")]
 lab:
     cargo run --release
 
-# Performance figures as one table, each next to its target (a few minutes on 2 cores).
 # `cargo bench -p kvroute-bench` gives criterion's statistics for the same workloads.
+[doc("Performance figures as one table, each next to its target (a few minutes on 2 cores).")]
 bench:
     cargo run --release -p kvroute-bench --bin bench-table
 
-# Rewrite the golden ledgers after a reviewed change to SPEC.md.
+[doc("Rewrite the golden ledgers after a reviewed change to SPEC.md.")]
 bless:
     UPDATE_EXPECT=1 cargo test -p kvroute-harness --test fixtures
 
-# Core against the oracle on N seeds (all cores).
+[doc("Core against the oracle on N seeds (all cores).")]
 swarm seeds="10000" start="0":
     cargo run --release -- swarm --seeds {{seeds}} --start {{start}}
 
-# The long run: 100,000 seeds, then every property with 20,000 cases.
+[doc("The long run: 100,000 seeds of receipts and of the closed loop, then every property with 20,000 cases.")]
 soak:
     cargo run --release -- swarm --seeds 100000
+    cargo run --release -- swarm --closed-loop --seeds 100000
     PROPTEST_CASES=20000 cargo test --release -p kvroute-harness --test properties
 
-# Planted bugs: every mutant must be caught by its intended killers.
+[doc("Planted bugs: every mutant must be caught by its intended killers.")]
 mutants:
     cargo run --release -p mutants
 
-# A second opinion: cargo-mutants over core's decision code, tested by the harness
-# (needs `cargo install --locked cargo-mutants`). It copies the tree, so it runs from a
+# Needs `cargo install --locked cargo-mutants`. It copies the tree, so it runs from a
 # clean clone: a live fuzz corpus changing under the copy makes it fail. The baseline is
 # skipped because cargo-mutants 27 runs it in the mutated package only; `cargo test`
 # is the baseline.
+[doc("A second opinion: cargo-mutants over core's decision code, tested by the harness.")]
 mutants-auto:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -57,17 +60,25 @@ mutants-auto:
         -- --lib --test fixtures --test spec_example --test sweep --test verify \
         --test closed_loop --test streaming
 
-# Rewrite the committed fuzz seeds from fixtures/ and the sweep's first seeds.
+[doc("Rewrite the committed fuzz seeds from fixtures/ and the sweep's first seeds.")]
 fuzz-seed:
     cargo run -p kvroute-harness --example fuzz_seeds
 
-# One fuzz target for N seconds, on stable (needs `cargo install --locked cargo-fuzz`).
-fuzz target seconds="60":
+# cargo-fuzz has no --locked of its own: `cargo metadata --locked` refuses a build that
+# would rewrite fuzz/Cargo.lock, so a stale lockfile fails here rather than drifting.
+[doc("Build every fuzz target on stable, with fuzz/Cargo.lock as committed.")]
+fuzz-build:
+    cargo metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml > /dev/null
+    cd fuzz && cargo fuzz build --sanitizer none
+
+# Needs `cargo install --locked cargo-fuzz`.
+[doc("One fuzz target for N seconds, on stable.")]
+fuzz target seconds="60": fuzz-build
     mkdir -p fuzz/corpus/{{target}}
     cd fuzz && cargo fuzz run {{target}} --sanitizer none corpus/{{target}} seeds/{{target}} -- -max_total_time={{seconds}}
 
-# Every fuzz target for N seconds each; prints libFuzzer's closing lines.
-fuzz-all seconds="30":
+[doc("Every fuzz target for N seconds each; prints libFuzzer's closing lines.")]
+fuzz-all seconds="30": fuzz-build
     #!/usr/bin/env bash
     set -euo pipefail
     cd fuzz
@@ -79,6 +90,6 @@ fuzz-all seconds="30":
         echo "$target: $(grep -E '^Done [0-9]+ runs' "$log" | tail -1)"
     done
 
-# What CI runs.
-ci:
-    bash .ci/run
+[doc("What CI runs (`just ci lint tests` runs only those stages).")]
+ci *stages:
+    bash .ci/run {{stages}}

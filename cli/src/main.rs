@@ -11,14 +11,14 @@ use kvroute_core::output::{canonical, csv, jsonl, receipt, table};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
-use kvroute_harness::sweep::{self, SweepConfig};
 use kvroute_harness::verify::VerifyError;
-use std::io::IsTerminal;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod report;
+mod swarm;
+mod swarm_report;
 
 #[derive(Parser)]
 #[command(
@@ -94,21 +94,9 @@ enum Command {
         /// The receipt (kvroute-receipt/1 JSON).
         receipt: PathBuf,
     },
-    /// Generate one trace per seed and compare core with the oracle on each, in parallel.
-    Swarm {
-        /// How many seeds to run.
-        #[arg(long)]
-        seeds: u64,
-        /// The first seed.
-        #[arg(long, default_value_t = 0)]
-        start: u64,
-        /// Worker threads (default: every core).
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Run only shard K of M (1-based), e.g. `--shard 2/4`.
-        #[arg(long, value_name = "K/M", value_parser = parse_shard)]
-        shard: Option<(u64, u64)>,
-    },
+    /// Generate one trace per seed and compare core with the oracle on each, in parallel;
+    /// `swarm merge` checks and joins the reports of a sharded sweep.
+    Swarm(swarm::SwarmArgs),
     /// Write the lab report: one self-contained HTML page (opens offline) with the
     /// four-policy comparison, a Pareto view of each decision's candidates, assigned
     /// work over time, a shadow diff, the stale and boundary logs and cohort metrics.
@@ -196,22 +184,6 @@ enum ImportFormat {
     },
 }
 
-fn parse_shard(text: &str) -> Result<(u64, u64), String> {
-    let (k, m) = text
-        .split_once('/')
-        .ok_or_else(|| format!("expected K/M, found {text:?}"))?;
-    let k: u64 = k
-        .parse()
-        .map_err(|_| format!("shard K is not a number: {k:?}"))?;
-    let m: u64 = m
-        .parse()
-        .map_err(|_| format!("shard M is not a number: {m:?}"))?;
-    if m == 0 || k == 0 || k > m {
-        return Err(format!("expected 1 <= K <= M, found {k}/{m}"));
-    }
-    Ok((k, m))
-}
-
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
     /// One row of headline metrics per policy, then the digests.
@@ -287,19 +259,7 @@ fn main() -> ExitCode {
             format,
         ),
         Command::Verify { trace, receipt } => verify(&trace, &receipt),
-        Command::Swarm {
-            seeds,
-            start,
-            jobs,
-            shard,
-        } => swarm(SweepConfig {
-            start,
-            seeds,
-            jobs: jobs.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-            }),
-            shard,
-        }),
+        Command::Swarm(args) => swarm::swarm(args),
         Command::Report {
             input,
             trace,
@@ -534,68 +494,6 @@ fn verify(trace: &Path, receipt: &Path) -> Result<(), Failure> {
             "{}: rejected: {problem}",
             receipt.display()
         ))),
-    }
-}
-
-fn swarm(config: SweepConfig) -> Result<(), Failure> {
-    let seeds = config.seed_list();
-    let Some(&first) = seeds.first() else {
-        println!("swarm: no seeds to run");
-        return Ok(());
-    };
-    let shard = config
-        .shard
-        .map_or(String::new(), |(k, m)| format!(", shard {k}/{m}"));
-    println!(
-        "swarm: first seed {first}, {} seeds from {}{shard}, {} jobs",
-        seeds.len(),
-        config.start,
-        config.jobs
-    );
-    let progress = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(seeds.len() as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    progress.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta}")
-            .expect("the template is valid"),
-    );
-    let report = sweep::run(&config, || progress.inc(1));
-    progress.finish_and_clear();
-    const FAILURES_SHOWN_MAX: usize = 20;
-    for failure in report.failures.iter().take(FAILURES_SHOWN_MAX) {
-        println!(
-            "seed {}: core and oracle diverge {}",
-            failure.seed, failure.divergence
-        );
-        println!(
-            "  reproduce: kvroute swarm --seeds 1 --start {}",
-            failure.seed
-        );
-        if let Some(path) = &failure.shrunk_trace {
-            println!("  shrunk trace: {}", path.display());
-        }
-    }
-    if report.failures.len() > FAILURES_SHOWN_MAX {
-        println!(
-            "... and {} more divergent seeds",
-            report.failures.len() - FAILURES_SHOWN_MAX
-        );
-    }
-    println!(
-        "swarm: {} seeds run, {} divergences, {:.0} seeds/s",
-        report.seeds_run,
-        report.failures.len(),
-        report.seeds_per_second()
-    );
-    if report.failures.is_empty() {
-        Ok(())
-    } else {
-        Err(Failure::other(format!(
-            "swarm: {} divergent seeds",
-            report.failures.len()
-        )))
     }
 }
 

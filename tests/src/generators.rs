@@ -14,6 +14,12 @@ use arbitrary::{Arbitrary, Unstructured};
 use proptest::prelude::{Rng, Strategy};
 use serde_json::{json, Value};
 
+/// The version of what a seed builds. Bump it whenever a change here (or in the
+/// recipes' byte layout) changes the trace any seed produces: sweep reports carry it, and
+/// `kvroute swarm merge` refuses to join shards built by different generators. The
+/// sweep test `the_generator_version_is_bumped_with_its_output` pins the output it names.
+pub const GENERATOR_VERSION: u32 = 1;
+
 /// Weighted towards `acme`, so cached prefixes often belong to the requester.
 const TENANTS: [&str; 4] = ["acme", "acme", "beta", "gamma"];
 /// Weighted towards `m1`, so most workers can serve most requests.

@@ -3,12 +3,15 @@
 //!
 //! A seed alone determines its trace (a ChaCha stream seeded with it feeds
 //! [`TraceRecipe`]), so results do not depend on thread count or scheduling. A divergent
-//! seed is shrunk to a smaller trace that still diverges and written to a file.
+//! seed is shrunk to a smaller trace that still diverges and written to a file. Seeds are
+//! streamed from their range, never listed, so a sweep of billions of seeds needs no more
+//! memory than a sweep of ten.
 
-use crate::differential::{self, Divergence};
+use crate::differential::{self, Agreement, Divergence};
 use crate::generators::TraceRecipe;
 use rayon::prelude::*;
 use serde_json::Value;
+use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -22,16 +25,87 @@ pub struct SweepConfig {
     pub shard: Option<(u64, u64)>,
 }
 
+/// A configuration [`run`] refuses, in words a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepConfigError {
+    /// No worker threads.
+    NoJobs,
+    /// The last seed, `start + seeds - 1`, is past `u64::MAX`.
+    RangeOverflow { start: u64, seeds: u64 },
+    /// A shard `k/m` outside `1 <= k <= m`.
+    BadShard { k: u64, m: u64 },
+}
+
+impl fmt::Display for SweepConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SweepConfigError::NoJobs => f.write_str("--jobs must be at least 1"),
+            SweepConfigError::RangeOverflow { start, seeds } => write!(
+                f,
+                "--start {start} --seeds {seeds} runs past the last seed, {}: from {start}, at \
+                 most {} seeds fit",
+                u64::MAX,
+                // Seeds start..=u64::MAX: u64::MAX - start + 1 of them, which only
+                // overflows for start 0, where every u64 seeds count fits.
+                (u64::MAX - start).saturating_add(1)
+            ),
+            SweepConfigError::BadShard { k, m } => {
+                write!(f, "shard {k}/{m}: expected 1 <= K <= M")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SweepConfigError {}
+
 impl SweepConfig {
-    /// The seeds this configuration (and shard) covers, in order.
-    pub fn seed_list(&self) -> Vec<u64> {
-        (0..self.seeds)
-            .filter(|offset| match self.shard {
-                Some((k, m)) => offset % m == k - 1,
-                None => true,
-            })
-            .map(|offset| self.start.wrapping_add(offset))
-            .collect()
+    /// Refuses configurations that cannot run as written.
+    pub fn check(&self) -> Result<(), SweepConfigError> {
+        if self.jobs == 0 {
+            return Err(SweepConfigError::NoJobs);
+        }
+        if self.seeds > 0 && self.start.checked_add(self.seeds - 1).is_none() {
+            return Err(SweepConfigError::RangeOverflow {
+                start: self.start,
+                seeds: self.seeds,
+            });
+        }
+        if let Some((k, m)) = self.shard {
+            if k == 0 || k > m {
+                return Err(SweepConfigError::BadShard { k, m });
+            }
+        }
+        Ok(())
+    }
+
+    /// `(k, m)`, with an unsharded sweep as shard 1 of 1.
+    fn shard_or_whole(&self) -> (u64, u64) {
+        self.shard.unwrap_or((1, 1))
+    }
+
+    /// How many seeds this configuration (and shard) covers, without listing them.
+    pub fn seed_count(&self) -> u64 {
+        let (k, m) = self.shard_or_whole();
+        // Offsets k-1, k-1+m, ... below `seeds`.
+        if self.seeds < k {
+            0
+        } else {
+            (self.seeds - k) / m + 1
+        }
+    }
+
+    /// The `i`-th seed this configuration covers (`i < seed_count()`).
+    fn nth_seed(&self, i: u64) -> u64 {
+        let (k, m) = self.shard_or_whole();
+        // `check` guarantees start + seeds - 1 fits, and this offset is below `seeds`.
+        self.start + (k - 1) + i * m
+    }
+
+    /// The seeds this configuration (and shard) covers, in order, one at a time.
+    /// Call [`SweepConfig::check`] first: an overflowing range would wrap.
+    pub fn seed_iter(&self) -> impl Iterator<Item = u64> {
+        let config = *self;
+        (0..config.seed_count()).map(move |i| config.nth_seed(i))
     }
 }
 
@@ -48,6 +122,11 @@ pub struct Failure {
 pub struct SweepReport {
     pub seeds_run: u64,
     pub failures: Vec<Failure>,
+    /// The wrapping sum, over every agreeing seed, of the first 64 bits of the SHA-256
+    /// of what both implementations said (the receipt, or the error lines). Order does
+    /// not matter, so shards' fingerprints add up to the whole sweep's: merging shard
+    /// reports shows that they replayed the same traces to the same receipts.
+    pub outcome_fingerprint: u64,
     pub elapsed: Duration,
 }
 
@@ -67,24 +146,98 @@ pub fn check_seed(seed: u64) -> Result<(), Divergence> {
     differential::compare(&trace_for_seed(seed)).map(|_| ())
 }
 
-/// Runs the sweep on `config.jobs` threads; `on_seed_done` is called once per seed
-/// (from any thread), e.g. to advance a progress bar.
-pub fn run(config: &SweepConfig, on_seed_done: impl Fn() + Sync) -> SweepReport {
-    let seeds = config.seed_list();
+/// The 64 bits an agreeing seed adds to [`SweepReport::outcome_fingerprint`].
+pub fn outcome_bits(agreement: &Agreement) -> u64 {
+    let digest = match agreement {
+        Agreement::Accepted(receipt) => kvroute_core::output::canonical::sha256_tag(receipt),
+        Agreement::Rejected(lines) => {
+            kvroute_core::output::canonical::sha256_tag(lines.join("\n").as_bytes())
+        }
+    };
+    let hex = digest.trim_start_matches("sha256:");
+    u64::from_str_radix(&hex[..16], 16).expect("a SHA-256 tag is 64 hex digits")
+}
+
+/// What each seed of a sweep checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepMode {
+    /// Core's receipt against the oracle's, on the seed's trace.
+    Receipts,
+    /// Core's closed loop against the oracle's engine model (SPEC.md §11), on the seed's
+    /// trace under [`crate::engine_model::settings_for_seed`].
+    ClosedLoop,
+}
+
+impl SweepMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepMode::Receipts => "receipts",
+            SweepMode::ClosedLoop => "closed_loop",
+        }
+    }
+
+    /// One seed's check: the 64 bits it adds to the fingerprint, or the divergence.
+    fn check(self, seed: u64) -> Result<u64, Divergence> {
+        match self {
+            SweepMode::Receipts => {
+                differential::compare(&trace_for_seed(seed)).map(|a| outcome_bits(&a))
+            }
+            SweepMode::ClosedLoop => {
+                let settings = crate::engine_model::settings_for_seed(seed);
+                crate::engine_model::compare_simulate(&trace_for_seed(seed), &settings)
+                    .map(|document| fingerprint_bits(&document))
+            }
+        }
+    }
+}
+
+fn fingerprint_bits(bytes: &[u8]) -> u64 {
+    let digest = kvroute_core::output::canonical::sha256_tag(bytes);
+    let hex = digest.trim_start_matches("sha256:");
+    u64::from_str_radix(&hex[..16], 16).expect("a SHA-256 tag is 64 hex digits")
+}
+
+/// Runs the receipt sweep on `config.jobs` threads; `on_seed_done` is called once per
+/// seed (from any thread), e.g. to advance a progress bar.
+pub fn run(
+    config: &SweepConfig,
+    on_seed_done: impl Fn() + Sync,
+) -> Result<SweepReport, SweepConfigError> {
+    run_mode(config, SweepMode::Receipts, on_seed_done)
+}
+
+/// Runs the sweep in `mode`.
+pub fn run_mode(
+    config: &SweepConfig,
+    mode: SweepMode,
+    on_seed_done: impl Fn() + Sync,
+) -> Result<SweepReport, SweepConfigError> {
+    config.check()?;
     let started = Instant::now();
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(config.jobs.max(1))
+        .num_threads(config.jobs)
         .build()
         .expect("a rayon pool with a positive thread count builds");
-    let mut failures: Vec<(u64, Divergence)> = pool.install(|| {
-        seeds
-            .par_iter()
-            .filter_map(|&seed| {
-                let result = check_seed(seed).err().map(|d| (seed, d));
+    // Rayon splits the index range itself: no seed list is ever built.
+    let (mut failures, outcome_fingerprint) = pool.install(|| {
+        (0..config.seed_count())
+            .into_par_iter()
+            .map(|i| {
+                let seed = config.nth_seed(i);
+                let outcome = mode.check(seed);
                 on_seed_done();
-                result
+                match outcome {
+                    Ok(bits) => (Vec::new(), bits),
+                    Err(divergence) => (vec![(seed, divergence)], 0),
+                }
             })
-            .collect()
+            .reduce(
+                || (Vec::new(), 0u64),
+                |(mut failures, bits), (more, more_bits)| {
+                    failures.extend(more);
+                    (failures, bits.wrapping_add(more_bits))
+                },
+            )
     });
     failures.sort_by_key(|(seed, _)| *seed);
     let elapsed = started.elapsed();
@@ -95,10 +248,19 @@ pub fn run(config: &SweepConfig, on_seed_done: impl Fn() + Sync) -> SweepReport 
         .into_iter()
         .enumerate()
         .map(|(i, (seed, divergence))| {
+            // The shrinker keeps what makes receipts differ; a closed-loop divergence is
+            // saved whole, with its seed's engine settings in the reproducer.
             let shrunk_trace = (i == 0)
-                .then(|| {
-                    let shrunk = shrink(&trace_for_seed(seed));
-                    differential::save_trace(&format!("seed-{seed}-shrunk"), &shrunk).ok()
+                .then(|| match mode {
+                    SweepMode::Receipts => {
+                        let shrunk = shrink(&trace_for_seed(seed));
+                        differential::save_trace(&format!("seed-{seed}-shrunk"), &shrunk).ok()
+                    }
+                    SweepMode::ClosedLoop => differential::save_trace(
+                        &format!("seed-{seed}-closed-loop"),
+                        &trace_for_seed(seed),
+                    )
+                    .ok(),
                 })
                 .flatten();
             Failure {
@@ -108,11 +270,12 @@ pub fn run(config: &SweepConfig, on_seed_done: impl Fn() + Sync) -> SweepReport 
             }
         })
         .collect();
-    SweepReport {
-        seeds_run: seeds.len() as u64,
+    Ok(SweepReport {
+        seeds_run: config.seed_count(),
         failures,
+        outcome_fingerprint,
         elapsed,
-    }
+    })
 }
 
 /// Greedily removes events, grants, workers, cache entries and prefix segments while

@@ -2,7 +2,8 @@
 //! oracle, so `cargo test` always runs the differential check on the same cases (the
 //! proptest properties explore new ones each run). `just soak` runs far more.
 
-use kvroute_harness::sweep::{self, SweepConfig};
+use kvroute_harness::generators::GENERATOR_VERSION;
+use kvroute_harness::sweep::{self, SweepConfig, SweepConfigError};
 
 /// Enough seeds to kill every planted mutant, few enough for a debug `cargo test`.
 const SEEDS: u64 = 400;
@@ -15,7 +16,7 @@ fn the_first_seeds_agree_with_the_oracle() {
         jobs: 2,
         shard: None,
     };
-    let report = sweep::run(&config, || {});
+    let report = sweep::run(&config, || {}).expect("a valid sweep");
     assert_eq!(report.seeds_run, SEEDS);
     if let Some(first) = report.failures.first() {
         panic!(
@@ -45,7 +46,8 @@ fn shards_partition_the_seeds() {
         jobs: 1,
         shard: None,
     }
-    .seed_list();
+    .seed_iter()
+    .collect::<Vec<_>>();
     let mut union: Vec<u64> = (1..=4)
         .flat_map(|k| {
             SweepConfig {
@@ -54,9 +56,118 @@ fn shards_partition_the_seeds() {
                 jobs: 1,
                 shard: Some((k, 4)),
             }
-            .seed_list()
+            .seed_iter()
+            .collect::<Vec<_>>()
         })
         .collect();
     union.sort();
     assert_eq!(union, all);
+}
+
+#[test]
+fn seed_counts_are_computed_not_listed() {
+    let whole = SweepConfig {
+        start: 0,
+        seeds: u64::MAX,
+        jobs: 1,
+        shard: None,
+    };
+    assert_eq!(whole.seed_count(), u64::MAX);
+    let shard = SweepConfig {
+        shard: Some((3, 1 << 40)),
+        ..whole
+    };
+    // Offsets 2, 2 + 2^40, ... below 2^64 - 1.
+    assert_eq!(shard.seed_count(), 1 << 24);
+    assert_eq!(shard.seed_iter().nth(1), Some(2 + (1 << 40)));
+    let tiny = SweepConfig {
+        seeds: 2,
+        shard: Some((3, 4)),
+        ..whole
+    };
+    assert_eq!(tiny.seed_count(), 0);
+    assert_eq!(tiny.seed_iter().count(), 0);
+}
+
+#[test]
+fn a_sweep_refuses_zero_jobs_and_ranges_past_the_last_seed() {
+    let last_seed_only = SweepConfig {
+        start: u64::MAX,
+        seeds: 1,
+        jobs: 1,
+        shard: None,
+    };
+    assert_eq!(last_seed_only.check(), Ok(()));
+    assert_eq!(last_seed_only.seed_iter().collect::<Vec<_>>(), [u64::MAX]);
+    let past_the_end = SweepConfig {
+        seeds: 2,
+        ..last_seed_only
+    };
+    assert_eq!(
+        sweep::run(&past_the_end, || {}).err(),
+        Some(SweepConfigError::RangeOverflow {
+            start: u64::MAX,
+            seeds: 2
+        })
+    );
+    let no_jobs = SweepConfig {
+        jobs: 0,
+        ..last_seed_only
+    };
+    assert_eq!(
+        sweep::run(&no_jobs, || {}).err(),
+        Some(SweepConfigError::NoJobs)
+    );
+    let bad_shard = SweepConfig {
+        shard: Some((0, 3)),
+        ..last_seed_only
+    };
+    assert!(bad_shard.check().is_err());
+}
+
+#[test]
+fn shards_add_up_to_the_whole_sweep() {
+    let whole = SweepConfig {
+        start: 1000,
+        seeds: 30,
+        jobs: 2,
+        shard: None,
+    };
+    let whole_report = sweep::run(&whole, || {}).expect("a valid sweep");
+    let (mut seeds_run, mut fingerprint) = (0, 0u64);
+    for k in 1..=3 {
+        let report = sweep::run(
+            &SweepConfig {
+                shard: Some((k, 3)),
+                ..whole
+            },
+            || {},
+        )
+        .expect("a valid sweep");
+        seeds_run += report.seeds_run;
+        fingerprint = fingerprint.wrapping_add(report.outcome_fingerprint);
+    }
+    assert_eq!(seeds_run, whole_report.seeds_run);
+    assert_eq!(fingerprint, whole_report.outcome_fingerprint);
+    assert_ne!(fingerprint, 0, "30 agreeing seeds leave a fingerprint");
+}
+
+/// Sweep reports name the generator by [`GENERATOR_VERSION`]; this pins what version 1
+/// builds, so a generator change fails here until the version is bumped and the pin
+/// rewritten with it.
+#[test]
+fn the_generator_version_is_bumped_with_its_output() {
+    let mut all = Vec::new();
+    for seed in 0..64 {
+        all.extend(sweep::trace_for_seed(seed));
+    }
+    let digest = kvroute_core::output::canonical::sha256_tag(&all);
+    assert_eq!(
+        (GENERATOR_VERSION, digest.as_str()),
+        (
+            1,
+            "sha256:471c48c2174343a87bdab9fe3ca0c0783d653813f3992b53c2cb8b4385f1aec0"
+        ),
+        "the generators changed what a seed builds: bump GENERATOR_VERSION and pin the new digest"
+    );
 }

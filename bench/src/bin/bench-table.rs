@@ -393,7 +393,7 @@ fn main() {
         jobs: 2,
         shard: None,
     };
-    black_box(sweep::run(&warm_up, || {}));
+    black_box(sweep::run(&warm_up, || {}).expect("a valid sweep"));
     let mut best_rate = [0.0f64; 2];
     let mut failures = 0;
     for _ in 0..SWARM_REPETITIONS {
@@ -404,7 +404,7 @@ fn main() {
                 jobs,
                 shard: None,
             };
-            let report = sweep::run(&config, || {});
+            let report = sweep::run(&config, || {}).expect("a valid sweep");
             failures += report.failures.len();
             best_rate[slot] = best_rate[slot].max(report.seeds_per_second());
         }
