@@ -10,8 +10,8 @@
 //! figures replay that trace. Nothing here is timed: each caller times what it measures.
 
 use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
-use kvroute_core::output::canonical::{canonical_trace_bytes, jcs_bytes};
-use kvroute_core::output::receipt::decision_value;
+use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::typed::push_decision_ref;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::{run_with_sink, DecisionRef, RunSink};
 use kvroute_core::route::metrics::Metrics;
@@ -132,11 +132,12 @@ pub fn cache_event_count(trace: &Trace) -> u64 {
 }
 
 /// The per-decision work of the streaming receipt, minus the digest and the file:
-/// every decision's candidate rows are materialised, turned into the receipt's JSON
-/// value and serialised as canonical (JCS) bytes, which go to `std::io::sink()`.
+/// every decision's candidate rows are written as canonical bytes by the typed writer
+/// into one reused buffer, which goes to `std::io::sink()`.
 pub struct ReceiptSink<'c> {
     worker_ids: &'c [&'c str],
     out: std::io::Sink,
+    buffer: Vec<u8>,
     /// Bytes serialised so far: returned, so the serialisation cannot be optimised away.
     pub bytes_written: u64,
 }
@@ -146,6 +147,7 @@ impl<'c> ReceiptSink<'c> {
         ReceiptSink {
             worker_ids,
             out: std::io::sink(),
+            buffer: Vec::new(),
             bytes_written: 0,
         }
     }
@@ -153,11 +155,11 @@ impl<'c> ReceiptSink<'c> {
 
 impl RunSink for ReceiptSink<'_> {
     fn decided(&mut self, decision: &DecisionRef) {
-        let value = decision_value(self.worker_ids, &decision.to_decision());
-        let bytes = jcs_bytes(&value);
-        self.bytes_written += bytes.len() as u64;
+        self.buffer.clear();
+        push_decision_ref(&mut self.buffer, self.worker_ids, decision);
+        self.bytes_written += self.buffer.len() as u64;
         self.out
-            .write_all(black_box(&bytes))
+            .write_all(black_box(&self.buffer))
             .expect("writing to io::sink cannot fail");
     }
 }
