@@ -1118,3 +1118,15 @@ fn dominance_names_the_smallest_dominating_id_and_counts_the_rest() {
         assert_eq!(row(decision, w)["dominated_count"], count, "{w}");
     }
 }
+
+#[test]
+fn canonical_trace_bytes_are_the_canonical_form_of_their_own_parse() {
+    let mut odd_strings = base_trace();
+    odd_strings["workers"][1]["id"] = json!("w\u{1}\"\\é\n");
+    odd_strings["sharing"][0]["tenants"] = json!(["z\t", "acme", "a\u{7f}"]);
+    for trace in [base_trace(), worked_example(Some(5)), odd_strings] {
+        let canonical = crate::validate(&bytes(&trace)).expect("valid trace");
+        let parsed: Value = serde_json::from_slice(&canonical).expect("JSON");
+        assert_eq!(canonical, jcs(&parsed).unwrap());
+    }
+}

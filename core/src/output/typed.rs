@@ -14,7 +14,6 @@
 //! more than one element in memory; [`receipt_bytes`] builds a whole receipt in memory
 //! with one replay per policy (the differential check's path).
 
-use crate::output::canonical::digest_tag;
 use crate::route::candidate::CandidateRow;
 use crate::route::compiled::{Compiled, Step};
 use crate::route::engine::{run_with_sink, DecisionRef, RunSink, Runner};
@@ -26,6 +25,18 @@ use sha2::{Digest, Sha256};
 
 /// The `format` member of every receipt.
 pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
+
+/// `"sha256:" + lowercase hex` of a finished SHA-256 digest.
+pub fn digest_tag(digest: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut tag = String::with_capacity(7 + 64);
+    tag.push_str("sha256:");
+    for &byte in digest {
+        tag.push(HEX[(byte >> 4) as usize] as char);
+        tag.push(HEX[(byte & 0xf) as usize] as char);
+    }
+    tag
+}
 
 /// Appends `value` in decimal.
 pub fn push_u64(out: &mut Vec<u8>, value: u64) {
