@@ -10,8 +10,8 @@
 //! figures replay that trace. Nothing here is timed: each caller times what it measures.
 
 use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
-use kvroute_core::output::canonical::{canonical_trace_bytes, jcs_bytes};
-use kvroute_core::output::receipt::decision_value;
+use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::typed::push_decision_ref;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::{run_with_sink, DecisionRef, RunSink};
 use kvroute_core::route::metrics::Metrics;
@@ -132,11 +132,12 @@ pub fn cache_event_count(trace: &Trace) -> u64 {
 }
 
 /// The per-decision work of the streaming receipt, minus the digest and the file:
-/// every decision's candidate rows are materialised, turned into the receipt's JSON
-/// value and serialised as canonical (JCS) bytes, which go to `std::io::sink()`.
+/// every decision's candidate rows are written as canonical bytes by the typed writer
+/// into one reused buffer, which goes to `std::io::sink()`.
 pub struct ReceiptSink<'c> {
     worker_ids: &'c [&'c str],
     out: std::io::Sink,
+    buffer: Vec<u8>,
     /// Bytes serialised so far: returned, so the serialisation cannot be optimised away.
     pub bytes_written: u64,
 }
@@ -146,6 +147,7 @@ impl<'c> ReceiptSink<'c> {
         ReceiptSink {
             worker_ids,
             out: std::io::sink(),
+            buffer: Vec::new(),
             bytes_written: 0,
         }
     }
@@ -153,11 +155,11 @@ impl<'c> ReceiptSink<'c> {
 
 impl RunSink for ReceiptSink<'_> {
     fn decided(&mut self, decision: &DecisionRef) {
-        let value = decision_value(self.worker_ids, &decision.to_decision());
-        let bytes = jcs_bytes(&value);
-        self.bytes_written += bytes.len() as u64;
+        self.buffer.clear();
+        push_decision_ref(&mut self.buffer, self.worker_ids, decision);
+        self.bytes_written += self.buffer.len() as u64;
         self.out
-            .write_all(black_box(&bytes))
+            .write_all(black_box(&self.buffer))
             .expect("writing to io::sink cannot fail");
     }
 }
@@ -194,6 +196,107 @@ pub fn oracle_trace_bytes(mooncake: &[u8]) -> Vec<u8> {
     canonical_trace_bytes(&replay_trace(&imported))
 }
 
+/// A `scale` trace of one request on `workers` workers whose caches form a dominance
+/// chain: worker `k` holds `k` tokens of the request's only prefix segment, so it
+/// reuses more and leaves less work than every worker before it, and worker `k` is
+/// dominated by all `workers - 1 - k` after it (the O(workers²) case of the old
+/// `dominated_by` list). Written as text; never committed.
+pub fn chain_trace_bytes(workers: usize) -> Vec<u8> {
+    let width = workers.saturating_sub(1).to_string().len();
+    let mut out = String::from(
+        r#"{"format":"kvroute-trace/1","limits":"scale","events":[{"seq":1,"tick":0,"type":"request","id":"r1","tenant":"t","model":"m","adapter":"base","prefix":[{"key":"k0","tokens":"#,
+    );
+    out.push_str(&format!(
+        r#"{workers}}}],"prompt_tokens":{workers},"decode_tokens":1}}],"workers":["#
+    ));
+    for k in 0..workers {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!(
+            r#"{{"id":"w{k:0width$}","model":"m","adapters":[],"prefill_rate":16,"decode_rate":4,"queued_prefill":0,"active_decode":0,"observed_tick":0,"epoch":0,"cache":["#
+        ));
+        if k > 0 {
+            out.push_str(&format!(
+                r#"{{"tenant":"t","model":"m","adapter":"base","key":"k0","tokens":{k}}}"#
+            ));
+        }
+        out.push_str("]}");
+    }
+    out.push_str("]}");
+    out.into_bytes()
+}
+
+/// A valid `scale` trace of about `target_bytes` bytes: `workers` workers and request
+/// events with eight-segment prefixes drawn from a small key space (so prefixes
+/// repeat), one store event every 16 requests. Written as text; never committed.
+pub fn scale_trace_bytes(target_bytes: usize, workers: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(target_bytes + 4096);
+    out.extend_from_slice(br#"{"format":"kvroute-trace/1","limits":"scale","workers":["#);
+    for w in 0..workers {
+        if w > 0 {
+            out.push(b',');
+        }
+        write!(
+            out,
+            r#"{{"id":"w{w}","model":"m","adapters":[],"prefill_rate":16,"decode_rate":4,"queued_prefill":0,"active_decode":0,"observed_tick":0,"epoch":0,"cache":[]}}"#
+        )
+        .expect("writing to a Vec cannot fail");
+    }
+    out.extend_from_slice(br#"],"events":["#);
+    let mut seq = 0u64;
+    let mut epochs = vec![0u64; workers];
+    // A fixed linear congruential sequence: the same trace every run.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |bound: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % bound
+    };
+    while out.len() < target_bytes {
+        seq += 1;
+        if seq > 1 {
+            out.push(b',');
+        }
+        let tick = seq / 4;
+        let family = next(64);
+        // Every 16th event (seq divisible by 16) is a store.
+        if seq.trailing_zeros() >= 4 {
+            let w = next(workers as u64) as usize;
+            epochs[w] += 1;
+            write!(
+                out,
+                r#"{{"seq":{seq},"tick":{tick},"type":"cache","op":"store","worker":"w{w}","epoch":{},"tenant":"t","model":"m","adapter":"base","segments":[{{"key":"f{family}b0","tokens":64}},{{"key":"f{family}b1","tokens":64}}]}}"#,
+                epochs[w]
+            )
+            .expect("writing to a Vec cannot fail");
+            continue;
+        }
+        write!(
+            out,
+            r#"{{"seq":{seq},"tick":{tick},"type":"request","id":"r{seq}","tenant":"t","model":"m","adapter":"base","prefix":["#
+        )
+        .expect("writing to a Vec cannot fail");
+        for b in 0..8 {
+            if b > 0 {
+                out.push(b',');
+            }
+            write!(out, r#"{{"key":"f{family}b{b}","tokens":64}}"#)
+                .expect("writing to a Vec cannot fail");
+        }
+        write!(
+            out,
+            r#"],"prompt_tokens":{},"decode_tokens":{}}}"#,
+            512 + next(512),
+            1 + next(256)
+        )
+        .expect("writing to a Vec cannot fail");
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
 /// `VmHWM` (peak resident set) of this process in KiB, from `/proc/self/status`.
 pub fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -206,6 +309,16 @@ pub fn vm_hwm_kib() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::first_lines;
+
+    #[test]
+    fn generated_bench_traces_are_valid() {
+        let chain = kvroute_core::parse_trace(&super::chain_trace_bytes(16)).unwrap();
+        assert_eq!(chain.workers.len(), 16);
+        let scale = super::scale_trace_bytes(200_000, 4);
+        assert!(scale.len() >= 200_000);
+        let trace = kvroute_core::parse_trace(&scale).unwrap();
+        assert!(trace.request_count() > 100);
+    }
 
     #[test]
     fn first_lines_keeps_whole_lines() {

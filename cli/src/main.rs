@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
-use kvroute_core::output::{canonical, csv, jsonl, receipt, table};
+use kvroute_core::output::{canonical, csv, jsonl, table, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
@@ -337,18 +337,17 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
     let trace = load_trace(trace)?;
     let digest = canonical::trace_digest(&trace);
     match format {
-        Format::Json => {
-            let mut bytes = receipt::replay(&trace).canonical_bytes();
-            bytes.push(b'\n');
-            emit(&bytes, out)
-        }
+        // Streamed: the receipt is never held in memory, whatever the trace's size.
+        Format::Json => emit_with(out, |w| {
+            typed::write_json(&Compiled::new(&trace), &digest, w)
+                .map(|_| ())
+                .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
+        }),
         Format::Table => {
-            // The digest comes from the streaming writer, so a large trace never holds
-            // its receipt in memory just to print a table.
-            let compiled = Compiled::new(&trace);
-            let summary = jsonl::write_jsonl(&compiled, &digest, &mut std::io::sink())
-                .map_err(|e| Failure::other(format!("kvroute: {e}")))?;
-            let table = table::summary_table_of(&summary.runs, &digest, &summary.receipt_digest);
+            // The digest is hashed as the receipt is produced, so a large trace never
+            // holds its receipt in memory just to print a table.
+            let (receipt_digest, runs) = typed::stream_digest(&Compiled::new(&trace), &digest);
+            let table = table::summary_table_of(&runs, &digest, &receipt_digest);
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {

@@ -19,7 +19,8 @@
 //! - the **policy rule** (cost score, ties, margins, the overload cap, route kind):
 //!   [`route::policy`]; the run loop and clean runs: [`route::engine`];
 //! - **canonical bytes and digests**: [`output::canonical`]; the receipt:
-//!   [`output::receipt`]; JSON Lines: [`output::jsonl`]; CSV: [`output::csv`];
+//!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:
+//!   [`output::jsonl`]; CSV: [`output::csv`];
 //! - the **closed-loop engine model** (LRU, prefill, publication lag and jitter):
 //!   [`simulate`].
 
@@ -62,5 +63,9 @@ pub const LAB_TRACE_JSON: &str = include_str!("../../fixtures/lab/trace.json");
 /// or the validation errors. The same contract as the oracle's `replay`.
 pub fn replay_bytes(trace_json: &[u8]) -> Result<Vec<u8>, ValidationErrors> {
     let trace = parse_trace(trace_json)?;
-    Ok(output::receipt::replay(&trace).canonical_bytes())
+    let compiled = route::compiled::Compiled::new(&trace);
+    Ok(output::typed::receipt_bytes(
+        &compiled,
+        &output::canonical::trace_digest(&trace),
+    ))
 }

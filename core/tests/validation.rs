@@ -244,3 +244,21 @@ fn more_than_a_hundred_errors_are_summarised() {
     assert_eq!(lines.len(), 101);
     assert_eq!(lines[100], "... and 20 more errors");
 }
+
+#[test]
+fn only_the_printed_error_lines_are_kept() {
+    // 1,000 shape errors: the first 100 are kept as lines, the other 900 counted.
+    let mut trace = base();
+    trace["workers"] = json!(vec![1; 1000]);
+    let errors = parse_trace(trace.to_string().as_bytes()).unwrap_err();
+    assert_eq!(errors.errors.len(), 100);
+    assert_eq!(errors.more, 900);
+    assert_eq!(errors.count(), 1000);
+    assert_eq!(
+        errors.errors[99],
+        "workers[99]: expected an object, found 1"
+    );
+    let lines = errors.lines();
+    assert_eq!(lines.len(), 101);
+    assert_eq!(lines[100], "... and 900 more errors");
+}

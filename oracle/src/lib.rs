@@ -25,8 +25,7 @@ pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
 /// Canonical trace bytes of an already validated trace; an error line on the
 /// (never expected) failure of canonicalization.
 fn canonical_trace_bytes(trace: &model::Trace) -> Result<Vec<u8>, Vec<String>> {
-    canonical::canonical_trace(trace)
-        .and_then(|value| canonical::jcs(&value))
+    canonical::canonical_trace_bytes(trace)
         .map_err(|message| vec![format!("$: internal error: {message}")])
 }
 

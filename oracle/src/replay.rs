@@ -49,7 +49,10 @@ pub struct Row {
     pub work_milli: u64,
     pub after_milli: u64,
     pub cost_milli: u64,
-    pub dominated_by: Vec<String>,
+    /// The smallest id among the rows that dominate this one (SPEC §4.6).
+    pub dominated_by: Option<String>,
+    /// How many rows dominate this one.
+    pub dominated_count: u64,
     /// Removed by the overload cap (cache_plus_load only); not exported itself.
     pub excluded: bool,
 }
@@ -398,16 +401,19 @@ fn candidate_rows(
             work_milli: to_u64(draft.work_milli),
             after_milli: to_u64(draft.after_milli),
             cost_milli: to_u64(cost_milli),
-            dominated_by: Vec::new(),
+            dominated_by: None,
+            dominated_count: 0,
             excluded,
         });
     }
 
-    // Dominance over the front set (eligible, not excluded), dominators in id order.
+    // Dominance over the front set (eligible, not excluded): the smallest dominating id
+    // and the number of dominators.
     let front: Vec<bool> = rows.iter().map(|r| r.eligible && !r.excluded).collect();
-    let mut dominated: Vec<Vec<String>> = Vec::with_capacity(rows.len());
+    let mut dominated: Vec<(Option<String>, u64)> = Vec::with_capacity(rows.len());
     for (a, row_a) in rows.iter().enumerate() {
-        let mut by = Vec::new();
+        let mut by: Option<String> = None;
+        let mut count = 0u64;
         if front.get(a).copied().unwrap_or(false) {
             for (b, row_b) in rows.iter().enumerate() {
                 if b == a || !front.get(b).copied().unwrap_or(false) {
@@ -416,14 +422,19 @@ fn candidate_rows(
                 let no_worse = row_b.reuse >= row_a.reuse && row_b.after_milli <= row_a.after_milli;
                 let better = row_b.reuse > row_a.reuse || row_b.after_milli < row_a.after_milli;
                 if no_worse && better {
-                    by.push(row_b.worker.clone());
+                    // The smallest id in byte order, whatever order the rows are in.
+                    if !matches!(&by, Some(id) if *id <= row_b.worker) {
+                        by = Some(row_b.worker.clone());
+                    }
+                    count += 1;
                 }
             }
         }
-        dominated.push(by);
+        dominated.push((by, count));
     }
-    for (row, by) in rows.iter_mut().zip(dominated) {
+    for (row, (by, count)) in rows.iter_mut().zip(dominated) {
         row.dominated_by = by;
+        row.dominated_count = count;
     }
     rows
 }
@@ -742,7 +753,7 @@ impl<'t> RunState<'t> {
                         if choice.route_kind == "overload_escape" {
                             metrics.overload_escapes += 1;
                         }
-                        if !row.dominated_by.is_empty() {
+                        if row.dominated_count > 0 {
                             metrics.dominated_choices += 1;
                         }
                         if let Some(state) = workers.get_mut(index) {

@@ -26,7 +26,7 @@
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::canonical::{canonical_trace, digest, jcs};
+use crate::canonical::{canonical_trace_bytes, digest, jcs};
 use crate::model::{Event, EventKind, Profile, Segment, Trace, Worker};
 use crate::replay::{sorted_events, PolicyKind, RunState};
 use crate::validate;
@@ -139,7 +139,7 @@ pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, S
 }
 
 fn canonical_bytes(trace: &Trace) -> Result<Vec<u8>, String> {
-    canonical_trace(trace).and_then(|value| jcs(&value))
+    canonical_trace_bytes(trace)
 }
 
 /// §11 "The simulated trace": the input's workers (or `--workers` copies of the first

@@ -200,7 +200,8 @@ fn worked_example_rows_decisions_and_metrics() {
         assert_eq!(w0["work_milli"], 1_000_000);
         assert_eq!(w0["after_milli"], 1_276_000);
         assert_eq!(w0["cost_milli"], 1_176_000);
-        assert_eq!(w0["dominated_by"], json!([]));
+        assert_eq!(w0["dominated_by"], Value::Null);
+        assert_eq!(w0["dominated_count"], 0);
 
         let w1 = row(decision, "w1");
         assert_eq!(w1["eligible"], true);
@@ -210,7 +211,8 @@ fn worked_example_rows_decisions_and_metrics() {
         assert_eq!(w1["work_milli"], 0);
         assert_eq!(w1["after_milli"], 1_300_000);
         assert_eq!(w1["cost_milli"], 1_206_000);
-        assert_eq!(w1["dominated_by"], json!(["w0"]));
+        assert_eq!(w1["dominated_by"], "w0");
+        assert_eq!(w1["dominated_count"], 1);
 
         let w2 = row(decision, "w2");
         assert_eq!(w2["eligible"], false);
@@ -220,7 +222,8 @@ fn worked_example_rows_decisions_and_metrics() {
         assert_eq!(w2["work_milli"], 0);
         assert_eq!(w2["after_milli"], 1_300_000);
         assert_eq!(w2["cost_milli"], 1_206_000);
-        assert_eq!(w2["dominated_by"], json!([]));
+        assert_eq!(w2["dominated_by"], Value::Null);
+        assert_eq!(w2["dominated_count"], 0);
 
         let metrics = &run(&receipt, policy)["metrics"];
         assert_eq!(metrics["boundary_rejections"], 1);
@@ -280,7 +283,8 @@ fn worked_example_with_cap() {
     assert_eq!(row(decision, "w1")["eligible"], true);
     assert_eq!(row(decision, "w2")["reasons"], json!(["model_not_served"]));
     for w in ["w0", "w1", "w2"] {
-        assert_eq!(row(decision, w)["dominated_by"], json!([]), "{w}");
+        assert_eq!(row(decision, w)["dominated_by"], Value::Null, "{w}");
+        assert_eq!(row(decision, w)["dominated_count"], 0, "{w}");
     }
     // Cost figures do not change with the cap (n and S count every eligible row).
     assert_eq!(row(decision, "w0")["cost_milli"], 1_176_000);
@@ -292,11 +296,8 @@ fn worked_example_with_cap() {
     for policy in ["round_robin", "least_load", "longest_prefix"] {
         let decision = &run(&receipt, policy)["decisions"][0];
         assert_eq!(row(decision, "w0")["reasons"], json!([]), "{policy}");
-        assert_eq!(
-            row(decision, "w1")["dominated_by"],
-            json!(["w0"]),
-            "{policy}"
-        );
+        assert_eq!(row(decision, "w1")["dominated_by"], "w0", "{policy}");
+        assert_eq!(row(decision, "w1")["dominated_count"], 1, "{policy}");
         assert_ne!(decision["route_kind"], "overload_escape");
     }
 }
@@ -1068,4 +1069,65 @@ fn mutations_never_panic() {
         replayed > 50,
         "only {replayed} scrambled traces were replayed"
     );
+}
+
+// ---------------------------------------------------------------------------------
+// The receipt's bytes (serde's compact writer) against the canonicalizer
+
+#[test]
+fn receipt_bytes_are_the_canonical_form_of_their_own_parse() {
+    let mut odd_strings = worked_example(None);
+    // Ids with characters JCS escapes, or must leave alone.
+    odd_strings["workers"][0]["id"] = json!("w\u{1}\"\\é\n\u{1f}");
+    odd_strings["workers"][1]["id"] = json!("w\u{7f}😀\u{2028}");
+    odd_strings["events"][0]["id"] = json!("r\t\u{8}\u{c}\r/");
+    for trace in [
+        worked_example(None),
+        worked_example(Some(1270)),
+        odd_strings,
+        base_trace(),
+    ] {
+        let out = replay(&bytes(&trace)).expect("valid trace");
+        let mut parsed: Value = serde_json::from_slice(&out).expect("JSON");
+        assert_eq!(out, jcs(&parsed).unwrap(), "canonical form");
+        let claimed = parsed["receipt_digest"].as_str().unwrap().to_owned();
+        parsed.as_object_mut().unwrap().remove("receipt_digest");
+        assert_eq!(claimed, digest(&jcs(&parsed).unwrap()), "receipt_digest");
+    }
+}
+
+#[test]
+fn dominance_names_the_smallest_dominating_id_and_counts_the_rest() {
+    // Four idle-cache workers whose queues grow with the id, listed out of order: each
+    // is dominated (same reuse, more work after placement) by every smaller-queued one.
+    let mut trace = worked_example(None);
+    trace["workers"] = json!([
+        worker("w3", "m1", 15_000, 0, json!([])),
+        worker("w1", "m1", 5_000, 0, json!([])),
+        worker("w0", "m1", 0, 0, json!([])),
+        worker("w2", "m1", 10_000, 0, json!([])),
+    ]);
+    let receipt = replay_value(&trace);
+    let decision = &run(&receipt, "least_load")["decisions"][0];
+    for (w, by, count) in [
+        ("w0", Value::Null, 0),
+        ("w1", json!("w0"), 1),
+        ("w2", json!("w0"), 2),
+        ("w3", json!("w0"), 3),
+    ] {
+        assert_eq!(row(decision, w)["dominated_by"], by, "{w}");
+        assert_eq!(row(decision, w)["dominated_count"], count, "{w}");
+    }
+}
+
+#[test]
+fn canonical_trace_bytes_are_the_canonical_form_of_their_own_parse() {
+    let mut odd_strings = base_trace();
+    odd_strings["workers"][1]["id"] = json!("w\u{1}\"\\é\n");
+    odd_strings["sharing"][0]["tenants"] = json!(["z\t", "acme", "a\u{7f}"]);
+    for trace in [base_trace(), worked_example(Some(5)), odd_strings] {
+        let canonical = crate::validate(&bytes(&trace)).expect("valid trace");
+        let parsed: Value = serde_json::from_slice(&canonical).expect("JSON");
+        assert_eq!(canonical, jcs(&parsed).unwrap());
+    }
 }

@@ -34,14 +34,36 @@ pub fn parse_trace(data: &[u8]) {
     }
 }
 
-/// A generated trace through core and oracle: canonical bytes equal.
+/// The typed writers' check: receipt bytes are exactly the RFC 8785 form of their own
+/// parse, as the generic canonicalizer writes it, and their `receipt_digest` is the
+/// digest of that form without the member.
+pub fn assert_canonical_receipt(bytes: &[u8], what: &str) {
+    let mut parsed: Value = serde_json::from_slice(bytes)
+        .unwrap_or_else(|e| panic!("{what}: the receipt is not JSON: {e}"));
+    assert!(
+        jcs_bytes(&parsed) == bytes,
+        "{what}: the receipt bytes are not the canonical form of their parse: {}",
+        differential::first_receipt_difference(bytes, &jcs_bytes(&parsed), "typed", "canonical")
+    );
+    let claimed = parsed["receipt_digest"].as_str().map(str::to_owned);
+    if let Some(object) = parsed.as_object_mut() {
+        object.remove("receipt_digest");
+    }
+    assert_eq!(
+        claimed.as_deref(),
+        Some(sha256_tag(&jcs_bytes(&parsed)).as_str()),
+        "{what}: receipt_digest"
+    );
+}
+
+/// A generated trace through core and oracle: canonical bytes equal, and they are the
+/// canonical form of their own parse (each side writes them without a canonicalizer).
 pub fn differential(recipe: &TraceRecipe) {
     let bytes = recipe.build_bytes();
     let reproduce = "cargo fuzz run differential --sanitizer none <the crash file>";
-    if let Agreement::Rejected(lines) =
-        differential::assert_agree("fuzz-differential", &bytes, reproduce)
-    {
-        panic!("a generated trace was rejected: {lines:?}");
+    match differential::assert_agree("fuzz-differential", &bytes, reproduce) {
+        Agreement::Rejected(lines) => panic!("a generated trace was rejected: {lines:?}"),
+        Agreement::Accepted(receipt) => assert_canonical_receipt(&receipt, "fuzz-differential"),
     }
 }
 
@@ -122,6 +144,7 @@ fn apply(receipt: &mut Value, edit: &ReceiptEdit) {
 pub fn receipt_verify(case: &ReceiptCase) {
     let trace = case.recipe.build_bytes();
     let genuine_bytes = kvroute_core::replay_bytes(&trace).expect("generated traces are valid");
+    assert_canonical_receipt(&genuine_bytes, "fuzz-receipt-verify");
     let genuine: Value = serde_json::from_slice(&genuine_bytes).expect("receipts are JSON");
     assert!(
         verify(&trace, &genuine_bytes).is_ok(),
@@ -200,7 +223,8 @@ pub fn csv_export(recipe: &TraceRecipe) {
                 ] {
                     record.push(text(&r[field]));
                 }
-                record.push(joined(&r["dominated_by"]));
+                record.push(text(&r["dominated_by"]));
+                record.push(text(&r["dominated_count"]));
                 expected.push(record);
             }
         }

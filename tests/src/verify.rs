@@ -4,7 +4,8 @@
 //! the first failure is reported: the receipt is JSON of the right form, its own digest
 //! is right, its trace digest names this trace, every decision has a row for every
 //! worker, each chosen worker is the one its own rows justify under the policy's rule,
-//! and finally it equals, byte for byte, what the oracle recomputes from the trace.
+//! each row's dominance (one id and a count) is what its decision's rows give, and
+//! finally it equals, byte for byte, what the oracle recomputes from the trace.
 
 use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
 use serde_json::Value;
@@ -93,6 +94,9 @@ pub fn verify(trace_json: &[u8], receipt_json: &[u8]) -> Result<String, VerifyEr
                     workers.len()
                 ));
             }
+            if let Some(problem) = dominance_problem(&rows) {
+                return reject(format!("{at}: {problem}"));
+            }
             let justified = justified_choice(policy, &rows, &mut cursor);
             let chosen = decision["chosen"].as_str();
             if chosen != justified.as_deref() {
@@ -119,6 +123,45 @@ pub fn verify(trace_json: &[u8], receipt_json: &[u8]) -> Result<String, VerifyEr
         ));
     }
     Ok(actual)
+}
+
+/// The first row whose `dominated_by` or `dominated_count` differs from what the rows'
+/// own `reuse`, `after_milli`, eligibility and `overloaded` reasons give (SPEC.md §4.6).
+fn dominance_problem(rows: &[Value]) -> Option<String> {
+    let in_front = |row: &Value| {
+        row["eligible"] == true
+            && !row["reasons"]
+                .as_array()
+                .is_some_and(|reasons| reasons.iter().any(|x| x == "overloaded"))
+    };
+    for a in rows {
+        let mut by: Option<&str> = None;
+        let mut count = 0u64;
+        if in_front(a) {
+            let (reuse_a, after_a) = (field(a, "reuse"), field(a, "after_milli"));
+            for b in rows.iter().filter(|b| in_front(b)) {
+                let (reuse_b, after_b) = (field(b, "reuse"), field(b, "after_milli"));
+                if reuse_b >= reuse_a
+                    && after_b <= after_a
+                    && (reuse_b > reuse_a || after_b < after_a)
+                {
+                    let id = b["worker"].as_str().unwrap_or("");
+                    if !matches!(by, Some(smallest) if smallest <= id) {
+                        by = Some(id);
+                    }
+                    count += 1;
+                }
+            }
+        }
+        let expected_by = by.map_or(Value::Null, Value::from);
+        if a["dominated_by"] != expected_by || a["dominated_count"] != count {
+            return Some(format!(
+                "worker {} has dominated_by {} and dominated_count {}, but its decision's rows give {expected_by} and {count}",
+                a["worker"], a["dominated_by"], a["dominated_count"]
+            ));
+        }
+    }
+    None
 }
 
 fn field(row: &Value, name: &str) -> u64 {

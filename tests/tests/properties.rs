@@ -62,6 +62,16 @@ proptest! {
     }
 
     #[test]
+    fn typed_receipt_bytes_are_the_canonical_form_of_their_parse(recipe in trace_recipes()) {
+        // `just soak` runs this with 20,000 cases; `cargo test` with proptest's 256.
+        let bytes = kvroute_core::replay_bytes(&recipe.build_bytes())
+            .expect("generated traces are valid");
+        kvroute_harness::oracles::assert_canonical_receipt(&bytes, "core");
+        let oracle = kvroute_oracle::replay(&recipe.build_bytes()).expect("valid");
+        kvroute_harness::oracles::assert_canonical_receipt(&oracle, "oracle");
+    }
+
+    #[test]
     fn reordering_input_arrays_changes_no_digest(recipe in trace_recipes(), seed in any::<u64>()) {
         let trace = recipe.build();
         let mut shuffled = trace.clone();

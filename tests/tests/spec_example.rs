@@ -48,12 +48,14 @@ fn rows_decisions_and_metrics_match_the_hand_computation() {
     assert_eq!(w1["reasons"], serde_json::json!(["tenant_mismatch"]));
     assert_eq!(w1["after_milli"], 1_300_000);
     assert_eq!(w1["cost_milli"], 1_206_000);
-    assert_eq!(w1["dominated_by"], serde_json::json!(["w0"]));
+    assert_eq!(w1["dominated_by"], "w0");
+    assert_eq!(w1["dominated_count"], 1);
     let w2 = row(d, "w2");
     assert_eq!(w2["eligible"], false);
     assert_eq!(w2["reasons"], serde_json::json!(["model_not_served"]));
     assert_eq!(w2["cost_milli"], 1_206_000);
-    assert_eq!(w2["dominated_by"], serde_json::json!([]));
+    assert_eq!(w2["dominated_by"], serde_json::Value::Null);
+    assert_eq!(w2["dominated_count"], 0);
 
     let expected = [
         ("round_robin", "w0", "hit", 0, 1176, 0),
@@ -95,7 +97,8 @@ fn the_capped_variant_escapes_to_the_least_after() {
         serde_json::json!(["tenant_mismatch", "overloaded"])
     );
     for worker in ["w0", "w1", "w2"] {
-        assert_eq!(row(d, worker)["dominated_by"], serde_json::json!([]));
+        assert_eq!(row(d, worker)["dominated_by"], serde_json::Value::Null);
+        assert_eq!(row(d, worker)["dominated_count"], 0);
     }
     assert_eq!(run["metrics"]["overload_escapes"], 1);
     // The cap belongs to cache_plus_load alone.

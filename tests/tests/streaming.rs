@@ -1,17 +1,21 @@
 //! The streaming writers against their in-memory counterparts (SPEC.md §6.4): the
 //! JSON Lines stream must carry the same members in canonical order and end with the
 //! same `receipt_digest`, and the streamed CSV must be byte-identical to the CSV of the
-//! in-memory receipt; and the canonical trace, written piece by piece, must equal the
-//! JCS of the whole trace tree. Checked on every fixture and on generated traces.
+//! in-memory receipt; the streamed `--format json` receipt must be the in-memory
+//! receipt's bytes, and those bytes (written by type) the canonical form of their own
+//! parse and of the receipt's JSON tree; and the canonical trace, written piece by
+//! piece, must equal the JCS of the whole trace tree. Checked on every fixture and on
+//! generated traces.
 
 use kvroute_core::output::csv::{csv_bytes, write_csv};
 use kvroute_core::output::jsonl::{write_jsonl, STREAM_FORMAT};
-use kvroute_core::output::{canonical, receipt};
+use kvroute_core::output::{canonical, receipt, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine;
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::fixtures;
 use kvroute_harness::generators::TraceRecipe;
+use kvroute_harness::oracles::assert_canonical_receipt;
 use serde_json::{json, Map, Value};
 
 /// Rebuilds the full receipt from its JSON Lines records.
@@ -92,6 +96,33 @@ fn check(trace_bytes: &[u8], what: &str) {
     assert_eq!(
         summary.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
         Policy::ALL.to_vec()
+    );
+
+    // The typed bytes: in memory from records, in memory while replaying, streamed to a
+    // writer; all equal, and equal to the canonicalizer's form of the tree and of their
+    // own parse.
+    let bytes = receipt.canonical_bytes();
+    assert_eq!(
+        bytes,
+        canonical::jcs_bytes(&receipt.to_value()),
+        "{what}: tree"
+    );
+    assert_canonical_receipt(&bytes, what);
+    let digest = canonical::trace_digest(&trace);
+    assert_eq!(
+        typed::receipt_bytes(&compiled, &digest),
+        bytes,
+        "{what}: replayed"
+    );
+    let mut streamed = Vec::new();
+    let streamed_digest = typed::write_json(&compiled, &digest, &mut streamed).unwrap();
+    assert_eq!(streamed.pop(), Some(b'\n'), "{what}: one newline");
+    assert_eq!(streamed, bytes, "{what}: streamed json");
+    assert_eq!(streamed_digest, receipt.digest(), "{what}: streamed digest");
+    assert_eq!(
+        typed::stream_digest(&compiled, &digest).0,
+        receipt.digest(),
+        "{what}: digest only"
     );
 
     let mut csv = Vec::new();

@@ -105,3 +105,21 @@ fn an_invalid_trace_is_not_a_verdict_on_the_receipt() {
         "{result:?}"
     );
 }
+
+#[test]
+fn a_changed_dominance_count_is_rejected() {
+    let (trace, mut receipt) = genuine();
+    // The first row of any decision, whatever its dominance, gets one more dominator.
+    let row = &mut receipt["runs"][0]["decisions"][0]["candidates"][0];
+    let count = row["dominated_count"].as_u64().unwrap();
+    row["dominated_count"] = Value::from(count + 1);
+    let problem = rejection(&trace, &resign(receipt));
+    assert!(
+        problem.contains(&format!("dominated_count {}", count + 1)),
+        "{problem}"
+    );
+    assert!(
+        problem.contains("but its decision's rows give"),
+        "{problem}"
+    );
+}

@@ -17,21 +17,36 @@
 //!   fresh child process (this binary re-run with `--peak-memory-child`), so the other
 //!   figures' allocations do not count.
 //!
+//! - **receipts and input** (issue 11): decisions per second with a JSON Lines receipt
+//!   (`write_jsonl`, all four policies, to `io::sink`) at 8, 64 and 512 workers; the
+//!   cost of one differential check divided by core's parse + route alone on the same
+//!   seeds; `parse_trace` throughput; and peak memory (`VmHWM` of a fresh child) of
+//!   `validate`, `replay --format jsonl` and `replay --format json --out` on a generated
+//!   200 MB trace and on a 1-request × 4,096-worker dominance-chain trace, both written
+//!   to a temporary directory by this run and deleted after it.
+//!
+//! `bench-table SECTION...` runs only the named sections (`routing`, `oracle`,
+//! `swarm`, `closed-loop`, `memory`); with none, all of them.
+//!
 //! Each figure is the best of several timed runs after one untimed warm-up (fewer runs
 //! for figures whose single run is slow; the count is printed). Importing and preparing
 //! the traces is timed separately and counted in no figure. Criterion's statistics for
 //! the same workloads come from `cargo bench -p kvroute-bench`.
 
 use kvroute_bench::{
-    cache_event_count, import, mooncake_bytes, mooncake_path, oracle_trace_bytes,
-    receipt_window_trace, replay_trace, request_count, run_with_receipt, simulate_all,
-    simulation_input, vm_hwm_kib, ORACLE_TRACE_REQUESTS, RECEIPT_WINDOW_REQUESTS, WORKER_COUNTS,
+    cache_event_count, chain_trace_bytes, import, mooncake_bytes, mooncake_path,
+    oracle_trace_bytes, receipt_window_trace, replay_trace, request_count, run_with_receipt,
+    scale_trace_bytes, simulate_all, simulation_input, vm_hwm_kib, ORACLE_TRACE_REQUESTS,
+    RECEIPT_WINDOW_REQUESTS, WORKER_COUNTS,
 };
 use kvroute_core::output::canonical::jcs_bytes;
+use kvroute_core::output::canonical::trace_digest;
 use kvroute_core::output::receipt::metrics_value;
+use kvroute_core::output::{jsonl, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::run_metrics;
 use kvroute_core::{parse_trace, replay_bytes, Policy};
+use kvroute_harness::differential;
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::hint::black_box;
 use std::process::Command;
@@ -50,6 +65,20 @@ const TARGET_ORACLE_RATIO: f64 = 50.0;
 const TARGET_SWARM_SCALING: f64 = 1.7;
 const TARGET_CLOSED_LOOP_SECONDS: f64 = 1.0;
 const TARGET_PEAK_MEMORY_BYTES: u64 = 300_000_000;
+// Issue 11's targets.
+const TARGET_SWARM_SEEDS_PER_CORE: f64 = 1_500.0;
+const TARGET_PARSE_MB_PER_SECOND: f64 = 150.0;
+const TARGET_CORE_REPLAY_MS: f64 = 300.0;
+const TARGET_DIFFERENTIAL_RATIO: f64 = 2.5;
+const TARGET_JSONL_DECISIONS_PER_SECOND_64: f64 = 25_000.0;
+const TARGET_SCALE_JSONL_PEAK_BYTES: u64 = 150_000_000;
+const TARGET_CHAIN_JSON_PEAK_BYTES: u64 = 100_000_000;
+
+/// Seeds of the differential-cost ratio, and the memory figures' generated traces.
+const DIFFERENTIAL_SEEDS: u64 = 400;
+const SCALE_TRACE_BYTES: usize = 200_000_000;
+const SCALE_TRACE_WORKERS: usize = 8;
+const CHAIN_WORKERS: usize = 4_096;
 
 /// A figure's best time and how many timed runs it was the best of.
 #[derive(Clone, Copy)]
@@ -126,10 +155,12 @@ struct TargetRow {
 }
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some(PEAK_MEMORY_CHILD) {
-        peak_memory_child();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(PEAK_MEMORY_CHILD) {
+        peak_memory_child(&args[1..]);
         return;
     }
+    let wants = |section: &str| args.is_empty() || args.iter().any(|a| a == section);
     let started = Instant::now();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mooncake = mooncake_bytes();
@@ -147,334 +178,466 @@ fn main() {
     );
     let mut targets = Vec::new();
 
-    // Routing throughput, one fleet at a time. Only the fleet's own trace is alive while
-    // it is measured: a replay allocates and frees its cache index, so its speed depends
-    // on what else is on the heap (holding the other fleets' traces costs about a third).
-    let mut setup_rows = Vec::new();
-    let mut routing_rows = Vec::new();
-    let mut cache_plus_load_64 = None;
-    // Runs whose metrics differ with and without the receipt (there should be none).
-    let mut mismatches = Vec::new();
-    for workers in WORKER_COUNTS {
-        let (imported, import_time) = timed(&mut || import(&mooncake, workers));
-        let (trace, events_time) = timed(&mut || replay_trace(&imported));
-        drop(imported);
-        let (compiled, compile_time) = timed(&mut || Compiled::new(&trace));
-        let decisions = request_count(&trace);
-        setup_rows.push(format!(
-            "{workers:>7}  {:>9.1}  {:>21.1}  {:>10.1}  {:>8}  {:>12}",
-            import_time.as_secs_f64() * 1e3,
-            events_time.as_secs_f64() * 1e3,
-            compile_time.as_secs_f64() * 1e3,
-            grouped(decisions as f64),
-            grouped(cache_event_count(&trace) as f64),
-        ));
-        let mut rows = Vec::new();
-        for policy in Policy::ALL {
-            let (plain, metrics) = measure(|| run_metrics(black_box(&compiled), policy));
-            let plain_rate = plain.per_second(decisions);
-            if policy == Policy::CachePlusLoad && workers == 64 {
-                cache_plus_load_64 = Some(plain_rate);
+    if wants("routing") {
+        // Routing throughput, one fleet at a time. Only the fleet's own trace is alive while
+        // it is measured: a replay allocates and frees its cache index, so its speed depends
+        // on what else is on the heap (holding the other fleets' traces costs about a third).
+        let mut setup_rows = Vec::new();
+        let mut routing_rows = Vec::new();
+        let mut cache_plus_load_64 = None;
+        // Runs whose metrics differ with and without the receipt (there should be none).
+        let mut mismatches = Vec::new();
+        let mut jsonl_rows: Vec<JsonlRow> = Vec::new();
+        for workers in WORKER_COUNTS {
+            let (imported, import_time) = timed(&mut || import(&mooncake, workers));
+            let (trace, events_time) = timed(&mut || replay_trace(&imported));
+            drop(imported);
+            let (compiled, compile_time) = timed(&mut || Compiled::new(&trace));
+            let decisions = request_count(&trace);
+            setup_rows.push(format!(
+                "{workers:>7}  {:>9.1}  {:>21.1}  {:>10.1}  {:>8}  {:>12}",
+                import_time.as_secs_f64() * 1e3,
+                events_time.as_secs_f64() * 1e3,
+                compile_time.as_secs_f64() * 1e3,
+                grouped(decisions as f64),
+                grouped(cache_event_count(&trace) as f64),
+            ));
+            let mut rows = Vec::new();
+            for policy in Policy::ALL {
+                let (plain, metrics) = measure(|| run_metrics(black_box(&compiled), policy));
+                let plain_rate = plain.per_second(decisions);
+                if policy == Policy::CachePlusLoad && workers == 64 {
+                    cache_plus_load_64 = Some(plain_rate);
+                }
+                let receipt = (workers != 512).then(|| {
+                    let (m, (receipt_metrics, _)) =
+                        measure(|| run_with_receipt(black_box(&compiled), policy));
+                    if receipt_metrics != metrics {
+                        mismatches.push(format!("{} at {workers} workers", policy.name()));
+                    }
+                    (grouped(m.per_second(decisions)), m.runs.to_string())
+                });
+                rows.push((policy, plain_rate, plain.runs, metrics.cache_hits, receipt));
             }
-            let receipt = (workers != 512).then(|| {
-                let (m, (receipt_metrics, _)) =
-                    measure(|| run_with_receipt(black_box(&compiled), policy));
-                if receipt_metrics != metrics {
-                    mismatches.push(format!("{} at {workers} workers", policy.name()));
+            if workers != 512 {
+                jsonl_rows.push(jsonl_row(workers, &compiled, decisions, None));
+            }
+            drop(compiled);
+            drop(trace);
+            // 512 workers with receipt: every policy, on the first requests only (a full
+            // run writes about 150 KB of receipt per decision).
+            if workers == 512 {
+                let window = receipt_window_trace(&mooncake, workers);
+                let compiled = Compiled::new(&window);
+                jsonl_rows.push(jsonl_row(
+                    workers,
+                    &compiled,
+                    request_count(&window),
+                    Some(RECEIPT_WINDOW_REQUESTS),
+                ));
+                for row in &mut rows {
+                    let policy = row.0;
+                    let (m, (receipt_metrics, _)) =
+                        measure(|| run_with_receipt(black_box(&compiled), policy));
+                    if receipt_metrics != run_metrics(&compiled, policy) {
+                        mismatches.push(format!("{} at {workers} workers", policy.name()));
+                    }
+                    let rate = m.per_second(request_count(&window));
+                    row.4 = Some((
+                        format!(
+                            "{} (first {} requests)",
+                            grouped(rate),
+                            grouped(RECEIPT_WINDOW_REQUESTS as f64)
+                        ),
+                        m.runs.to_string(),
+                    ));
                 }
-                (grouped(m.per_second(decisions)), m.runs.to_string())
-            });
-            rows.push((policy, plain_rate, plain.runs, metrics.cache_hits, receipt));
-        }
-        drop(compiled);
-        drop(trace);
-        // 512 workers with receipt: every policy, on the first requests only (a full
-        // run writes about 150 KB of receipt per decision).
-        if workers == 512 {
-            let window = receipt_window_trace(&mooncake, workers);
-            let compiled = Compiled::new(&window);
-            for row in &mut rows {
-                let policy = row.0;
-                let (m, (receipt_metrics, _)) =
-                    measure(|| run_with_receipt(black_box(&compiled), policy));
-                if receipt_metrics != run_metrics(&compiled, policy) {
-                    mismatches.push(format!("{} at {workers} workers", policy.name()));
-                }
-                let rate = m.per_second(request_count(&window));
-                row.4 = Some((
-                    format!(
-                        "{} (first {} requests)",
-                        grouped(rate),
-                        grouped(RECEIPT_WINDOW_REQUESTS as f64)
-                    ),
-                    m.runs.to_string(),
+            }
+            for (policy, plain_rate, plain_runs, cache_hits, receipt) in rows {
+                let (receipt_rate, receipt_runs) = receipt.expect("set for every fleet");
+                routing_rows.push(format!(
+                    "{:<16} {:>7}  {:>10}  {:>31} {:>4}  {:>33} {:>4}",
+                    policy.name(),
+                    workers,
+                    grouped(cache_hits as f64),
+                    grouped(plain_rate),
+                    plain_runs,
+                    receipt_rate,
+                    receipt_runs
                 ));
             }
         }
-        for (policy, plain_rate, plain_runs, cache_hits, receipt) in rows {
-            let (receipt_rate, receipt_runs) = receipt.expect("set for every fleet");
-            routing_rows.push(format!(
-                "{:<16} {:>7}  {:>10}  {:>31} {:>4}  {:>33} {:>4}",
-                policy.name(),
-                workers,
-                grouped(cache_hits as f64),
-                grouped(plain_rate),
-                plain_runs,
-                receipt_rate,
-                receipt_runs
-            ));
+        println!();
+        println!("## Set-up (counted in no figure below)");
+        println!(
+            "{:>7}  {:>9}  {:>21}  {:>10}  {:>8}  {:>12}",
+            "workers",
+            "import_ms",
+            "closed_loop_events_ms",
+            "compile_ms",
+            "requests",
+            "cache_events"
+        );
+        for row in &setup_rows {
+            println!("{row}");
+        }
+        println!();
+        println!("## Routing throughput: decisions per second, one policy's replay on one thread");
+        println!(
+            "   (replay of the Mooncake requests plus the cache_plus_load loop's cache events;"
+        );
+        println!("    with receipt = candidate rows + JSON value + canonical bytes per decision;");
+        println!(
+            "    cache_hits = decisions that reused a cached prefix, from the no-receipt run)"
+        );
+        println!(
+            "{:<16} {:>7}  {:>10}  {:>31} {:>4}  {:>33} {:>4}",
+            "policy",
+            "workers",
+            "cache_hits",
+            "no_receipt_decisions_per_second",
+            "runs",
+            "with_receipt_decisions_per_second",
+            "runs"
+        );
+        for row in &routing_rows {
+            println!("{row}");
+        }
+        if mismatches.is_empty() {
+            println!(
+                "metrics with and without receipt: identical for every run measured both ways"
+            );
+        } else {
+            println!(
+                "metrics with and without receipt DIFFER for: {}",
+                mismatches.join(", ")
+            );
+        }
+        println!();
+        println!("## JSON Lines receipt: write_jsonl (4 policies, 3 passes each) to io::sink");
+        println!(
+            "{:>7}  {:>26}  {:>4}  trace",
+            "workers", "decisions_per_second", "runs"
+        );
+        for row in &jsonl_rows {
+            println!(
+                "{:>7}  {:>26}  {:>4}  {}",
+                row.workers,
+                grouped(row.rate),
+                row.runs,
+                row.window
+                    .map_or("all 12,031 requests".to_owned(), |n| format!(
+                        "first {} requests",
+                        grouped(n as f64)
+                    ))
+            );
+            if row.workers == 64 {
+                targets.push(TargetRow {
+                    figure: "replay with JSON Lines receipt, 64 workers".into(),
+                    measured: format!("{} decisions/s", grouped(row.rate)),
+                    target: format!(
+                        ">= {} decisions/s",
+                        grouped(TARGET_JSONL_DECISIONS_PER_SECOND_64)
+                    ),
+                    status: status(row.rate >= TARGET_JSONL_DECISIONS_PER_SECOND_64).into(),
+                });
+            }
+        }
+        if let Some(rate) = cache_plus_load_64 {
+            targets.push(TargetRow {
+                figure: "cache_plus_load, 64 workers, no receipt, 1 core".into(),
+                measured: format!("{} decisions/s", grouped(rate)),
+                target: format!(">= {} decisions/s", grouped(TARGET_DECISIONS_PER_SECOND)),
+                status: if rate >= TARGET_DECISIONS_PER_SECOND {
+                    status(true).into()
+                } else {
+                    format!(
+                        "{} ({:.1}x short)",
+                        status(false),
+                        TARGET_DECISIONS_PER_SECOND / rate
+                    )
+                },
+            });
         }
     }
-    println!();
-    println!("## Set-up (counted in no figure below)");
-    println!(
-        "{:>7}  {:>9}  {:>21}  {:>10}  {:>8}  {:>12}",
-        "workers", "import_ms", "closed_loop_events_ms", "compile_ms", "requests", "cache_events"
-    );
-    for row in &setup_rows {
-        println!("{row}");
-    }
-    println!();
-    println!("## Routing throughput: decisions per second, one policy's replay on one thread");
-    println!("   (replay of the Mooncake requests plus the cache_plus_load loop's cache events;");
-    println!("    with receipt = candidate rows + JSON value + canonical bytes per decision;");
-    println!("    cache_hits = decisions that reused a cached prefix, from the no-receipt run)");
-    println!(
-        "{:<16} {:>7}  {:>10}  {:>31} {:>4}  {:>33} {:>4}",
-        "policy",
-        "workers",
-        "cache_hits",
-        "no_receipt_decisions_per_second",
-        "runs",
-        "with_receipt_decisions_per_second",
-        "runs"
-    );
-    for row in &routing_rows {
-        println!("{row}");
-    }
-    if mismatches.is_empty() {
-        println!("metrics with and without receipt: identical for every run measured both ways");
-    } else {
-        println!(
-            "metrics with and without receipt DIFFER for: {}",
-            mismatches.join(", ")
-        );
-    }
-    if let Some(rate) = cache_plus_load_64 {
-        targets.push(TargetRow {
-            figure: "cache_plus_load, 64 workers, no receipt, 1 core".into(),
-            measured: format!("{} decisions/s", grouped(rate)),
-            target: format!(">= {} decisions/s", grouped(TARGET_DECISIONS_PER_SECOND)),
-            status: if rate >= TARGET_DECISIONS_PER_SECOND {
-                status(true).into()
-            } else {
-                format!(
-                    "{} ({:.1}x short)",
-                    status(false),
-                    TARGET_DECISIONS_PER_SECOND / rate
-                )
-            },
-        });
-    }
 
-    // Core versus oracle.
-    println!();
-    println!(
+    if wants("oracle") {
+        // Core versus oracle.
+        println!();
+        println!(
         "## Core versus oracle: {} Mooncake requests on 8 workers with closed-loop cache events",
         grouped(ORACLE_TRACE_REQUESTS as f64)
     );
-    let (trace_bytes, prep_time) = timed(&mut || oracle_trace_bytes(&mooncake));
-    println!(
-        "   trace: {} bytes of canonical JSON, prepared in {:.1} ms (not counted)",
-        grouped(trace_bytes.len() as f64),
-        prep_time.as_secs_f64() * 1e3
-    );
-    let core_receipt = replay_bytes(&trace_bytes).expect("the trace validates in core");
-    let oracle_receipt = kvroute_oracle::replay(&trace_bytes).expect("the trace validates");
-    let identical = core_receipt == oracle_receipt;
-    println!(
-        "   receipts identical: {identical} ({} bytes)",
-        grouped(core_receipt.len() as f64)
-    );
-    drop((core_receipt, oracle_receipt));
-    let core = measure(|| replay_bytes(black_box(&trace_bytes))).0;
-    let oracle = measure(|| kvroute_oracle::replay(black_box(&trace_bytes))).0;
-    let core_metrics_only = measure(|| {
-        let trace = parse_trace(black_box(&trace_bytes)).expect("validates");
-        let compiled = Compiled::new(&trace);
-        Policy::ALL.map(|policy| run_metrics(&compiled, policy))
-    })
-    .0;
-    let parse_only = measure(|| parse_trace(black_box(&trace_bytes)).map(|t| t.events.len())).0;
-    // Routing alone: both sides start from their own validated trace and compute the
-    // same decisions and metrics (checked below) without writing a receipt.
-    let validated_core = parse_trace(&trace_bytes).expect("validates");
-    let validated_oracle = kvroute_oracle::validated(&trace_bytes).expect("validates");
-    let core_routing_metrics = |trace: &kvroute_core::Trace| {
-        let compiled = Compiled::new(trace);
-        let runs: Vec<serde_json::Value> = Policy::ALL
-            .iter()
-            .map(|&p| {
-                serde_json::json!({
-                    "policy": p.name(),
-                    "metrics": metrics_value(&run_metrics(&compiled, p)),
+        let (trace_bytes, prep_time) = timed(&mut || oracle_trace_bytes(&mooncake));
+        println!(
+            "   trace: {} bytes of canonical JSON, prepared in {:.1} ms (not counted)",
+            grouped(trace_bytes.len() as f64),
+            prep_time.as_secs_f64() * 1e3
+        );
+        let core_receipt = replay_bytes(&trace_bytes).expect("the trace validates in core");
+        let oracle_receipt = kvroute_oracle::replay(&trace_bytes).expect("the trace validates");
+        let identical = core_receipt == oracle_receipt;
+        println!(
+            "   receipts identical: {identical} ({} bytes)",
+            grouped(core_receipt.len() as f64)
+        );
+        drop((core_receipt, oracle_receipt));
+        let core = measure(|| replay_bytes(black_box(&trace_bytes))).0;
+        let oracle = measure(|| kvroute_oracle::replay(black_box(&trace_bytes))).0;
+        let core_metrics_only = measure(|| {
+            let trace = parse_trace(black_box(&trace_bytes)).expect("validates");
+            let compiled = Compiled::new(&trace);
+            Policy::ALL.map(|policy| run_metrics(&compiled, policy))
+        })
+        .0;
+        let parse_only = measure(|| parse_trace(black_box(&trace_bytes)).map(|t| t.events.len())).0;
+        // Routing alone: both sides start from their own validated trace and compute the
+        // same decisions and metrics (checked below) without writing a receipt.
+        let validated_core = parse_trace(&trace_bytes).expect("validates");
+        let validated_oracle = kvroute_oracle::validated(&trace_bytes).expect("validates");
+        let core_routing_metrics = |trace: &kvroute_core::Trace| {
+            let compiled = Compiled::new(trace);
+            let runs: Vec<serde_json::Value> = Policy::ALL
+                .iter()
+                .map(|&p| {
+                    serde_json::json!({
+                        "policy": p.name(),
+                        "metrics": metrics_value(&run_metrics(&compiled, p)),
+                    })
                 })
-            })
-            .collect();
-        jcs_bytes(&serde_json::Value::Array(runs))
-    };
-    let metrics_agree = core_routing_metrics(&validated_core)
-        == kvroute_oracle::replay_metrics(&validated_oracle).expect("replays");
-    println!("   routing-only metrics identical: {metrics_agree}");
-    let core_routing = measure(|| core_routing_metrics(black_box(&validated_core))).0;
-    let oracle_routing = measure(|| kvroute_oracle::replay_metrics(black_box(&validated_oracle))).0;
-    println!("{:<58} {:>10} {:>4}", "", "elapsed_ms", "runs");
-    for (label, m) in [
-        ("core replay_bytes (parse + 4 policies + receipt)", core),
-        ("oracle replay (parse + 4 policies + receipt)", oracle),
-        (
-            "core without receipt (parse + compile + 4x run_metrics)",
-            core_metrics_only,
-        ),
-        ("core parse_trace alone (for reference)", parse_only),
-        (
-            "core routing only (compile + 4 policies, no receipt)",
-            core_routing,
-        ),
-        (
-            "oracle routing only (4 policies in memory, no receipt)",
-            oracle_routing,
-        ),
-    ] {
-        println!("{label:<58} {:>10.1} {:>4}", m.elapsed_ms(), m.runs);
-    }
-    let ratio = oracle.best.as_secs_f64() / core.best.as_secs_f64();
-    let ratio_metrics_only = oracle.best.as_secs_f64() / core_metrics_only.best.as_secs_f64();
-    println!("oracle_time / core_time: {ratio:.2}x (with receipt, like for like)");
-    println!("oracle_time / core_without_receipt_time: {ratio_metrics_only:.2}x");
-    let ratio_routing = oracle_routing.best.as_secs_f64() / core_routing.best.as_secs_f64();
-    println!("oracle_routing_time / core_routing_time: {ratio_routing:.2}x (validated input, same metrics)");
-    let requests = grouped(ORACLE_TRACE_REQUESTS as f64);
-    let ratio_row = |figure: String, ratio: f64, valid: bool| TargetRow {
-        figure,
-        measured: format!("{ratio:.2}x"),
-        target: format!(">= {TARGET_ORACLE_RATIO:.0}x"),
-        status: if valid {
-            status(ratio >= TARGET_ORACLE_RATIO).into()
-        } else {
-            "INVALID: metrics differ".into()
-        },
-    };
-    targets.push(ratio_row(
-        format!("core vs oracle routing, {requests} requests, validated input"),
-        ratio_routing,
-        metrics_agree,
-    ));
-    targets.push(ratio_row(
-        format!("core vs oracle, {requests} requests, like for like"),
-        ratio,
-        true,
-    ));
-    targets.push(ratio_row(
-        "core without receipt vs oracle (not like for like)".into(),
-        ratio_metrics_only,
-        true,
-    ));
-
-    // Swarm.
-    println!();
-    println!(
-        "## Swarm: {} seeds through the differential oracle, best of {SWARM_REPETITIONS}",
-        grouped(SWARM_SEEDS as f64)
-    );
-    let warm_up = SweepConfig {
-        start: 0,
-        seeds: 200,
-        jobs: 2,
-        shard: None,
-    };
-    black_box(sweep::run(&warm_up, || {}).expect("a valid sweep"));
-    let mut best_rate = [0.0f64; 2];
-    let mut failures = 0;
-    for _ in 0..SWARM_REPETITIONS {
-        for (slot, jobs) in [1usize, 2].into_iter().enumerate() {
-            let config = SweepConfig {
-                start: 0,
-                seeds: SWARM_SEEDS,
-                jobs,
-                shard: None,
-            };
-            let report = sweep::run(&config, || {}).expect("a valid sweep");
-            failures += report.failures.len();
-            best_rate[slot] = best_rate[slot].max(report.seeds_per_second());
+                .collect();
+            jcs_bytes(&serde_json::Value::Array(runs))
+        };
+        let metrics_agree = core_routing_metrics(&validated_core)
+            == kvroute_oracle::replay_metrics(&validated_oracle).expect("replays");
+        println!("   routing-only metrics identical: {metrics_agree}");
+        let core_routing = measure(|| core_routing_metrics(black_box(&validated_core))).0;
+        let oracle_routing =
+            measure(|| kvroute_oracle::replay_metrics(black_box(&validated_oracle))).0;
+        println!("{:<58} {:>10} {:>4}", "", "elapsed_ms", "runs");
+        for (label, m) in [
+            ("core replay_bytes (parse + 4 policies + receipt)", core),
+            ("oracle replay (parse + 4 policies + receipt)", oracle),
+            (
+                "core without receipt (parse + compile + 4x run_metrics)",
+                core_metrics_only,
+            ),
+            ("core parse_trace alone (for reference)", parse_only),
+            (
+                "core routing only (compile + 4 policies, no receipt)",
+                core_routing,
+            ),
+            (
+                "oracle routing only (4 policies in memory, no receipt)",
+                oracle_routing,
+            ),
+        ] {
+            println!("{label:<58} {:>10.1} {:>4}", m.elapsed_ms(), m.runs);
         }
+        let ratio = oracle.best.as_secs_f64() / core.best.as_secs_f64();
+        let ratio_metrics_only = oracle.best.as_secs_f64() / core_metrics_only.best.as_secs_f64();
+        println!("oracle_time / core_time: {ratio:.2}x (with receipt, like for like)");
+        println!("oracle_time / core_without_receipt_time: {ratio_metrics_only:.2}x");
+        let ratio_routing = oracle_routing.best.as_secs_f64() / core_routing.best.as_secs_f64();
+        println!("oracle_routing_time / core_routing_time: {ratio_routing:.2}x (validated input, same metrics)");
+        let requests = grouped(ORACLE_TRACE_REQUESTS as f64);
+        let ratio_row = |figure: String, ratio: f64, valid: bool| TargetRow {
+            figure,
+            measured: format!("{ratio:.2}x"),
+            target: format!(">= {TARGET_ORACLE_RATIO:.0}x"),
+            status: if valid {
+                status(ratio >= TARGET_ORACLE_RATIO).into()
+            } else {
+                "INVALID: metrics differ".into()
+            },
+        };
+        let parse_mb_per_second = trace_bytes.len() as f64 / 1e6 / parse_only.best.as_secs_f64();
+        println!("parse_trace throughput: {parse_mb_per_second:.1} MB/s");
+        targets.push(TargetRow {
+            figure: format!(
+                "parse_trace, {} MB canonical trace",
+                trace_bytes.len() / 1_000_000
+            ),
+            measured: format!(
+                "{parse_mb_per_second:.1} MB/s ({:.1} ms)",
+                parse_only.elapsed_ms()
+            ),
+            target: format!(">= {TARGET_PARSE_MB_PER_SECOND:.0} MB/s"),
+            status: status(parse_mb_per_second >= TARGET_PARSE_MB_PER_SECOND).into(),
+        });
+        targets.push(TargetRow {
+            figure: format!("core replay_bytes with receipt, {requests} requests"),
+            measured: format!("{:.1} ms", core.elapsed_ms()),
+            target: format!("<= {TARGET_CORE_REPLAY_MS:.0} ms"),
+            status: status(core.elapsed_ms() <= TARGET_CORE_REPLAY_MS).into(),
+        });
+        targets.push(ratio_row(
+            format!("core vs oracle routing, {requests} requests, validated input"),
+            ratio_routing,
+            metrics_agree,
+        ));
+        targets.push(ratio_row(
+            format!("core vs oracle, {requests} requests, like for like"),
+            ratio,
+            true,
+        ));
+        targets.push(ratio_row(
+            "core without receipt vs oracle (not like for like)".into(),
+            ratio_metrics_only,
+            true,
+        ));
     }
-    let scaling = best_rate[1] / best_rate[0];
-    println!("{:<8} {:>16}", "jobs", "seeds_per_second");
-    println!("{:<8} {:>16.1}", 1, best_rate[0]);
-    println!("{:<8} {:>16.1}", 2, best_rate[1]);
-    println!("scaling (jobs 2 / jobs 1): {scaling:.2}x; divergent seeds: {failures}");
-    targets.push(TargetRow {
-        figure: format!("swarm scaling, jobs 2 / jobs 1 ({cores} cores)"),
-        measured: format!("{scaling:.2}x"),
-        target: format!(">= {TARGET_SWARM_SCALING}x"),
-        status: status(scaling >= TARGET_SWARM_SCALING).into(),
-    });
 
-    // Closed loop.
-    println!();
-    println!("## Closed loop: simulate all four policies on 8 workers (no events kept)");
-    let imported = import(&mooncake, 8);
-    let sim = simulation_input(&imported);
-    let compiled = Compiled::new(&sim);
-    let simulate_only = measure(|| simulate_all(black_box(&compiled))).0;
-    let end_to_end = measure(|| {
-        let imported = import(black_box(&mooncake), 8);
+    if wants("swarm") {
+        // Swarm.
+        println!();
+        println!(
+            "## Swarm: {} seeds through the differential oracle, best of {SWARM_REPETITIONS}",
+            grouped(SWARM_SEEDS as f64)
+        );
+        let warm_up = SweepConfig {
+            start: 0,
+            seeds: 200,
+            jobs: 2,
+            shard: None,
+        };
+        black_box(sweep::run(&warm_up, || {}).expect("a valid sweep configuration"));
+        let mut best_rate = [0.0f64; 2];
+        let mut failures = 0;
+        for _ in 0..SWARM_REPETITIONS {
+            for (slot, jobs) in [1usize, 2].into_iter().enumerate() {
+                let config = SweepConfig {
+                    start: 0,
+                    seeds: SWARM_SEEDS,
+                    jobs,
+                    shard: None,
+                };
+                let report = sweep::run(&config, || {}).expect("a valid sweep configuration");
+                failures += report.failures.len();
+                best_rate[slot] = best_rate[slot].max(report.seeds_per_second());
+            }
+        }
+        let scaling = best_rate[1] / best_rate[0];
+        println!("{:<8} {:>16}", "jobs", "seeds_per_second");
+        println!("{:<8} {:>16.1}", 1, best_rate[0]);
+        println!("{:<8} {:>16.1}", 2, best_rate[1]);
+        println!("scaling (jobs 2 / jobs 1): {scaling:.2}x; divergent seeds: {failures}");
+        let per_core = best_rate[0].max(best_rate[1] / 2.0);
+        targets.push(TargetRow {
+            figure: "swarm seeds/s per core (jobs 1; jobs 2 / 2)".into(),
+            measured: format!(
+                "{:.0} ({:.0}; {:.0})",
+                per_core,
+                best_rate[0],
+                best_rate[1] / 2.0
+            ),
+            target: format!(">= {TARGET_SWARM_SEEDS_PER_CORE:.0}"),
+            status: status(per_core >= TARGET_SWARM_SEEDS_PER_CORE).into(),
+        });
+
+        // One differential check against core's parse + route alone, same seeds, one
+        // thread; the trace bytes are built before either is timed.
+        let seeds: Vec<Vec<u8>> = (0..DIFFERENTIAL_SEEDS).map(sweep::trace_for_seed).collect();
+        let differential_time = measure(|| {
+            seeds
+                .iter()
+                .filter(|bytes| differential::compare(black_box(bytes)).is_ok())
+                .count()
+        })
+        .0;
+        let core_alone = measure(|| {
+            seeds
+                .iter()
+                .map(|bytes| {
+                    let trace = parse_trace(black_box(bytes)).expect("generated traces are valid");
+                    let compiled = Compiled::new(&trace);
+                    Policy::ALL.map(|policy| run_metrics(&compiled, policy).routed)
+                })
+                .count()
+        })
+        .0;
+        let differential_ratio =
+            differential_time.best.as_secs_f64() / core_alone.best.as_secs_f64();
+        println!(
+            "differential check of {DIFFERENTIAL_SEEDS} seeds: {:.1} ms; core parse + compile + \
+         4x run_metrics: {:.1} ms; ratio {differential_ratio:.2}x",
+            differential_time.elapsed_ms(),
+            core_alone.elapsed_ms()
+        );
+        targets.push(TargetRow {
+            figure: format!("differential check / core parse+route ({DIFFERENTIAL_SEEDS} seeds)"),
+            measured: format!("{differential_ratio:.2}x"),
+            target: format!("<= {TARGET_DIFFERENTIAL_RATIO}x"),
+            status: status(differential_ratio <= TARGET_DIFFERENTIAL_RATIO).into(),
+        });
+        targets.push(TargetRow {
+            figure: format!("swarm scaling, jobs 2 / jobs 1 ({cores} cores)"),
+            measured: format!("{scaling:.2}x"),
+            target: format!(">= {TARGET_SWARM_SCALING}x"),
+            status: status(scaling >= TARGET_SWARM_SCALING).into(),
+        });
+    }
+
+    if wants("closed-loop") {
+        // Closed loop.
+        println!();
+        println!("## Closed loop: simulate all four policies on 8 workers (no events kept)");
+        let imported = import(&mooncake, 8);
         let sim = simulation_input(&imported);
         let compiled = Compiled::new(&sim);
-        simulate_all(&compiled).len()
-    })
-    .0;
-    let peak_bytes = peak_memory_bytes();
-    println!("{:<58} {:>10} {:>4}", "", "elapsed_ms", "runs");
-    println!(
-        "{:<58} {:>10.1} {:>4}",
-        "simulate x4 alone (compiled trace given)",
-        simulate_only.elapsed_ms(),
-        simulate_only.runs
-    );
-    println!(
-        "{:<58} {:>10.1} {:>4}",
-        "end to end (import + compile + simulate x4)",
-        end_to_end.elapsed_ms(),
-        end_to_end.runs
-    );
-    match peak_bytes {
-        Some(bytes) => println!(
-            "peak memory (VmHWM of a fresh process running only the end-to-end path): {:.1} MB",
-            bytes as f64 / 1e6
-        ),
-        None => println!("peak memory: could not be read (no /proc/self/status?)"),
+        let simulate_only = measure(|| simulate_all(black_box(&compiled))).0;
+        let end_to_end = measure(|| {
+            let imported = import(black_box(&mooncake), 8);
+            let sim = simulation_input(&imported);
+            let compiled = Compiled::new(&sim);
+            simulate_all(&compiled).len()
+        })
+        .0;
+        let peak_bytes = peak_memory_bytes(&["closed-loop"]);
+        println!("{:<58} {:>10} {:>4}", "", "elapsed_ms", "runs");
+        println!(
+            "{:<58} {:>10.1} {:>4}",
+            "simulate x4 alone (compiled trace given)",
+            simulate_only.elapsed_ms(),
+            simulate_only.runs
+        );
+        println!(
+            "{:<58} {:>10.1} {:>4}",
+            "end to end (import + compile + simulate x4)",
+            end_to_end.elapsed_ms(),
+            end_to_end.runs
+        );
+        match peak_bytes {
+            Some(bytes) => println!(
+                "peak memory (VmHWM of a fresh process running only the end-to-end path): {:.1} MB",
+                bytes as f64 / 1e6
+            ),
+            None => println!("peak memory: could not be read (no /proc/self/status?)"),
+        }
+        let seconds = end_to_end.best.as_secs_f64();
+        targets.push(TargetRow {
+            figure: "closed loop, 4 policies, 8 workers, end to end".into(),
+            measured: format!(
+                "{:.3} s ({:.3} s simulate alone)",
+                seconds,
+                simulate_only.best.as_secs_f64()
+            ),
+            target: format!("< {TARGET_CLOSED_LOOP_SECONDS} s"),
+            status: status(seconds < TARGET_CLOSED_LOOP_SECONDS).into(),
+        });
+        targets.push(TargetRow {
+            figure: "closed loop peak memory (fresh process)".into(),
+            measured: peak_bytes.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+            target: format!("< {} MB", TARGET_PEAK_MEMORY_BYTES / 1_000_000),
+            status: peak_bytes.map_or("unknown".into(), |b| {
+                status(b < TARGET_PEAK_MEMORY_BYTES).into()
+            }),
+        });
     }
-    let seconds = end_to_end.best.as_secs_f64();
-    targets.push(TargetRow {
-        figure: "closed loop, 4 policies, 8 workers, end to end".into(),
-        measured: format!(
-            "{:.3} s ({:.3} s simulate alone)",
-            seconds,
-            simulate_only.best.as_secs_f64()
-        ),
-        target: format!("< {TARGET_CLOSED_LOOP_SECONDS} s"),
-        status: status(seconds < TARGET_CLOSED_LOOP_SECONDS).into(),
-    });
-    targets.push(TargetRow {
-        figure: "closed loop peak memory (fresh process)".into(),
-        measured: peak_bytes.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
-        target: format!("< {} MB", TARGET_PEAK_MEMORY_BYTES / 1_000_000),
-        status: peak_bytes.map_or("unknown".into(), |b| {
-            status(b < TARGET_PEAK_MEMORY_BYTES).into()
-        }),
-    });
+
+    if wants("memory") {
+        memory_section(&mut targets);
+    }
 
     // Targets.
     println!();
@@ -507,10 +670,15 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-/// Runs this binary again as the peak-memory child and reads the bytes it reports.
-fn peak_memory_bytes() -> Option<u64> {
+/// Runs this binary again as the peak-memory child with `args` and reads the bytes it
+/// reports.
+fn peak_memory_bytes(args: &[&str]) -> Option<u64> {
     let exe = std::env::current_exe().ok()?;
-    let output = Command::new(exe).arg(PEAK_MEMORY_CHILD).output().ok()?;
+    let output = Command::new(exe)
+        .arg(PEAK_MEMORY_CHILD)
+        .args(args)
+        .output()
+        .ok()?;
     if !output.status.success() {
         eprintln!(
             "the peak-memory child failed: {}",
@@ -525,16 +693,138 @@ fn peak_memory_bytes() -> Option<u64> {
         .map(|kib| kib * 1024)
 }
 
-/// The child: the closed loop end to end, nothing else, then its `VmHWM`.
-fn peak_memory_child() {
-    let mooncake = mooncake_bytes();
-    let imported = import(&mooncake, 8);
-    drop(mooncake);
-    let sim = simulation_input(&imported);
-    let compiled = Compiled::new(&sim);
-    black_box(simulate_all(black_box(&compiled)));
+/// The child: one workload, nothing else, then its `VmHWM`. `closed-loop` is the
+/// closed loop end to end; `validate FILE`, `jsonl FILE` and `json FILE OUT` do what
+/// `kvroute validate`, `kvroute replay --format jsonl` and `kvroute replay --format
+/// json --out OUT` do (read the file, validate, digest, write).
+fn peak_memory_child(args: &[String]) {
+    let file = || std::fs::read(&args[1]).expect("the child's trace file is readable");
+    match args.first().map(String::as_str) {
+        Some("closed-loop") => {
+            let mooncake = mooncake_bytes();
+            let imported = import(&mooncake, 8);
+            drop(mooncake);
+            let sim = simulation_input(&imported);
+            let compiled = Compiled::new(&sim);
+            black_box(simulate_all(black_box(&compiled)));
+        }
+        Some("validate") => {
+            let trace = parse_trace(&file()).expect("the trace validates");
+            black_box(trace_digest(&trace));
+        }
+        Some("jsonl") => {
+            let trace = parse_trace(&file()).expect("the trace validates");
+            let digest = trace_digest(&trace);
+            let mut out = std::io::BufWriter::new(std::io::sink());
+            jsonl::write_jsonl(&Compiled::new(&trace), &digest, &mut out).expect("sink");
+        }
+        Some("json") => {
+            let trace = parse_trace(&file()).expect("the trace validates");
+            let digest = trace_digest(&trace);
+            let out = std::fs::File::create(&args[2]).expect("the child's output is writable");
+            let mut out = std::io::BufWriter::new(out);
+            typed::write_json(&Compiled::new(&trace), &digest, &mut out).expect("written");
+        }
+        other => panic!("unknown peak-memory workload {other:?}"),
+    }
     match vm_hwm_kib() {
         Some(kib) => println!("VmHWM_kib {kib}"),
         None => std::process::exit(1),
     }
+}
+
+/// Decisions per second of a JSON Lines receipt on one fleet.
+struct JsonlRow {
+    workers: u32,
+    rate: f64,
+    runs: usize,
+    window: Option<usize>,
+}
+
+fn jsonl_row(workers: u32, compiled: &Compiled, requests: u64, window: Option<usize>) -> JsonlRow {
+    let (m, _) = measure(|| {
+        let mut sink = std::io::sink();
+        jsonl::write_jsonl(black_box(compiled), "sha256:bench", &mut sink)
+            .expect("io::sink cannot fail")
+            .runs
+            .len()
+    });
+    JsonlRow {
+        workers,
+        rate: m.per_second(4 * requests),
+        runs: m.runs,
+        window,
+    }
+}
+
+/// Peak memory of validating and replaying the two generated traces, each in a fresh
+/// child process.
+fn memory_section(targets: &mut Vec<TargetRow>) {
+    println!();
+    println!("## Peak memory (VmHWM of a fresh child process per workload)");
+    let dir = std::env::temp_dir().join(format!("kvroute-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let scale_path = dir.join("scale.trace.json");
+    let chain_path = dir.join("chain.trace.json");
+    let out_path = dir.join("receipt.json");
+    let scale = scale_trace_bytes(SCALE_TRACE_BYTES, SCALE_TRACE_WORKERS);
+    std::fs::write(&scale_path, &scale).expect("the scale trace is written");
+    let scale_len = scale.len();
+    drop(scale);
+    let chain = chain_trace_bytes(CHAIN_WORKERS);
+    std::fs::write(&chain_path, &chain).expect("the chain trace is written");
+    let chain_len = chain.len();
+    drop(chain);
+    let path = |p: &std::path::Path| p.display().to_string();
+    let scale_name = format!(
+        "scale trace ({:.1} MB, {SCALE_TRACE_WORKERS} workers)",
+        scale_len as f64 / 1e6
+    );
+    let chain_name = format!(
+        "chain trace (1 request x {CHAIN_WORKERS} workers, {:.1} MB)",
+        chain_len as f64 / 1e6
+    );
+    let workloads: [(&str, &str, Vec<String>, Option<u64>); 5] = [
+        ("validate", &scale_name, vec![path(&scale_path)], None),
+        (
+            "jsonl",
+            &scale_name,
+            vec![path(&scale_path)],
+            Some(TARGET_SCALE_JSONL_PEAK_BYTES),
+        ),
+        ("validate", &chain_name, vec![path(&chain_path)], None),
+        ("jsonl", &chain_name, vec![path(&chain_path)], None),
+        (
+            "json",
+            &chain_name,
+            vec![path(&chain_path), path(&out_path)],
+            Some(TARGET_CHAIN_JSON_PEAK_BYTES),
+        ),
+    ];
+    println!(
+        "{:<10} {:<48} {:>12} {:>10}",
+        "workload", "input", "peak_MB", "elapsed_s"
+    );
+    for (mode, name, files, target) in workloads {
+        let mut args = vec![mode];
+        args.extend(files.iter().map(String::as_str));
+        let started = Instant::now();
+        let peak = peak_memory_bytes(&args);
+        let elapsed = started.elapsed().as_secs_f64();
+        let shown = peak.map_or("unknown".to_owned(), |b| format!("{:.1}", b as f64 / 1e6));
+        println!("{mode:<10} {name:<48} {shown:>12} {elapsed:>10.1}");
+        if let Some(limit) = target {
+            let label = match mode {
+                "json" => "--format json --out",
+                _ => "--format jsonl",
+            };
+            targets.push(TargetRow {
+                figure: format!("peak memory, {label}, {name}"),
+                measured: format!("{shown} MB"),
+                target: format!("<= {} MB", limit / 1_000_000),
+                status: peak.map_or("unknown".into(), |b| status(b <= limit).into()),
+            });
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

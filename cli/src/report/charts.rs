@@ -136,7 +136,7 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
 
         let mut front: Vec<&RowDoc> = rows
             .iter()
-            .filter(|r| r.eligible && !r.has_reason("overloaded") && r.dominated_by.is_empty())
+            .filter(|r| r.eligible && !r.has_reason("overloaded") && r.dominated_by.is_none())
             .collect();
         front.sort_by_key(|r| (r.reuse, r.after_milli));
         chart.draw_series(LineSeries::new(
@@ -167,7 +167,7 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
             }))?;
         }
         chart.draw_series(rows.iter().filter(|r| !r.is_failure()).map(|row| {
-            let colour = if row.dominated_by.is_empty() {
+            let colour = if row.dominated_by.is_none() {
                 FRONT_COLOUR
             } else {
                 DOMINATED_COLOUR
@@ -370,7 +370,8 @@ mod tests {
             work_milli: 0,
             after_milli,
             cost_milli: after_milli,
-            dominated_by: vec![],
+            dominated_by: None,
+            dominated_count: 0,
         }
     }
 

@@ -65,7 +65,10 @@ pub struct RowDoc {
     pub work_milli: u64,
     pub after_milli: u64,
     pub cost_milli: u64,
-    pub dominated_by: Vec<String>,
+    /// The smallest-id front-set row that dominates this one (SPEC.md §4.6).
+    pub dominated_by: Option<String>,
+    /// How many front-set rows dominate this one.
+    pub dominated_count: u64,
 }
 
 /// The three reasons that mark evidence another tenant, model or adapter owns.
@@ -250,7 +253,8 @@ fn row_doc(ids: &[String], r: &CandidateRow) -> RowDoc {
         work_milli: r.work_milli,
         after_milli: r.after_milli,
         cost_milli: r.cost_milli,
-        dominated_by: r.dominated_by.iter().map(|&w| ids[w].clone()).collect(),
+        dominated_by: r.dominated_by.map(|w| ids[w].clone()),
+        dominated_count: r.dominated_count,
     }
 }
 

@@ -62,7 +62,7 @@ impl Kind {
         match self {
             Kind::Dominated => decision
                 .chosen_row()
-                .is_some_and(|row| !row.dominated_by.is_empty()),
+                .is_some_and(|row| row.dominated_by.is_some()),
             Kind::OverloadEscape => decision.route_kind == "overload_escape",
             Kind::Boundary => decision.candidates.iter().any(|r| r.has_boundary_reason()),
             Kind::Stale => decision
@@ -173,7 +173,8 @@ mod tests {
             work_milli: 0,
             after_milli: 10_000,
             cost_milli: 10_000,
-            dominated_by: dominated_by.iter().map(|r| r.to_string()).collect(),
+            dominated_by: dominated_by.first().map(|r| r.to_string()),
+            dominated_count: dominated_by.len() as u64,
         }
     }
 

@@ -11,21 +11,49 @@ use crate::input::trace::*;
 use std::collections::BTreeSet;
 use std::fmt;
 
-/// Every reason a trace was rejected, as `PATH: reason` lines in report order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a trace was rejected: the first [`ERROR_LINES_MAX`] `PATH: reason` lines in
+/// report order, and how many more there were. Only the printed lines are kept, so a
+/// document with millions of defects costs 100 strings, not millions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValidationErrors {
+    /// At most [`ERROR_LINES_MAX`] lines.
     pub errors: Vec<String>,
+    /// Errors found after the first [`ERROR_LINES_MAX`], counted, not kept.
+    pub more: usize,
 }
 
 impl ValidationErrors {
+    fn one(line: String) -> Self {
+        ValidationErrors {
+            errors: vec![line],
+            more: 0,
+        }
+    }
+
+    /// Records one error; `line` is only formatted while there is room to keep it.
+    fn push_with(&mut self, line: impl FnOnce() -> String) {
+        if self.errors.len() < ERROR_LINES_MAX {
+            self.errors.push(line());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// Whether no error was found.
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// Every error found, kept or counted.
+    pub fn count(&self) -> usize {
+        self.errors.len() + self.more
+    }
+
     /// The lines as printed: at most [`ERROR_LINES_MAX`], then a count of the rest.
     pub fn lines(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self.errors.iter().take(ERROR_LINES_MAX).cloned().collect();
-        if self.errors.len() > ERROR_LINES_MAX {
-            lines.push(format!(
-                "... and {} more errors",
-                self.errors.len() - ERROR_LINES_MAX
-            ));
+        let mut lines = self.errors.clone();
+        if self.more > 0 {
+            lines.push(format!("... and {} more errors", self.more));
         }
         lines
     }
@@ -41,27 +69,20 @@ impl std::error::Error for ValidationErrors {}
 
 /// Parses and validates trace bytes.
 pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
-    let node = json::parse(bytes).map_err(|message| ValidationErrors {
-        errors: vec![format!("$: invalid JSON: {message}")],
-    })?;
+    let node = json::parse(bytes)
+        .map_err(|message| ValidationErrors::one(format!("$: invalid JSON: {message}")))?;
     let mut walk = Walk::default();
     let trace = walk.trace(&node);
     let trace = match trace {
         Some(trace) if walk.errors.is_empty() => trace,
-        _ => {
-            return Err(ValidationErrors {
-                errors: walk.errors,
-            })
-        }
+        _ => return Err(walk.errors),
     };
     let errors = cross_reference_and_limits(&trace);
     if !errors.is_empty() {
-        return Err(ValidationErrors { errors });
+        return Err(errors);
     }
     if let Some(error) = overflow_error(&trace) {
-        return Err(ValidationErrors {
-            errors: vec![error],
-        });
+        return Err(ValidationErrors::one(error));
     }
     Ok(trace)
 }
@@ -131,12 +152,12 @@ impl<'n> Members<'n> {
 
 #[derive(Default)]
 struct Walk {
-    errors: Vec<String>,
+    errors: ValidationErrors,
 }
 
 impl Walk {
     fn err(&mut self, path: &str, reason: impl fmt::Display) {
-        self.errors.push(format!("{path}: {reason}"));
+        self.errors.push_with(|| format!("{path}: {reason}"));
     }
 
     fn object<'n>(&mut self, path: &str, node: &'n Node) -> Option<Members<'n>> {
@@ -600,24 +621,28 @@ impl Walk {
 
 /// Stage 3: duplicates, dangling references, future observations, over-long prefixes
 /// and the limits profile, in the order SPEC.md §2.3 fixes.
-fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
-    let mut errors = Vec::new();
+fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
+    let mut errors = ValidationErrors::default();
     let profile = trace.limits;
     let mut worker_ids = BTreeSet::new();
     for (i, worker) in trace.workers.iter().enumerate() {
         if !worker_ids.insert(worker.id.as_str()) {
-            errors.push(format!(
-                "workers[{i}].id: duplicate worker id {}",
-                quote_str(&worker.id)
-            ));
+            errors.push_with(|| {
+                format!(
+                    "workers[{i}].id: duplicate worker id {}",
+                    quote_str(&worker.id)
+                )
+            });
         }
         let mut entries = BTreeSet::new();
         for (j, entry) in worker.cache.iter().enumerate() {
             if !entries.insert((&entry.namespace, entry.key.as_str())) {
-                errors.push(format!(
-                    "workers[{i}].cache[{j}]: duplicate cache entry for key {}",
-                    quote_str(&entry.key)
-                ));
+                errors.push_with(|| {
+                    format!(
+                        "workers[{i}].cache[{j}]: duplicate cache entry for key {}",
+                        quote_str(&entry.key)
+                    )
+                });
             }
         }
     }
@@ -625,7 +650,7 @@ fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
     let mut request_ids = BTreeSet::new();
     for (i, event) in trace.events.iter().enumerate() {
         if !seqs.insert(event.seq) {
-            errors.push(format!("events[{i}].seq: duplicate seq {}", event.seq));
+            errors.push_with(|| format!("events[{i}].seq: duplicate seq {}", event.seq));
         }
         let worker = match &event.kind {
             EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
@@ -633,23 +658,24 @@ fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
         };
         if let EventKind::Request(request) = &event.kind {
             if !request_ids.insert(request.id.as_str()) {
-                errors.push(format!(
-                    "events[{i}].id: duplicate request id {}",
-                    quote_str(&request.id)
-                ));
+                errors.push_with(|| {
+                    format!(
+                        "events[{i}].id: duplicate request id {}",
+                        quote_str(&request.id)
+                    )
+                });
             }
         }
         if let Some(worker) = worker {
             if !worker_ids.contains(worker.as_str()) {
-                errors.push(format!(
-                    "events[{i}].worker: unknown worker {}",
-                    quote_str(worker)
-                ));
+                errors.push_with(|| {
+                    format!("events[{i}].worker: unknown worker {}", quote_str(worker))
+                });
             }
         }
         match &event.kind {
             EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
-                errors.push(format!(
+                errors.push_with(|| format!(
                     "events[{i}].observed_tick: observed_tick {observed_tick} is after the event tick {}",
                     event.tick
                 ));
@@ -657,15 +683,17 @@ fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
             EventKind::Request(request) => {
                 let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
                 if prefix_tokens > request.prompt_tokens as u128 {
-                    errors.push(format!(
+                    errors.push_with(|| {
+                        format!(
                         "events[{i}].prefix: prefix tokens {prefix_tokens} exceed prompt_tokens {}",
                         request.prompt_tokens
-                    ));
+                    )
+                    });
                 }
                 if let Some(tokens) =
                     profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
                 {
-                    errors.push(format!(
+                    errors.push_with(|| format!(
                         "events[{i}]: {tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
                         profile.name(),
                         profile.tokens_per_request_max()
@@ -697,10 +725,12 @@ fn cross_reference_and_limits(trace: &Trace) -> Vec<String> {
     ];
     for (path, count, noun, max) in counts {
         if count > max {
-            errors.push(format!(
-                "{path}: {count} {noun} exceed the {} limit of {max}",
-                profile.name()
-            ));
+            errors.push_with(|| {
+                format!(
+                    "{path}: {count} {noun} exceed the {} limit of {max}",
+                    profile.name()
+                )
+            });
         }
     }
     errors

@@ -2,10 +2,13 @@
 //!
 //! The canonical trace is the validated trace with defaults filled in and every array
 //! whose order means nothing sorted, serialised as RFC 8785 (JCS). Its SHA-256 is the
-//! `trace_digest`, so shuffling any input array never changes a digest. The same JCS
-//! serialiser produces the receipt's canonical bytes.
+//! `trace_digest`, so shuffling any input array never changes a digest. The bytes are
+//! written by type, members in JCS order (as the receipt's are, [`crate::output::typed`]);
+//! the JSON tree ([`canonical_trace_value`]) and the generic serialiser stay as the check.
 
 use crate::input::trace::*;
+pub use crate::output::typed::digest_tag;
+use crate::output::typed::{push_str, push_u64};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -19,17 +22,6 @@ pub fn jcs_bytes(value: &Value) -> Vec<u8> {
 /// `"sha256:" + lowercase hex` of `bytes`.
 pub fn sha256_tag(bytes: &[u8]) -> String {
     digest_tag(&Sha256::digest(bytes))
-}
-
-/// `"sha256:" + lowercase hex` of a finished SHA-256 digest (for digests fed
-/// incrementally, as the streaming receipt's is).
-pub fn digest_tag(digest: &[u8]) -> String {
-    let mut tag = String::with_capacity(7 + 64);
-    tag.push_str("sha256:");
-    for byte in digest {
-        tag.push_str(&format!("{byte:02x}"));
-    }
-    tag
 }
 
 fn sorted_strings(items: &[String]) -> Vec<String> {
@@ -171,34 +163,237 @@ fn canonical_head_value(trace: &Trace) -> Value {
 /// Hands the canonical trace bytes to `emit` piece by piece: one event or one worker at
 /// a time, so a trace of millions of events is never held as one JSON tree (that tree
 /// took about 40 bytes of memory per byte of trace). The members are written in JCS
-/// order (`events` < `format` < `limits` < `policy` < `sharing` < `workers`), and each
-/// piece is the JCS of its own value, which is what JCS writes inside the whole.
+/// order (`events` < `format` < `limits` < `policy` < `sharing` < `workers`), each
+/// object's members in JCS order too.
 pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
-    emit(br#"{"events":"#);
-    emit_array(sorted_events(trace).into_iter().map(event_value), &mut emit);
-    emit(b",");
-    // The head's members sort between `events` and `workers`: write its object without
-    // its braces.
-    let head = jcs_bytes(&canonical_head_value(trace));
-    emit(&head[1..head.len() - 1]);
-    emit(br#","workers":"#);
-    emit_array(
-        sorted_workers(trace).into_iter().map(worker_value),
-        &mut emit,
-    );
-    emit(b"}");
+    let mut piece = Vec::new();
+    emit(br#"{"events":["#);
+    for (i, event) in sorted_events(trace).into_iter().enumerate() {
+        piece.clear();
+        if i > 0 {
+            piece.push(b',');
+        }
+        push_event(&mut piece, event);
+        emit(&piece);
+    }
+    piece.clear();
+    piece.extend_from_slice(br#"],"format":"kvroute-trace/1","limits":"#);
+    push_str(&mut piece, trace.limits.name());
+    piece.extend_from_slice(br#","policy":{"decode_weight_milli":"#);
+    push_u64(&mut piece, trace.policy.decode_weight_milli);
+    piece.extend_from_slice(br#","freshness_ticks":"#);
+    push_optional(&mut piece, trace.policy.freshness_ticks);
+    piece.extend_from_slice(br#","imbalance_penalty_milli":"#);
+    push_u64(&mut piece, trace.policy.imbalance_penalty_milli);
+    piece.extend_from_slice(br#","max_queued_work":"#);
+    push_optional(&mut piece, trace.policy.max_queued_work);
+    piece.extend_from_slice(br#"},"sharing":"#);
+    let grants = trace.sharing.iter().map(|g| {
+        let mut bytes = br#"{"adapter":"#.to_vec();
+        push_str(&mut bytes, &g.adapter);
+        bytes.extend_from_slice(br#","model":"#);
+        push_str(&mut bytes, &g.model);
+        bytes.extend_from_slice(br#","tenants":"#);
+        push_sorted_strings(&mut bytes, &g.tenants);
+        bytes.push(b'}');
+        bytes
+    });
+    push_sorted_pieces(&mut piece, grants);
+    piece.extend_from_slice(br#","workers":["#);
+    emit(&piece);
+    for (i, worker) in sorted_workers(trace).into_iter().enumerate() {
+        piece.clear();
+        if i > 0 {
+            piece.push(b',');
+        }
+        push_worker(&mut piece, worker);
+        emit(&piece);
+    }
+    emit(b"]}");
 }
 
-/// A JSON array written one element at a time.
-fn emit_array(items: impl Iterator<Item = Value>, emit: &mut impl FnMut(&[u8])) {
-    emit(b"[");
-    for (i, item) in items.enumerate() {
-        if i > 0 {
-            emit(b",");
-        }
-        emit(&jcs_bytes(&item));
+fn push_optional(out: &mut Vec<u8>, value: Option<u64>) {
+    match value {
+        Some(v) => push_u64(out, v),
+        None => out.extend_from_slice(b"null"),
     }
-    emit(b"]");
+}
+
+/// A JSON array of strings in byte order (what JCS's sorted arrays here mean).
+fn push_sorted_strings(out: &mut Vec<u8>, items: &[String]) {
+    let mut sorted: Vec<&String> = items.iter().collect();
+    sorted.sort();
+    out.push(b'[');
+    for (i, item) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_str(out, item);
+    }
+    out.push(b']');
+}
+
+/// A JSON array of already-canonical elements, sorted by their own bytes.
+fn push_sorted_pieces(out: &mut Vec<u8>, items: impl Iterator<Item = Vec<u8>>) {
+    let mut items: Vec<Vec<u8>> = items.collect();
+    items.sort();
+    out.push(b'[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item);
+    }
+    out.push(b']');
+}
+
+fn push_segments(out: &mut Vec<u8>, segments: &[Segment]) {
+    out.push(b'[');
+    for (i, segment) in segments.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"key":"#);
+        push_str(out, &segment.key);
+        out.extend_from_slice(br#","tokens":"#);
+        push_u64(out, segment.tokens);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// `"seq":…,"tenant":…,"tick":…,"type":"…"`: the members every store, evict and
+/// request event has in the same sorted place.
+fn push_seq_tenant_tick_type(out: &mut Vec<u8>, event: &Event, tenant: &str, kind: &str) {
+    out.extend_from_slice(br#","seq":"#);
+    push_u64(out, event.seq);
+    out.extend_from_slice(br#","tenant":"#);
+    push_str(out, tenant);
+    out.extend_from_slice(br#","tick":"#);
+    push_u64(out, event.tick);
+    out.extend_from_slice(br#","type":"#);
+    push_str(out, kind);
+}
+
+fn push_event(out: &mut Vec<u8>, event: &Event) {
+    match &event.kind {
+        EventKind::Cache { worker, epoch, op } => {
+            match op {
+                CacheOp::Store {
+                    namespace,
+                    segments,
+                } => {
+                    out.extend_from_slice(br#"{"adapter":"#);
+                    push_str(out, &namespace.adapter);
+                    out.extend_from_slice(br#","epoch":"#);
+                    push_u64(out, *epoch);
+                    out.extend_from_slice(br#","model":"#);
+                    push_str(out, &namespace.model);
+                    out.extend_from_slice(br#","op":"store","segments":"#);
+                    push_segments(out, segments);
+                    push_seq_tenant_tick_type(out, event, &namespace.tenant, "cache");
+                }
+                CacheOp::Evict { namespace, keys } => {
+                    out.extend_from_slice(br#"{"adapter":"#);
+                    push_str(out, &namespace.adapter);
+                    out.extend_from_slice(br#","epoch":"#);
+                    push_u64(out, *epoch);
+                    out.extend_from_slice(br#","keys":"#);
+                    push_sorted_strings(out, keys);
+                    out.extend_from_slice(br#","model":"#);
+                    push_str(out, &namespace.model);
+                    out.extend_from_slice(br#","op":"evict""#);
+                    push_seq_tenant_tick_type(out, event, &namespace.tenant, "cache");
+                }
+                CacheOp::Clear => {
+                    out.extend_from_slice(br#"{"epoch":"#);
+                    push_u64(out, *epoch);
+                    out.extend_from_slice(br#","op":"clear","seq":"#);
+                    push_u64(out, event.seq);
+                    out.extend_from_slice(br#","tick":"#);
+                    push_u64(out, event.tick);
+                    out.extend_from_slice(br#","type":"cache""#);
+                }
+            }
+            out.extend_from_slice(br#","worker":"#);
+            push_str(out, worker);
+            out.push(b'}');
+        }
+        EventKind::Load {
+            worker,
+            observed_tick,
+            queued_prefill,
+            active_decode,
+        } => {
+            out.extend_from_slice(br#"{"active_decode":"#);
+            push_u64(out, *active_decode);
+            out.extend_from_slice(br#","observed_tick":"#);
+            push_u64(out, *observed_tick);
+            out.extend_from_slice(br#","queued_prefill":"#);
+            push_u64(out, *queued_prefill);
+            out.extend_from_slice(br#","seq":"#);
+            push_u64(out, event.seq);
+            out.extend_from_slice(br#","tick":"#);
+            push_u64(out, event.tick);
+            out.extend_from_slice(br#","type":"load","worker":"#);
+            push_str(out, worker);
+            out.push(b'}');
+        }
+        EventKind::Request(request) => {
+            out.extend_from_slice(br#"{"adapter":"#);
+            push_str(out, &request.namespace.adapter);
+            out.extend_from_slice(br#","decode_tokens":"#);
+            push_u64(out, request.decode_tokens);
+            out.extend_from_slice(br#","id":"#);
+            push_str(out, &request.id);
+            out.extend_from_slice(br#","model":"#);
+            push_str(out, &request.namespace.model);
+            out.extend_from_slice(br#","prefix":"#);
+            push_segments(out, &request.prefix);
+            out.extend_from_slice(br#","prompt_tokens":"#);
+            push_u64(out, request.prompt_tokens);
+            push_seq_tenant_tick_type(out, event, &request.namespace.tenant, "request");
+            out.push(b'}');
+        }
+    }
+}
+
+fn push_worker(out: &mut Vec<u8>, worker: &WorkerSpec) {
+    out.extend_from_slice(br#"{"active_decode":"#);
+    push_u64(out, worker.active_decode);
+    out.extend_from_slice(br#","adapters":"#);
+    push_sorted_strings(out, &worker.adapters);
+    out.extend_from_slice(br#","cache":"#);
+    let entries = worker.cache.iter().map(|e| {
+        let mut bytes = br#"{"adapter":"#.to_vec();
+        push_str(&mut bytes, &e.namespace.adapter);
+        bytes.extend_from_slice(br#","key":"#);
+        push_str(&mut bytes, &e.key);
+        bytes.extend_from_slice(br#","model":"#);
+        push_str(&mut bytes, &e.namespace.model);
+        bytes.extend_from_slice(br#","tenant":"#);
+        push_str(&mut bytes, &e.namespace.tenant);
+        bytes.extend_from_slice(br#","tokens":"#);
+        push_u64(&mut bytes, e.tokens);
+        bytes.push(b'}');
+        bytes
+    });
+    push_sorted_pieces(out, entries);
+    out.extend_from_slice(br#","decode_rate":"#);
+    push_u64(out, worker.decode_rate);
+    out.extend_from_slice(br#","epoch":"#);
+    push_u64(out, worker.epoch);
+    out.extend_from_slice(br#","id":"#);
+    push_str(out, &worker.id);
+    out.extend_from_slice(br#","model":"#);
+    push_str(out, &worker.model);
+    out.extend_from_slice(br#","observed_tick":"#);
+    push_u64(out, worker.observed_tick);
+    out.extend_from_slice(br#","prefill_rate":"#);
+    push_u64(out, worker.prefill_rate);
+    out.extend_from_slice(br#","queued_prefill":"#);
+    push_u64(out, worker.queued_prefill);
+    out.push(b'}');
 }
 
 /// The canonical trace bytes.

@@ -1,18 +1,21 @@
 //! CSV export of candidate rows (SPEC.md §6.3): from an in-memory receipt, or
 //! streamed while the runs replay.
+//!
+//! Fields go to the `csv` crate's writer one at a time as byte slices (integers through
+//! a stack buffer), so a row allocates nothing; the crate does the RFC 4180 quoting.
 
 use crate::output::receipt::Receipt;
+use crate::output::typed::{u64_text, DecisionHead};
 use crate::route::candidate::CandidateRow;
 use crate::route::compiled::Compiled;
 use crate::route::engine::{run_with_sink, DecisionRef, RunSink};
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
-use crate::route::record::Decision;
 use crate::route::state::RouterState;
 use std::io::Write;
 
 /// The CSV header, in column order.
-pub const CSV_COLUMNS: [&str; 17] = [
+pub const CSV_COLUMNS: [&str; 18] = [
     "policy",
     "seq",
     "tick",
@@ -30,18 +33,24 @@ pub const CSV_COLUMNS: [&str; 17] = [
     "after_milli",
     "cost_milli",
     "dominated_by",
+    "dominated_count",
 ];
+
+fn csv_writer<W: Write>(out: W) -> csv::Writer<W> {
+    csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(out)
+}
 
 /// One line per (run, decision, candidate), header first.
 pub fn csv_bytes(receipt: &Receipt) -> Result<Vec<u8>, csv::Error> {
-    let mut writer = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_writer(Vec::new());
+    let mut writer = csv_writer(Vec::new());
     writer.write_record(CSV_COLUMNS)?;
     for run in &receipt.runs {
         for d in &run.decisions {
+            let head = DecisionHead::of_record(d);
             for r in &d.candidates {
-                writer.write_record(csv_record(run.policy, &receipt.worker_ids, d, r))?;
+                write_csv_row(&mut writer, run.policy, &receipt.worker_ids, &head, r)?;
             }
         }
     }
@@ -50,36 +59,52 @@ pub fn csv_bytes(receipt: &Receipt) -> Result<Vec<u8>, csv::Error> {
         .map_err(|e| csv::Error::from(e.into_error()))
 }
 
-/// One candidate row's CSV fields, in [`CSV_COLUMNS`] order. `ids` maps worker indexes
-/// to ids.
-pub fn csv_record<S: AsRef<str>>(
+/// Writes one candidate row's fields, in [`CSV_COLUMNS`] order. `ids` maps worker
+/// indexes to ids.
+pub fn write_csv_row<W: Write, S: AsRef<str>>(
+    writer: &mut csv::Writer<W>,
     policy: Policy,
     ids: &[S],
-    d: &Decision,
+    d: &DecisionHead,
     r: &CandidateRow,
-) -> [String; 17] {
-    let id = |w: usize| ids[w].as_ref().to_owned();
-    let reasons: Vec<&str> = r.reasons.iter().map(|x| x.name()).collect();
-    let dominated_by: Vec<&str> = r.dominated_by.iter().map(|&w| ids[w].as_ref()).collect();
-    [
-        policy.name().to_owned(),
-        d.seq.to_string(),
-        d.tick.to_string(),
-        d.request.clone(),
-        d.chosen.map(id).unwrap_or_default(),
-        d.route_kind.name().to_owned(),
-        id(r.worker),
-        r.eligible.to_string(),
-        reasons.join(";"),
-        r.reuse.to_string(),
-        r.recomputed.to_string(),
-        r.queued_prefill.to_string(),
-        r.active_decode.to_string(),
-        r.work_milli.to_string(),
-        r.after_milli.to_string(),
-        r.cost_milli.to_string(),
-        dominated_by.join(";"),
-    ]
+) -> Result<(), csv::Error> {
+    let mut number = [0u8; 20];
+    let id = |w: Option<usize>| w.map_or("", |w| ids[w].as_ref());
+    writer.write_field(policy.name())?;
+    writer.write_field(u64_text(d.seq, &mut number))?;
+    writer.write_field(u64_text(d.tick, &mut number))?;
+    writer.write_field(d.request)?;
+    writer.write_field(id(d.chosen))?;
+    writer.write_field(d.route_kind.name())?;
+    writer.write_field(id(Some(r.worker)))?;
+    writer.write_field(if r.eligible { "true" } else { "false" })?;
+    // At most seven reason names, joined with `;`.
+    let mut reasons = [0u8; 128];
+    let mut length = 0;
+    for (i, reason) in r.reasons.iter().enumerate() {
+        let name = reason.name().as_bytes();
+        if i > 0 {
+            reasons[length] = b';';
+            length += 1;
+        }
+        reasons[length..length + name.len()].copy_from_slice(name);
+        length += name.len();
+    }
+    writer.write_field(&reasons[..length])?;
+    for value in [
+        r.reuse,
+        r.recomputed,
+        r.queued_prefill,
+        r.active_decode,
+        r.work_milli,
+        r.after_milli,
+        r.cost_milli,
+    ] {
+        writer.write_field(u64_text(value, &mut number))?;
+    }
+    writer.write_field(id(r.dominated_by))?;
+    writer.write_field(u64_text(r.dominated_count, &mut number))?;
+    writer.write_record(None::<&[u8]>)
 }
 
 /// Writes the candidate rows as CSV (SPEC.md §6.3) while the runs replay; returns each
@@ -99,19 +124,18 @@ pub fn write_csv<W: Write + ?Sized>(
             if self.error.is_some() {
                 return;
             }
-            let decision = decision.to_decision();
-            for row in &decision.candidates {
-                let record = csv_record(self.policy, self.ids, &decision, row);
-                if let Err(e) = self.writer.write_record(record) {
+            let head = DecisionHead::of_ref(decision);
+            for w in 0..decision.rows.len() {
+                let row = decision.rows.candidate_row(w);
+                let written = write_csv_row(&mut self.writer, self.policy, self.ids, &head, &row);
+                if let Err(e) = written {
                     self.error = Some(e);
                     return;
                 }
             }
         }
     }
-    let mut writer = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_writer(out);
+    let mut writer = csv_writer(out);
     writer.write_record(CSV_COLUMNS)?;
     let mut runs = Vec::new();
     for &policy in &Policy::ALL {

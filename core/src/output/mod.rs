@@ -11,3 +11,4 @@ pub mod csv;
 pub mod jsonl;
 pub mod receipt;
 pub mod table;
+pub mod typed;

@@ -3,9 +3,13 @@
 //!
 //! The records themselves ([`crate::route::record`]) index workers; ids are put back
 //! here, when the receipt is serialised. No key or tenant name is ever exported.
+//!
+//! The bytes come from the typed writer ([`crate::output::typed`]); the JSON tree
+//! ([`Receipt::to_value`]) is kept as the reference those bytes are checked against.
 
 use crate::input::trace::Trace;
-use crate::output::canonical::{jcs_bytes, sha256_tag, trace_digest};
+use crate::output::canonical::trace_digest;
+use crate::output::typed;
 use crate::route::candidate::CandidateRow;
 use crate::route::compiled::Compiled;
 use crate::route::engine::run_all;
@@ -44,23 +48,25 @@ impl Receipt {
 
     /// `sha256:<hex>` of the canonical bytes of [`Receipt::body_value`].
     pub fn digest(&self) -> String {
-        sha256_tag(&jcs_bytes(&self.body_value()))
+        let runs = typed::runs_bytes_of_records(&self.worker_ids, &self.runs);
+        typed::receipt_digest_of_runs(&runs, &self.trace_digest)
     }
 
-    /// The full receipt as JSON, `receipt_digest` included.
+    /// The full receipt as JSON, `receipt_digest` included: the tree form, for checking
+    /// the typed bytes against the generic canonicalizer.
     pub fn to_value(&self) -> Value {
         let mut value = self.body_value();
-        let digest = sha256_tag(&jcs_bytes(&value));
         value
             .as_object_mut()
             .expect("the body is an object")
-            .insert("receipt_digest".into(), Value::String(digest));
+            .insert("receipt_digest".into(), Value::String(self.digest()));
         value
     }
 
-    /// The canonical bytes of the full receipt (no trailing newline).
+    /// The canonical bytes of the full receipt (no trailing newline), written by type.
     pub fn canonical_bytes(&self) -> Vec<u8> {
-        jcs_bytes(&self.to_value())
+        let runs = typed::runs_bytes_of_records(&self.worker_ids, &self.runs);
+        typed::assemble_receipt(&runs, &self.trace_digest)
     }
 
     pub fn worker_id(&self, index: usize) -> &str {
@@ -68,8 +74,7 @@ impl Receipt {
     }
 }
 
-/// The `format` member of every receipt.
-pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
+pub use typed::RECEIPT_FORMAT;
 
 /// One run as JSON. `ids` maps worker indexes to ids.
 pub fn run_value<S: AsRef<str>>(ids: &[S], run: &Run) -> Value {
@@ -134,6 +139,7 @@ fn row_value<S: AsRef<str>>(ids: &[S], r: &CandidateRow) -> Value {
         "reuse": r.reuse, "recomputed": r.recomputed,
         "queued_prefill": r.queued_prefill, "active_decode": r.active_decode,
         "work_milli": r.work_milli, "after_milli": r.after_milli, "cost_milli": r.cost_milli,
-        "dominated_by": r.dominated_by.iter().map(|&w| ids[w].as_ref()).collect::<Vec<_>>(),
+        "dominated_by": r.dominated_by.map(|w| ids[w].as_ref()),
+        "dominated_count": r.dominated_count,
     })
 }

@@ -15,8 +15,9 @@ use crate::route::state::RouterState;
 use crate::route::tenant::NamespaceRule;
 
 /// One worker's figures for one request, as the receipt lists it. `worker` indexes the
-/// id-sorted workers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// id-sorted workers. Dominance is one index and a count (SPEC.md §4.6), so a row is a
+/// fixed size and building one allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CandidateRow {
     pub worker: usize,
     pub eligible: bool,
@@ -28,7 +29,10 @@ pub struct CandidateRow {
     pub work_milli: u64,
     pub after_milli: u64,
     pub cost_milli: u64,
-    pub dominated_by: Vec<usize>,
+    /// The smallest-index (so smallest-id) row that dominates this one.
+    pub dominated_by: Option<usize>,
+    /// How many rows dominate this one.
+    pub dominated_count: u64,
 }
 
 /// Every worker's figures for the current request, one array per column, indexed by
@@ -168,13 +172,32 @@ impl Rows {
         (0..self.len()).any(|b| self.dominates(b, a))
     }
 
-    /// The rows that dominate row `a`, in id order.
-    pub fn dominated_by(&self, a: usize) -> Vec<usize> {
-        (0..self.len()).filter(|&b| self.dominates(b, a)).collect()
+    /// The first (smallest-id) row that dominates row `a`, and how many do: O(workers).
+    pub fn dominance(&self, a: usize) -> (Option<usize>, u64) {
+        if !self.in_front_set(a) {
+            return (None, 0);
+        }
+        let (reuse_a, after_a) = (self.reuse[a], self.after_milli[a]);
+        let mut first = None;
+        let mut count = 0;
+        // One pass over the columns; `dominates` would re-check row `a` every time.
+        for b in 0..self.len() {
+            let (reuse_b, after_b) = (self.reuse[b], self.after_milli[b]);
+            if reuse_b >= reuse_a
+                && after_b <= after_a
+                && (reuse_b > reuse_a || after_b < after_a)
+                && self.in_front_set(b)
+            {
+                first.get_or_insert(b);
+                count += 1;
+            }
+        }
+        (first, count)
     }
 
     /// Row `w` as the receipt lists it.
     pub fn candidate_row(&self, w: usize) -> CandidateRow {
+        let (dominated_by, dominated_count) = self.dominance(w);
         CandidateRow {
             worker: w,
             eligible: self.eligible[w],
@@ -186,11 +209,13 @@ impl Rows {
             work_milli: self.work_milli[w],
             after_milli: self.after_milli[w],
             cost_milli: self.cost_milli[w],
-            dominated_by: self.dominated_by(w),
+            dominated_by,
+            dominated_count,
         }
     }
 
-    /// Every row as the receipt lists it, dominance included: O(workers²).
+    /// Every row as the receipt lists it, dominance included: O(workers) bytes,
+    /// O(workers²) comparisons.
     pub fn to_candidate_rows(&self) -> Vec<CandidateRow> {
         (0..self.len()).map(|w| self.candidate_row(w)).collect()
     }

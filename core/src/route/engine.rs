@@ -30,7 +30,7 @@ pub struct DecisionRef<'a> {
 
 impl DecisionRef<'_> {
     /// The decision as the receipt lists it, with every candidate row and its
-    /// dominance: O(workers²).
+    /// dominance: O(workers) rows, O(workers²) comparisons.
     pub fn to_decision(&self) -> Decision {
         Decision {
             seq: self.seq,

@@ -1,0 +1,718 @@
+//! Canonical receipt bytes written by type (SPEC.md §6, §6.1), straight from the
+//! decision records: no JSON tree, no generic canonicalizer on the hot path.
+//!
+//! Every receipt object has a fixed set of ASCII member names, so RFC 8785's member
+//! order is known in advance; each writer below lists its members in that order (byte
+//! order equals UTF-16 order for ASCII). Every number is an integer up to 2^53 - 1 and
+//! is written in decimal; every string is escaped once, as JCS escapes it. The generic
+//! canonicalizer remains the check: tests assert that these bytes equal the canonical
+//! form of their own parse (`tests/tests/typed_writer.rs`, the fuzz targets), and the
+//! tree form ([`crate::output::receipt::Receipt::to_value`]) stays for that purpose.
+//!
+//! [`stream_runs`] produces the `runs` array of the receipt piece by piece while the
+//! runs replay, for the JSON, JSON Lines and digest-only outputs, so no output holds
+//! more than one element in memory; [`receipt_bytes`] builds a whole receipt in memory
+//! with one replay per policy (the differential check's path).
+
+use crate::route::candidate::CandidateRow;
+use crate::route::compiled::{Compiled, Step};
+use crate::route::engine::{run_with_sink, DecisionRef, RunSink, Runner};
+use crate::route::metrics::Metrics;
+use crate::route::policy::{Policy, RouteKind};
+use crate::route::record::{CacheLogEntry, Decision, ObservationLogEntry};
+use crate::route::state::RouterState;
+use sha2::{Digest, Sha256};
+
+/// The `format` member of every receipt.
+pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
+
+/// `"sha256:" + lowercase hex` of a finished SHA-256 digest.
+pub fn digest_tag(digest: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut tag = String::with_capacity(7 + 64);
+    tag.push_str("sha256:");
+    for &byte in digest {
+        tag.push(HEX[(byte >> 4) as usize] as char);
+        tag.push(HEX[(byte & 0xf) as usize] as char);
+    }
+    tag
+}
+
+/// Appends `value` in decimal.
+pub fn push_u64(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(u64_text(value, &mut [0; 20]));
+}
+
+/// `value` in decimal, written into `buffer`.
+pub fn u64_text(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut start = buffer.len();
+    loop {
+        start -= 1;
+        buffer[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    &buffer[start..]
+}
+
+/// Appends `text` as a JSON string escaped as RFC 8785 escapes it: `"` and `\`, the
+/// short escapes `\b \t \n \f \r`, any other control character as `\u00xx` (lowercase
+/// hex), and everything else, non-ASCII included, as its own UTF-8 bytes.
+pub fn push_str(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut plain_from = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        let escape: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            0x0c => b"\\f",
+            b'\r' => b"\\r",
+            0x00..=0x1f => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(byte >> 4) as usize],
+                HEX[(byte & 0xf) as usize],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain_from..i]);
+        out.extend_from_slice(escape);
+        plain_from = i + 1;
+    }
+    out.extend_from_slice(&bytes[plain_from..]);
+    out.push(b'"');
+}
+
+fn push_bool(out: &mut Vec<u8>, value: bool) {
+    out.extend_from_slice(if value { b"true" } else { b"false" });
+}
+
+fn push_id_or_null<S: AsRef<str>>(out: &mut Vec<u8>, ids: &[S], worker: Option<usize>) {
+    match worker {
+        Some(w) => push_str(out, ids[w].as_ref()),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// One candidate row (members in canonical order).
+pub fn push_row<S: AsRef<str>>(out: &mut Vec<u8>, ids: &[S], row: &CandidateRow) {
+    out.extend_from_slice(br#"{"active_decode":"#);
+    push_u64(out, row.active_decode);
+    out.extend_from_slice(br#","after_milli":"#);
+    push_u64(out, row.after_milli);
+    out.extend_from_slice(br#","cost_milli":"#);
+    push_u64(out, row.cost_milli);
+    out.extend_from_slice(br#","dominated_by":"#);
+    push_id_or_null(out, ids, row.dominated_by);
+    out.extend_from_slice(br#","dominated_count":"#);
+    push_u64(out, row.dominated_count);
+    out.extend_from_slice(br#","eligible":"#);
+    push_bool(out, row.eligible);
+    out.extend_from_slice(br#","queued_prefill":"#);
+    push_u64(out, row.queued_prefill);
+    out.extend_from_slice(br#","reasons":["#);
+    for (i, reason) in row.reasons.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // Reason names are plain ASCII identifiers: nothing to escape.
+        out.push(b'"');
+        out.extend_from_slice(reason.name().as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(br#"],"recomputed":"#);
+    push_u64(out, row.recomputed);
+    out.extend_from_slice(br#","reuse":"#);
+    push_u64(out, row.reuse);
+    out.extend_from_slice(br#","work_milli":"#);
+    push_u64(out, row.work_milli);
+    out.extend_from_slice(br#","worker":"#);
+    push_str(out, ids[row.worker].as_ref());
+    out.push(b'}');
+}
+
+/// What a decision says besides its rows, borrowed from either record form.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionHead<'a> {
+    pub seq: u64,
+    pub tick: u64,
+    pub request: &'a str,
+    pub chosen: Option<usize>,
+    pub route_kind: RouteKind,
+    pub tie_count: u64,
+    pub margin_milli: u64,
+}
+
+impl<'a> DecisionHead<'a> {
+    pub fn of_record(d: &'a Decision) -> Self {
+        DecisionHead {
+            seq: d.seq,
+            tick: d.tick,
+            request: &d.request,
+            chosen: d.chosen,
+            route_kind: d.route_kind,
+            tie_count: d.tie_count,
+            margin_milli: d.margin_milli,
+        }
+    }
+
+    pub fn of_ref(d: &DecisionRef<'a>) -> Self {
+        DecisionHead {
+            seq: d.seq,
+            tick: d.tick,
+            request: d.request,
+            chosen: d.choice.chosen,
+            route_kind: d.route_kind,
+            tie_count: d.choice.tie_count,
+            margin_milli: d.choice.margin_milli,
+        }
+    }
+}
+
+/// Whether a row is exported. Always, except under the mutant that exports only the
+/// chosen worker's row.
+fn exported(head: &DecisionHead, row: &CandidateRow) -> bool {
+    !cfg!(feature = "mutant-chosen-only-receipt") || Some(row.worker) == head.chosen
+}
+
+/// One decision (members in canonical order) with the given rows, in id order.
+pub fn push_decision<S: AsRef<str>>(
+    out: &mut Vec<u8>,
+    ids: &[S],
+    head: &DecisionHead,
+    rows: impl Iterator<Item = CandidateRow>,
+) {
+    out.extend_from_slice(br#"{"candidates":["#);
+    let mut first = true;
+    for row in rows.filter(|row| exported(head, row)) {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        push_row(out, ids, &row);
+    }
+    out.extend_from_slice(br#"],"chosen":"#);
+    push_id_or_null(out, ids, head.chosen);
+    out.extend_from_slice(br#","margin_milli":"#);
+    push_u64(out, head.margin_milli);
+    out.extend_from_slice(br#","request":"#);
+    push_str(out, head.request);
+    out.extend_from_slice(br#","route_kind":""#);
+    out.extend_from_slice(head.route_kind.name().as_bytes());
+    out.extend_from_slice(br#"","seq":"#);
+    push_u64(out, head.seq);
+    out.extend_from_slice(br#","tick":"#);
+    push_u64(out, head.tick);
+    out.extend_from_slice(br#","tie_count":"#);
+    push_u64(out, head.tie_count);
+    out.push(b'}');
+}
+
+/// A decision straight from the engine's scratch rows: each row is built on the stack
+/// as it is written.
+pub fn push_decision_ref<S: AsRef<str>>(out: &mut Vec<u8>, ids: &[S], decision: &DecisionRef) {
+    let rows = decision.rows;
+    push_decision(
+        out,
+        ids,
+        &DecisionHead::of_ref(decision),
+        (0..rows.len()).map(|w| rows.candidate_row(w)),
+    );
+}
+
+/// One cache log entry (members in canonical order).
+pub fn push_cache_entry<S: AsRef<str>>(out: &mut Vec<u8>, ids: &[S], e: &CacheLogEntry) {
+    out.extend_from_slice(br#"{"epoch":"#);
+    push_u64(out, e.epoch);
+    out.extend_from_slice(br#","op":""#);
+    out.extend_from_slice(e.op.name().as_bytes());
+    out.extend_from_slice(br#"","outcome":""#);
+    out.extend_from_slice(e.outcome.name().as_bytes());
+    out.extend_from_slice(br#"","seq":"#);
+    push_u64(out, e.seq);
+    out.extend_from_slice(br#","tick":"#);
+    push_u64(out, e.tick);
+    out.extend_from_slice(br#","worker":"#);
+    push_str(out, ids[e.worker].as_ref());
+    out.push(b'}');
+}
+
+/// One observation log entry (members in canonical order).
+pub fn push_observation_entry<S: AsRef<str>>(
+    out: &mut Vec<u8>,
+    ids: &[S],
+    e: &ObservationLogEntry,
+) {
+    out.extend_from_slice(br#"{"observed_tick":"#);
+    push_u64(out, e.observed_tick);
+    out.extend_from_slice(br#","outcome":""#);
+    out.extend_from_slice(e.outcome.name().as_bytes());
+    out.extend_from_slice(br#"","seq":"#);
+    push_u64(out, e.seq);
+    out.extend_from_slice(br#","tick":"#);
+    push_u64(out, e.tick);
+    out.extend_from_slice(br#","worker":"#);
+    push_str(out, ids[e.worker].as_ref());
+    out.push(b'}');
+}
+
+/// One run's metrics (members in canonical order).
+pub fn push_metrics(out: &mut Vec<u8>, m: &Metrics) {
+    let members: [(&[u8], u64); 15] = [
+        (br#"{"boundary_rejections":"#, m.boundary_rejections),
+        (br#","cache_hits":"#, m.cache_hits),
+        (br#","dominated_choices":"#, m.dominated_choices),
+        (br#","latency_proxy_max_milli":"#, m.latency_proxy_max_milli),
+        (
+            br#","latency_proxy_mean_milli":"#,
+            m.latency_proxy_mean_milli,
+        ),
+        (br#","latency_proxy_p95_milli":"#, m.latency_proxy_p95_milli),
+        (br#","load_skew_milli":"#, m.load_skew_milli),
+        (br#","overload_escapes":"#, m.overload_escapes),
+        (br#","recomputed_tokens":"#, m.recomputed_tokens),
+        (br#","rejected":"#, m.rejected),
+        (br#","reused_tokens":"#, m.reused_tokens),
+        (br#","route_churn":"#, m.route_churn),
+        (br#","routed":"#, m.routed),
+        (br#","stale_event_rejections":"#, m.stale_event_rejections),
+        (
+            br#","stale_observation_rejections":"#,
+            m.stale_observation_rejections,
+        ),
+    ];
+    for (name, value) in members {
+        out.extend_from_slice(name);
+        push_u64(out, value);
+    }
+    out.push(b'}');
+}
+
+/// The bytes of the receipt body (without `receipt_digest`) that come before and after
+/// the `runs` array's own bytes.
+pub fn body_around_runs(trace_digest: &str) -> (Vec<u8>, Vec<u8>) {
+    let mut head = br#"{"format":"#.to_vec();
+    push_str(&mut head, RECEIPT_FORMAT);
+    head.extend_from_slice(br#","runs":"#);
+    let mut tail = br#","trace_digest":"#.to_vec();
+    push_str(&mut tail, trace_digest);
+    tail.push(b'}');
+    (head, tail)
+}
+
+/// The bytes of the full receipt before its `runs` array: the same head with
+/// `receipt_digest` in its canonical place, between `format` and `runs`.
+pub fn full_head(receipt_digest: &str) -> Vec<u8> {
+    let mut head = br#"{"format":"#.to_vec();
+    push_str(&mut head, RECEIPT_FORMAT);
+    head.extend_from_slice(br#","receipt_digest":"#);
+    push_str(&mut head, receipt_digest);
+    head.extend_from_slice(br#","runs":"#);
+    head
+}
+
+/// `receipt_digest` of a receipt whose `runs` array has the canonical bytes `runs`.
+pub fn receipt_digest_of_runs(runs: &[u8], trace_digest: &str) -> String {
+    let (head, tail) = body_around_runs(trace_digest);
+    let mut hasher = Sha256::new();
+    hasher.update(&head);
+    hasher.update(runs);
+    hasher.update(&tail);
+    digest_tag(&hasher.finalize())
+}
+
+/// The full canonical receipt from its `runs` array's canonical bytes.
+pub fn assemble_receipt(runs: &[u8], trace_digest: &str) -> Vec<u8> {
+    let digest = receipt_digest_of_runs(runs, trace_digest);
+    let head = full_head(&digest);
+    let (_, tail) = body_around_runs(trace_digest);
+    let mut out = Vec::with_capacity(head.len() + runs.len() + tail.len());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(runs);
+    out.extend_from_slice(&tail);
+    out
+}
+
+/// Appends one run (members in canonical order) from its members' bytes: each log and
+/// the decisions are their elements already joined by commas.
+fn push_run(
+    out: &mut Vec<u8>,
+    policy: Policy,
+    cache_log: &[u8],
+    decisions: &[u8],
+    metrics: &Metrics,
+    observation_log: &[u8],
+) {
+    out.extend_from_slice(br#"{"cache_log":["#);
+    out.extend_from_slice(cache_log);
+    out.extend_from_slice(br#"],"decisions":["#);
+    out.extend_from_slice(decisions);
+    out.extend_from_slice(br#"],"metrics":"#);
+    push_metrics(out, metrics);
+    out.extend_from_slice(br#","observation_log":["#);
+    out.extend_from_slice(observation_log);
+    out.extend_from_slice(br#"],"policy":""#);
+    out.extend_from_slice(policy.name().as_bytes());
+    out.extend_from_slice(b"\"}");
+}
+
+/// The `runs` array of an in-memory receipt's records.
+pub fn runs_bytes_of_records<S: AsRef<str>>(
+    ids: &[S],
+    runs: &[crate::route::record::Run],
+) -> Vec<u8> {
+    let mut out = vec![b'['];
+    let (mut cache_log, mut decisions, mut observation_log) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, run) in runs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        cache_log.clear();
+        decisions.clear();
+        observation_log.clear();
+        for (j, e) in run.cache_log.iter().enumerate() {
+            comma(&mut cache_log, j);
+            push_cache_entry(&mut cache_log, ids, e);
+        }
+        for (j, d) in run.decisions.iter().enumerate() {
+            comma(&mut decisions, j);
+            let head = DecisionHead::of_record(d);
+            push_decision(&mut decisions, ids, &head, d.candidates.iter().copied());
+        }
+        for (j, e) in run.observation_log.iter().enumerate() {
+            comma(&mut observation_log, j);
+            push_observation_entry(&mut observation_log, ids, e);
+        }
+        push_run(
+            &mut out,
+            run.policy,
+            &cache_log,
+            &decisions,
+            &run.metrics,
+            &observation_log,
+        );
+    }
+    out.push(b']');
+    out
+}
+
+fn comma(out: &mut Vec<u8>, index: usize) {
+    if index > 0 {
+        out.push(b',');
+    }
+}
+
+/// Writes a run's three arrays into their own buffers as the run replays.
+struct MemberBuffers<'i> {
+    ids: &'i [&'i str],
+    cache_log: Vec<u8>,
+    decisions: Vec<u8>,
+    observation_log: Vec<u8>,
+}
+
+fn separate(out: &mut Vec<u8>) {
+    if !out.is_empty() {
+        out.push(b',');
+    }
+}
+
+impl RunSink for MemberBuffers<'_> {
+    fn cache_logged(&mut self, entry: &CacheLogEntry) {
+        separate(&mut self.cache_log);
+        push_cache_entry(&mut self.cache_log, self.ids, entry);
+    }
+    fn observation_logged(&mut self, entry: &ObservationLogEntry) {
+        separate(&mut self.observation_log);
+        push_observation_entry(&mut self.observation_log, self.ids, entry);
+    }
+    fn decided(&mut self, decision: &DecisionRef) {
+        separate(&mut self.decisions);
+        push_decision_ref(&mut self.decisions, self.ids, decision);
+    }
+}
+
+/// The full canonical receipt in memory: one replay per policy, each writing its
+/// records' bytes as they are produced (no record is kept).
+pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
+    let ids = &compiled.worker_ids;
+    let mut runs = vec![b'['];
+    #[cfg(feature = "mutant-shared-state")]
+    let mut state = RouterState::initial(compiled);
+    for (i, &policy) in Policy::ALL.iter().enumerate() {
+        if i > 0 {
+            runs.push(b',');
+        }
+        let mut sink = MemberBuffers {
+            ids,
+            cache_log: Vec::new(),
+            decisions: Vec::new(),
+            observation_log: Vec::new(),
+        };
+        // The mutant hands each policy the state the previous one left behind.
+        #[cfg(feature = "mutant-shared-state")]
+        let metrics = {
+            let (metrics, left) = run_with_sink(compiled, policy, state.clone(), &mut sink);
+            state = left;
+            metrics
+        };
+        #[cfg(not(feature = "mutant-shared-state"))]
+        let (metrics, _) =
+            run_with_sink(compiled, policy, RouterState::initial(compiled), &mut sink);
+        push_run(
+            &mut runs,
+            policy,
+            &sink.cache_log,
+            &sink.decisions,
+            &metrics,
+            &sink.observation_log,
+        );
+    }
+    runs.push(b']');
+    assemble_receipt(&runs, trace_digest)
+}
+
+/// Which receipt array an element belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Member {
+    CacheLog,
+    Decisions,
+    Metrics,
+    ObservationLog,
+}
+
+impl Member {
+    /// The member's name in a run object.
+    pub fn name(self) -> &'static str {
+        match self {
+            Member::CacheLog => "cache_log",
+            Member::Decisions => "decisions",
+            Member::Metrics => "metrics",
+            Member::ObservationLog => "observation_log",
+        }
+    }
+}
+
+/// Where [`stream_runs`] sends the `runs` array: its punctuation, and each element
+/// (log entry, decision, metrics) of one run's member.
+pub trait RunsOut {
+    fn punctuation(&mut self, bytes: &[u8]);
+    fn element(&mut self, policy: Policy, member: Member, bytes: &[u8]);
+}
+
+/// Feeds the array's bytes, unchanged, to a hasher: the receipt digest.
+impl RunsOut for Sha256 {
+    fn punctuation(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+    fn element(&mut self, _: Policy, _: Member, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+/// Writes the elements of one member of one run to a [`RunsOut`], with the commas
+/// between them.
+struct PassSink<'o, 'i, O: RunsOut + ?Sized> {
+    out: &'o mut O,
+    ids: &'i [&'i str],
+    policy: Policy,
+    member: Member,
+    scratch: Vec<u8>,
+    written: bool,
+}
+
+impl<O: RunsOut + ?Sized> PassSink<'_, '_, O> {
+    fn emit(&mut self) {
+        if std::mem::replace(&mut self.written, true) {
+            self.out.punctuation(b",");
+        }
+        self.out.element(self.policy, self.member, &self.scratch);
+    }
+}
+
+impl<O: RunsOut + ?Sized> RunSink for PassSink<'_, '_, O> {
+    fn cache_logged(&mut self, entry: &CacheLogEntry) {
+        if self.member == Member::CacheLog {
+            self.scratch.clear();
+            push_cache_entry(&mut self.scratch, self.ids, entry);
+            self.emit();
+        }
+    }
+    fn observation_logged(&mut self, entry: &ObservationLogEntry) {
+        if self.member == Member::ObservationLog {
+            self.scratch.clear();
+            push_observation_entry(&mut self.scratch, self.ids, entry);
+            self.emit();
+        }
+    }
+    fn decided(&mut self, decision: &DecisionRef) {
+        if self.member == Member::Decisions {
+            self.scratch.clear();
+            push_decision_ref(&mut self.scratch, self.ids, decision);
+            self.emit();
+        }
+    }
+}
+
+/// Replays every policy and sends the receipt's `runs` array to `out` as it is
+/// produced; returns each run's metrics. The cache log sorts before the decisions, so
+/// each run is replayed in three passes: cache events alone (an outcome depends only on
+/// epochs), the full run, then load observations alone (SPEC.md §6.4).
+pub fn stream_runs<O: RunsOut + ?Sized>(
+    compiled: &Compiled,
+    out: &mut O,
+) -> Vec<(Policy, Metrics)> {
+    let mut runs = Vec::new();
+    let mut scratch = Vec::new();
+    out.punctuation(b"[");
+    for (i, &policy) in Policy::ALL.iter().enumerate() {
+        if i > 0 {
+            out.punctuation(b",");
+        }
+        out.punctuation(br#"{"cache_log":["#);
+        scratch = log_pass(compiled, policy, out, Member::CacheLog, scratch);
+        out.punctuation(br#"],"decisions":["#);
+        let mut sink = PassSink {
+            out,
+            ids: &compiled.worker_ids,
+            policy,
+            member: Member::Decisions,
+            scratch,
+            written: false,
+        };
+        let (metrics, _) =
+            run_with_sink(compiled, policy, RouterState::initial(compiled), &mut sink);
+        scratch = sink.scratch;
+        out.punctuation(br#"],"metrics":"#);
+        scratch.clear();
+        push_metrics(&mut scratch, &metrics);
+        out.element(policy, Member::Metrics, &scratch);
+        out.punctuation(br#","observation_log":["#);
+        scratch = log_pass(compiled, policy, out, Member::ObservationLog, scratch);
+        scratch.clear();
+        scratch.extend_from_slice(br#"],"policy":"#);
+        push_str(&mut scratch, policy.name());
+        scratch.push(b'}');
+        out.punctuation(&scratch);
+        runs.push((policy, metrics));
+    }
+    out.punctuation(b"]");
+    runs
+}
+
+/// Replays only the events behind one log, sending its entries. Cache and load
+/// outcomes never depend on routing, so this gives the full run's log.
+fn log_pass<O: RunsOut + ?Sized>(
+    compiled: &Compiled,
+    policy: Policy,
+    out: &mut O,
+    member: Member,
+    scratch: Vec<u8>,
+) -> Vec<u8> {
+    let mut sink = PassSink {
+        out,
+        ids: &compiled.worker_ids,
+        policy,
+        member,
+        scratch,
+        written: false,
+    };
+    let keep = |step: &Step| match member {
+        Member::CacheLog => matches!(step, Step::Cache { .. }),
+        Member::ObservationLog => matches!(step, Step::Load { .. }),
+        Member::Decisions | Member::Metrics => false,
+    };
+    let mut runner = Runner::new(compiled, policy);
+    for event in compiled.events.iter().filter(|e| keep(&e.step)) {
+        runner.step(event, &mut sink);
+    }
+    sink.scratch
+}
+
+/// The receipt digest and each run's metrics, with nothing written: the receipt's
+/// bytes go straight into SHA-256.
+pub fn stream_digest(compiled: &Compiled, trace_digest: &str) -> (String, Vec<(Policy, Metrics)>) {
+    let (head, tail) = body_around_runs(trace_digest);
+    let mut hasher = Sha256::new();
+    hasher.update(&head);
+    let runs = stream_runs(compiled, &mut hasher);
+    hasher.update(&tail);
+    (digest_tag(&hasher.finalize()), runs)
+}
+
+/// Writes the full canonical receipt and one `\n` to `out` without holding it: one
+/// streamed replay into the digest (the `receipt_digest` member sorts before `runs`),
+/// then one into `out`. Replaying is cheap next to writing.
+pub fn write_json<W: std::io::Write + ?Sized>(
+    compiled: &Compiled,
+    trace_digest: &str,
+    out: &mut W,
+) -> std::io::Result<String> {
+    struct Writer<'w, W: std::io::Write + ?Sized> {
+        out: &'w mut W,
+        error: Option<std::io::Error>,
+    }
+    impl<W: std::io::Write + ?Sized> Writer<'_, W> {
+        fn write(&mut self, bytes: &[u8]) {
+            if self.error.is_none() {
+                if let Err(e) = self.out.write_all(bytes) {
+                    self.error = Some(e);
+                }
+            }
+        }
+    }
+    impl<W: std::io::Write + ?Sized> RunsOut for Writer<'_, W> {
+        fn punctuation(&mut self, bytes: &[u8]) {
+            self.write(bytes);
+        }
+        fn element(&mut self, _: Policy, _: Member, bytes: &[u8]) {
+            self.write(bytes);
+        }
+    }
+    let (digest, _) = stream_digest(compiled, trace_digest);
+    let mut writer = Writer { out, error: None };
+    writer.write(&full_head(&digest));
+    stream_runs(compiled, &mut writer);
+    let (_, tail) = body_around_runs(trace_digest);
+    writer.write(&tail);
+    writer.write(b"\n");
+    if let Some(e) = writer.error {
+        return Err(e);
+    }
+    writer.out.flush()?;
+    Ok(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::canonical::jcs_bytes;
+    use serde_json::json;
+
+    #[test]
+    fn strings_are_escaped_as_the_canonicalizer_escapes_them() {
+        let mut every_control: String = (0u8..0x20).map(char::from).collect();
+        every_control.push_str("\"\\/\u{7f}é\u{2028}😀plain");
+        for text in ["", "w0", "a\"b", every_control.as_str()] {
+            let mut typed = Vec::new();
+            push_str(&mut typed, text);
+            assert_eq!(typed, jcs_bytes(&json!(text)), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn integers_are_written_in_decimal() {
+        for value in [0, 7, 10, 99, 100, 9_007_199_254_740_991, u64::MAX] {
+            let mut typed = Vec::new();
+            push_u64(&mut typed, value);
+            assert_eq!(typed, value.to_string().into_bytes());
+        }
+    }
+}
