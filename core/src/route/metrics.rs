@@ -26,6 +26,16 @@ pub struct Metrics {
     pub dominated_choices: u64,
 }
 
+impl Metrics {
+    /// Routed requests with reuse, per mille of routed requests (`hit_pm` of SPEC.md
+    /// §11); 0 when nothing was routed.
+    pub fn hits_per_mille(&self) -> u64 {
+        (1000 * self.cache_hits)
+            .checked_div(self.routed)
+            .unwrap_or(0)
+    }
+}
+
 /// Accumulates a run's metrics while it replays.
 pub struct MetricsRecorder {
     metrics: Metrics,

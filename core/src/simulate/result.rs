@@ -54,7 +54,7 @@ pub fn simulate_result(
             json!({
                 "policy": run.policy.name(),
                 "routed": m.routed,
-                "hit_pm": hit_per_mille(m.cache_hits, m.routed),
+                "hit_pm": m.hits_per_mille(),
                 "reused": m.reused_tokens,
                 "recomputed": m.recomputed_tokens,
                 "skew_m": m.load_skew_milli,
@@ -86,9 +86,4 @@ pub fn simulate_result(
         runs,
         generated_traces,
     })
-}
-
-/// Routed requests with reuse, per mille of routed requests; 0 when none was routed.
-pub fn hit_per_mille(cache_hits: u64, routed: u64) -> u64 {
-    (1000 * cache_hits).checked_div(routed).unwrap_or(0)
 }

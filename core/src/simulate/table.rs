@@ -1,7 +1,6 @@
 //! The closed-loop comparison `kvroute simulate` prints (SPEC.md §11, "Output").
 
 use crate::simulate::closed_loop::SimRun;
-use crate::simulate::result::hit_per_mille;
 
 /// The closed-loop comparison `kvroute simulate` prints: one row per policy.
 /// `hit_pm` is routed requests with reuse, per mille; `phantom` counts tokens the router
@@ -25,7 +24,7 @@ pub fn simulate_table(runs: &[SimRun], workers: usize, requests: usize) -> Strin
     ));
     for run in runs {
         let m = &run.metrics;
-        let hit_pm = hit_per_mille(m.cache_hits, m.routed);
+        let hit_pm = m.hits_per_mille();
         out.push_str(&format!(
             "{:<16} {:>8} {:>6} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6} {:>7} {:>7} {:>10}\n",
             run.policy.name(),
