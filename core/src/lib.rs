@@ -18,7 +18,8 @@
 //!   [`route::candidate`]; the reasons rows list: [`route::reason`];
 //! - the **policy rule** (cost score, ties, margins, the overload cap, route kind):
 //!   [`route::policy`]; the run loop and clean runs: [`route::engine`];
-//! - **canonical bytes and digests**: [`output::canonical`]; the receipt:
+//! - **canonical bytes and digests**: [`output::canonical`] (integers, string escapes
+//!   and digest tags: [`output::json_text`]); the receipt:
 //!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:
 //!   [`output::jsonl`]; CSV: [`output::csv`];
 //! - the **closed-loop engine model** (LRU, prefill, publication lag and jitter):

@@ -7,8 +7,8 @@
 //! the JSON tree ([`canonical_trace_value`]) and the generic serialiser stay as the check.
 
 use crate::input::trace::*;
-pub use crate::output::typed::digest_tag;
-use crate::output::typed::{push_str, push_u64};
+pub use crate::output::json_text::digest_tag;
+use crate::output::json_text::{push_str, push_u64};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -4,8 +4,9 @@
 //! Fields go to the `csv` crate's writer one at a time as byte slices (integers through
 //! a stack buffer), so a row allocates nothing; the crate does the RFC 4180 quoting.
 
+use crate::output::json_text::u64_text;
 use crate::output::receipt::Receipt;
-use crate::output::typed::{u64_text, DecisionHead};
+use crate::output::typed::DecisionHead;
 use crate::route::candidate::CandidateRow;
 use crate::route::compiled::Compiled;
 use crate::route::engine::{run_with_sink, DecisionRef, RunSink};

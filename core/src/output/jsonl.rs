@@ -13,7 +13,8 @@
 //! record come from the typed writer ([`crate::output::typed`]).
 
 use crate::output::canonical::digest_tag;
-use crate::output::typed::{self, push_str, Member, RunsOut, RECEIPT_FORMAT};
+use crate::output::json_text::push_str;
+use crate::output::typed::{self, Member, RunsOut, RECEIPT_FORMAT};
 use crate::route::compiled::Compiled;
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
