@@ -374,6 +374,7 @@ fn simulate(
     if format == SimulateFormat::Json {
         let result = simulate::result::simulate_result(&trace, workers, options)
             .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+        note_dropped_events(result.dropped_events);
         if let Some(dir) = events_out {
             for (policy, trace_bytes) in &result.generated_traces {
                 write_generated_trace(dir, *policy, trace_bytes)?;
@@ -385,11 +386,7 @@ fn simulate(
     }
     let (sim_trace, dropped) = simulate::simulation_trace(&trace, workers)
         .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
-    if dropped > 0 {
-        eprintln!(
-            "simulate: dropped the trace's {dropped} cache and load events; the engine model generates its own"
-        );
-    }
+    note_dropped_events(dropped);
     let compiled = Compiled::new(&sim_trace);
     let keep_events = events_out.is_some();
     let runs: Vec<simulate::SimRun> = Policy::ALL
@@ -411,6 +408,15 @@ fn simulate(
         }
     }
     Ok(())
+}
+
+/// Says on stderr that the input's own cache and load events were not used.
+fn note_dropped_events(dropped: usize) {
+    if dropped > 0 {
+        eprintln!(
+            "simulate: dropped the trace's {dropped} cache and load events; the engine model generates its own"
+        );
+    }
 }
 
 /// Writes one policy's generated trace to `DIR/<policy>.trace.json`, creating DIR.

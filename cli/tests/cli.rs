@@ -410,3 +410,70 @@ fn simulate_prints_the_comparison_and_its_generated_traces_replay() {
     ]);
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// `simulate --format json` prints the §11.1 document: canonical bytes and a newline,
+/// the same figures as the table, one digest per policy's generated trace, and the note
+/// on the dropped input events on stderr as the table does.
+#[test]
+fn simulate_json_is_the_canonical_document_with_the_tables_figures() {
+    let trace = fixtures().join("lab/trace.json");
+    let json = kvroute(&[
+        "simulate",
+        path_str(&trace),
+        "--format",
+        "json",
+        "--jitter",
+        "5",
+        "--seed",
+        "2",
+    ]);
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let text = String::from_utf8(json.stdout).unwrap();
+    let body = text.strip_suffix('\n').expect("one trailing newline");
+    let document: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        serde_json::to_string(&document).unwrap(),
+        body,
+        "members in canonical order, no whitespace"
+    );
+    assert_eq!(document["format"], "kvroute-simulate/1");
+    assert_eq!(document["options"]["jitter_ticks"], 5);
+    assert!(String::from_utf8_lossy(&json.stderr).contains("dropped the trace's"));
+    let table = kvroute(&["simulate", path_str(&trace), "--jitter", "5", "--seed", "2"]);
+    let table = String::from_utf8(table.stdout).unwrap();
+    let runs = document["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        let policy = run["policy"].as_str().unwrap();
+        let row: Vec<&str> = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(policy))
+            .unwrap_or_else(|| panic!("no table row for {policy}"))
+            .split_whitespace()
+            .collect();
+        let columns = [
+            "routed",
+            "hit_pm",
+            "reused",
+            "recomputed",
+            "skew_m",
+            "lat_mean_m",
+            "lat_p95_m",
+            "stale",
+            "stores",
+            "evicts",
+            "phantom",
+        ];
+        for (i, column) in columns.iter().enumerate() {
+            assert_eq!(row[i + 1], run[column].to_string(), "{policy} {column}");
+        }
+        assert!(run["events_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
+    }
+}

@@ -148,14 +148,10 @@ pub fn check_seed(seed: u64) -> Result<(), Divergence> {
 
 /// The 64 bits an agreeing seed adds to [`SweepReport::outcome_fingerprint`].
 pub fn outcome_bits(agreement: &Agreement) -> u64 {
-    let digest = match agreement {
-        Agreement::Accepted(receipt) => kvroute_core::output::canonical::sha256_tag(receipt),
-        Agreement::Rejected(lines) => {
-            kvroute_core::output::canonical::sha256_tag(lines.join("\n").as_bytes())
-        }
-    };
-    let hex = digest.trim_start_matches("sha256:");
-    u64::from_str_radix(&hex[..16], 16).expect("a SHA-256 tag is 64 hex digits")
+    match agreement {
+        Agreement::Accepted(receipt) => fingerprint_bits(receipt),
+        Agreement::Rejected(lines) => fingerprint_bits(lines.join("\n").as_bytes()),
+    }
 }
 
 /// What each seed of a sweep checks.
@@ -191,6 +187,7 @@ impl SweepMode {
     }
 }
 
+/// The first 64 bits of SHA-256 of `bytes`.
 fn fingerprint_bits(bytes: &[u8]) -> u64 {
     let digest = kvroute_core::output::canonical::sha256_tag(bytes);
     let hex = digest.trim_start_matches("sha256:");

@@ -30,7 +30,8 @@ pub struct RunDoc {
     pub decisions: Vec<DecisionDoc>,
     pub cache_log: Vec<CacheLogDoc>,
     pub observation_log: Vec<ObservationLogDoc>,
-    pub metrics: MetricsDoc,
+    /// Core's own type: its fields are the receipt's member names.
+    pub metrics: Metrics,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,25 +111,6 @@ pub struct ObservationLogDoc {
     pub worker: String,
     pub observed_tick: u64,
     pub outcome: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MetricsDoc {
-    pub routed: u64,
-    pub rejected: u64,
-    pub cache_hits: u64,
-    pub reused_tokens: u64,
-    pub recomputed_tokens: u64,
-    pub route_churn: u64,
-    pub load_skew_milli: u64,
-    pub latency_proxy_mean_milli: u64,
-    pub latency_proxy_p95_milli: u64,
-    pub latency_proxy_max_milli: u64,
-    pub stale_event_rejections: u64,
-    pub stale_observation_rejections: u64,
-    pub boundary_rejections: u64,
-    pub overload_escapes: u64,
-    pub dominated_choices: u64,
 }
 
 /// What the trace knows and the receipt does not.
@@ -224,7 +206,7 @@ fn run_doc(ids: &[String], run: &Run) -> RunDoc {
             .iter()
             .map(|e| observation_log_doc(ids, e))
             .collect(),
-        metrics: metrics_doc(&run.metrics),
+        metrics: run.metrics.clone(),
     }
 }
 
@@ -276,25 +258,5 @@ fn observation_log_doc(ids: &[String], e: &ObservationLogEntry) -> ObservationLo
         worker: ids[e.worker].clone(),
         observed_tick: e.observed_tick,
         outcome: e.outcome.name().to_owned(),
-    }
-}
-
-fn metrics_doc(m: &Metrics) -> MetricsDoc {
-    MetricsDoc {
-        routed: m.routed,
-        rejected: m.rejected,
-        cache_hits: m.cache_hits,
-        reused_tokens: m.reused_tokens,
-        recomputed_tokens: m.recomputed_tokens,
-        route_churn: m.route_churn,
-        load_skew_milli: m.load_skew_milli,
-        latency_proxy_mean_milli: m.latency_proxy_mean_milli,
-        latency_proxy_p95_milli: m.latency_proxy_p95_milli,
-        latency_proxy_max_milli: m.latency_proxy_max_milli,
-        stale_event_rejections: m.stale_event_rejections,
-        stale_observation_rejections: m.stale_observation_rejections,
-        boundary_rejections: m.boundary_rejections,
-        overload_escapes: m.overload_escapes,
-        dominated_choices: m.dominated_choices,
     }
 }

@@ -9,8 +9,9 @@
 
 use super::charts;
 use super::diff::{self, DiffEntry};
-use super::model::{DecisionDoc, Lab, MetricsDoc, RowDoc};
+use super::model::{DecisionDoc, Lab, RowDoc};
 use super::select::{self, KINDS};
+use kvroute_core::route::metrics::Metrics;
 use kvroute_core::Policy;
 use minijinja::Environment;
 use serde::Serialize;
@@ -31,7 +32,7 @@ const TEMPLATE_JS: &str = include_str!("../../templates/report.js");
 struct PolicyView<'a> {
     name: &'a str,
     slot: usize,
-    metrics: &'a MetricsDoc,
+    metrics: &'a Metrics,
 }
 
 #[derive(Serialize)]
@@ -168,7 +169,7 @@ pub fn render_within_budget(
 }
 
 fn metric_bars(lab: &Lab) -> Vec<Chart> {
-    type Pick = fn(&MetricsDoc) -> u64;
+    type Pick = fn(&Metrics) -> u64;
     let metrics: [(&str, Pick); 9] = [
         ("recomputed tokens", |m| m.recomputed_tokens),
         ("cache hits", |m| m.cache_hits),

@@ -159,7 +159,8 @@ pub fn select(run: &RunDoc, sample: usize) -> Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::{DecisionDoc, MetricsDoc, RowDoc};
+    use crate::report::model::{DecisionDoc, RowDoc};
+    use kvroute_core::route::metrics::Metrics;
 
     fn row(worker: &str, reasons: &[&str], dominated_by: &[&str]) -> RowDoc {
         RowDoc {
@@ -192,7 +193,7 @@ mod tests {
     }
 
     fn run(decisions: Vec<DecisionDoc>) -> RunDoc {
-        let metrics: MetricsDoc = serde_json::from_value(serde_json::json!({
+        let metrics: Metrics = serde_json::from_value(serde_json::json!({
             "routed": 0, "rejected": 0, "cache_hits": 0, "reused_tokens": 0,
             "recomputed_tokens": 0, "route_churn": 0, "load_skew_milli": 0,
             "latency_proxy_mean_milli": 0, "latency_proxy_p95_milli": 0,

@@ -7,7 +7,10 @@ use crate::route::state::{Outcome, WorkerState};
 use std::collections::HashMap;
 
 /// The metrics of one run, as exported.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The field names are the receipt's member names (SPEC.md §6.2), so a receipt's
+/// `metrics` object reads back into this type (the report does).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Metrics {
     pub routed: u64,
     pub rejected: u64,

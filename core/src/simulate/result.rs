@@ -20,6 +20,8 @@ pub struct SimulateResult {
     pub document: Vec<u8>,
     pub runs: Vec<SimRun>,
     pub generated_traces: Vec<(Policy, Vec<u8>)>,
+    /// How many of the input's cache and load events were dropped (§11).
+    pub dropped_events: usize,
 }
 
 /// Simulates every policy on `trace` (the input, before `--workers`) and builds the
@@ -29,7 +31,7 @@ pub fn simulate_result(
     workers: Option<u32>,
     options: &SimulateOptions,
 ) -> Result<SimulateResult, SimulateError> {
-    let (sim_trace, _dropped) = simulation_trace(trace, workers)?;
+    let (sim_trace, dropped_events) = simulation_trace(trace, workers)?;
     let compiled = Compiled::new(&sim_trace);
     let runs: Vec<SimRun> = Policy::ALL
         .iter()
@@ -85,5 +87,6 @@ pub fn simulate_result(
         document,
         runs,
         generated_traces,
+        dropped_events,
     })
 }
