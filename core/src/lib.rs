@@ -25,29 +25,8 @@
 //! - the **closed-loop engine model** (LRU, prefill, publication lag and jitter):
 //!   [`simulate`].
 
-/// How many planted-bug features are enabled. The mutant check enables one at a time;
-/// two at once would make a kill unattributable, so the build refuses.
-const MUTANTS_ENABLED: usize = cfg!(feature = "mutant-tenant-scope-removed") as usize
-    + cfg!(feature = "mutant-stale-epochs-accepted") as usize
-    + cfg!(feature = "mutant-decode-ignored") as usize
-    + cfg!(feature = "mutant-shared-state") as usize
-    + cfg!(feature = "mutant-chosen-only-receipt") as usize
-    + cfg!(feature = "mutant-ties-to-last") as usize
-    + cfg!(feature = "mutant-freshness-ignored") as usize
-    + cfg!(feature = "mutant-reuse-past-partial") as usize
-    + cfg!(feature = "mutant-namespace-model-adapter-dropped") as usize
-    + cfg!(feature = "mutant-overload-cap-ignored") as usize
-    + cfg!(feature = "mutant-phantom-reversed") as usize
-    + cfg!(feature = "mutant-lru-refresh-ignored") as usize
-    + cfg!(feature = "mutant-publication-lag-dropped") as usize;
-// In a clean build the count is the constant 0, which clippy finds trivially true.
-#[allow(clippy::absurd_extreme_comparisons)]
-const _: () = assert!(
-    MUTANTS_ENABLED <= 1,
-    "kvroute-core: enable at most one mutant-* feature at a time"
-);
-
 pub mod input;
+pub mod mutant;
 pub mod output;
 pub mod route;
 pub mod simulate;

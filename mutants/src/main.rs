@@ -1,11 +1,14 @@
 //! The mutant check: proves that kvroute's suite catches each kind of bug it exists for.
 //!
-//! It reads `mutants/MUTANTS.toml`, runs the clean baseline (which must pass), then
-//! builds and runs the killer test targets once per planted bug with
-//! `--features kvroute-core/<mutant>`, and classifies each mutant with cargo-mutants'
-//! vocabulary: **caught** (every intended killer failed), **missed** (some intended
-//! killer passed or did not run), **unviable** (it does not build) or **timeout**. It
-//! prints a kill matrix and exits non-zero unless every mutant is caught.
+//! It reads `mutants/MUTANTS.toml` and builds the killer test targets once, with
+//! `--features kvroute-core/mutants`: every planted bug is compiled in, each off until
+//! `KVROUTE_MUTANT` names it (`core/src/mutant.rs`). It runs the clean baseline on that
+//! build (nothing selected; it must pass), then each mutant's own killer targets with
+//! `KVROUTE_MUTANT=<name>`, and classifies each mutant with cargo-mutants' vocabulary:
+//! **caught** (every intended killer failed), **missed** (some intended killer passed or
+//! did not run) or **timeout**; a build that fails (cargo-mutants' *unviable*) stops the
+//! check, since every bug shares the one build. It prints a kill matrix
+//! and exits non-zero unless every mutant is caught.
 
 use clap::Parser;
 use serde::Deserialize;
@@ -22,13 +25,13 @@ struct Args {
     /// The catalogue.
     #[arg(long, default_value = "mutants/MUTANTS.toml")]
     catalogue: PathBuf,
-    /// Run only the mutants whose feature contains this text.
+    /// Run only the mutants whose name contains this text.
     #[arg(long)]
     only: Option<String>,
     /// Seconds one cargo invocation may take before the mutant counts as a timeout.
     #[arg(long, default_value_t = 900)]
     timeout_secs: u64,
-    /// Cargo profile for the mutant builds (`mutants`: unoptimised enough to build
+    /// Cargo profile for the mutant build (`mutants`: unoptimised enough to build
     /// fast, optimised enough to run the sweep quickly).
     #[arg(long, default_value = "mutants")]
     profile: String,
@@ -41,7 +44,8 @@ struct Catalogue {
 
 #[derive(Deserialize, Clone)]
 struct Mutant {
-    feature: String,
+    /// The name `KVROUTE_MUTANT` selects (one of `kvroute_core::mutant::NAMES`).
+    name: String,
     breaks: String,
     killers: Vec<String>,
 }
@@ -51,7 +55,6 @@ struct Mutant {
 enum Verdict {
     Caught,
     Missed(Vec<String>),
-    Unviable(String),
     Timeout,
 }
 
@@ -61,11 +64,13 @@ enum TestRun {
         passed: BTreeSet<String>,
         failed: BTreeSet<String>,
     },
-    BuildFailed(String),
     TimedOut,
 }
 
 const HARNESS: &str = "kvroute-harness";
+
+/// Selects the active planted bug in a `mutants` build (`core/src/mutant.rs`).
+const SELECTOR_ENV: &str = "KVROUTE_MUTANT";
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -81,13 +86,27 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A name core does not know would make every killer fail (core refuses the
+    // selection) and pass for a kill; a compiled-in bug with no entry is never checked.
+    let names: BTreeSet<&str> = catalogue.mutant.iter().map(|m| m.name.as_str()).collect();
+    let known: BTreeSet<&str> = kvroute_core::mutant::NAMES.into_iter().collect();
+    if names != known || names.len() != catalogue.mutant.len() {
+        eprintln!(
+            "{}: the catalogue must name each of core's planted bugs once \
+             (kvroute_core::mutant::NAMES); unknown: {:?}, missing: {:?}",
+            catalogue_path.display(),
+            names.difference(&known).collect::<Vec<_>>(),
+            known.difference(&names).collect::<Vec<_>>()
+        );
+        return ExitCode::from(2);
+    }
     let mutants: Vec<Mutant> = catalogue
         .mutant
         .iter()
         .filter(|m| {
             args.only
                 .as_ref()
-                .is_none_or(|o| m.feature.contains(o.as_str()))
+                .is_none_or(|o| m.name.contains(o.as_str()))
         })
         .cloned()
         .collect();
@@ -99,9 +118,14 @@ fn main() -> ExitCode {
     let started = Instant::now();
 
     println!(
-        "baseline: {} test targets without any mutant",
+        "build: {} test targets, every planted bug compiled in",
         targets.len()
     );
+    if let Err(failure) = build_targets(&root, &targets, &args.profile, timeout) {
+        println!("build: {failure}; no mutant can be judged");
+        return ExitCode::FAILURE;
+    }
+    println!("build: done in {:.0} s", started.elapsed().as_secs_f64());
     let baseline = run_targets(&root, None, &targets, &args.profile, timeout);
     match &baseline {
         TestRun::Finished { failed, passed } if failed.is_empty() => {
@@ -120,10 +144,6 @@ fn main() -> ExitCode {
             println!("baseline: FAILED {failed:?}; no mutant can be judged");
             return ExitCode::FAILURE;
         }
-        TestRun::BuildFailed(e) => {
-            println!("baseline: does not build:\n{e}");
-            return ExitCode::FAILURE;
-        }
         TestRun::TimedOut => {
             println!("baseline: timed out");
             return ExitCode::FAILURE;
@@ -133,10 +153,17 @@ fn main() -> ExitCode {
     let mut results: Vec<(Mutant, Verdict, BTreeSet<String>, Duration)> = Vec::new();
     for mutant in &mutants {
         let mutant_started = Instant::now();
+        // Only the mutant's own killer targets run: a whole target, so the matrix still
+        // shows its other tests that fail, but not the targets it has no killer in.
+        let own_targets: BTreeSet<String> = mutant
+            .killers
+            .iter()
+            .map(|k| target_of(k).to_owned())
+            .collect();
         let run = run_targets(
             &root,
-            Some(&mutant.feature),
-            &targets,
+            Some(&mutant.name),
+            &own_targets,
             &args.profile,
             timeout,
         );
@@ -155,13 +182,12 @@ fn main() -> ExitCode {
                 };
                 (verdict, failed)
             }
-            TestRun::BuildFailed(e) => (Verdict::Unviable(e), BTreeSet::new()),
             TestRun::TimedOut => (Verdict::Timeout, BTreeSet::new()),
         };
         let elapsed = mutant_started.elapsed();
         println!(
             "{:<40} {:<9} {:>6.1}s  {}",
-            mutant.feature,
+            mutant.name,
             verdict_word(&verdict),
             elapsed.as_secs_f64(),
             mutant.breaks
@@ -179,11 +205,10 @@ fn main() -> ExitCode {
     }
     let all_caught = results.iter().all(|(_, v, _, _)| *v == Verdict::Caught);
     println!(
-        "mutants: {} planted, {} caught, {} missed, {} unviable, {} timeout, in {:.0} s",
+        "mutants: {} planted, {} caught, {} missed, {} timeout, in {:.0} s",
         results.len(),
         counts.get("caught").unwrap_or(&0),
         counts.get("missed").unwrap_or(&0),
-        counts.get("unviable").unwrap_or(&0),
         counts.get("timeout").unwrap_or(&0),
         started.elapsed().as_secs_f64()
     );
@@ -198,7 +223,6 @@ fn verdict_word(verdict: &Verdict) -> &'static str {
     match verdict {
         Verdict::Caught => "caught",
         Verdict::Missed(_) => "missed",
-        Verdict::Unviable(_) => "unviable",
         Verdict::Timeout => "timeout",
     }
 }
@@ -240,7 +264,7 @@ fn print_matrix(results: &[(Mutant, Verdict, BTreeSet<String>, Duration)]) {
             })
             .collect();
         let others = failed.iter().filter(|f| !columns.contains(f)).count();
-        println!("  {:<40}{cells}  {others}", mutant.feature);
+        println!("  {:<40}{cells}  {others}", mutant.name);
     }
     println!();
 }
@@ -252,46 +276,63 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds once, then runs each target; test names come back as `target::test`.
-fn run_targets(
+/// The `cargo test` arguments shared by the build and every run.
+fn test_args(profile: &str) -> Vec<String> {
+    [
+        "test",
+        "--profile",
+        profile,
+        "-p",
+        HARNESS,
+        "--features",
+        "kvroute-core/mutants",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The one build: every target, every planted bug compiled in.
+fn build_targets(
     root: &Path,
-    feature: Option<&str>,
     targets: &BTreeSet<String>,
     profile: &str,
     timeout: Duration,
-) -> TestRun {
-    let mut base = vec![
-        "test".to_owned(),
-        "--profile".to_owned(),
-        profile.to_owned(),
-        "-p".to_owned(),
-        HARNESS.to_owned(),
-    ];
-    if let Some(feature) = feature {
-        base.push("--features".to_owned());
-        base.push(format!("kvroute-core/{feature}"));
-    }
-    let mut build = base.clone();
+) -> Result<(), String> {
+    let mut build = test_args(profile);
     build.push("--no-run".to_owned());
     for target in targets {
         build.push("--test".to_owned());
         build.push(target.clone());
     }
-    match cargo(root, &build, timeout) {
-        None => return TestRun::TimedOut,
-        Some((true, _, _)) => {}
+    match cargo(root, &build, None, timeout) {
+        None => Err("timed out".to_owned()),
+        Some((true, _, _)) => Ok(()),
         Some((false, _, stderr)) => {
             let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
-            return TestRun::BuildFailed(tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            Err(format!(
+                "does not build:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ))
         }
     }
+}
+
+/// Runs each target on the one build with `mutant` selected (none for the baseline);
+/// test names come back as `target::test`.
+fn run_targets(
+    root: &Path,
+    mutant: Option<&str>,
+    targets: &BTreeSet<String>,
+    profile: &str,
+    timeout: Duration,
+) -> TestRun {
     let mut passed = BTreeSet::new();
     let mut failed = BTreeSet::new();
     for target in targets {
-        let mut args = base.clone();
+        let mut args = test_args(profile);
         args.extend(["--test".to_owned(), target.clone(), "--".to_owned()]);
         args.extend(["--test-threads".to_owned(), "2".to_owned()]);
-        let Some((_, stdout, _)) = cargo(root, &args, timeout) else {
+        let Some((_, stdout, _)) = cargo(root, &args, mutant, timeout) else {
             return TestRun::TimedOut;
         };
         for line in stdout.lines() {
@@ -309,8 +350,19 @@ fn run_targets(
 }
 
 /// Runs cargo with a deadline; `None` on timeout, else (success, stdout, stderr).
-fn cargo(root: &Path, args: &[String], timeout: Duration) -> Option<(bool, String, String)> {
-    let mut child = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+fn cargo(
+    root: &Path,
+    args: &[String],
+    mutant: Option<&str>,
+    timeout: Duration,
+) -> Option<(bool, String, String)> {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    match mutant {
+        Some(name) => command.env(SELECTOR_ENV, name),
+        // The baseline: nothing selected, whatever the caller's environment holds.
+        None => command.env_remove(SELECTOR_ENV),
+    };
+    let mut child = command
         .args(args)
         .current_dir(root)
         // Failing properties must not write proptest regression files into the tree.

@@ -126,7 +126,7 @@ pub fn decision_value<S: AsRef<str>>(ids: &[S], d: &Decision) -> Value {
         "tie_count": d.tie_count, "margin_milli": d.margin_milli,
         "candidates": d.candidates.iter()
             // The mutant exports only the chosen worker's row.
-            .filter(|r| !cfg!(feature = "mutant-chosen-only-receipt") || Some(r.worker) == d.chosen)
+            .filter(|r| !crate::mutant::active("mutant-chosen-only-receipt") || Some(r.worker) == d.chosen)
             .map(|r| row_value(ids, r)).collect::<Vec<_>>(),
     })
 }

@@ -116,7 +116,7 @@ impl<'a> DecisionHead<'a> {
 /// Whether a row is exported. Always, except under the mutant that exports only the
 /// chosen worker's row.
 fn exported(head: &DecisionHead, row: &CandidateRow) -> bool {
-    !cfg!(feature = "mutant-chosen-only-receipt") || Some(row.worker) == head.chosen
+    !crate::mutant::active("mutant-chosen-only-receipt") || Some(row.worker) == head.chosen
 }
 
 /// One decision (members in canonical order) with the given rows, in id order.
@@ -379,7 +379,8 @@ impl RunSink for MemberBuffers<'_> {
 pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
     let ids = &compiled.worker_ids;
     let mut runs = vec![b'['];
-    #[cfg(feature = "mutant-shared-state")]
+    // The mutant hands each policy the state the previous one left behind.
+    let shared_state = crate::mutant::active("mutant-shared-state");
     let mut state = RouterState::initial(compiled);
     for (i, &policy) in Policy::ALL.iter().enumerate() {
         if i > 0 {
@@ -391,16 +392,13 @@ pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
             decisions: Vec::new(),
             observation_log: Vec::new(),
         };
-        // The mutant hands each policy the state the previous one left behind.
-        #[cfg(feature = "mutant-shared-state")]
-        let metrics = {
-            let (metrics, left) = run_with_sink(compiled, policy, state.clone(), &mut sink);
-            state = left;
-            metrics
+        let start = if shared_state {
+            state.clone()
+        } else {
+            RouterState::initial(compiled)
         };
-        #[cfg(not(feature = "mutant-shared-state"))]
-        let (metrics, _) =
-            run_with_sink(compiled, policy, RouterState::initial(compiled), &mut sink);
+        let (metrics, left) = run_with_sink(compiled, policy, start, &mut sink);
+        state = left;
         push_run(
             &mut runs,
             policy,

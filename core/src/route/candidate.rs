@@ -105,7 +105,7 @@ impl Rows {
                 true
             };
             let stale = eligible
-                && !cfg!(feature = "mutant-freshness-ignored")
+                && !crate::mutant::active("mutant-freshness-ignored")
                 && params
                     .freshness_ticks
                     .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);

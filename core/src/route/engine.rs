@@ -208,20 +208,18 @@ impl<'c, 't> Runner<'c, 't> {
 /// Every policy's run, each from the trace's initial state (SPEC.md §3.5: nothing is
 /// shared between runs), in receipt order.
 pub fn run_all(compiled: &Compiled) -> Vec<Run> {
-    #[cfg(feature = "mutant-shared-state")]
-    {
+    if crate::mutant::active("mutant-shared-state") {
         // The mutant hands each policy the state the previous one left behind.
         let mut state = RouterState::initial(compiled);
-        Policy::ALL
+        return Policy::ALL
             .iter()
             .map(|&policy| {
                 let (run, left) = run_policy_returning_state(compiled, policy, state.clone());
                 state = left;
                 run
             })
-            .collect()
+            .collect();
     }
-    #[cfg(not(feature = "mutant-shared-state"))]
     Policy::ALL
         .iter()
         .map(|&policy| run_policy(compiled, policy, RouterState::initial(compiled)))

@@ -96,7 +96,7 @@ pub fn price(rows: &mut Rows, params: &PolicyParams) {
     let mut after_sum: u128 = 0;
     for w in 0..rows.len() {
         // The mutant prices a worker by its prefill queue alone, as if decode were free.
-        let work_in_cost = if cfg!(feature = "mutant-decode-ignored") {
+        let work_in_cost = if crate::mutant::active("mutant-decode-ignored") {
             1000 * rows.queued_prefill[w] as u128
         } else {
             rows.work_milli[w] as u128
@@ -161,7 +161,7 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
 }
 
 fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
-    let cap = if cfg!(feature = "mutant-overload-cap-ignored") {
+    let cap = if crate::mutant::active("mutant-overload-cap-ignored") {
         None
     } else {
         params.max_queued_work
@@ -206,7 +206,7 @@ fn best_by(
                 tie_count = 1;
             }
             // The mutant lets a later row with an equal score take the lead.
-            Some((b, _)) if s < b || (cfg!(feature = "mutant-ties-to-last") && s == b) => {
+            Some((b, _)) if s < b || (crate::mutant::active("mutant-ties-to-last") && s == b) => {
                 runner_up = Some(b);
                 best = Some((s, i));
                 tie_count = 1;

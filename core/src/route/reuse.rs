@@ -65,7 +65,7 @@ pub fn reuse_walk(
     boundary: &mut [Reasons],
 ) {
     // The mutant keeps walking past a partially resident segment.
-    let past_partial = cfg!(feature = "mutant-reuse-past-partial");
+    let past_partial = crate::mutant::active("mutant-reuse-past-partial");
     for (i, segment) in request.prefix.iter().enumerate() {
         let i = i as u32;
         scratch.visit += 1;

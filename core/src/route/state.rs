@@ -135,7 +135,7 @@ impl RouterState {
     /// or destroy residency the worker has since changed.
     pub fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Outcome {
         let state = &mut self.workers[worker as usize];
-        if epoch <= state.last_epoch && !cfg!(feature = "mutant-stale-epochs-accepted") {
+        if epoch <= state.last_epoch && !crate::mutant::active("mutant-stale-epochs-accepted") {
             return Outcome::StaleEpoch;
         }
         state.last_epoch = epoch;

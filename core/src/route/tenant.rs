@@ -36,26 +36,25 @@ impl<'t> Sharing<'t> {
 
     /// Whether an entry under `entry` may serve a request under `request`.
     pub fn usable(&self, request: &Namespace, entry: &Namespace) -> bool {
-        #[cfg(feature = "mutant-tenant-scope-removed")]
-        return entry.model == request.model && entry.adapter == request.adapter;
-        #[cfg(feature = "mutant-namespace-model-adapter-dropped")]
-        return self.shares(
-            &request.model,
-            &request.adapter,
-            &request.tenant,
-            &entry.tenant,
-        );
-        #[allow(unreachable_code)]
-        {
-            entry.model == request.model
-                && entry.adapter == request.adapter
-                && self.shares(
-                    &request.model,
-                    &request.adapter,
-                    &request.tenant,
-                    &entry.tenant,
-                )
+        if crate::mutant::active("mutant-tenant-scope-removed") {
+            return entry.model == request.model && entry.adapter == request.adapter;
         }
+        if crate::mutant::active("mutant-namespace-model-adapter-dropped") {
+            return self.shares(
+                &request.model,
+                &request.adapter,
+                &request.tenant,
+                &entry.tenant,
+            );
+        }
+        entry.model == request.model
+            && entry.adapter == request.adapter
+            && self.shares(
+                &request.model,
+                &request.adapter,
+                &request.tenant,
+                &entry.tenant,
+            )
     }
 }
 

@@ -82,7 +82,7 @@ pub fn simulate_policy(
             if let Some(placement) = runner.step(event, sink) {
                 let engine_reuse = engines.true_reuse(placement.worker, request);
                 // The mutant subtracts the wrong way round: held minus believed.
-                stats.phantom_reuse_tokens += if cfg!(feature = "mutant-phantom-reversed") {
+                stats.phantom_reuse_tokens += if crate::mutant::active("mutant-phantom-reversed") {
                     engine_reuse.saturating_sub(placement.reuse_tokens)
                 } else {
                     placement.reuse_tokens.saturating_sub(engine_reuse)

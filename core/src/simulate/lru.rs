@@ -44,7 +44,9 @@ impl Lru {
         let weight = Self::weight(capacity, tokens);
         match self.entries.insert(entry, (tokens, stamp)) {
             // The mutant keeps a refreshed entry's old age: first in, first out.
-            Some((old_tokens, old_stamp)) if cfg!(feature = "mutant-lru-refresh-ignored") => {
+            Some((old_tokens, old_stamp))
+                if crate::mutant::active("mutant-lru-refresh-ignored") =>
+            {
                 self.entries.insert(entry, (tokens, old_stamp));
                 self.used = self.used - Self::weight(capacity, old_tokens) + weight;
                 old_tokens != tokens

@@ -12,7 +12,7 @@ pub fn delivery_tick(
     epoch: u64,
 ) -> u64 {
     // The mutant delivers at the completion itself plus jitter, as if the bus were free.
-    let lag_ticks = if cfg!(feature = "mutant-publication-lag-dropped") {
+    let lag_ticks = if crate::mutant::active("mutant-publication-lag-dropped") {
         0
     } else {
         options.publication_lag_ticks
