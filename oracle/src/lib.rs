@@ -20,6 +20,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
 
 /// Canonical trace bytes of an already validated trace; an error line on the

@@ -113,7 +113,7 @@ fn one_store() {
     assert_eq!(
         result["options"],
         json!({ "cache_blocks": null, "cache_tokens": 262_144, "jitter_ticks": 0,
-                "lag_ticks": 10, "seed": 0, "workers": null })
+                "lag_ticks": 10, "loss_per_mille": 0, "seed": 0, "workers": null })
     );
     // The simulated trace is the input itself (scale limits, requests only).
     let canonical_input = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
@@ -723,6 +723,7 @@ fn generated_traces_replay_to_the_same_figures() {
             lag_ticks: 2,
             jitter_ticks: 7,
             seed: 9,
+            ..SimOptions::default()
         },
         SimOptions {
             cache: SimCache::Tokens(2048),
