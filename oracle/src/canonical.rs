@@ -6,7 +6,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::model::{EventKind, Segment, Trace};
+use crate::model::{EpochNumbering, EventKind, Segment, StaleRule, Trace};
 
 /// RFC 8785 (JCS) bytes of a value. serde_json_canonicalizer only fails on values a
 /// `serde_json::Value` cannot hold (non-finite numbers), which the oracle never builds.
@@ -67,12 +67,20 @@ fn sorted_by_bytes<T: Serialize>(items: Vec<T>) -> Result<Vec<T>, String> {
     Ok(keyed.into_iter().map(|(_, item)| item).collect())
 }
 
+/// The canonical `policy`: the four version-1 members always (`null` where unset), the
+/// three later ones only off their defaults (§6.1), so a default trace keeps its digest.
 #[derive(Serialize)]
 struct PolicyOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cold_reserve_milli: Option<u64>,
     decode_weight_milli: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epochs: Option<&'static str>,
     freshness_ticks: Option<u64>,
     imbalance_penalty_milli: u64,
     max_queued_work: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stale_rule: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -306,10 +314,19 @@ pub fn canonical_trace_bytes(trace: &Trace) -> Result<Vec<u8>, String> {
         format: "kvroute-trace/1",
         limits: trace.limits.name(),
         policy: PolicyOut {
+            cold_reserve_milli: trace.policy.cold_reserve_milli,
             decode_weight_milli: trace.policy.decode_weight_milli,
+            epochs: match trace.policy.epochs {
+                EpochNumbering::Any => None,
+                numbering => Some(numbering.name()),
+            },
             freshness_ticks: trace.policy.freshness_ticks,
             imbalance_penalty_milli: trace.policy.imbalance_penalty_milli,
             max_queued_work: trace.policy.max_queued_work,
+            stale_rule: match trace.policy.stale_rule {
+                StaleRule::WorkerEpoch => None,
+                rule => Some(rule.name()),
+            },
         },
         sharing: sorted_by_bytes(grants)?,
         workers: worker_outs,

@@ -7,7 +7,8 @@
 //! trace), `validate` (the four validation stages of §2, the overflow bound in
 //! saturating 128-bit arithmetic), `canonical` (canonical trace bytes, digests),
 //! `replay` (state, candidates, policies, metrics), `receipt` (receipt JSON) and
-//! `simulate` (the closed-loop engine model of §11).
+//! `simulate` (the closed-loop engine model of §11). [`StaleRule`] and [`EpochNumbering`]
+//! name the `policy.stale_rule` and `policy.epochs` choices, for `SimOptions`' overrides.
 
 mod canonical;
 mod json;
@@ -20,6 +21,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
 
 /// Canonical trace bytes of an already validated trace; an error line on the

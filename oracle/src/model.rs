@@ -46,13 +46,73 @@ impl Profile {
     }
 }
 
-/// `policy` with defaults filled in; `None` is the JSON `null` (no window / no cap).
+/// `policy.stale_rule` (SPEC §3.2): which mutations of an arriving cache event apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleRule {
+    /// The default: per-worker epochs must strictly increase; a stale event is dropped whole.
+    WorkerEpoch,
+    /// Per-(worker, key) epochs with tombstones and a clear floor.
+    KeyEpoch,
+    /// No check at all: every event applies whole, in arrival order (the baseline).
+    ArrivalOrder,
+}
+
+impl StaleRule {
+    /// The JSON spelling of the rule.
+    pub fn name(self) -> &'static str {
+        match self {
+            StaleRule::WorkerEpoch => "worker_epoch",
+            StaleRule::KeyEpoch => "key_epoch",
+            StaleRule::ArrivalOrder => "arrival_order",
+        }
+    }
+}
+
+/// `policy.epochs` (SPEC §3.6): what a worker promises about the epochs it stamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpochNumbering {
+    /// The default: any increasing numbers; no gap is tracked.
+    Any,
+    /// `workers[].epoch + 1`, `+ 2`, … with none skipped: a missing one is an evidence gap.
+    Sequential,
+}
+
+impl EpochNumbering {
+    /// The JSON spelling of the numbering.
+    pub fn name(self) -> &'static str {
+        match self {
+            EpochNumbering::Any => "any",
+            EpochNumbering::Sequential => "sequential",
+        }
+    }
+}
+
+/// `policy` with defaults filled in; `None` is the JSON `null` (no window / no cap /
+/// no cold reserve).
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub decode_weight_milli: u64,
     pub imbalance_penalty_milli: u64,
     pub freshness_ticks: Option<u64>,
     pub max_queued_work: Option<u64>,
+    pub stale_rule: StaleRule,
+    pub epochs: EpochNumbering,
+    pub cold_reserve_milli: Option<u64>,
+}
+
+impl Policy {
+    /// Every member at its default (SPEC §1).
+    pub fn defaults() -> Self {
+        Policy {
+            decode_weight_milli: 1000,
+            imbalance_penalty_milli: 0,
+            freshness_ticks: None,
+            max_queued_work: None,
+            stale_rule: StaleRule::WorkerEpoch,
+            epochs: EpochNumbering::Any,
+            cold_reserve_milli: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -85,12 +85,15 @@ impl<'a> From<&'a Decision> for DecisionOut<'a> {
     }
 }
 
+/// `stale_mutations` is written only under `stale_rule: "key_epoch"` (§6).
 #[derive(Serialize)]
 struct CacheEntryOut<'a> {
     epoch: u64,
     op: &'a str,
     outcome: &'a str,
     seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stale_mutations: Option<u64>,
     tick: u64,
     worker: &'a str,
 }
@@ -102,6 +105,7 @@ impl<'a> From<&'a CacheLogEntry> for CacheEntryOut<'a> {
             op: e.op,
             outcome: e.outcome,
             seq: e.seq,
+            stale_mutations: e.stale_mutations,
             tick: e.tick,
             worker: &e.worker,
         }
@@ -129,11 +133,20 @@ impl<'a> From<&'a ObservationLogEntry> for ObservationOut<'a> {
     }
 }
 
+/// The metrics of the later policy members are written only when present (§6.2).
 #[derive(Serialize)]
 struct MetricsOut {
     boundary_rejections: u64,
     cache_hits: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cold_reserve_exclusions: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cold_reserve_fallbacks: Option<u64>,
     dominated_choices: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence_gap_rows: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence_gaps: Option<u64>,
     latency_proxy_max_milli: u64,
     latency_proxy_mean_milli: u64,
     latency_proxy_p95_milli: u64,
@@ -145,6 +158,8 @@ struct MetricsOut {
     route_churn: u64,
     routed: u64,
     stale_event_rejections: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stale_mutation_rejections: Option<u64>,
     stale_observation_rejections: u64,
 }
 
@@ -153,7 +168,11 @@ impl From<&Metrics> for MetricsOut {
         MetricsOut {
             boundary_rejections: m.boundary_rejections,
             cache_hits: m.cache_hits,
+            cold_reserve_exclusions: m.cold_reserve_exclusions,
+            cold_reserve_fallbacks: m.cold_reserve_fallbacks,
             dominated_choices: m.dominated_choices,
+            evidence_gap_rows: m.evidence_gap_rows,
+            evidence_gaps: m.evidence_gaps,
             latency_proxy_max_milli: m.latency_proxy_max_milli,
             latency_proxy_mean_milli: m.latency_proxy_mean_milli,
             latency_proxy_p95_milli: m.latency_proxy_p95_milli,
@@ -165,6 +184,7 @@ impl From<&Metrics> for MetricsOut {
             route_churn: m.route_churn,
             routed: m.routed,
             stale_event_rejections: m.stale_event_rejections,
+            stale_mutation_rejections: m.stale_mutation_rejections,
             stale_observation_rejections: m.stale_observation_rejections,
         }
     }

@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use crate::model::{Entry, Event, EventKind, Segment, Trace};
+use crate::model::{Entry, EpochNumbering, Event, EventKind, Segment, StaleRule, Trace};
 
 /// The four routing policies, in receipt order (SPEC §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,9 @@ pub struct Row {
     pub dominated_count: u64,
     /// Removed by the overload cap (cache_plus_load only); not exported itself.
     pub excluded: bool,
+    /// Reserved out by the cold reserve (cache_plus_load only, reason `cold_reserve`):
+    /// chosen only when no other non-overloaded row is left (SPEC §4.5).
+    pub reserved_out: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +80,8 @@ pub struct CacheLogEntry {
     pub epoch: u64,
     pub op: &'static str,
     pub outcome: &'static str,
+    /// Rejected mutations of the event; present only under `stale_rule: "key_epoch"`.
+    pub stale_mutations: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +110,25 @@ pub struct Metrics {
     pub boundary_rejections: u64,
     pub overload_escapes: u64,
     pub dominated_choices: u64,
+    // The metrics of the later policy members (SPEC §6.2): `Some` exactly when their
+    // member is off its default, so a default trace's metrics object is unchanged.
+    /// `key_epoch` only: Σ `stale_mutations` over the cache log.
+    pub stale_mutation_rejections: Option<u64>,
+    /// `sequential` only: times a worker went from no gap to a gap.
+    pub evidence_gaps: Option<u64>,
+    /// `sequential` only: `evidence_gap` reasons over all rows of all decisions.
+    pub evidence_gap_rows: Option<u64>,
+    /// `cold_reserve_milli` set only: `cold_reserve` reasons over all rows.
+    pub cold_reserve_exclusions: Option<u64>,
+    /// `cold_reserve_milli` set only: decisions chosen among reserved-out rows.
+    pub cold_reserve_fallbacks: Option<u64>,
+}
+
+/// Adds to a metric that is present only off its member's default; absent stays absent.
+fn add_to(metric: &mut Option<u64>, amount: u64) {
+    if let Some(total) = metric {
+        *total = total.saturating_add(amount);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,6 +139,9 @@ pub struct Run {
     pub observation_log: Vec<ObservationLogEntry>,
     pub metrics: Metrics,
 }
+
+/// `(tenant, model, adapter, key)`: what a cache entry and a key epoch are kept under.
+type NamespaceKey = (String, String, String, String);
 
 /// The router-side view of one worker (SPEC §3). `last_heard` is derived, not stored.
 #[derive(Debug, Clone)]
@@ -130,6 +157,16 @@ struct WorkerState {
     observed_tick: u64,
     last_cache_tick: Option<u64>,
     cache: Vec<Entry>,
+    /// `key_epoch` only: the clear floor (starts at `workers[].epoch`); the initial cache
+    /// is as of the floor.
+    floor: u64,
+    /// `key_epoch` only: per namespace-key, the epoch of the last applied mutation of
+    /// that key; one whose key is not resident is a tombstone. Scanned linearly.
+    key_epochs: Vec<(NamespaceKey, u64)>,
+    /// `sequential` only: `H`, the largest epoch up to which every epoch was received.
+    contiguous_epoch: u64,
+    /// `sequential` only: `R`, the received epochs above `H` (no repeats).
+    received_above: Vec<u64>,
 }
 
 impl WorkerState {
@@ -176,6 +213,10 @@ fn initial_state(trace: &Trace) -> Vec<WorkerState> {
             observed_tick: w.observed_tick,
             last_cache_tick: None,
             cache: w.cache.clone(),
+            floor: w.epoch,
+            key_epochs: Vec::new(),
+            contiguous_epoch: w.epoch,
+            received_above: Vec::new(),
         })
         .collect();
     workers.sort_by(|a, b| a.id.cmp(&b.id));
@@ -229,6 +270,7 @@ struct Draft {
     model_not_served: bool,
     adapter_not_loaded: bool,
     stale_view: bool,
+    evidence_gap: bool,
     tenant_mismatch: bool,
     model_mismatch: bool,
     adapter_mismatch: bool,
@@ -250,6 +292,7 @@ fn draft_row(trace: &Trace, worker: &WorkerState, request: &Request, tick: u64) 
         model_not_served: !model_served,
         adapter_not_loaded: model_served && !adapter_loaded,
         stale_view: false,
+        evidence_gap: false,
         tenant_mismatch: false,
         model_mismatch: false,
         adapter_mismatch: false,
@@ -266,8 +309,13 @@ fn draft_row(trace: &Trace, worker: &WorkerState, request: &Request, tick: u64) 
             Some(window) => age_ticks > window,
             None => false,
         };
-        if stale {
-            draft.stale_view = true;
+        // Evidence gap (§3.6, §4.2): under sequential epochs, a worker with an epoch
+        // still missing is not trusted either. Both reasons may be listed together.
+        let gap =
+            trace.policy.epochs == EpochNumbering::Sequential && !worker.received_above.is_empty();
+        if stale || gap {
+            draft.stale_view = stale;
+            draft.evidence_gap = gap;
         } else {
             let mut reuse: u128 = 0;
             for segment in request.prefix {
@@ -345,6 +393,12 @@ fn candidate_rows(
     } else {
         None
     };
+    // The cold reserve (§4.5): rows with reuse may fill the cap only up to
+    // `1000·C − R` (saturating at 0); it means nothing without a cap.
+    let hit_threshold_milli: Option<u128> = match (cap_milli, trace.policy.cold_reserve_milli) {
+        (Some(cap), Some(reserve)) => Some(cap.saturating_sub(u128::from(reserve))),
+        _ => None,
+    };
 
     let mut rows: Vec<Row> = Vec::with_capacity(drafts.len());
     for (worker, draft) in workers.iter().zip(drafts.iter()) {
@@ -365,6 +419,12 @@ fn candidate_rows(
             Some(cap) => draft.eligible && draft.after_milli > cap,
             None => false,
         };
+        let reserved_out = match hit_threshold_milli {
+            Some(threshold) => {
+                draft.eligible && !excluded && draft.reuse > 0 && draft.after_milli > threshold
+            }
+            None => false,
+        };
 
         // Reasons in the fixed order of SPEC §4.7.
         let mut reasons = Vec::new();
@@ -377,6 +437,9 @@ fn candidate_rows(
         if draft.stale_view {
             reasons.push("stale_view");
         }
+        if draft.evidence_gap {
+            reasons.push("evidence_gap");
+        }
         if draft.tenant_mismatch {
             reasons.push("tenant_mismatch");
         }
@@ -388,6 +451,9 @@ fn candidate_rows(
         }
         if excluded {
             reasons.push("overloaded");
+        }
+        if reserved_out {
+            reasons.push("cold_reserve");
         }
 
         rows.push(Row {
@@ -404,12 +470,16 @@ fn candidate_rows(
             dominated_by: None,
             dominated_count: 0,
             excluded,
+            reserved_out,
         });
     }
 
-    // Dominance over the front set (eligible, not excluded): the smallest dominating id
-    // and the number of dominators.
-    let front: Vec<bool> = rows.iter().map(|r| r.eligible && !r.excluded).collect();
+    // Dominance over the front set (eligible, neither overloaded nor reserved out): the
+    // smallest dominating id and the number of dominators.
+    let front: Vec<bool> = rows
+        .iter()
+        .map(|r| r.eligible && !r.excluded && !r.reserved_out)
+        .collect();
     let mut dominated: Vec<(Option<String>, u64)> = Vec::with_capacity(rows.len());
     for (a, row_a) in rows.iter().enumerate() {
         let mut by: Option<String> = None;
@@ -471,6 +541,8 @@ struct Choice {
     route_kind: &'static str,
     tie_count: u64,
     margin_milli: u64,
+    /// Chosen in the second stage of §4.5: among reserved-out rows only.
+    cold_reserve_fallback: bool,
 }
 
 /// SPEC §5. `cursor` is the round-robin position (only that policy moves it).
@@ -480,6 +552,7 @@ fn choose(policy: PolicyKind, rows: &[Row], cursor: &mut usize) -> Choice {
         route_kind: "rejected",
         tie_count: 0,
         margin_milli: 0,
+        cold_reserve_fallback: false,
     };
     if !rows.iter().any(|r| r.eligible) {
         return rejected;
@@ -497,21 +570,35 @@ fn choose(policy: PolicyKind, rows: &[Row], cursor: &mut usize) -> Choice {
                     route_kind: if hit { "hit" } else { "cold" },
                     tie_count: 1,
                     margin_milli: 0,
+                    cold_reserve_fallback: false,
                 };
             }
         }
         return rejected;
     }
 
-    // Choosable rows: eligible and (cache_plus_load only) not excluded; when that
-    // leaves none, every eligible row, and the route is an escape.
+    // Choosable rows, in three stages (§4.5, §5): eligible and (cache_plus_load only)
+    // neither overloaded nor reserved out; when that leaves none, the eligible rows that
+    // are not overloaded (the reserved-out ones come back); when that leaves none
+    // either, every eligible row, and the route is an escape.
     let mut choosable: Vec<usize> = (0..rows.len())
         .filter(|&i| {
             rows.get(i)
-                .map(|r| r.eligible && !r.excluded)
+                .map(|r| r.eligible && !r.excluded && !r.reserved_out)
                 .unwrap_or(false)
         })
         .collect();
+    let mut cold_reserve_fallback = false;
+    if choosable.is_empty() {
+        choosable = (0..rows.len())
+            .filter(|&i| {
+                rows.get(i)
+                    .map(|r| r.eligible && !r.excluded)
+                    .unwrap_or(false)
+            })
+            .collect();
+        cold_reserve_fallback = !choosable.is_empty();
+    }
     let mut escape = false;
     if choosable.is_empty() {
         escape = true;
@@ -548,6 +635,7 @@ fn choose(policy: PolicyKind, rows: &[Row], cursor: &mut usize) -> Choice {
         route_kind,
         tie_count,
         margin_milli,
+        cold_reserve_fallback,
     }
 }
 
@@ -594,6 +682,18 @@ impl<'t> RunState<'t> {
     pub fn new(trace: &'t Trace, policy: PolicyKind) -> Self {
         let workers = initial_state(trace);
         let worker_count = workers.len();
+        let key_epoch = trace.policy.stale_rule == StaleRule::KeyEpoch;
+        let sequential = trace.policy.epochs == EpochNumbering::Sequential;
+        let reserve = trace.policy.cold_reserve_milli.is_some();
+        let present = |on: bool| if on { Some(0) } else { None };
+        let metrics = Metrics {
+            stale_mutation_rejections: present(key_epoch),
+            evidence_gaps: present(sequential),
+            evidence_gap_rows: present(sequential),
+            cold_reserve_exclusions: present(reserve),
+            cold_reserve_fallbacks: present(reserve),
+            ..Metrics::default()
+        };
         RunState {
             trace,
             policy,
@@ -601,7 +701,7 @@ impl<'t> RunState<'t> {
             decisions: Vec::new(),
             cache_log: Vec::new(),
             observation_log: Vec::new(),
-            metrics: Metrics::default(),
+            metrics,
             previous_tick: 0,
             cursor: 0,
             churn_memory: Vec::new(),
@@ -613,6 +713,15 @@ impl<'t> RunState<'t> {
     /// The decisions made so far, in the order they were made.
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
+    }
+
+    /// Whether the worker at `index` (id order) has an evidence gap now (§3.6); always
+    /// false under `epochs: "any"`, where no gap is tracked.
+    pub fn has_evidence_gap(&self, index: usize) -> bool {
+        self.workers
+            .get(index)
+            .map(|w| !w.received_above.is_empty())
+            .unwrap_or(false)
     }
 
     /// Processes one event (drain, then the event itself). For a routed request, the
@@ -649,18 +758,24 @@ impl<'t> RunState<'t> {
                     EventKind::Evict { .. } => "evict",
                     _ => "clear",
                 };
+                let rule = trace.policy.stale_rule;
+                // Validation guarantees the worker exists; a missing one logs as a
+                // rejected event rather than panicking.
                 let mut outcome = "stale_epoch";
+                let mut rejected_mutations = 0u64;
                 if let Some(state) = workers.iter_mut().find(|w| &w.id == worker) {
-                    if *epoch > state.last_epoch {
-                        outcome = "applied";
-                        state.last_epoch = *epoch;
-                        state.last_cache_tick = Some(event.tick);
-                        apply_cache_event(state, &event.kind);
+                    (outcome, rejected_mutations) = apply_under_rule(rule, state, event);
+                    if trace.policy.epochs == EpochNumbering::Sequential {
+                        let resyncs = op == "clear" && outcome == "applied";
+                        if track_received_epoch(state, *epoch, resyncs) {
+                            add_to(&mut metrics.evidence_gaps, 1);
+                        }
                     }
                 }
-                if outcome == "stale_epoch" {
+                if outcome == "stale_epoch" || outcome == "stale_key_epoch" {
                     metrics.stale_event_rejections += 1;
                 }
+                add_to(&mut metrics.stale_mutation_rejections, rejected_mutations);
                 cache_log.push(CacheLogEntry {
                     seq: event.seq,
                     tick: event.tick,
@@ -668,6 +783,11 @@ impl<'t> RunState<'t> {
                     epoch: *epoch,
                     op,
                     outcome,
+                    stale_mutations: if rule == StaleRule::KeyEpoch {
+                        Some(rejected_mutations)
+                    } else {
+                        None
+                    },
                 });
             }
             EventKind::Load {
@@ -723,7 +843,8 @@ impl<'t> RunState<'t> {
                 );
                 let choice = choose(policy, &rows, cursor);
 
-                // Boundary reasons count on every row, whatever was chosen.
+                // Boundary, gap and reserve reasons count on every row, whatever was
+                // chosen.
                 for row in &rows {
                     metrics.boundary_rejections += row
                         .reasons
@@ -735,6 +856,13 @@ impl<'t> RunState<'t> {
                             )
                         })
                         .count() as u64;
+                    let count_of =
+                        |reason: &str| row.reasons.iter().filter(|r| **r == reason).count() as u64;
+                    add_to(&mut metrics.evidence_gap_rows, count_of("evidence_gap"));
+                    add_to(
+                        &mut metrics.cold_reserve_exclusions,
+                        count_of("cold_reserve"),
+                    );
                 }
 
                 let mut chosen_id = None;
@@ -752,6 +880,9 @@ impl<'t> RunState<'t> {
                             metrics.recomputed_tokens.saturating_add(row.recomputed);
                         if choice.route_kind == "overload_escape" {
                             metrics.overload_escapes += 1;
+                        }
+                        if choice.cold_reserve_fallback {
+                            add_to(&mut metrics.cold_reserve_fallbacks, 1);
                         }
                         if row.dominated_count > 0 {
                             metrics.dominated_choices += 1;
@@ -863,7 +994,265 @@ impl<'t> RunState<'t> {
     }
 }
 
-/// The cache change of an applied cache event (SPEC §3.2).
+/// Applies one cache event to its worker under the trace's stale rule (SPEC §3.2).
+/// Returns the cache log outcome and the number of rejected mutations (counted under
+/// `key_epoch` only; `0` otherwise).
+fn apply_under_rule(
+    rule: StaleRule,
+    state: &mut WorkerState,
+    event: &Event,
+) -> (&'static str, u64) {
+    let Some(epoch) = cache_event_epoch(&event.kind) else {
+        return ("applied", 0);
+    };
+    match rule {
+        StaleRule::WorkerEpoch => {
+            if epoch > state.last_epoch {
+                state.last_epoch = epoch;
+                state.last_cache_tick = Some(event.tick);
+                apply_cache_event(state, &event.kind);
+                ("applied", 0)
+            } else {
+                // Nothing changes, not even last_heard.
+                ("stale_epoch", 0)
+            }
+        }
+        StaleRule::ArrivalOrder => {
+            state.last_cache_tick = Some(event.tick);
+            apply_cache_event(state, &event.kind);
+            ("applied", 0)
+        }
+        StaleRule::KeyEpoch => {
+            let (outcome, rejected) = apply_key_epoch(state, &event.kind, epoch);
+            if outcome != "stale_key_epoch" {
+                state.last_cache_tick = Some(event.tick);
+            }
+            (outcome, rejected)
+        }
+    }
+}
+
+fn cache_event_epoch(kind: &EventKind) -> Option<u64> {
+    match kind {
+        EventKind::Store { epoch, .. }
+        | EventKind::Evict { epoch, .. }
+        | EventKind::Clear { epoch, .. } => Some(*epoch),
+        EventKind::Load { .. } | EventKind::Request { .. } => None,
+    }
+}
+
+/// The key epoch of a namespace-key, `None` when it has none (it then counts as the
+/// floor).
+fn key_epoch_of(key_epochs: &[(NamespaceKey, u64)], name: &NamespaceKey) -> Option<u64> {
+    key_epochs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, epoch)| *epoch)
+}
+
+fn set_key_epoch(key_epochs: &mut Vec<(NamespaceKey, u64)>, name: NamespaceKey, epoch: u64) {
+    match key_epochs.iter_mut().find(|(k, _)| *k == name) {
+        Some((_, existing)) => *existing = epoch,
+        None => key_epochs.push((name, epoch)),
+    }
+}
+
+fn namespace_key(tenant: &str, model: &str, adapter: &str, key: &str) -> NamespaceKey {
+    (
+        tenant.to_owned(),
+        model.to_owned(),
+        adapter.to_owned(),
+        key.to_owned(),
+    )
+}
+
+/// The outcome of an event with mutations under `key_epoch`, from its counts.
+fn key_epoch_outcome(accepted: u64, rejected: u64) -> &'static str {
+    if rejected == 0 {
+        "applied"
+    } else if accepted == 0 {
+        "stale_key_epoch"
+    } else {
+        "partly_stale_key_epoch"
+    }
+}
+
+/// The `key_epoch` rule (SPEC §3.2) for an event of epoch `epoch`: a clear against the
+/// floor; a store or evict key by key, each distinct key judged once against the state
+/// before the event. Returns the outcome and the rejected mutations.
+fn apply_key_epoch(state: &mut WorkerState, kind: &EventKind, epoch: u64) -> (&'static str, u64) {
+    match kind {
+        EventKind::Clear { .. } => {
+            if epoch <= state.floor {
+                return ("stale_key_epoch", 1);
+            }
+            // Keep only what the worker did after the clear (key epoch above it);
+            // entries without a key epoch are as of the old floor, so they go too.
+            let key_epochs = &state.key_epochs;
+            state.cache.retain(|entry| {
+                let name = namespace_key(&entry.tenant, &entry.model, &entry.adapter, &entry.key);
+                matches!(key_epoch_of(key_epochs, &name), Some(k) if k > epoch)
+            });
+            state.key_epochs.retain(|(_, k)| *k > epoch);
+            state.floor = epoch;
+            ("applied", 0)
+        }
+        EventKind::Store {
+            tenant,
+            model,
+            adapter,
+            segments,
+            ..
+        } => {
+            if segments.is_empty() {
+                return mutationless(state, epoch);
+            }
+            let names: Vec<NamespaceKey> = segments
+                .iter()
+                .map(|s| namespace_key(tenant, model, adapter, &s.key))
+                .collect();
+            // Judged before any change, so repeats of a key share one judgement.
+            let accepted: Vec<bool> = names
+                .iter()
+                .map(|name| key_accepted(state, name, epoch))
+                .collect();
+            for (segment, ok) in segments.iter().zip(&accepted) {
+                if *ok {
+                    set_entry(state, tenant, model, adapter, &segment.key, segment.tokens);
+                }
+            }
+            finish_key_mutations(state, names, &accepted, epoch)
+        }
+        EventKind::Evict {
+            tenant,
+            model,
+            adapter,
+            keys,
+            ..
+        } => {
+            if keys.is_empty() {
+                return mutationless(state, epoch);
+            }
+            let names: Vec<NamespaceKey> = keys
+                .iter()
+                .map(|key| namespace_key(tenant, model, adapter, key))
+                .collect();
+            let accepted: Vec<bool> = names
+                .iter()
+                .map(|name| key_accepted(state, name, epoch))
+                .collect();
+            for (key, ok) in keys.iter().zip(&accepted) {
+                if *ok {
+                    remove_entry(state, tenant, model, adapter, key);
+                }
+            }
+            finish_key_mutations(state, names, &accepted, epoch)
+        }
+        EventKind::Load { .. } | EventKind::Request { .. } => ("applied", 0),
+    }
+}
+
+/// A store without segments or an evict without keys: accepted iff above the floor,
+/// and it changes nothing else (a rejected one counts 0 mutations).
+fn mutationless(state: &WorkerState, epoch: u64) -> (&'static str, u64) {
+    if epoch > state.floor {
+        ("applied", 0)
+    } else {
+        ("stale_key_epoch", 0)
+    }
+}
+
+/// Accepted iff `epoch > floor` and `epoch >` the key's epoch (absent: the floor).
+fn key_accepted(state: &WorkerState, name: &NamespaceKey, epoch: u64) -> bool {
+    let key_epoch = key_epoch_of(&state.key_epochs, name).unwrap_or(state.floor);
+    epoch > state.floor && epoch > key_epoch
+}
+
+/// Stamps every accepted key with the event's epoch (an evicted key keeps it as a
+/// tombstone) and counts the mutations.
+fn finish_key_mutations(
+    state: &mut WorkerState,
+    names: Vec<NamespaceKey>,
+    accepted: &[bool],
+    epoch: u64,
+) -> (&'static str, u64) {
+    let mut accepted_count = 0u64;
+    let mut rejected_count = 0u64;
+    for (name, ok) in names.into_iter().zip(accepted) {
+        if *ok {
+            accepted_count += 1;
+            set_key_epoch(&mut state.key_epochs, name, epoch);
+        } else {
+            rejected_count += 1;
+        }
+    }
+    (
+        key_epoch_outcome(accepted_count, rejected_count),
+        rejected_count,
+    )
+}
+
+/// Sequential epochs (SPEC §3.6): records the arrival of `epoch` at its worker, whatever
+/// the stale rule did with the event; `resyncs` for a clear the rule applied. Returns
+/// whether the worker went from no gap to a gap.
+fn track_received_epoch(state: &mut WorkerState, epoch: u64, resyncs: bool) -> bool {
+    let had_gap = !state.received_above.is_empty();
+    // 1. A new epoch above H joins R; one at or below H, or already in R, is a repeat.
+    if epoch > state.contiguous_epoch && !state.received_above.contains(&epoch) {
+        state.received_above.push(epoch);
+    }
+    // 2. An applied clear resyncs: what came before it no longer matters.
+    if resyncs {
+        state.contiguous_epoch = state.contiguous_epoch.max(epoch);
+        let contiguous = state.contiguous_epoch;
+        state.received_above.retain(|e| *e > contiguous);
+    }
+    // 3. Drain R while it holds the next epoch.
+    while let Some(position) = state
+        .received_above
+        .iter()
+        .position(|e| Some(*e) == state.contiguous_epoch.checked_add(1))
+    {
+        state.received_above.remove(position);
+        state.contiguous_epoch += 1;
+    }
+    !had_gap && !state.received_above.is_empty()
+}
+
+/// Sets one entry's tokens (a store's segment), adding the entry when absent.
+fn set_entry(
+    state: &mut WorkerState,
+    tenant: &str,
+    model: &str,
+    adapter: &str,
+    key: &str,
+    tokens: u64,
+) {
+    let existing = state
+        .cache
+        .iter_mut()
+        .find(|e| e.tenant == tenant && e.model == model && e.adapter == adapter && e.key == key);
+    match existing {
+        Some(entry) => entry.tokens = tokens,
+        None => state.cache.push(Entry {
+            tenant: tenant.to_owned(),
+            model: model.to_owned(),
+            adapter: adapter.to_owned(),
+            key: key.to_owned(),
+            tokens,
+        }),
+    }
+}
+
+/// Removes one entry (an evict's key); an absent one is ignored.
+fn remove_entry(state: &mut WorkerState, tenant: &str, model: &str, adapter: &str, key: &str) {
+    state.cache.retain(|e| {
+        !(e.tenant == tenant && e.model == model && e.adapter == adapter && e.key == key)
+    });
+}
+
+/// The cache change of a cache event applied whole (SPEC §3.2: `worker_epoch`,
+/// `arrival_order`).
 fn apply_cache_event(state: &mut WorkerState, kind: &EventKind) {
     match kind {
         EventKind::Store {
@@ -875,22 +1264,7 @@ fn apply_cache_event(state: &mut WorkerState, kind: &EventKind) {
         } => {
             // In segment order, so a repeated key's last segment wins.
             for segment in segments {
-                let existing = state.cache.iter_mut().find(|e| {
-                    &e.tenant == tenant
-                        && &e.model == model
-                        && &e.adapter == adapter
-                        && e.key == segment.key
-                });
-                match existing {
-                    Some(entry) => entry.tokens = segment.tokens,
-                    None => state.cache.push(Entry {
-                        tenant: tenant.clone(),
-                        model: model.clone(),
-                        adapter: adapter.clone(),
-                        key: segment.key.clone(),
-                        tokens: segment.tokens,
-                    }),
-                }
+                set_entry(state, tenant, model, adapter, &segment.key, segment.tokens);
             }
         }
         EventKind::Evict {
@@ -900,12 +1274,9 @@ fn apply_cache_event(state: &mut WorkerState, kind: &EventKind) {
             keys,
             ..
         } => {
-            state.cache.retain(|e| {
-                !(&e.tenant == tenant
-                    && &e.model == model
-                    && &e.adapter == adapter
-                    && keys.contains(&e.key))
-            });
+            for key in keys {
+                remove_entry(state, tenant, model, adapter, key);
+            }
         }
         EventKind::Clear { .. } => state.cache.clear(),
         EventKind::Load { .. } | EventKind::Request { .. } => {}

@@ -21,13 +21,17 @@
 //!   as the published store is applied (§1.2); each segment that was new or changed
 //!   size when stored is published;
 //! - `--workers` copies keep the first worker's model, adapters, rates, `epoch` and
-//!   `observed_tick`; generated seqs start at the largest request seq plus one.
+//!   `observed_tick`; generated seqs start at the largest request seq plus one;
+//! - a lost event (`--loss`) takes its seq as well as its epoch (generated events "lost
+//!   ones included" get seqs in generation order), so the generated trace has a hole in
+//!   its seqs where it was;
+//! - `--loss` is checked before the trace is read, as a usage error.
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::canonical::{canonical_trace_bytes, digest, jcs};
-use crate::model::{Event, EventKind, Profile, Segment, Trace, Worker};
+use crate::model::{EpochNumbering, Event, EventKind, Profile, Segment, StaleRule, Trace, Worker};
 use crate::replay::{sorted_events, PolicyKind, RunState};
 use crate::validate;
 
@@ -48,6 +52,12 @@ pub struct SimOptions {
     pub lag_ticks: u64,
     pub jitter_ticks: u64,
     pub seed: u64,
+    /// `--loss P`: per mille of published events lost on the bus (0 to 1,000).
+    pub loss_per_mille: u64,
+    /// `--stale-rule R`: replaces the trace's `policy.stale_rule` when given.
+    pub stale_rule: Option<StaleRule>,
+    /// `--epochs E`: replaces the trace's `policy.epochs` when given.
+    pub epochs: Option<EpochNumbering>,
 }
 
 impl Default for SimOptions {
@@ -58,6 +68,9 @@ impl Default for SimOptions {
             lag_ticks: 10,
             jitter_ticks: 0,
             seed: 0,
+            loss_per_mille: 0,
+            stale_rule: None,
+            epochs: None,
         }
     }
 }
@@ -76,11 +89,20 @@ pub struct SimOutcome {
 /// The most workers `--workers` accepts: the `scale` limit (§1.3).
 const WORKERS_MAX: u32 = 4_096;
 
+/// The largest `--loss`: every published event lost.
+const LOSS_PER_MILLE_MAX: u64 = 1_000;
+
 /// Validates the trace, builds the simulated trace and runs the closed loop once per
 /// policy. Err: the validation error lines joined by `\n`, or a bad option.
 pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, String> {
+    if options.loss_per_mille > LOSS_PER_MILLE_MAX {
+        return Err(format!(
+            "kvroute simulate: --loss {}: expected a per-mille integer from 0 to 1000",
+            options.loss_per_mille
+        ));
+    }
     let input = validate::check(trace_json).map_err(|lines| lines.join("\n"))?;
-    let sim = simulated_trace(&input, options.workers)?;
+    let sim = simulated_trace(&input, options)?;
     let trace_digest = digest(&canonical_bytes(&sim)?);
 
     let mut runs = Vec::new();
@@ -109,7 +131,10 @@ pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, S
             "stale": m.stale_event_rejections,
             "stores": outcome.stores,
             "evicts": outcome.evicts,
+            "lost": outcome.lost,
+            "resyncs": outcome.resyncs,
             "phantom": outcome.phantom,
+            "missed": outcome.missed,
             "events_digest": digest(&bytes),
         }));
         generated_traces.push((policy.name().to_owned(), bytes));
@@ -126,6 +151,7 @@ pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, S
             "cache_tokens": cache_tokens,
             "jitter_ticks": options.jitter_ticks,
             "lag_ticks": options.lag_ticks,
+            "loss_per_mille": options.loss_per_mille,
             "seed": options.seed,
             "workers": match options.workers { Some(n) => json!(n), None => Value::Null },
         },
@@ -143,9 +169,10 @@ fn canonical_bytes(trace: &Trace) -> Result<Vec<u8>, String> {
 }
 
 /// §11 "The simulated trace": the input's workers (or `--workers` copies of the first
-/// worker in id order), policy, sharing and request events, under the `scale` limits.
-fn simulated_trace(input: &Trace, workers: Option<u32>) -> Result<Trace, String> {
-    let workers = match workers {
+/// worker in id order), policy (with `--stale-rule` / `--epochs` in place of its own when
+/// given), sharing and request events, under the `scale` limits.
+fn simulated_trace(input: &Trace, options: &SimOptions) -> Result<Trace, String> {
+    let workers = match options.workers {
         None => input.workers.clone(),
         Some(n) => {
             if n == 0 || n > WORKERS_MAX {
@@ -175,9 +202,16 @@ fn simulated_trace(input: &Trace, workers: Option<u32>) -> Result<Trace, String>
         .filter(|e| matches!(e.kind, EventKind::Request { .. }))
         .cloned()
         .collect();
+    let mut policy = input.policy.clone();
+    if let Some(rule) = options.stale_rule {
+        policy.stale_rule = rule;
+    }
+    if let Some(numbering) = options.epochs {
+        policy.epochs = numbering;
+    }
     Ok(Trace {
         limits: Profile::Scale,
-        policy: input.policy.clone(),
+        policy,
         sharing: input.sharing.clone(),
         workers,
         events,
@@ -228,7 +262,14 @@ struct LoopOutcome {
     generated: Vec<Event>,
     stores: u64,
     evicts: u64,
+    /// Published events lost on the bus.
+    lost: u64,
+    /// Re-queries (answers to a worker going from no gap to a gap).
+    resyncs: u64,
+    /// Σ max(0, reuse − held) over routed decisions, in tokens.
     phantom: u64,
+    /// Σ max(0, held − reuse) over routed decisions, in tokens.
+    missed: u64,
 }
 
 fn fresh_engines(sim: &Trace) -> Vec<Engine> {
@@ -316,6 +357,67 @@ pub(crate) fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u
     first.copy_from_slice(&hash[..8]);
     let value = u128::from(u64::from_be_bytes(first));
     (value % (u128::from(jitter_ticks) + 1)) as u64
+}
+
+/// Whether the bus loses the event of worker `worker_index` with epoch `epoch`: the first
+/// 8 bytes (big-endian) of SHA-256("loss/<seed>/<worker index>/<epoch>"), modulo 1000,
+/// below the per-mille loss. A draw independent of the jitter's.
+pub(crate) fn lost(seed: u64, worker_index: usize, epoch: u64, loss_per_mille: u64) -> bool {
+    let hash = Sha256::digest(format!("loss/{seed}/{worker_index}/{epoch}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    u64::from_be_bytes(first) % 1000 < loss_per_mille
+}
+
+/// The engine's answer to a re-query (§11 "Re-query"), from its cache as it is now: a
+/// `clear`, then one `store` per namespace holding resident entries, namespaces in
+/// (tenant, model, adapter) order, segments in key byte order. Each takes the worker's
+/// next epoch; the LRU stamps are not touched. `(epoch, kind)` as `complete` gives them.
+fn requery_answer(engine: &mut Engine) -> Vec<(u64, EventKind)> {
+    let mut events = Vec::new();
+    engine.epoch += 1;
+    events.push((
+        engine.epoch,
+        EventKind::Clear {
+            worker: engine.id.clone(),
+            epoch: engine.epoch,
+        },
+    ));
+    let mut namespaces: Vec<(String, String, String)> = Vec::new();
+    for e in &engine.cache {
+        let ns = (e.tenant.clone(), e.model.clone(), e.adapter.clone());
+        if e.tokens > 0 && !namespaces.contains(&ns) {
+            namespaces.push(ns);
+        }
+    }
+    namespaces.sort();
+    for (tenant, model, adapter) in namespaces {
+        let mut segments: Vec<Segment> = engine
+            .cache
+            .iter()
+            .filter(|e| {
+                e.tokens > 0 && e.tenant == tenant && e.model == model && e.adapter == adapter
+            })
+            .map(|e| Segment {
+                key: e.key.clone(),
+                tokens: e.tokens,
+            })
+            .collect();
+        segments.sort_by(|a, b| a.key.cmp(&b.key));
+        engine.epoch += 1;
+        events.push((
+            engine.epoch,
+            EventKind::Store {
+                worker: engine.id.clone(),
+                epoch: engine.epoch,
+                tenant,
+                model,
+                adapter,
+                segments,
+            },
+        ));
+    }
+    events
 }
 
 fn over_capacity(cache: &[EngineEntry], capacity: SimCache) -> bool {
@@ -478,7 +580,9 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
     let mut in_flight: Vec<Event> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
     let mut admitted: u64 = 0;
-    let (mut stores, mut evicts, mut phantom) = (0u64, 0u64, 0u64);
+    let (mut stores, mut evicts, mut phantom, mut missed) = (0u64, 0u64, 0u64, 0u64);
+    let (mut lost_events, mut resyncs) = (0u64, 0u64);
+    let sequential = sim.policy.epochs == EpochNumbering::Sequential;
 
     loop {
         // The next router event: the earliest (tick, seq) among the next request and
@@ -523,6 +627,12 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
                     EventKind::Store { .. } => stores += 1,
                     _ => evicts += 1,
                 }
+                // A lost event took its epoch and its seq, and is delivered nowhere.
+                if lost(options.seed, engine.index, epoch, options.loss_per_mille) {
+                    lost_events += 1;
+                    next_seq += 1;
+                    continue;
+                }
                 let delay = options.lag_ticks.saturating_add(jitter(
                     options.seed,
                     engine.index,
@@ -548,7 +658,30 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
         match source {
             Some(i) => {
                 let event = in_flight.remove(i);
+                // Its worker's position in id order, the router's and the engines' both.
+                let w = event
+                    .worker()
+                    .and_then(|id| engines.iter().position(|e| e.id == id));
+                let gap_before = w.map(|w| router.has_evidence_gap(w)).unwrap_or(false);
                 router.step(&event);
+                let gap_after = w.map(|w| router.has_evidence_gap(w)).unwrap_or(false);
+                if let (true, false, true, Some(w)) = (sequential, gap_before, gap_after, w) {
+                    // Re-query: the engine answers at once over a lossless channel;
+                    // delivered at t + lag, no jitter.
+                    resyncs += 1;
+                    let engine = &mut engines[w];
+                    for (_, kind) in requery_answer(engine) {
+                        let answer = Event {
+                            index: sim.events.len() + generated.len(),
+                            seq: next_seq,
+                            tick: event.tick.saturating_add(options.lag_ticks),
+                            kind,
+                        };
+                        next_seq += 1;
+                        generated.push(answer.clone());
+                        in_flight.push(answer);
+                    }
+                }
             }
             None => {
                 let event = requests[next_request];
@@ -576,6 +709,7 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
                 let engine = &mut engines[w];
                 let held = engine_held(engine, tenant, model, adapter, prefix, *prompt_tokens);
                 phantom = phantom.saturating_add(reuse.saturating_sub(held));
+                missed = missed.saturating_add(held.saturating_sub(reuse));
                 let recomputed = prompt_tokens - held;
                 let start = event.tick.max(engine.prefill_end);
                 let completion = start.saturating_add(recomputed.div_ceil(engine.prefill_rate));
@@ -599,7 +733,10 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
         generated,
         stores,
         evicts,
+        lost: lost_events,
+        resyncs,
         phantom,
+        missed,
     }
 }
 

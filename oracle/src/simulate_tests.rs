@@ -3,8 +3,9 @@
 
 use serde_json::{json, Value};
 
-use super::{jitter, simulate, SimCache, SimOptions, SimOutcome};
+use super::{jitter, lost, simulate, SimCache, SimOptions, SimOutcome};
 use crate::canonical::digest;
+use crate::{EpochNumbering, StaleRule};
 
 // ---------------------------------------------------------------------------------
 // Helpers
@@ -113,7 +114,7 @@ fn one_store() {
     assert_eq!(
         result["options"],
         json!({ "cache_blocks": null, "cache_tokens": 262_144, "jitter_ticks": 0,
-                "lag_ticks": 10, "seed": 0, "workers": null })
+                "lag_ticks": 10, "loss_per_mille": 0, "seed": 0, "workers": null })
     );
     // The simulated trace is the input itself (scale limits, requests only).
     let canonical_input = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
@@ -723,6 +724,7 @@ fn generated_traces_replay_to_the_same_figures() {
             lag_ticks: 2,
             jitter_ticks: 7,
             seed: 9,
+            ..SimOptions::default()
         },
         SimOptions {
             cache: SimCache::Tokens(2048),
@@ -953,5 +955,306 @@ fn mooncake_2000_requests_default_options() {
                 "93d7b4e23a6efe4463c0014de9f9d9210e3a868f29efb99d3121e336444b2c76",
             ),
         ],
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// --loss, --stale-rule, --epochs, the re-query and the missed figure (SPEC §11, §11.1)
+
+/// The loss draw is the first 8 bytes (big-endian) of SHA-256("loss/<seed>/<i>/<e>")
+/// modulo 1000, compared with P; the residues below were computed apart with Python's
+/// hashlib: seed 4, worker 0: epoch 1 → 39, epoch 2 → 884, epoch 4 → 428; seed 0,
+/// worker 0, epoch 1 → 463.
+#[test]
+fn loss_draws() {
+    assert!(lost(4, 0, 1, 40));
+    assert!(!lost(4, 0, 1, 39));
+    assert!(!lost(4, 0, 2, 884));
+    assert!(lost(4, 0, 2, 885));
+    assert!(lost(4, 0, 4, 500));
+    assert!(lost(0, 0, 1, 464));
+    assert!(!lost(0, 0, 1, 463));
+    for epoch in 1..50 {
+        assert!(!lost(7, 3, epoch, 0), "loss 0 loses nothing");
+        assert!(lost(7, 3, epoch, 1000), "loss 1000 loses everything");
+    }
+}
+
+#[test]
+fn loss_above_1000_is_a_usage_error() {
+    let t = trace(vec![worker("w0", 100)], vec![]);
+    let bytes = serde_json::to_vec(&t).expect("json");
+    let o = SimOptions {
+        loss_per_mille: 1001,
+        ..SimOptions::default()
+    };
+    assert_eq!(
+        simulate(&bytes, &o).err(),
+        Some(
+            "kvroute simulate: --loss 1001: expected a per-mille integer from 0 to 1000".to_owned()
+        )
+    );
+    let o = SimOptions {
+        loss_per_mille: 1000,
+        ..SimOptions::default()
+    };
+    assert!(simulate(&bytes, &o).is_ok());
+}
+
+/// One worker (prefill_rate 100). r1 [a:100] tick 0: nothing held, completes at 1 and
+/// publishes store a (epoch 1). r2 [a:100] tick 50, after the store's delivery at 11.
+/// - loss 0 (the default, and `loss_per_mille 0` in options): router reuse 100, engine
+///   held 100: phantom 0, missed 0; reused 100, recomputed 100 + 0; hit_pm 500.
+/// - loss 1000: the store is lost (still counted in stores, and in lost), the router
+///   never hears of a: reuse 0 while the engine holds 100: missed 100; recomputed
+///   (the router's) 200, hit_pm 0. Nothing reached the router, so the generated trace is
+///   the simulated trace: events_digest = trace_digest.
+#[test]
+fn loss_nothing_and_everything() {
+    let t = trace(
+        vec![worker("w0", 100)],
+        vec![
+            request(1, 0, "acme", &[("a", 100)], 100),
+            request(2, 50, "acme", &[("a", 100)], 100),
+        ],
+    );
+    let (none, _) = run(&t, &SimOptions::default());
+    assert_eq!(none["options"]["loss_per_mille"], 0);
+    let (all, all_outcome) = run(
+        &t,
+        &SimOptions {
+            loss_per_mille: 1000,
+            ..SimOptions::default()
+        },
+    );
+    assert_eq!(all["options"]["loss_per_mille"], 1000);
+    assert_eq!(none["trace_digest"], all["trace_digest"]);
+    for policy in POLICIES {
+        let f = figures(&none, policy);
+        let got: Vec<Value> = ["hit_pm", "reused", "recomputed", "stores", "evicts", "lost"]
+            .iter()
+            .chain(&["resyncs", "phantom", "missed"])
+            .map(|k| f[*k].clone())
+            .collect();
+        assert_eq!(
+            got,
+            [500, 100, 100, 1, 0, 0, 0, 0, 0].map(|n| json!(n)),
+            "{policy}"
+        );
+        let f = figures(&all, policy);
+        let got: Vec<Value> = ["hit_pm", "reused", "recomputed", "stores", "evicts", "lost"]
+            .iter()
+            .chain(&["resyncs", "phantom", "missed"])
+            .map(|k| f[*k].clone())
+            .collect();
+        assert_eq!(
+            got,
+            [0, 0, 200, 1, 0, 1, 0, 0, 100].map(|n| json!(n)),
+            "{policy}"
+        );
+        assert_eq!(f["events_digest"], all["trace_digest"], "{policy}");
+        assert!(cache_events(&all_outcome, policy).is_empty());
+    }
+}
+
+/// The re-query (§11 "Re-query"), seed 4, loss 500 (epoch 1 lost: 39 < 500; epoch 2
+/// kept: 884), lag 10, one worker (prefill_rate 100), requests seqs 1–4, so generated
+/// seqs start at 5:
+/// - r1 [a:100] tick 0: completes at 1, store a (epoch 1, seq 5) lost.
+/// - r2 [b:100] tick 2: completes at 3, store b (epoch 2, seq 6) delivered at 13.
+/// - tick 13: the router applies e2; sequential: R = {2} above H = 0: a gap, so w0 is
+///   re-queried: clear (epoch 3, seq 7) and store {a:100, b:100} in key order (epoch 4,
+///   seq 8), both at 23 and never lost (epoch 4 would draw 428 < 500). resyncs 1.
+/// - r3 [b:100] tick 15: evidence_gap, router reuse 0; the engine holds 100: missed 100.
+///   It recomputes nothing and changes nothing, so it publishes nothing.
+/// - tick 23: the clear resyncs (H = 3, R = {}), the store brings a back (H = 4).
+/// - r4 [a:100] tick 30: router reuse 100, held 100.
+///
+/// stores 2 (lost one included), lost 1, phantom 0, missed 100, hit_pm 1000·1/4 = 250.
+/// Under `epochs: "any"` nothing is re-queried: r3 reuses b (delivered at 13) and r4
+/// misses a (the router never saw it): missed 100 there instead, resyncs 0.
+#[test]
+fn requery_after_a_lost_event() {
+    let t = trace(
+        vec![worker("w0", 100)],
+        vec![
+            request(1, 0, "acme", &[("a", 100)], 100),
+            request(2, 2, "acme", &[("b", 100)], 100),
+            request(3, 15, "acme", &[("b", 100)], 100),
+            request(4, 30, "acme", &[("a", 100)], 100),
+        ],
+    );
+    let lossy = SimOptions {
+        loss_per_mille: 500,
+        seed: 4,
+        ..SimOptions::default()
+    };
+    let sequential = SimOptions {
+        epochs: Some(EpochNumbering::Sequential),
+        ..lossy.clone()
+    };
+    let (result, outcome) = run(&t, &sequential);
+    // --epochs enters the trace digest (the simulated trace's policy), not the options.
+    let mut with_policy = t.clone();
+    with_policy["policy"] = json!({ "epochs": "sequential" });
+    let canonical =
+        crate::validate(&serde_json::to_vec(&with_policy).expect("json")).expect("valid");
+    assert_eq!(result["trace_digest"], json!(digest(&canonical)));
+    assert_eq!(
+        result["options"],
+        json!({ "cache_blocks": null, "cache_tokens": 262_144, "jitter_ticks": 0,
+                "lag_ticks": 10, "loss_per_mille": 500, "seed": 4, "workers": null })
+    );
+    for policy in POLICIES {
+        let f = figures(&result, policy);
+        let got: Vec<Value> = ["routed", "hit_pm", "reused", "recomputed", "stale"]
+            .iter()
+            .chain(&["stores", "evicts", "lost", "resyncs", "phantom", "missed"])
+            .map(|k| f[*k].clone())
+            .collect();
+        assert_eq!(
+            got,
+            [4, 250, 100, 300, 0, 2, 0, 1, 1, 0, 100].map(|n| json!(n)),
+            "{policy}"
+        );
+        assert_eq!(
+            cache_events(&outcome, policy),
+            vec![
+                json!({ "seq": 6, "tick": 13, "type": "cache", "op": "store", "worker": "w0",
+                        "epoch": 2, "tenant": "acme", "model": "m1", "adapter": "base",
+                        "segments": [{ "key": "b", "tokens": 100 }] }),
+                json!({ "seq": 7, "tick": 23, "type": "cache", "op": "clear", "worker": "w0",
+                        "epoch": 3 }),
+                json!({ "seq": 8, "tick": 23, "type": "cache", "op": "store", "worker": "w0",
+                        "epoch": 4, "tenant": "acme", "model": "m1", "adapter": "base",
+                        "segments": [{ "key": "a", "tokens": 100 }, { "key": "b", "tokens": 100 }] }),
+            ],
+            "{policy}"
+        );
+    }
+    // The generated trace replays open-loop to the same run, gap included.
+    let (_, bytes) = &outcome.generated_traces[3];
+    let receipt: Value =
+        serde_json::from_slice(&crate::replay(bytes).expect("valid")).expect("json");
+    let cpl = &receipt["runs"][3];
+    assert_eq!(cpl["metrics"]["evidence_gaps"], 1);
+    assert_eq!(cpl["metrics"]["evidence_gap_rows"], 1);
+    assert_eq!(
+        cpl["decisions"][2]["candidates"][0]["reasons"],
+        json!(["evidence_gap"])
+    );
+
+    let (any, _) = run(&t, &lossy);
+    for policy in POLICIES {
+        let f = figures(&any, policy);
+        let got: Vec<Value> = ["reused", "lost", "resyncs", "phantom", "missed"]
+            .iter()
+            .map(|k| f[*k].clone())
+            .collect();
+        assert_eq!(got, [100, 1, 0, 0, 100].map(|n| json!(n)), "{policy}");
+    }
+}
+
+/// `--stale-rule` replaces the trace's rule and enters the trace digest; without it the
+/// trace's own rule stands.
+#[test]
+fn stale_rule_option_replaces_the_policy_member() {
+    let mut t = trace(
+        vec![worker("w0", 100)],
+        vec![request(1, 0, "acme", &[("a", 100)], 100)],
+    );
+    t["policy"] = json!({ "stale_rule": "key_epoch" });
+    let (own, _) = run(&t, &SimOptions::default());
+    let canonical = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    assert_eq!(own["trace_digest"], json!(digest(&canonical)));
+    let (replaced, _) = run(
+        &t,
+        &SimOptions {
+            stale_rule: Some(StaleRule::ArrivalOrder),
+            ..SimOptions::default()
+        },
+    );
+    t["policy"] = json!({ "stale_rule": "arrival_order" });
+    let canonical = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    assert_eq!(replaced["trace_digest"], json!(digest(&canonical)));
+    let (default_rule, _) = run(
+        &t,
+        &SimOptions {
+            stale_rule: Some(StaleRule::WorkerEpoch),
+            ..SimOptions::default()
+        },
+    );
+    t["policy"] = json!({});
+    let canonical = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    assert_eq!(default_rule["trace_digest"], json!(digest(&canonical)));
+}
+
+/// SPEC §11: the generated trace replays open-loop to the same figures, also with loss,
+/// jitter, each stale rule and sequential epochs (re-queries included). On the lab
+/// fixture, against the oracle's own replay.
+#[test]
+fn generated_traces_replay_with_loss_rules_and_gaps() {
+    let lab = include_bytes!("../../fixtures/lab/trace.json");
+    let mut resyncs_seen = 0u64;
+    for (rule, epochs, loss, jitter_ticks) in [
+        (StaleRule::KeyEpoch, EpochNumbering::Sequential, 300, 40),
+        (StaleRule::WorkerEpoch, EpochNumbering::Sequential, 200, 0),
+        (StaleRule::ArrivalOrder, EpochNumbering::Any, 100, 40),
+        (StaleRule::KeyEpoch, EpochNumbering::Any, 0, 40),
+    ] {
+        let o = SimOptions {
+            cache: SimCache::Tokens(2048),
+            jitter_ticks,
+            seed: 3,
+            loss_per_mille: loss,
+            stale_rule: Some(rule),
+            epochs: Some(epochs),
+            ..SimOptions::default()
+        };
+        let outcome = simulate(lab, &o).expect("lab simulates");
+        let result: Value = serde_json::from_slice(&outcome.result).expect("json");
+        for (policy, bytes) in &outcome.generated_traces {
+            let receipt: Value =
+                serde_json::from_slice(&crate::replay(bytes).expect("valid")).expect("json");
+            let run = receipt["runs"]
+                .as_array()
+                .expect("runs")
+                .iter()
+                .find(|r| &r["policy"] == policy)
+                .expect("run");
+            let m = &run["metrics"];
+            let f = figures(&result, policy);
+            for (mine, theirs) in [
+                ("routed", "routed"),
+                ("reused", "reused_tokens"),
+                ("recomputed", "recomputed_tokens"),
+                ("skew_m", "load_skew_milli"),
+                ("lat_mean_m", "latency_proxy_mean_milli"),
+                ("lat_p95_m", "latency_proxy_p95_milli"),
+                ("stale", "stale_event_rejections"),
+            ] {
+                assert_eq!(f[mine], m[theirs], "{rule:?} {epochs:?} {policy} {mine}");
+            }
+            // Every re-query follows a new gap (one per gap opening the router saw).
+            if epochs == EpochNumbering::Sequential {
+                assert_eq!(f["resyncs"], m["evidence_gaps"], "{rule:?} {policy}");
+            } else {
+                assert_eq!(f["resyncs"], 0);
+            }
+            if rule == StaleRule::ArrivalOrder {
+                assert_eq!(f["stale"], 0);
+            }
+            resyncs_seen += f["resyncs"].as_u64().unwrap_or(0);
+            let lost = f["lost"].as_u64().unwrap_or(0);
+            let published = f["stores"].as_u64().unwrap_or(0) + f["evicts"].as_u64().unwrap_or(0);
+            assert!(lost <= published);
+            if loss == 0 {
+                assert_eq!(lost, 0);
+            }
+        }
+    }
+    assert!(
+        resyncs_seen > 0,
+        "the lab trace with loss re-queries somewhere"
     );
 }

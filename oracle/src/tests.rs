@@ -1131,3 +1131,731 @@ fn canonical_trace_bytes_are_the_canonical_form_of_their_own_parse() {
         assert_eq!(canonical, jcs(&parsed).unwrap());
     }
 }
+
+// ---------------------------------------------------------------------------------
+// The policy members added after contract version 1: stale rules (§3.2), sequential
+// epochs (§3.6), the cold reserve (§4.5). Values worked out by hand from SPEC.
+
+/// A cache event of worker `w0` in namespace (t, m, base).
+fn store(seq: u64, tick: u64, epoch: u64, segments: &[(&str, u64)]) -> Value {
+    let segments: Vec<Value> = segments
+        .iter()
+        .map(|(key, tokens)| json!({ "key": key, "tokens": tokens }))
+        .collect();
+    json!({ "seq": seq, "tick": tick, "type": "cache", "op": "store", "worker": "w0",
+            "epoch": epoch, "tenant": "t", "model": "m", "adapter": "base",
+            "segments": segments })
+}
+
+fn evict(seq: u64, tick: u64, epoch: u64, keys: &[&str]) -> Value {
+    json!({ "seq": seq, "tick": tick, "type": "cache", "op": "evict", "worker": "w0",
+            "epoch": epoch, "tenant": "t", "model": "m", "adapter": "base", "keys": keys })
+}
+
+fn clear(seq: u64, tick: u64, epoch: u64) -> Value {
+    json!({ "seq": seq, "tick": tick, "type": "cache", "op": "clear", "worker": "w0",
+            "epoch": epoch })
+}
+
+/// A request of tenant t for model m with one prefix segment `key:tokens`.
+fn probe(seq: u64, tick: u64, key: &str, tokens: u64) -> Value {
+    json!({ "seq": seq, "tick": tick, "type": "request", "id": format!("r{seq}"),
+            "tenant": "t", "model": "m", "adapter": "base",
+            "prefix": [{ "key": key, "tokens": tokens }],
+            "prompt_tokens": tokens, "decode_tokens": 0 })
+}
+
+/// One worker `w0` of model m, epoch `epoch`, with the given initial cache.
+fn one_worker_trace(policy: Value, epoch: u64, cache: Value, events: Vec<Value>) -> Value {
+    json!({
+        "format": "kvroute-trace/1",
+        "policy": policy,
+        "workers": [{ "id": "w0", "model": "m", "adapters": [],
+                      "prefill_rate": 1000, "decode_rate": 100,
+                      "queued_prefill": 0, "active_decode": 0,
+                      "observed_tick": 0, "epoch": epoch, "cache": cache }],
+        "events": events,
+    })
+}
+
+/// The reuse of `w0` in each decision of one run, in decision order.
+fn reuses(run: &Value) -> Vec<u64> {
+    run["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .map(|d| row(d, "w0")["reuse"].as_u64().expect("reuse"))
+        .collect()
+}
+
+fn canonical_text(value: &Value) -> String {
+    String::from_utf8(jcs(value).expect("jcs")).expect("utf8")
+}
+
+/// SPEC §3.2 "Worked example: where the rules differ", then three probes of k0 (50),
+/// k1 (100) and k2 (10) at ticks 8–10 that read the final caches back:
+/// worker_epoch {k1:100, k2:10} → reuses 0, 100, 10; key_epoch {k2:10} → 0, 0, 10;
+/// arrival_order {k1:40} → 0, min(40, 100) = 40, 0.
+fn rules_example(stale_rule: &str) -> Value {
+    one_worker_trace(
+        json!({ "stale_rule": stale_rule }),
+        0,
+        json!([]),
+        vec![
+            store(1, 1, 2, &[("k1", 100)]),
+            store(2, 2, 1, &[("k0", 50), ("k1", 30)]),
+            evict(3, 3, 4, &["k0"]),
+            store(4, 4, 3, &[("k0", 50)]),
+            store(5, 5, 7, &[("k2", 10)]),
+            clear(6, 6, 6),
+            store(7, 7, 5, &[("k1", 40)]),
+            probe(8, 8, "k0", 50),
+            probe(9, 9, "k1", 100),
+            probe(10, 10, "k2", 10),
+        ],
+    )
+}
+
+#[test]
+fn stale_rules_worked_example_worker_epoch() {
+    let receipt = replay_value(&rules_example("worker_epoch"));
+    for r in receipt["runs"].as_array().unwrap() {
+        // No stale_mutations member and no stale_mutation_rejections metric off key_epoch.
+        assert_eq!(
+            canonical_text(&r["cache_log"]),
+            concat!(
+                r#"[{"epoch":2,"op":"store","outcome":"applied","seq":1,"tick":1,"worker":"w0"},"#,
+                r#"{"epoch":1,"op":"store","outcome":"stale_epoch","seq":2,"tick":2,"worker":"w0"},"#,
+                r#"{"epoch":4,"op":"evict","outcome":"applied","seq":3,"tick":3,"worker":"w0"},"#,
+                r#"{"epoch":3,"op":"store","outcome":"stale_epoch","seq":4,"tick":4,"worker":"w0"},"#,
+                r#"{"epoch":7,"op":"store","outcome":"applied","seq":5,"tick":5,"worker":"w0"},"#,
+                r#"{"epoch":6,"op":"clear","outcome":"stale_epoch","seq":6,"tick":6,"worker":"w0"},"#,
+                r#"{"epoch":5,"op":"store","outcome":"stale_epoch","seq":7,"tick":7,"worker":"w0"}]"#,
+            )
+        );
+        assert_eq!(r["metrics"]["stale_event_rejections"], 4);
+        assert!(r["metrics"].get("stale_mutation_rejections").is_none());
+        assert_eq!(reuses(r), [0, 100, 10], "{}", r["policy"]);
+    }
+}
+
+#[test]
+fn stale_rules_worked_example_key_epoch() {
+    let receipt = replay_value(&rules_example("key_epoch"));
+    for r in receipt["runs"].as_array().unwrap() {
+        assert_eq!(
+            canonical_text(&r["cache_log"]),
+            concat!(
+                r#"[{"epoch":2,"op":"store","outcome":"applied","seq":1,"stale_mutations":0,"tick":1,"worker":"w0"},"#,
+                r#"{"epoch":1,"op":"store","outcome":"partly_stale_key_epoch","seq":2,"stale_mutations":1,"tick":2,"worker":"w0"},"#,
+                r#"{"epoch":4,"op":"evict","outcome":"applied","seq":3,"stale_mutations":0,"tick":3,"worker":"w0"},"#,
+                r#"{"epoch":3,"op":"store","outcome":"stale_key_epoch","seq":4,"stale_mutations":1,"tick":4,"worker":"w0"},"#,
+                r#"{"epoch":7,"op":"store","outcome":"applied","seq":5,"stale_mutations":0,"tick":5,"worker":"w0"},"#,
+                r#"{"epoch":6,"op":"clear","outcome":"applied","seq":6,"stale_mutations":0,"tick":6,"worker":"w0"},"#,
+                r#"{"epoch":5,"op":"store","outcome":"stale_key_epoch","seq":7,"stale_mutations":1,"tick":7,"worker":"w0"}]"#,
+            )
+        );
+        assert_eq!(r["metrics"]["stale_event_rejections"], 2);
+        assert_eq!(r["metrics"]["stale_mutation_rejections"], 3);
+        assert_eq!(reuses(r), [0, 0, 10], "{}", r["policy"]);
+    }
+}
+
+#[test]
+fn stale_rules_worked_example_arrival_order() {
+    let receipt = replay_value(&rules_example("arrival_order"));
+    for r in receipt["runs"].as_array().unwrap() {
+        let outcomes: Vec<&str> = r["cache_log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(outcomes, ["applied"; 7]);
+        assert!(r["cache_log"][0].get("stale_mutations").is_none());
+        assert_eq!(r["metrics"]["stale_event_rejections"], 0);
+        assert!(r["metrics"].get("stale_mutation_rejections").is_none());
+        assert_eq!(reuses(r), [0, 40, 0], "{}", r["policy"]);
+    }
+}
+
+/// An evict of a key that was never resident still leaves a tombstone: evict e3 [k]
+/// (tombstone 3), then store e2 {k:10} is rejected (2 ≤ 3), store e4 {k:20} applies.
+/// A repeated key is one judgement and one mutation per occurrence: store e5
+/// {k:5, j:6, k:7} applies all three (k ends at 7), store e5 again {k:1, k:2, j:3}
+/// rejects all three (5 ≤ 5), stale_mutations 3.
+#[test]
+fn key_epoch_tombstone_then_an_older_store_and_repeated_keys() {
+    let trace = one_worker_trace(
+        json!({ "stale_rule": "key_epoch" }),
+        0,
+        json!([]),
+        vec![
+            evict(1, 1, 3, &["k"]),
+            store(2, 2, 2, &[("k", 10)]),
+            probe(3, 3, "k", 30),
+            store(4, 4, 4, &[("k", 20)]),
+            probe(5, 5, "k", 30),
+            store(6, 6, 5, &[("k", 5), ("j", 6), ("k", 7)]),
+            probe(7, 7, "k", 30),
+            store(8, 8, 5, &[("k", 1), ("k", 2), ("j", 3)]),
+            probe(9, 9, "k", 30),
+        ],
+    );
+    let receipt = replay_value(&trace);
+    let r = run(&receipt, "cache_plus_load");
+    let log: Vec<(String, u64)> = r["cache_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["outcome"].as_str().unwrap().to_owned(),
+                e["stale_mutations"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        log,
+        [
+            ("applied".to_owned(), 0),
+            ("stale_key_epoch".to_owned(), 1),
+            ("applied".to_owned(), 0),
+            ("applied".to_owned(), 0),
+            ("stale_key_epoch".to_owned(), 3),
+        ]
+    );
+    assert_eq!(reuses(r), [0, 20, 7, 7]);
+    assert_eq!(r["metrics"]["stale_event_rejections"], 2);
+    assert_eq!(r["metrics"]["stale_mutation_rejections"], 4);
+}
+
+/// The clear floor, on a worker starting at epoch 5 with an initial entry k0:8 (no key
+/// epoch: as of the floor 5).
+/// - store e5 {k1:9}: 5 ≤ floor 5, rejected; store e6 {k1:9} applies (ke 6).
+/// - evict e9 [k2]: tombstone ke(k2) = 9 (k2 never resident).
+/// - clear e4: 4 ≤ floor 5, rejected, counts 1; nothing changes (k0 still there).
+/// - clear e7 > 5: removes k0 (no key epoch) and k1 (ke 6 ≤ 7), keeps the tombstone of
+///   k2 (ke 9 > 7); floor 7.
+/// - store e8 {k2:4}: 8 > floor but 8 ≤ tombstone 9, rejected; store e8 {k3:4} applies.
+/// - store e7 without segments: 7 ≤ floor, stale_key_epoch with 0 mutations; evict e10
+///   without keys: applied, 0.
+/// - clear e10 (10 > 7) removes the tombstone of k2 (9 ≤ 10) and k3: store e10 {k2:2}
+///   is then rejected by the floor (10 ≤ 10), e11 {k2:2} applies.
+#[test]
+fn key_epoch_clear_floor() {
+    let trace = one_worker_trace(
+        json!({ "stale_rule": "key_epoch" }),
+        5,
+        json!([{ "tenant": "t", "model": "m", "adapter": "base", "key": "k0", "tokens": 8 }]),
+        vec![
+            store(1, 1, 5, &[("k1", 9)]),
+            store(2, 1, 6, &[("k1", 9)]),
+            evict(3, 1, 9, &["k2"]),
+            clear(4, 1, 4),
+            probe(5, 1, "k0", 8),
+            clear(6, 2, 7),
+            probe(7, 2, "k0", 8),
+            probe(8, 2, "k1", 9),
+            store(9, 3, 8, &[("k2", 4)]),
+            store(10, 3, 8, &[("k3", 4)]),
+            probe(11, 3, "k2", 4),
+            probe(12, 3, "k3", 4),
+            store(13, 4, 7, &[]),
+            evict(14, 4, 10, &[]),
+            clear(15, 5, 10),
+            store(16, 5, 10, &[("k2", 2)]),
+            probe(17, 5, "k2", 2),
+            store(18, 6, 11, &[("k2", 2)]),
+            probe(19, 6, "k2", 2),
+        ],
+    );
+    let receipt = replay_value(&trace);
+    let r = run(&receipt, "least_load");
+    let log: Vec<(u64, &str, u64)> = r["cache_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_u64().unwrap(),
+                e["outcome"].as_str().unwrap(),
+                e["stale_mutations"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        log,
+        [
+            (1, "stale_key_epoch", 1),
+            (2, "applied", 0),
+            (3, "applied", 0),
+            (4, "stale_key_epoch", 1),
+            (6, "applied", 0),
+            (9, "stale_key_epoch", 1),
+            (10, "applied", 0),
+            (13, "stale_key_epoch", 0),
+            (14, "applied", 0),
+            (15, "applied", 0),
+            (16, "stale_key_epoch", 1),
+            (18, "applied", 0),
+        ]
+    );
+    // k0 before the clear e7, then k0, k1 after it, k2, k3, k2 after the clear e10, k2.
+    assert_eq!(reuses(r), [8, 0, 0, 0, 4, 0, 2]);
+    assert_eq!(r["metrics"]["stale_event_rejections"], 5);
+    // 1 + 1 + 1 + 0 + 1: the rejected mutation-less store counts no mutation.
+    assert_eq!(r["metrics"]["stale_mutation_rejections"], 4);
+}
+
+/// `last_heard` moves with every key_epoch outcome except stale_key_epoch. Freshness
+/// window 2: evict e3 [j] at tick 0 (tombstone ke(j) = 3), store e1 {k:3} at tick 1
+/// applies; store e1 {k:3} again at tick 5 is stale_key_epoch (1 ≤ ke 1) and leaves
+/// last_heard at 1, so a request at tick 5 sees age 4 > 2: stale_view. Store e2
+/// {k:3, j:1} at tick 6 is partly stale (k: 2 > 1 accepted; j: 2 ≤ 3 rejected) and
+/// moves last_heard to 6: the request at tick 7 is fresh and reuses 3.
+#[test]
+fn key_epoch_last_heard() {
+    let trace = one_worker_trace(
+        json!({ "stale_rule": "key_epoch", "freshness_ticks": 2 }),
+        0,
+        json!([]),
+        vec![
+            evict(0, 0, 3, &["j"]),
+            store(1, 1, 1, &[("k", 3)]),
+            store(2, 5, 1, &[("k", 3)]),
+            probe(3, 5, "k", 3),
+            store(4, 6, 2, &[("k", 3), ("j", 1)]),
+            probe(5, 7, "k", 3),
+        ],
+    );
+    let receipt = replay_value(&trace);
+    let r = run(&receipt, "round_robin");
+    let outcomes: Vec<&str> = r["cache_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "applied",
+            "applied",
+            "stale_key_epoch",
+            "partly_stale_key_epoch"
+        ]
+    );
+    let first = &r["decisions"][0];
+    assert_eq!(row(first, "w0")["reasons"], json!(["stale_view"]));
+    let second = &r["decisions"][1];
+    assert_eq!(row(second, "w0")["reasons"], json!([]));
+    assert_eq!(row(second, "w0")["reuse"], 3);
+}
+
+/// SPEC §3.6 example (worker_epoch, sequential, w0 at epoch 0): e1 (H = 1), e3 (R = {3}:
+/// gap, evidence_gaps 1), a request gets evidence_gap with reuse 0 and no boundary
+/// reason (k is resident under tenant u only); e2 arrives, stale (2 ≤ 3) but received:
+/// R = {2, 3} drains to H = 3, and the next request reads the cache again.
+#[test]
+fn evidence_gap_closes_when_the_missing_epoch_arrives() {
+    let mut other_tenant = store(1, 1, 1, &[("k", 5)]);
+    other_tenant["tenant"] = json!("u");
+    let trace = one_worker_trace(
+        json!({ "epochs": "sequential" }),
+        0,
+        json!([]),
+        vec![
+            other_tenant,
+            store(2, 2, 3, &[("q", 4)]),
+            probe(3, 3, "k", 5),
+            probe(4, 3, "q", 4),
+            store(5, 4, 2, &[("x", 1)]),
+            probe(6, 5, "k", 5),
+            probe(7, 5, "q", 4),
+        ],
+    );
+    let receipt = replay_value(&trace);
+    for r in receipt["runs"].as_array().unwrap() {
+        let d = &r["decisions"];
+        assert_eq!(row(&d[0], "w0")["reasons"], json!(["evidence_gap"]));
+        assert_eq!(row(&d[0], "w0")["eligible"], true);
+        assert_eq!(row(&d[1], "w0")["reasons"], json!(["evidence_gap"]));
+        assert_eq!(row(&d[2], "w0")["reasons"], json!(["tenant_mismatch"]));
+        assert_eq!(row(&d[3], "w0")["reasons"], json!([]));
+        assert_eq!(reuses(r), [0, 0, 0, 4]);
+        assert_eq!(d[1]["route_kind"], "cold");
+        let m = &r["metrics"];
+        assert_eq!(m["evidence_gaps"], 1);
+        assert_eq!(m["evidence_gap_rows"], 2);
+        assert_eq!(m["boundary_rejections"], 1);
+        assert_eq!(m["stale_event_rejections"], 1);
+        assert!(m.get("cold_reserve_exclusions").is_none());
+    }
+}
+
+/// The other branch of the §3.6 example: e2 is lost, so the gap stays, through a
+/// second missing epoch (e5 while e4 is missing too: no second count), until a clear
+/// e6 is applied (worker_epoch: 6 > 5): H = 6, R = {}. A new gap later counts again.
+#[test]
+fn evidence_gap_closes_by_an_applied_clear() {
+    let trace = one_worker_trace(
+        json!({ "epochs": "sequential" }),
+        0,
+        json!([]),
+        vec![
+            store(1, 1, 1, &[("k", 5)]),
+            store(2, 2, 3, &[("k", 5)]),
+            store(3, 3, 5, &[("k", 5)]),
+            probe(4, 4, "k", 5),
+            clear(5, 5, 6),
+            store(6, 5, 7, &[("k", 5)]),
+            probe(7, 6, "k", 5),
+            store(8, 7, 9, &[("k", 5)]),
+            probe(9, 8, "k", 5),
+        ],
+    );
+    let receipt = replay_value(&trace);
+    let r = run(&receipt, "longest_prefix");
+    let d = &r["decisions"];
+    assert_eq!(row(&d[0], "w0")["reasons"], json!(["evidence_gap"]));
+    assert_eq!(row(&d[1], "w0")["reasons"], json!([]));
+    assert_eq!(row(&d[2], "w0")["reasons"], json!(["evidence_gap"]));
+    assert_eq!(reuses(r), [0, 5, 0]);
+    assert_eq!(r["metrics"]["evidence_gaps"], 2);
+    assert_eq!(r["metrics"]["evidence_gap_rows"], 2);
+}
+
+/// A gap then a clear. Under worker_epoch: store e1 (H = 1), store e5 (R = {5}: gap),
+/// clear e3 is stale (3 ≤ 5), so it does not resync but is received: R = {3, 5}; the
+/// gap stays; e2 then drains 2 and 3 (H = 3, R = {5}), still a gap; e4 closes it
+/// (H = 5). Under key_epoch the same clear is applied (3 > floor 0) and resyncs: H = 3,
+/// R = {5}, still a gap since 4 is missing; e2 is a repeat (2 ≤ H); e4 closes it. The
+/// clear keeps k under key_epoch (ke(k) = 5 > 3) and is dropped under worker_epoch, so
+/// both end with k:5 and one gap counted.
+#[test]
+fn evidence_gap_then_a_clear_under_each_rule() {
+    for rule in ["worker_epoch", "key_epoch"] {
+        let trace = one_worker_trace(
+            json!({ "epochs": "sequential", "stale_rule": rule }),
+            0,
+            json!([]),
+            vec![
+                store(1, 1, 1, &[("k", 5)]),
+                store(2, 2, 5, &[("k", 5)]),
+                clear(3, 3, 3),
+                probe(4, 4, "k", 5),
+                store(5, 5, 2, &[("k", 5)]),
+                probe(6, 6, "k", 5),
+                store(7, 7, 4, &[("j", 1)]),
+                probe(8, 8, "k", 5),
+            ],
+        );
+        let receipt = replay_value(&trace);
+        let r = run(&receipt, "cache_plus_load");
+        let d = &r["decisions"];
+        assert_eq!(
+            row(&d[0], "w0")["reasons"],
+            json!(["evidence_gap"]),
+            "{rule}"
+        );
+        assert_eq!(
+            row(&d[1], "w0")["reasons"],
+            json!(["evidence_gap"]),
+            "{rule}"
+        );
+        assert_eq!(row(&d[2], "w0")["reasons"], json!([]), "{rule}");
+        assert_eq!(r["metrics"]["evidence_gaps"], 1, "{rule}");
+        assert_eq!(r["metrics"]["evidence_gap_rows"], 2, "{rule}");
+        assert_eq!(row(&d[2], "w0")["reuse"], 5, "{rule}");
+    }
+}
+
+/// A gap and a stale view on the same row, in reason order; workers[].epoch is where H
+/// starts (epoch 10: e11 is the next, e12 alone is a gap).
+#[test]
+fn evidence_gap_with_stale_view_and_a_starting_epoch() {
+    let trace = one_worker_trace(
+        json!({ "epochs": "sequential", "freshness_ticks": 1 }),
+        10,
+        json!([]),
+        vec![
+            store(1, 1, 11, &[("k", 5)]),
+            probe(2, 1, "k", 5),
+            store(3, 2, 13, &[("k", 5)]),
+            probe(4, 9, "k", 5),
+        ],
+    );
+    let receipt = replay_value(&trace);
+    let r = run(&receipt, "round_robin");
+    assert_eq!(row(&r["decisions"][0], "w0")["reasons"], json!([]));
+    assert_eq!(row(&r["decisions"][0], "w0")["reuse"], 5);
+    assert_eq!(
+        row(&r["decisions"][1], "w0")["reasons"],
+        json!(["stale_view", "evidence_gap"])
+    );
+    assert_eq!(r["metrics"]["evidence_gap_rows"], 1);
+}
+
+/// The §8 trace with a cap and a cold reserve.
+fn reserve_example(max_queued_work: Option<u64>, cold_reserve_milli: Option<u64>) -> Value {
+    let mut trace = worked_example(max_queued_work);
+    trace["policy"]["cold_reserve_milli"] = json!(cold_reserve_milli);
+    trace
+}
+
+/// SPEC §4.5 worked example: cap 1300, reserve 50000. Threshold 1,250,000: w0 (reuse
+/// 1024, after 1,276,000) is reserved out, w1 (cold) is chosen alone.
+#[test]
+fn cold_reserve_worked_example() {
+    let receipt = replay_value(&reserve_example(Some(1300), Some(50_000)));
+    let cpl = run(&receipt, "cache_plus_load");
+    let d = &cpl["decisions"][0];
+    assert_eq!(d["chosen"], "w1");
+    assert_eq!(d["route_kind"], "cold");
+    assert_eq!(d["tie_count"], 1);
+    assert_eq!(d["margin_milli"], 0);
+    assert_eq!(row(d, "w0")["reasons"], json!(["cold_reserve"]));
+    assert_eq!(row(d, "w0")["eligible"], true);
+    assert_eq!(row(d, "w1")["reasons"], json!(["tenant_mismatch"]));
+    for w in ["w0", "w1", "w2"] {
+        assert_eq!(row(d, w)["dominated_by"], Value::Null, "{w}");
+        assert_eq!(row(d, w)["dominated_count"], 0, "{w}");
+    }
+    assert_eq!(cpl["metrics"]["cold_reserve_exclusions"], 1);
+    assert_eq!(cpl["metrics"]["cold_reserve_fallbacks"], 0);
+    assert_eq!(cpl["metrics"]["dominated_choices"], 0);
+    assert_eq!(cpl["metrics"]["overload_escapes"], 0);
+    // The other policies never reserve; their metrics are present, at 0.
+    for policy in ["round_robin", "least_load", "longest_prefix"] {
+        let r = run(&receipt, policy);
+        assert_eq!(
+            row(&r["decisions"][0], "w0")["reasons"],
+            json!([]),
+            "{policy}"
+        );
+        assert_eq!(r["metrics"]["cold_reserve_exclusions"], 0, "{policy}");
+        assert_eq!(r["metrics"]["cold_reserve_fallbacks"], 0, "{policy}");
+        assert!(r["metrics"].get("evidence_gaps").is_none(), "{policy}");
+    }
+}
+
+/// Reserve 20000: threshold 1,280,000, w0 is not reserved out and every run is §8's,
+/// byte for byte, plus the two metrics at 0.
+#[test]
+fn cold_reserve_below_the_threshold_is_the_plain_run() {
+    let plain = replay_value(&worked_example(None));
+    let reserved = replay_value(&reserve_example(Some(1300), Some(20_000)));
+    for (p, r) in plain["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(reserved["runs"].as_array().unwrap())
+    {
+        let mut expected = p.clone();
+        expected["metrics"]["cold_reserve_exclusions"] = json!(0);
+        expected["metrics"]["cold_reserve_fallbacks"] = json!(0);
+        assert_eq!(
+            canonical_text(r),
+            canonical_text(&expected),
+            "{}",
+            p["policy"]
+        );
+    }
+}
+
+/// Cap 1299, reserve 50000: w1 is overloaded (1,300,000 > 1,299,000), w0 reserved out
+/// (1,276,000 > 1,249,000). The second stage {w0} chooses w0, a hit, not an escape.
+#[test]
+fn cold_reserve_falls_back_before_the_overload_escape() {
+    let receipt = replay_value(&reserve_example(Some(1299), Some(50_000)));
+    let cpl = run(&receipt, "cache_plus_load");
+    let d = &cpl["decisions"][0];
+    assert_eq!(d["chosen"], "w0");
+    assert_eq!(d["route_kind"], "hit");
+    assert_eq!(d["tie_count"], 1);
+    assert_eq!(d["margin_milli"], 0);
+    assert_eq!(row(d, "w0")["reasons"], json!(["cold_reserve"]));
+    assert_eq!(
+        row(d, "w1")["reasons"],
+        json!(["tenant_mismatch", "overloaded"])
+    );
+    for w in ["w0", "w1", "w2"] {
+        assert_eq!(row(d, w)["dominated_by"], Value::Null, "{w}");
+        assert_eq!(row(d, w)["dominated_count"], 0, "{w}");
+    }
+    let m = &cpl["metrics"];
+    assert_eq!(m["cold_reserve_exclusions"], 1);
+    assert_eq!(m["cold_reserve_fallbacks"], 1);
+    assert_eq!(m["overload_escapes"], 0);
+    assert_eq!(m["cache_hits"], 1);
+}
+
+/// With both rows overloaded (cap 1200: 1,276,000 and 1,300,000 > 1,200,000) the
+/// reserve never applies (an overloaded row is not reserved out) and the route is the
+/// overload escape of §8 (w0 by after_milli, margin 24,000). A reserve above 1000·C
+/// reserves the whole cap: cap 1300, reserve 5,000,000, threshold 0, w0 reserved out.
+/// A reserve without a cap does nothing, but its metrics are present.
+#[test]
+fn cold_reserve_with_the_overload_escape_saturation_and_no_cap() {
+    let receipt = replay_value(&reserve_example(Some(1200), Some(50_000)));
+    let cpl = run(&receipt, "cache_plus_load");
+    let d = &cpl["decisions"][0];
+    assert_eq!(d["chosen"], "w0");
+    assert_eq!(d["route_kind"], "overload_escape");
+    assert_eq!(d["margin_milli"], 24_000);
+    assert_eq!(row(d, "w0")["reasons"], json!(["overloaded"]));
+    assert_eq!(cpl["metrics"]["cold_reserve_exclusions"], 0);
+    assert_eq!(cpl["metrics"]["cold_reserve_fallbacks"], 0);
+    assert_eq!(cpl["metrics"]["overload_escapes"], 1);
+
+    let receipt = replay_value(&reserve_example(Some(1300), Some(5_000_000)));
+    let d = &run(&receipt, "cache_plus_load")["decisions"][0];
+    assert_eq!(row(d, "w0")["reasons"], json!(["cold_reserve"]));
+    assert_eq!(d["chosen"], "w1");
+
+    let plain = replay_value(&worked_example(None));
+    let no_cap = replay_value(&reserve_example(None, Some(50_000)));
+    let (p, r) = (
+        run(&plain, "cache_plus_load"),
+        run(&no_cap, "cache_plus_load"),
+    );
+    assert_eq!(p["decisions"], r["decisions"]);
+    assert_eq!(r["metrics"]["cold_reserve_exclusions"], 0);
+    assert_eq!(r["metrics"]["cold_reserve_fallbacks"], 0);
+}
+
+/// SPEC §1, §6.1: the three later members are written only off their defaults; spelled
+/// out at their defaults they change neither the canonical trace nor the receipt.
+#[test]
+fn later_policy_members_in_the_canonical_trace() {
+    let bare = json!({ "format": "kvroute-trace/1", "workers": [], "events": [] });
+    let defaults = json!({ "format": "kvroute-trace/1", "workers": [], "events": [],
+        "policy": { "stale_rule": "worker_epoch", "epochs": "any", "cold_reserve_milli": null } });
+    assert_eq!(
+        validate(&bytes(&bare)).unwrap(),
+        validate(&bytes(&defaults)).unwrap()
+    );
+    let set = json!({ "format": "kvroute-trace/1", "workers": [], "events": [],
+        "policy": { "stale_rule": "key_epoch", "epochs": "sequential", "cold_reserve_milli": 7 } });
+    assert_eq!(
+        String::from_utf8(validate(&bytes(&set)).unwrap()).unwrap(),
+        concat!(
+            r#"{"events":[],"format":"kvroute-trace/1","limits":"lab","policy":{"cold_reserve_milli":7,"#,
+            r#""decode_weight_milli":1000,"epochs":"sequential","freshness_ticks":null,"#,
+            r#""imbalance_penalty_milli":0,"max_queued_work":null,"stale_rule":"key_epoch"},"#,
+            r#""sharing":[],"workers":[]}"#,
+        )
+    );
+    let arrival = with(
+        bare.clone(),
+        "/policy",
+        json!({ "stale_rule": "arrival_order" }),
+    );
+    assert!(String::from_utf8(validate(&bytes(&arrival)).unwrap())
+        .unwrap()
+        .contains(r#""max_queued_work":null,"stale_rule":"arrival_order"}"#));
+    // Receipt bytes: the §8 trace with the defaults spelled out is the same receipt.
+    let mut spelled = worked_example(None);
+    spelled["policy"]["stale_rule"] = json!("worker_epoch");
+    spelled["policy"]["epochs"] = json!("any");
+    spelled["policy"]["cold_reserve_milli"] = Value::Null;
+    assert_eq!(
+        replay(&bytes(&spelled)).unwrap(),
+        replay(&bytes(&worked_example(None))).unwrap()
+    );
+}
+
+/// A receipt with every later member off its default keeps the metric members in JCS
+/// order (`evidence_gap_rows` before `evidence_gaps`; `stale_mutation_rejections`
+/// between the other two stale counts).
+#[test]
+fn later_policy_members_in_the_receipt_bytes() {
+    let mut trace = rules_example("key_epoch");
+    trace["policy"]["epochs"] = json!("sequential");
+    trace["policy"]["cold_reserve_milli"] = json!(3);
+    trace["policy"]["max_queued_work"] = json!(10);
+    let out = replay(&bytes(&trace)).expect("valid");
+    let mut parsed: Value = serde_json::from_slice(&out).expect("JSON");
+    assert_eq!(out, jcs(&parsed).unwrap(), "canonical form");
+    let claimed = parsed["receipt_digest"].as_str().unwrap().to_owned();
+    parsed.as_object_mut().unwrap().remove("receipt_digest");
+    assert_eq!(claimed, digest(&jcs(&parsed).unwrap()));
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains(r#""cache_hits":"#));
+    for name in [
+        "cold_reserve_exclusions",
+        "cold_reserve_fallbacks",
+        "evidence_gap_rows",
+        "evidence_gaps",
+        "stale_mutation_rejections",
+    ] {
+        assert!(text.contains(&format!("\"{name}\":")), "{name}");
+    }
+}
+
+#[test]
+fn later_policy_members_validation() {
+    assert_single(
+        &with(base_trace(), "/policy/stale_rule", json!("Key_epoch")),
+        r#"policy.stale_rule: expected "worker_epoch", "key_epoch" or "arrival_order", found "Key_epoch""#,
+    );
+    for (value, shown) in [
+        (json!(null), "null"),
+        (json!(1), "1"),
+        (json!(["key_epoch"]), r#"["key_epoch"]"#),
+    ] {
+        assert_single(
+            &with(base_trace(), "/policy/stale_rule", value.clone()),
+            &format!(
+                r#"policy.stale_rule: expected "worker_epoch", "key_epoch" or "arrival_order", found {shown}"#
+            ),
+        );
+        assert_single(
+            &with(base_trace(), "/policy/epochs", value),
+            &format!(r#"policy.epochs: expected "any" or "sequential", found {shown}"#),
+        );
+    }
+    assert_single(
+        &with(base_trace(), "/policy/epochs", json!("sequential ")),
+        r#"policy.epochs: expected "any" or "sequential", found "sequential ""#,
+    );
+    for (value, shown) in [
+        (json!("5"), r#""5""#),
+        (json!(-1), "-1"),
+        (json!(1.5), "1.5"),
+    ] {
+        assert_single(
+            &with(base_trace(), "/policy/cold_reserve_milli", value),
+            &format!(
+                "policy.cold_reserve_milli: expected a non-negative integer or null, found {shown}"
+            ),
+        );
+    }
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/policy/cold_reserve_milli",
+        json!(9_007_199_254_740_991u64)
+    )))
+    .is_ok());
+    // Check order inside policy: the table order of §2.3, then unknown members.
+    let mut trace = base_trace();
+    trace["policy"] = json!({ "bogus": 1, "cold_reserve_milli": "x", "epochs": 2,
+                              "stale_rule": "no", "max_queued_work": "y" });
+    assert_eq!(
+        errors_of(&trace),
+        [
+            r#"policy.max_queued_work: expected a non-negative integer or null, found "y""#,
+            r#"policy.stale_rule: expected "worker_epoch", "key_epoch" or "arrival_order", found "no""#,
+            r#"policy.epochs: expected "any" or "sequential", found 2"#,
+            r#"policy.cold_reserve_milli: expected a non-negative integer or null, found "x""#,
+            r#"policy.bogus: unknown member "bogus""#,
+        ]
+    );
+    // A repeated member, after the checks of the first occurrence.
+    let text = r#"{"format":"kvroute-trace/1","policy":{"epochs":"any","epochs":"sequential"},"workers":[],"events":[]}"#;
+    assert_eq!(
+        errors_of_text(text),
+        [r#"policy.epochs: repeated member "epochs""#]
+    );
+}

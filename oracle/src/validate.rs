@@ -6,7 +6,10 @@
 use std::collections::BTreeSet;
 
 use crate::json::{self, member, quote, quote_str, Node};
-use crate::model::{Entry, Event, EventKind, Grant, Policy, Profile, Segment, Trace, Worker};
+use crate::model::{
+    Entry, EpochNumbering, Event, EventKind, Grant, Policy, Profile, Segment, StaleRule, Trace,
+    Worker,
+};
 
 /// `B = 2^53 − 1`, the largest integer a trace or receipt carries.
 pub const INTEGER_MAX: u64 = 9_007_199_254_740_991;
@@ -20,6 +23,9 @@ const POLICY_MEMBERS: &[&str] = &[
     "imbalance_penalty_milli",
     "freshness_ticks",
     "max_queued_work",
+    "stale_rule",
+    "epochs",
+    "cold_reserve_milli",
 ];
 const GRANT_MEMBERS: &[&str] = &["model", "adapter", "tenants"];
 const WORKER_MEMBERS: &[&str] = &[
@@ -216,7 +222,7 @@ impl Shape {
         Some(value)
     }
 
-    /// `freshness_ticks` / `max_queued_work`: an integer or `null`.
+    /// `freshness_ticks` / `max_queued_work` / `cold_reserve_milli`: an integer or `null`.
     fn nullable_integer(&mut self, node: &Node, path: &str) -> Option<Option<u64>> {
         match node {
             Node::Null => Some(None),
@@ -372,12 +378,7 @@ impl Shape {
         };
 
         let policy = match member(members, "policy") {
-            None => Some(Policy {
-                decode_weight_milli: 1000,
-                imbalance_penalty_milli: 0,
-                freshness_ticks: None,
-                max_queued_work: None,
-            }),
+            None => Some(Policy::defaults()),
             Some(node) => self.policy(node, "policy"),
         };
 
@@ -429,12 +430,63 @@ impl Shape {
             None => Some(None),
             Some(value) => self.nullable_integer(value, &member_path(path, "max_queued_work")),
         };
+        // The named choices: only the exact strings of §1 (an explicit `null` is an error).
+        let stale_rule = match member(members, "stale_rule") {
+            None => Some(StaleRule::WorkerEpoch),
+            Some(value) => {
+                let rules = [
+                    StaleRule::WorkerEpoch,
+                    StaleRule::KeyEpoch,
+                    StaleRule::ArrivalOrder,
+                ];
+                let found = match value {
+                    Node::String(text) => rules.into_iter().find(|r| r.name() == text.as_str()),
+                    _ => None,
+                };
+                if found.is_none() {
+                    self.error(
+                        &member_path(path, "stale_rule"),
+                        format!(
+                            "expected \"worker_epoch\", \"key_epoch\" or \"arrival_order\", found {}",
+                            quote(value)
+                        ),
+                    );
+                }
+                found
+            }
+        };
+        let epochs = match member(members, "epochs") {
+            None => Some(EpochNumbering::Any),
+            Some(value) => {
+                let numberings = [EpochNumbering::Any, EpochNumbering::Sequential];
+                let found = match value {
+                    Node::String(text) => {
+                        numberings.into_iter().find(|n| n.name() == text.as_str())
+                    }
+                    _ => None,
+                };
+                if found.is_none() {
+                    self.error(
+                        &member_path(path, "epochs"),
+                        format!("expected \"any\" or \"sequential\", found {}", quote(value)),
+                    );
+                }
+                found
+            }
+        };
+        let cold_reserve_milli = match member(members, "cold_reserve_milli") {
+            None => Some(None),
+            Some(value) => self.nullable_integer(value, &member_path(path, "cold_reserve_milli")),
+        };
         self.extras(members, POLICY_MEMBERS, path);
         Some(Policy {
             decode_weight_milli: decode_weight_milli?,
             imbalance_penalty_milli: imbalance_penalty_milli?,
             freshness_ticks: freshness_ticks?,
             max_queued_work: max_queued_work?,
+            stale_rule: stale_rule?,
+            epochs: epochs?,
+            cold_reserve_milli: cold_reserve_milli?,
         })
     }
 
