@@ -47,7 +47,7 @@ const MUTANTS_ENABLED: usize = cfg!(feature = "mutant-tenant-scope-removed") as 
     + cfg!(feature = "mutant-tombstones-forgotten") as usize
     + cfg!(feature = "mutant-gap-ignored") as usize
     + cfg!(feature = "mutant-loss-after-delivery") as usize
-    + cfg!(feature = "mutant-missed-dropped") as usize
+    + cfg!(feature = "mutant-missed-only-on-hits") as usize
     + cfg!(feature = "mutant-reserve-on-cold") as usize;
 // In a clean build the count is the constant 0, which clippy finds trivially true.
 #[allow(clippy::absurd_extreme_comparisons)]

@@ -132,6 +132,7 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
             publication_lag_ticks: seed % 5,
             jitter_ticks: (mixed >> 8) % 9,
             jitter_seed: seed,
+            loss_per_mille: 0,
         },
     }
 }
