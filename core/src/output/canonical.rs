@@ -449,6 +449,10 @@ mod tests {
             crate::LAB_TRACE_JSON,
             include_str!("../../../fixtures/sharing_grant/trace.json"),
             include_str!("../../../fixtures/stale_epoch/trace.json"),
+            // Off-default policy members (SPEC.md §6.1): both writers must agree on them.
+            include_str!("../../../fixtures/key_epoch/trace.json"),
+            include_str!("../../../fixtures/evidence_gap/trace.json"),
+            include_str!("../../../fixtures/cold_reserve/trace.json"),
         ] {
             let trace = crate::parse_trace(json.as_bytes()).unwrap();
             let whole = jcs_bytes(&canonical_trace_value(&trace));
