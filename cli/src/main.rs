@@ -68,9 +68,19 @@ enum Command {
         /// Up to this many extra ticks per event, seeded (reorders events: stale epochs).
         #[arg(long, value_name = "TICKS", default_value_t = 0)]
         jitter: u64,
-        /// Seed of the jitter.
+        /// Per mille of published cache events the bus loses before delivery (0 to 1000).
+        #[arg(long, value_name = "PER_MILLE", default_value_t = 0)]
+        loss: u64,
+        /// Seed of the jitter and of the loss.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Replace the trace's policy.stale_rule (SPEC.md §3.2).
+        #[arg(long, value_enum, value_name = "RULE")]
+        stale_rule: Option<StaleRuleArg>,
+        /// Replace the trace's policy.epochs (SPEC.md §3.6); `sequential` detects gaps and
+        /// re-queries the worker.
+        #[arg(long, value_enum, value_name = "MODE")]
+        epochs: Option<EpochsArg>,
         /// Write each policy's generated trace (requests plus the cache events its loop
         /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
         #[arg(long, value_name = "DIR")]
@@ -198,6 +208,50 @@ enum Format {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StaleRuleArg {
+    #[value(name = "worker_epoch")]
+    WorkerEpoch,
+    #[value(name = "key_epoch")]
+    KeyEpoch,
+    #[value(name = "arrival_order")]
+    ArrivalOrder,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum EpochsArg {
+    #[value(name = "any")]
+    Any,
+    #[value(name = "sequential")]
+    Sequential,
+}
+
+/// `--stale-rule` and `--epochs`, which replace the trace's own policy members.
+#[derive(Clone, Copy, Default)]
+struct PolicyOverrides {
+    stale_rule: Option<StaleRuleArg>,
+    epochs: Option<EpochsArg>,
+}
+
+impl PolicyOverrides {
+    fn apply(self, policy: &mut kvroute_core::input::trace::PolicyParams) {
+        use kvroute_core::input::trace::{EpochsMode, StaleRule};
+        if let Some(rule) = self.stale_rule {
+            policy.stale_rule = match rule {
+                StaleRuleArg::WorkerEpoch => StaleRule::WorkerEpoch,
+                StaleRuleArg::KeyEpoch => StaleRule::KeyEpoch,
+                StaleRuleArg::ArrivalOrder => StaleRule::ArrivalOrder,
+            };
+        }
+        if let Some(mode) = self.epochs {
+            policy.epochs = match mode {
+                EpochsArg::Any => EpochsMode::Any,
+                EpochsArg::Sequential => EpochsMode::Sequential,
+            };
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum SimulateFormat {
     /// One row per policy: the table in README.
     Table,
@@ -240,12 +294,16 @@ fn main() -> ExitCode {
             cache_blocks,
             lag,
             jitter,
+            loss,
             seed,
+            stale_rule,
+            epochs,
             events_out,
             format,
         } => simulate(
             &trace,
             workers,
+            PolicyOverrides { stale_rule, epochs },
             &SimulateOptions {
                 capacity: match cache_blocks {
                     Some(blocks) => Capacity::Blocks(blocks),
@@ -254,6 +312,7 @@ fn main() -> ExitCode {
                 publication_lag_ticks: lag,
                 jitter_ticks: jitter,
                 jitter_seed: seed,
+                loss_per_mille: loss,
             },
             events_out.as_deref(),
             format,
@@ -366,11 +425,19 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
 fn simulate(
     path: &Path,
     workers: Option<u32>,
+    overrides: PolicyOverrides,
     options: &SimulateOptions,
     events_out: Option<&Path>,
     format: SimulateFormat,
 ) -> Result<(), Failure> {
-    let trace = load_trace(Some(path))?;
+    if options.loss_per_mille > simulate::LOSS_PER_MILLE_MAX {
+        return Err(Failure::invalid(vec![format!(
+            "kvroute simulate: --loss {}: expected a per-mille integer from 0 to 1000",
+            options.loss_per_mille
+        )]));
+    }
+    let mut trace = load_trace(Some(path))?;
+    overrides.apply(&mut trace.policy);
     if format == SimulateFormat::Json {
         let result = simulate::result::simulate_result(&trace, workers, options)
             .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;

@@ -466,7 +466,10 @@ fn simulate_json_is_the_canonical_document_with_the_tables_figures() {
             "stale",
             "stores",
             "evicts",
+            "lost",
+            "resyncs",
             "phantom",
+            "missed",
         ];
         for (i, column) in columns.iter().enumerate() {
             assert_eq!(row[i + 1], run[column].to_string(), "{policy} {column}");

@@ -10,19 +10,22 @@
 //! - **limits** (profiles, integer literals, the per-request token limit, the overflow
 //!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
 //!   rules: [`input::validate`];
-//! - the **epoch rule** (stale cache events are dropped): [`route::state`]
-//!   (`RouterState::apply_cache_event`);
+//! - the **stale rules** (`worker_epoch`, `key_epoch` with tombstones and the clear
+//!   floor, `arrival_order`) and **evidence gaps** of sequential epochs: [`route::state`]
+//!   (`RouterState::apply_cache_event`, `WorkerState::receive_epoch`);
 //! - the **tenant rule** (whose prefix may be reused, boundary reasons):
 //!   [`route::tenant`]; how far reuse reaches: [`route::reuse`];
 //! - **freshness**, eligibility, work and after-placement figures, and dominance:
 //!   [`route::candidate`]; the reasons rows list: [`route::reason`];
-//! - the **policy rule** (cost score, ties, margins, the overload cap, route kind):
+//! - the **policy rule** (cost score, ties, margins, the overload cap and the cold
+//!   reserve, route kind):
 //!   [`route::policy`]; the run loop and clean runs: [`route::engine`];
 //! - **canonical bytes and digests**: [`output::canonical`] (integers, string escapes
 //!   and digest tags: [`output::json_text`]); the receipt:
 //!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:
 //!   [`output::jsonl`]; CSV: [`output::csv`];
-//! - the **closed-loop engine model** (LRU, prefill, publication lag and jitter):
+//! - the **closed-loop engine model** (LRU, prefill, publication lag, jitter and loss,
+//!   re-query, residency error):
 //!   [`simulate`].
 
 pub mod input;

@@ -11,7 +11,7 @@
 //! unattributable, so the first check refuses them and stops the process.
 
 /// Every planted bug, by the name the catalogue and `KVROUTE_MUTANT` use.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 19] = [
     "mutant-tenant-scope-removed",
     "mutant-stale-epochs-accepted",
     "mutant-decode-ignored",
@@ -25,6 +25,12 @@ pub const NAMES: [&str; 13] = [
     "mutant-phantom-reversed",
     "mutant-lru-refresh-ignored",
     "mutant-publication-lag-dropped",
+    "mutant-key-epoch-as-worker",
+    "mutant-tombstones-forgotten",
+    "mutant-gap-ignored",
+    "mutant-reserve-on-cold",
+    "mutant-loss-after-delivery",
+    "mutant-missed-only-on-hits",
 ];
 
 /// The environment variable that selects the one active bug in a `mutants` build.

@@ -29,6 +29,11 @@ impl SimSettings {
             lag_ticks: self.options.publication_lag_ticks,
             jitter_ticks: self.options.jitter_ticks,
             seed: self.options.jitter_seed,
+            loss_per_mille: self.options.loss_per_mille,
+            // Core takes the stale rule and epochs from the trace (the CLI's
+            // `--stale-rule`/`--epochs` rewrite its policy first), so the oracle does too.
+            stale_rule: None,
+            epochs: None,
         }
     }
 
@@ -42,6 +47,9 @@ impl SimSettings {
             " --lag {} --jitter {} --seed {}",
             self.options.publication_lag_ticks, self.options.jitter_ticks, self.options.jitter_seed
         ));
+        if self.options.loss_per_mille > 0 {
+            line.push_str(&format!(" --loss {}", self.options.loss_per_mille));
+        }
         if let Some(w) = self.workers {
             line.push_str(&format!(" --workers {w}"));
         }
@@ -132,6 +140,7 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
             publication_lag_ticks: seed % 5,
             jitter_ticks: (mixed >> 8) % 9,
             jitter_seed: seed,
+            loss_per_mille: 0,
         },
     }
 }

@@ -308,6 +308,7 @@ pub fn closed_loop(case: &LoopCase) {
         publication_lag_ticks: case.lag_ticks as u64 % 8,
         jitter_ticks: case.jitter_ticks as u64 % 16,
         jitter_seed: case.jitter_seed as u64,
+        loss_per_mille: 0,
     };
     let settings = crate::engine_model::SimSettings {
         workers: None,

@@ -30,6 +30,7 @@ fn mooncake_loops_replay_open_loop_to_the_same_runs_with_evictions_and_stale_eve
         publication_lag_ticks: 3,
         jitter_ticks: 40,
         jitter_seed: 7,
+        loss_per_mille: 0,
     };
     let runs: Vec<_> = check_reproduction(&sim, &options, "mooncake 1500")
         .into_iter()
@@ -67,6 +68,7 @@ fn lab_and_generated_loops_replay_open_loop_to_the_same_runs() {
                 publication_lag_ticks: 0,
                 jitter_ticks: 5,
                 jitter_seed: 1,
+                loss_per_mille: 0,
             },
         ] {
             check_reproduction(&sim, &options, what);

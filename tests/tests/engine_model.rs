@@ -25,6 +25,7 @@ fn settings(
             publication_lag_ticks: lag,
             jitter_ticks: jitter,
             jitter_seed: seed,
+            loss_per_mille: 0,
         },
     }
 }

@@ -28,8 +28,13 @@ macro_rules! fixture_tests {
 }
 
 fixture_tests!(
+    arrival_order,
+    cold_reserve,
+    cold_reserve_fallback,
+    evidence_gap,
     freshness_window,
     hot_worker_decode,
+    key_epoch,
     lab,
     overload_escape,
     partial_prefix,

@@ -13,6 +13,12 @@ pub struct PolicyParams {
     pub imbalance_penalty_milli: u64,
     pub freshness_ticks: Option<u64>,
     pub max_queued_work: Option<u64>,
+    /// Which mutations of an arriving cache event are applied (SPEC.md §3.2).
+    pub stale_rule: StaleRule,
+    /// Whether epochs must step by one, so that a skipped one is a detected gap (§3.6).
+    pub epochs: EpochsMode,
+    /// The last milli-units of the overload cap kept for rows without reuse (§4.5).
+    pub cold_reserve_milli: Option<u64>,
 }
 
 impl Default for PolicyParams {
@@ -22,7 +28,68 @@ impl Default for PolicyParams {
             imbalance_penalty_milli: 0,
             freshness_ticks: None,
             max_queued_work: None,
+            stale_rule: StaleRule::WorkerEpoch,
+            epochs: EpochsMode::Any,
+            cold_reserve_milli: None,
         }
+    }
+}
+
+/// `policy.stale_rule` (SPEC.md §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum StaleRule {
+    /// An event not newer than the worker's last applied one is dropped whole.
+    #[default]
+    WorkerEpoch,
+    /// A mutation is applied only when newer than the last one of its key (tombstones
+    /// remember evictions) and than the worker's last applied clear.
+    KeyEpoch,
+    /// Everything is applied in arrival order: the baseline the others are measured by.
+    ArrivalOrder,
+}
+
+impl StaleRule {
+    pub const ALL: [StaleRule; 3] = [
+        StaleRule::WorkerEpoch,
+        StaleRule::KeyEpoch,
+        StaleRule::ArrivalOrder,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StaleRule::WorkerEpoch => "worker_epoch",
+            StaleRule::KeyEpoch => "key_epoch",
+            StaleRule::ArrivalOrder => "arrival_order",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<StaleRule> {
+        StaleRule::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// `policy.epochs` (SPEC.md §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum EpochsMode {
+    /// Epochs need only increase; nothing is inferred from a skipped number.
+    #[default]
+    Any,
+    /// Each worker's epochs step by exactly 1: a skipped epoch is an evidence gap.
+    Sequential,
+}
+
+impl EpochsMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            EpochsMode::Any => "any",
+            EpochsMode::Sequential => "sequential",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<EpochsMode> {
+        [EpochsMode::Any, EpochsMode::Sequential]
+            .into_iter()
+            .find(|m| m.name() == name)
     }
 }
 

@@ -376,6 +376,28 @@ impl Walk {
             None => Some(None),
             Some((path, node)) => self.nullable_integer(&path, node),
         };
+        let stale_rule = match obj.optional("stale_rule") {
+            None => Some(defaults.stale_rule),
+            Some((path, node)) => self.named_choice(
+                &path,
+                node,
+                StaleRule::from_name,
+                r#""worker_epoch", "key_epoch" or "arrival_order""#,
+            ),
+        };
+        let epochs = match obj.optional("epochs") {
+            None => Some(defaults.epochs),
+            Some((path, node)) => self.named_choice(
+                &path,
+                node,
+                EpochsMode::from_name,
+                r#""any" or "sequential""#,
+            ),
+        };
+        let cold_reserve_milli = match obj.optional("cold_reserve_milli") {
+            None => Some(None),
+            Some((path, node)) => self.nullable_integer(&path, node),
+        };
         obj.finish(
             self,
             &[
@@ -383,6 +405,9 @@ impl Walk {
                 "imbalance_penalty_milli",
                 "freshness_ticks",
                 "max_queued_work",
+                "stale_rule",
+                "epochs",
+                "cold_reserve_milli",
             ],
         );
         Some(PolicyParams {
@@ -390,7 +415,28 @@ impl Walk {
             imbalance_penalty_milli: imbalance_penalty_milli?,
             freshness_ticks: freshness_ticks?,
             max_queued_work: max_queued_work?,
+            stale_rule: stale_rule?,
+            epochs: epochs?,
+            cold_reserve_milli: cold_reserve_milli?,
         })
+    }
+
+    /// One of a fixed set of strings (SPEC.md §1.1, "Named choices"); anything else,
+    /// whatever its JSON type, is reported with the list of allowed spellings.
+    fn named_choice<T>(
+        &mut self,
+        path: &str,
+        node: &Node,
+        from_name: impl Fn(&str) -> Option<T>,
+        allowed: &str,
+    ) -> Option<T> {
+        if let Node::String(s) = node {
+            if let Some(value) = from_name(s) {
+                return Some(value);
+            }
+        }
+        self.err(path, format!("expected {allowed}, found {}", node.quoted()));
+        None
     }
 
     fn grant(&mut self, path: &str, node: &Node) -> Option<Grant> {

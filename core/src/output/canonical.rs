@@ -147,7 +147,7 @@ fn canonical_head_value(trace: &Trace) -> Value {
         .iter()
         .map(|g| json!({ "model": g.model, "adapter": g.adapter, "tenants": sorted_strings(&g.tenants) }))
         .collect();
-    json!({
+    let mut head = json!({
         "format": "kvroute-trace/1",
         "limits": trace.limits.name(),
         "policy": {
@@ -157,7 +157,20 @@ fn canonical_head_value(trace: &Trace) -> Value {
             "max_queued_work": trace.policy.max_queued_work,
         },
         "sharing": sorted_by_canonical_bytes(grants),
-    })
+    });
+    // The members added after contract version 1 are written only off their defaults,
+    // so a trace without them keeps its digest (SPEC.md §6.1).
+    let policy = head["policy"].as_object_mut().expect("policy is an object");
+    if trace.policy.stale_rule != StaleRule::default() {
+        policy.insert("stale_rule".into(), json!(trace.policy.stale_rule.name()));
+    }
+    if trace.policy.epochs != EpochsMode::default() {
+        policy.insert("epochs".into(), json!(trace.policy.epochs.name()));
+    }
+    if let Some(reserve) = trace.policy.cold_reserve_milli {
+        policy.insert("cold_reserve_milli".into(), json!(reserve));
+    }
+    head
 }
 
 /// Hands the canonical trace bytes to `emit` piece by piece: one event or one worker at
@@ -179,14 +192,30 @@ pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
     piece.clear();
     piece.extend_from_slice(br#"],"format":"kvroute-trace/1","limits":"#);
     push_str(&mut piece, trace.limits.name());
-    piece.extend_from_slice(br#","policy":{"decode_weight_milli":"#);
+    // Policy members in JCS order; the three added after contract version 1 only off
+    // their defaults (SPEC.md §6.1), so existing digests are unchanged.
+    piece.extend_from_slice(br#","policy":{"#);
+    if let Some(reserve) = trace.policy.cold_reserve_milli {
+        piece.extend_from_slice(br#""cold_reserve_milli":"#);
+        push_u64(&mut piece, reserve);
+        piece.push(b',');
+    }
+    piece.extend_from_slice(br#""decode_weight_milli":"#);
     push_u64(&mut piece, trace.policy.decode_weight_milli);
+    if trace.policy.epochs != EpochsMode::default() {
+        piece.extend_from_slice(br#","epochs":"#);
+        push_str(&mut piece, trace.policy.epochs.name());
+    }
     piece.extend_from_slice(br#","freshness_ticks":"#);
     push_optional(&mut piece, trace.policy.freshness_ticks);
     piece.extend_from_slice(br#","imbalance_penalty_milli":"#);
     push_u64(&mut piece, trace.policy.imbalance_penalty_milli);
     piece.extend_from_slice(br#","max_queued_work":"#);
     push_optional(&mut piece, trace.policy.max_queued_work);
+    if trace.policy.stale_rule != StaleRule::default() {
+        piece.extend_from_slice(br#","stale_rule":"#);
+        push_str(&mut piece, trace.policy.stale_rule.name());
+    }
     piece.extend_from_slice(br#"},"sharing":"#);
     let grants = trace.sharing.iter().map(|g| {
         let mut bytes = br#"{"adapter":"#.to_vec();
@@ -420,6 +449,10 @@ mod tests {
             crate::LAB_TRACE_JSON,
             include_str!("../../../fixtures/sharing_grant/trace.json"),
             include_str!("../../../fixtures/stale_epoch/trace.json"),
+            // Off-default policy members (SPEC.md §6.1): both writers must agree on them.
+            include_str!("../../../fixtures/key_epoch/trace.json"),
+            include_str!("../../../fixtures/evidence_gap/trace.json"),
+            include_str!("../../../fixtures/cold_reserve/trace.json"),
         ] {
             let trace = crate::parse_trace(json.as_bytes()).unwrap();
             let whole = jcs_bytes(&canonical_trace_value(&trace));

@@ -89,10 +89,14 @@ pub fn run_value<S: AsRef<str>>(ids: &[S], run: &Run) -> Value {
 }
 
 pub fn cache_entry_value<S: AsRef<str>>(ids: &[S], e: &CacheLogEntry) -> Value {
-    json!({
+    let mut value = json!({
         "seq": e.seq, "tick": e.tick, "worker": ids[e.worker].as_ref(),
         "epoch": e.epoch, "op": e.op.name(), "outcome": e.outcome.name(),
-    })
+    });
+    if let Some(stale) = e.stale_mutations {
+        value["stale_mutations"] = json!(stale);
+    }
+    value
 }
 
 pub fn observation_entry_value<S: AsRef<str>>(ids: &[S], e: &ObservationLogEntry) -> Value {
@@ -103,6 +107,12 @@ pub fn observation_entry_value<S: AsRef<str>>(ids: &[S], e: &ObservationLogEntry
 }
 
 pub fn metrics_value(m: &Metrics) -> Value {
+    serde_json::to_value(m).expect("metrics are plain integers")
+}
+
+/// The version-1 metrics object, kept to check the serde form against it.
+#[cfg(test)]
+pub(crate) fn metrics_value_v1(m: &Metrics) -> Value {
     json!({
         "routed": m.routed, "rejected": m.rejected, "cache_hits": m.cache_hits,
         "reused_tokens": m.reused_tokens, "recomputed_tokens": m.recomputed_tokens,
@@ -142,4 +152,20 @@ fn row_value<S: AsRef<str>>(ids: &[S], r: &CandidateRow) -> Value {
         "dominated_by": r.dominated_by.map(|w| ids[w].as_ref()),
         "dominated_count": r.dominated_count,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the optional members, the serde form is the version-1 object.
+    #[test]
+    fn default_metrics_value_is_the_version_1_object() {
+        let m = Metrics {
+            routed: 3,
+            stale_event_rejections: 2,
+            ..Metrics::default()
+        };
+        assert_eq!(metrics_value(&m), metrics_value_v1(&m));
+    }
 }

@@ -173,6 +173,10 @@ pub fn push_cache_entry<S: AsRef<str>>(out: &mut Vec<u8>, ids: &[S], e: &CacheLo
     out.extend_from_slice(e.outcome.name().as_bytes());
     out.extend_from_slice(br#"","seq":"#);
     push_u64(out, e.seq);
+    if let Some(stale) = e.stale_mutations {
+        out.extend_from_slice(br#","stale_mutations":"#);
+        push_u64(out, stale);
+    }
     out.extend_from_slice(br#","tick":"#);
     push_u64(out, e.tick);
     out.extend_from_slice(br#","worker":"#);
@@ -201,6 +205,21 @@ pub fn push_observation_entry<S: AsRef<str>>(
 
 /// One run's metrics (members in canonical order).
 pub fn push_metrics(out: &mut Vec<u8>, m: &Metrics) {
+    out.push(b'{');
+    for (i, (name, value)) in m.members().into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_str(out, name);
+        out.push(b':');
+        push_u64(out, value);
+    }
+    out.push(b'}');
+}
+
+/// The version-1 metrics writer, kept to check [`Metrics::members`] against it.
+#[cfg(test)]
+fn push_metrics_v1(out: &mut Vec<u8>, m: &Metrics) {
     let members: [(&[u8], u64); 15] = [
         (br#"{"boundary_rejections":"#, m.boundary_rejections),
         (br#","cache_hits":"#, m.cache_hits),
@@ -628,6 +647,52 @@ mod tests {
     use super::*;
     use crate::output::canonical::jcs_bytes;
     use serde_json::json;
+
+    fn sample_metrics() -> Metrics {
+        let mut m = Metrics::default();
+        let fields = [
+            &mut m.routed,
+            &mut m.rejected,
+            &mut m.cache_hits,
+            &mut m.reused_tokens,
+            &mut m.recomputed_tokens,
+            &mut m.route_churn,
+            &mut m.load_skew_milli,
+            &mut m.latency_proxy_mean_milli,
+            &mut m.latency_proxy_p95_milli,
+            &mut m.latency_proxy_max_milli,
+            &mut m.stale_event_rejections,
+            &mut m.stale_observation_rejections,
+            &mut m.boundary_rejections,
+            &mut m.overload_escapes,
+            &mut m.dominated_choices,
+        ];
+        for (i, field) in fields.into_iter().enumerate() {
+            *field = 100 + i as u64;
+        }
+        m
+    }
+
+    /// Default-policy metrics are written exactly as before the optional members, and
+    /// the optional ones land in canonical order (SPEC.md §6.2).
+    #[test]
+    fn metrics_bytes_are_unchanged_by_default_and_canonical_with_every_member() {
+        let mut m = sample_metrics();
+        let (mut now, mut v1) = (Vec::new(), Vec::new());
+        push_metrics(&mut now, &m);
+        push_metrics_v1(&mut v1, &m);
+        assert_eq!(now, v1);
+        m.stale_mutation_rejections = Some(1);
+        m.evidence_gaps = Some(2);
+        m.evidence_gap_rows = Some(3);
+        m.cold_reserve_exclusions = Some(4);
+        m.cold_reserve_fallbacks = Some(5);
+        now.clear();
+        push_metrics(&mut now, &m);
+        let value = serde_json::to_value(&m).unwrap();
+        assert_eq!(value.as_object().unwrap().len(), 20);
+        assert_eq!(now, jcs_bytes(&value));
+    }
 
     #[test]
     fn strings_are_escaped_as_the_canonicalizer_escapes_them() {

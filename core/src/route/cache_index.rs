@@ -101,6 +101,19 @@ impl CacheIndex {
         }
     }
 
+    /// Removes every entry of one worker for which `keep` says no (the `key_epoch`
+    /// clear, which keeps what the worker stored after it).
+    pub fn retain_worker(&mut self, worker: u32, mut keep: impl FnMut(NsId, KeyId) -> bool) {
+        let dropped: Vec<(KeyId, NsId)> = self.by_worker[worker as usize]
+            .iter()
+            .copied()
+            .filter(|&(key, ns)| !keep(ns, key))
+            .collect();
+        for (key, ns) in dropped {
+            self.set(worker, ns, key, 0);
+        }
+    }
+
     /// Removes every entry of one worker.
     pub fn clear(&mut self, worker: u32) {
         for (key, ns) in std::mem::take(&mut self.by_worker[worker as usize]) {

@@ -7,7 +7,7 @@
 //! policy makes of them — the cost score, the overload cap, the choice — is in
 //! [`crate::route::policy`]. This module also answers the Pareto dominance question.
 
-use crate::input::trace::PolicyParams;
+use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::route::compiled::{Compiled, Req};
 use crate::route::reason::{Reason, Reasons};
 use crate::route::reuse::{reuse_walk, WalkScratch};
@@ -112,8 +112,13 @@ impl Rows {
             if stale {
                 reasons.insert(Reason::StaleView);
             }
+            // Sequential epochs with one missing: the evidence is kept but not used.
+            let gap = eligible && state.epochs == EpochsMode::Sequential && worker.has_gap();
+            if gap {
+                reasons.insert(Reason::EvidenceGap);
+            }
             // An eligible, fresh row has no reason yet: the walk's are all it gets.
-            self.walk.set_walking(w, eligible && !stale);
+            self.walk.set_walking(w, eligible && !stale && !gap);
             self.eligible[w] = eligible;
             self.reasons[w] = reasons;
             self.reuse[w] = 0;
@@ -149,9 +154,12 @@ impl Rows {
         }
     }
 
-    /// Eligible and not cut by the overload cap: the rows that compete for dominance.
+    /// Eligible and cut neither by the overload cap nor by the cold reserve: the rows
+    /// that compete for dominance.
     pub fn in_front_set(&self, w: usize) -> bool {
-        self.eligible[w] && !self.reasons[w].contains(Reason::Overloaded)
+        self.eligible[w]
+            && !self.reasons[w].contains(Reason::Overloaded)
+            && !self.reasons[w].contains(Reason::ColdReserve)
     }
 
     /// B dominates A when it reuses at least as much and leaves at most as much work

@@ -9,6 +9,7 @@
 //! collects a full receipt in memory, streams one to a file, or keeps metrics only.
 //! Nothing is shared between runs, so they may execute in any order or in parallel.
 
+use crate::input::trace::StaleRule;
 use crate::route::candidate::Rows;
 use crate::route::compiled::{CEvent, Compiled, Req, Step};
 use crate::route::metrics::{Metrics, MetricsRecorder};
@@ -94,6 +95,9 @@ pub struct Runner<'c, 't> {
     rule: NamespaceRule<'t>,
     cursor: usize,
     metrics: MetricsRecorder,
+    /// The worker whose evidence gap the last step opened, if it did (the closed loop
+    /// re-queries that worker, SPEC.md §11).
+    last_gap_opened: Option<u32>,
 }
 
 impl<'c, 't> Runner<'c, 't> {
@@ -111,26 +115,36 @@ impl<'c, 't> Runner<'c, 't> {
             rows: Rows::new(compiled.worker_count()),
             rule: NamespaceRule::new(Sharing::new(compiled.sharing)),
             cursor: 0,
-            metrics: MetricsRecorder::new(compiled.worker_count()),
+            last_gap_opened: None,
+            metrics: MetricsRecorder::new(compiled.worker_count(), &compiled.trace.policy),
         }
+    }
+
+    /// The worker whose evidence gap the last [`Runner::step`] opened, if any.
+    pub fn gap_opened(&self) -> Option<u32> {
+        self.last_gap_opened
     }
 
     /// Processes one event. Events must come in `(tick, seq)` order.
     pub fn step(&mut self, event: &CEvent, sink: &mut impl RunSink) -> Option<Placement> {
+        self.last_gap_opened = None;
         match &event.step {
             Step::Cache { worker, epoch, op } => {
                 let outcome = self
                     .state
                     .apply_cache_event(*worker, event.tick, *epoch, op);
-                self.metrics.record_outcome(outcome);
+                self.metrics.record_cache_outcome(&outcome);
+                let key_rule = self.state.stale_rule == StaleRule::KeyEpoch;
                 sink.cache_logged(&CacheLogEntry {
                     seq: event.seq,
                     tick: event.tick,
                     worker: *worker as usize,
                     epoch: *epoch,
                     op: op.kind(),
-                    outcome,
+                    outcome: outcome.outcome,
+                    stale_mutations: key_rule.then_some(outcome.stale_mutations),
                 });
+                self.last_gap_opened = outcome.gap_opened.then_some(*worker);
                 None
             }
             Step::Load {

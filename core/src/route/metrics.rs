@@ -1,9 +1,11 @@
 //! Per-run metrics (SPEC.md §6.2), accumulated decision by decision.
 
+use crate::input::trace::{EpochsMode, PolicyParams, StaleRule};
 use crate::route::candidate::Rows;
 use crate::route::compiled::{KeyId, NsId, Req};
 use crate::route::policy::Choice;
-use crate::route::state::{Outcome, WorkerState};
+use crate::route::reason::Reason;
+use crate::route::state::{CacheOutcome, Outcome, WorkerState};
 use std::collections::HashMap;
 
 /// The metrics of one run, as exported.
@@ -27,6 +29,18 @@ pub struct Metrics {
     pub boundary_rejections: u64,
     pub overload_escapes: u64,
     pub dominated_choices: u64,
+    /// The metrics below exist only when their policy member is off its default
+    /// (SPEC.md §6.2), so a default trace's metrics object is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_mutation_rejections: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_gaps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_gap_rows: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_reserve_exclusions: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_reserve_fallbacks: Option<u64>,
 }
 
 impl Metrics {
@@ -36,6 +50,41 @@ impl Metrics {
         (1000 * self.cache_hits)
             .checked_div(self.routed)
             .unwrap_or(0)
+    }
+
+    /// Every exported member with its value, in canonical (byte) order of the names:
+    /// the fifteen of contract version 1 and whichever optional ones are present.
+    pub fn members(&self) -> Vec<(&'static str, u64)> {
+        let mut members = vec![
+            ("boundary_rejections", self.boundary_rejections),
+            ("cache_hits", self.cache_hits),
+            ("dominated_choices", self.dominated_choices),
+            ("latency_proxy_max_milli", self.latency_proxy_max_milli),
+            ("latency_proxy_mean_milli", self.latency_proxy_mean_milli),
+            ("latency_proxy_p95_milli", self.latency_proxy_p95_milli),
+            ("load_skew_milli", self.load_skew_milli),
+            ("overload_escapes", self.overload_escapes),
+            ("recomputed_tokens", self.recomputed_tokens),
+            ("rejected", self.rejected),
+            ("reused_tokens", self.reused_tokens),
+            ("route_churn", self.route_churn),
+            ("routed", self.routed),
+            ("stale_event_rejections", self.stale_event_rejections),
+            (
+                "stale_observation_rejections",
+                self.stale_observation_rejections,
+            ),
+        ];
+        let optional = [
+            ("stale_mutation_rejections", self.stale_mutation_rejections),
+            ("evidence_gaps", self.evidence_gaps),
+            ("evidence_gap_rows", self.evidence_gap_rows),
+            ("cold_reserve_exclusions", self.cold_reserve_exclusions),
+            ("cold_reserve_fallbacks", self.cold_reserve_fallbacks),
+        ];
+        members.extend(optional.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))));
+        members.sort_unstable_by_key(|&(name, _)| name);
+        members
     }
 }
 
@@ -50,9 +99,20 @@ pub struct MetricsRecorder {
 }
 
 impl MetricsRecorder {
-    pub fn new(worker_count: usize) -> Self {
+    pub fn new(worker_count: usize, params: &PolicyParams) -> Self {
+        let present = |on: bool| on.then_some(0);
+        let key_rule = params.stale_rule == StaleRule::KeyEpoch;
+        let sequential = params.epochs == EpochsMode::Sequential;
+        let reserve = params.cold_reserve_milli.is_some();
         MetricsRecorder {
-            metrics: Metrics::default(),
+            metrics: Metrics {
+                stale_mutation_rejections: present(key_rule),
+                evidence_gaps: present(sequential),
+                evidence_gap_rows: present(sequential),
+                cold_reserve_exclusions: present(reserve),
+                cold_reserve_fallbacks: present(reserve),
+                ..Metrics::default()
+            },
             assigned_milli: vec![0; worker_count],
             latency_proxies_milli: Vec::new(),
             last_route: HashMap::new(),
@@ -69,6 +129,18 @@ impl MetricsRecorder {
     ) {
         let m = &mut self.metrics;
         m.boundary_rejections += rows.reasons.iter().map(|r| r.boundary_count()).sum::<u64>();
+        let count = |reason: Reason| rows.reasons.iter().filter(|r| r.contains(reason)).count();
+        if let Some(gap_rows) = &mut m.evidence_gap_rows {
+            *gap_rows += count(Reason::EvidenceGap) as u64;
+        }
+        if let Some(exclusions) = &mut m.cold_reserve_exclusions {
+            *exclusions += count(Reason::ColdReserve) as u64;
+        }
+        if choice.reserve_fallback {
+            if let Some(fallbacks) = &mut m.cold_reserve_fallbacks {
+                *fallbacks += 1;
+            }
+        }
         let Some(chosen) = choice.chosen else {
             m.rejected += 1;
             return;
@@ -102,9 +174,22 @@ impl MetricsRecorder {
     /// Records a cache event's or observation's outcome.
     pub fn record_outcome(&mut self, outcome: Outcome) {
         match outcome {
-            Outcome::Applied => {}
-            Outcome::StaleEpoch => self.metrics.stale_event_rejections += 1,
+            Outcome::Applied | Outcome::PartlyStaleKeyEpoch => {}
+            Outcome::StaleEpoch | Outcome::StaleKeyEpoch => {
+                self.metrics.stale_event_rejections += 1
+            }
             Outcome::StaleObservation => self.metrics.stale_observation_rejections += 1,
+        }
+    }
+
+    /// Records a cache event's outcome, rejected mutations and gap (SPEC.md §6.2).
+    pub fn record_cache_outcome(&mut self, outcome: &CacheOutcome) {
+        self.record_outcome(outcome.outcome);
+        if let Some(stale) = &mut self.metrics.stale_mutation_rejections {
+            *stale += outcome.stale_mutations;
+        }
+        if let (Some(gaps), true) = (&mut self.metrics.evidence_gaps, outcome.gap_opened) {
+            *gaps += 1;
         }
     }
 

@@ -45,6 +45,9 @@ pub struct Choice {
     /// Index of the chosen row (and worker), or `None` when rejected.
     pub chosen: Option<usize>,
     pub overload_escape: bool,
+    /// Chosen among rows the cold reserve had excluded, because no other row was under
+    /// the cap (SPEC.md §4.5).
+    pub reserve_fallback: bool,
     pub tie_count: u64,
     pub margin_milli: u64,
 }
@@ -52,6 +55,7 @@ pub struct Choice {
 const REJECTED: Choice = Choice {
     chosen: None,
     overload_escape: false,
+    reserve_fallback: false,
     tie_count: 0,
     margin_milli: 0,
 };
@@ -152,6 +156,7 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
             return Choice {
                 chosen: Some(i),
                 overload_escape: false,
+                reserve_fallback: false,
                 tie_count: 1,
                 margin_milli: 0,
             };
@@ -168,9 +173,23 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
     };
     if let Some(cap) = cap {
         let cap_milli = 1000 * cap as u128;
+        // Rows with reuse stop at the cap minus the reserve; cold rows may use it all.
+        let hit_cap_milli = params
+            .cold_reserve_milli
+            .map(|reserve| cap_milli.saturating_sub(reserve as u128));
         for w in 0..rows.len() {
-            if rows.eligible[w] && rows.after_milli[w] as u128 > cap_milli {
+            if !rows.eligible[w] {
+                continue;
+            }
+            let after = rows.after_milli[w] as u128;
+            if after > cap_milli {
                 rows.reasons[w].insert(Reason::Overloaded);
+            } else if let Some(hit_cap) = hit_cap_milli {
+                // The mutant holds cold rows to the reserve too.
+                let reserved = rows.reuse[w] > 0 || crate::mutant::active("mutant-reserve-on-cold");
+                if reserved && after > hit_cap {
+                    rows.reasons[w].insert(Reason::ColdReserve);
+                }
             }
         }
     }
@@ -178,6 +197,16 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
     let choice = best_by(rows, |w| rows.in_front_set(w), |w| rows.cost_milli[w], 1);
     if choice.chosen.is_some() || !rows.eligible.contains(&true) {
         return choice;
+    }
+    // The reserve is a preference, the cap a limit: reserved-out rows come before an
+    // escape past the cap.
+    let under_cap = |w: usize| rows.eligible[w] && !rows.reasons[w].contains(Reason::Overloaded);
+    let fallback = best_by(rows, under_cap, |w| rows.cost_milli[w], 1);
+    if fallback.chosen.is_some() {
+        return Choice {
+            reserve_fallback: true,
+            ..fallback
+        };
     }
     // Every eligible row is over the cap: escape to the one that ends up least loaded.
     Choice {
@@ -224,6 +253,7 @@ fn best_by(
         Some((b, i)) => Choice {
             chosen: Some(i),
             overload_escape: false,
+            reserve_fallback: false,
             tie_count,
             margin_milli: runner_up.map_or(0, |r| (r - b) * margin_scale),
         },

@@ -1,5 +1,6 @@
 //! The reasons a candidate row lists (SPEC.md §4.7): why a worker is ineligible, why
-//! its cache evidence was not used, or why the overload cap excluded it.
+//! its cache evidence was not used, or why the overload cap or the cold reserve excluded
+//! it.
 //!
 //! A leaf: candidate rows, the tenant rule and the policies all record reasons, and
 //! none of them owns the list.
@@ -10,22 +11,26 @@ pub enum Reason {
     ModelNotServed,
     AdapterNotLoaded,
     StaleView,
+    EvidenceGap,
     TenantMismatch,
     ModelMismatch,
     AdapterMismatch,
     Overloaded,
+    ColdReserve,
 }
 
 impl Reason {
     /// Every reason, in the order a row lists them.
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 9] = [
         Reason::ModelNotServed,
         Reason::AdapterNotLoaded,
         Reason::StaleView,
+        Reason::EvidenceGap,
         Reason::TenantMismatch,
         Reason::ModelMismatch,
         Reason::AdapterMismatch,
         Reason::Overloaded,
+        Reason::ColdReserve,
     ];
 
     pub fn name(self) -> &'static str {
@@ -33,21 +38,23 @@ impl Reason {
             Reason::ModelNotServed => "model_not_served",
             Reason::AdapterNotLoaded => "adapter_not_loaded",
             Reason::StaleView => "stale_view",
+            Reason::EvidenceGap => "evidence_gap",
             Reason::TenantMismatch => "tenant_mismatch",
             Reason::ModelMismatch => "model_mismatch",
             Reason::AdapterMismatch => "adapter_mismatch",
             Reason::Overloaded => "overloaded",
+            Reason::ColdReserve => "cold_reserve",
         }
     }
 
-    fn bit(self) -> u8 {
+    fn bit(self) -> u16 {
         1 << (self as u8)
     }
 }
 
 /// A set of reasons that iterates in the fixed listing order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reasons(u8);
+pub struct Reasons(u16);
 
 impl Reasons {
     pub fn insert(&mut self, reason: Reason) {
@@ -63,7 +70,7 @@ impl Reasons {
     }
 
     pub fn boundary_count(self) -> u64 {
-        const BOUNDARY: u8 = 1 << (Reason::TenantMismatch as u8)
+        const BOUNDARY: u16 = 1 << (Reason::TenantMismatch as u8)
             | 1 << (Reason::ModelMismatch as u8)
             | 1 << (Reason::AdapterMismatch as u8);
         (self.0 & BOUNDARY).count_ones() as u64

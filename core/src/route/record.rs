@@ -31,6 +31,8 @@ pub struct CacheLogEntry {
     pub epoch: u64,
     pub op: OpKind,
     pub outcome: Outcome,
+    /// Rejected mutations, under the `key_epoch` rule only (SPEC.md §3.2).
+    pub stale_mutations: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

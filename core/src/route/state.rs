@@ -1,21 +1,31 @@
 //! The router's view of each worker, and the rules that change it (SPEC.md §3).
 //!
-//! This is where time passes ([`WorkerState::drain`]), where the **epoch rule** lives
-//! ([`RouterState::apply_cache_event`]: a cache event is applied only when its epoch is
-//! strictly greater than the worker's last one), where load observations are accepted
-//! or dropped, and where a placement adds load. Nothing else mutates a worker.
+//! This is where time passes ([`WorkerState::drain`]), where the **stale rules** live
+//! ([`RouterState::apply_cache_event`]: `worker_epoch` applies an event only when its
+//! epoch is above the worker's last one, `key_epoch` judges each mutation against the
+//! last applied epoch of its own key and the worker's clear floor, `arrival_order`
+//! applies everything), where **evidence gaps** of sequential epochs are tracked
+//! ([`WorkerState::receive_epoch`]), where load observations are accepted or dropped,
+//! and where a placement adds load. Nothing else mutates a worker.
 //!
 //! Residency itself is kept in [`crate::route::cache_index`]; this module decides which
 //! cache events may change it.
 
+use crate::input::trace::{EpochsMode, StaleRule};
 use crate::route::cache_index::CacheIndex;
-use crate::route::compiled::{Compiled, Op};
+use crate::route::compiled::{Compiled, KeyId, NsId, Op};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What happened to a cache event or a load observation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Applied,
+    /// `worker_epoch` dropped the event whole.
     StaleEpoch,
+    /// `key_epoch` dropped every mutation of the event.
+    StaleKeyEpoch,
+    /// `key_epoch` dropped some of the event's mutations and applied the others.
+    PartlyStaleKeyEpoch,
     StaleObservation,
 }
 
@@ -24,9 +34,21 @@ impl Outcome {
         match self {
             Outcome::Applied => "applied",
             Outcome::StaleEpoch => "stale_epoch",
+            Outcome::StaleKeyEpoch => "stale_key_epoch",
+            Outcome::PartlyStaleKeyEpoch => "partly_stale_key_epoch",
             Outcome::StaleObservation => "stale_observation",
         }
     }
+}
+
+/// What one cache event did (SPEC.md §3.2, §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheOutcome {
+    pub outcome: Outcome,
+    /// Mutations the `key_epoch` rule rejected (always 0 under the other rules).
+    pub stale_mutations: u64,
+    /// Whether this event took its worker from no evidence gap to a gap.
+    pub gap_opened: bool,
 }
 
 /// The router-side view of one worker's load and freshness.
@@ -45,6 +67,13 @@ pub struct WorkerState {
     /// figures as draining every worker before every event (draining `a` then `b` ticks
     /// equals draining `a + b`, both saturating at zero) at O(1) per cache event.
     pub drained_to_tick: u64,
+    /// `key_epoch`: the epoch of the last applied clear (the initial cache is as of
+    /// `workers[].epoch`); nothing at or below it is news.
+    pub floor_epoch: u64,
+    /// Sequential epochs: every epoch up to this one has been received.
+    pub contiguous_epoch: u64,
+    /// Sequential epochs: received epochs above `contiguous_epoch`; not empty means a gap.
+    pub received_above: BTreeSet<u64>,
 }
 
 impl WorkerState {
@@ -93,6 +122,32 @@ impl WorkerState {
         self.queued_prefill += recomputed_tokens;
         self.active_decode += decode_tokens;
     }
+
+    /// Whether an epoch between the contiguous one and the largest received is missing
+    /// (SPEC.md §3.6): the router's copy of this worker's cache may lack a mutation.
+    pub fn has_gap(&self) -> bool {
+        // The mutant trusts the evidence whatever is missing.
+        !crate::mutant::active("mutant-gap-ignored") && !self.received_above.is_empty()
+    }
+
+    /// Records that an event with `epoch` arrived; `resyncs` when it is a clear the
+    /// stale rule applied. Returns whether the worker went from no gap to a gap.
+    pub fn receive_epoch(&mut self, epoch: u64, resyncs: bool) -> bool {
+        let had_gap = !self.received_above.is_empty();
+        if epoch > self.contiguous_epoch {
+            self.received_above.insert(epoch);
+        }
+        if resyncs && epoch > self.contiguous_epoch {
+            // What the worker did before the clear no longer matters.
+            self.contiguous_epoch = epoch;
+            self.received_above = self.received_above.split_off(&(epoch + 1));
+        }
+        while self.received_above.first() == Some(&(self.contiguous_epoch + 1)) {
+            self.received_above.pop_first();
+            self.contiguous_epoch += 1;
+        }
+        !had_gap && !self.received_above.is_empty()
+    }
 }
 
 /// Everything one policy run knows about the workers.
@@ -100,6 +155,12 @@ impl WorkerState {
 pub struct RouterState {
     pub workers: Vec<WorkerState>,
     pub cache: CacheIndex,
+    pub stale_rule: StaleRule,
+    pub epochs: EpochsMode,
+    /// `key_epoch`: per worker, the epoch of the last applied mutation of each
+    /// `(namespace, key)`; an entry whose key is not resident is a tombstone. A sorted
+    /// map, so a clear's sweep never depends on hash order.
+    pub key_epochs: Vec<BTreeMap<(NsId, KeyId), u64>>,
 }
 
 impl RouterState {
@@ -123,23 +184,52 @@ impl RouterState {
                     observed_tick: spec.observed_tick,
                     last_cache_tick: None,
                     drained_to_tick: 0,
+                    floor_epoch: spec.epoch,
+                    contiguous_epoch: spec.epoch,
+                    received_above: BTreeSet::new(),
                 }
             })
             .collect();
-        RouterState { workers, cache }
+        RouterState {
+            workers,
+            cache,
+            stale_rule: compiled.trace.policy.stale_rule,
+            epochs: compiled.trace.policy.epochs,
+            key_epochs: vec![BTreeMap::new(); compiled.worker_count()],
+        }
     }
 
-    /// The epoch rule: epochs are per worker and strictly increase. A cache event whose
-    /// epoch is not above the last applied one is stale and changes nothing at all (not
-    /// even `last_heard`), because applying an older eviction or store would resurrect
-    /// or destroy residency the worker has since changed.
-    pub fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Outcome {
-        let state = &mut self.workers[worker as usize];
-        if epoch <= state.last_epoch && !crate::mutant::active("mutant-stale-epochs-accepted") {
-            return Outcome::StaleEpoch;
+    /// One cache event under the trace's stale rule (SPEC.md §3.2), then, with
+    /// sequential epochs, its place in the worker's received epochs (§3.6).
+    pub fn apply_cache_event(
+        &mut self,
+        worker: u32,
+        tick: u64,
+        epoch: u64,
+        op: &Op,
+    ) -> CacheOutcome {
+        let (outcome, stale_mutations) = match self.stale_rule {
+            StaleRule::WorkerEpoch => (self.apply_worker_epoch(worker, tick, epoch, op), 0),
+            StaleRule::KeyEpoch => self.apply_key_epoch(worker, tick, epoch, op),
+            StaleRule::ArrivalOrder => {
+                self.workers[worker as usize].last_cache_tick = Some(tick);
+                self.apply_op(worker, op);
+                (Outcome::Applied, 0)
+            }
+        };
+        let gap_opened = self.epochs == EpochsMode::Sequential && {
+            let resyncs = matches!(op, Op::Clear) && outcome == Outcome::Applied;
+            self.workers[worker as usize].receive_epoch(epoch, resyncs)
+        };
+        CacheOutcome {
+            outcome,
+            stale_mutations,
+            gap_opened,
         }
-        state.last_epoch = epoch;
-        state.last_cache_tick = Some(tick);
+    }
+
+    /// Applies every mutation of `op` (SPEC.md §3.2, "applying means").
+    fn apply_op(&mut self, worker: u32, op: &Op) {
         match op {
             Op::Store { ns, segments } => {
                 for segment in segments {
@@ -153,14 +243,113 @@ impl RouterState {
             }
             Op::Clear => self.cache.clear(worker),
         }
+    }
+
+    /// `worker_epoch`: epochs are per worker and strictly increase. A cache event whose
+    /// epoch is not above the last applied one is stale and changes nothing at all (not
+    /// even `last_heard`), because applying an older eviction or store would resurrect
+    /// or destroy residency the worker has since changed.
+    fn apply_worker_epoch(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Outcome {
+        let state = &mut self.workers[worker as usize];
+        if epoch <= state.last_epoch && !crate::mutant::active("mutant-stale-epochs-accepted") {
+            return Outcome::StaleEpoch;
+        }
+        state.last_epoch = epoch;
+        state.last_cache_tick = Some(tick);
+        self.apply_op(worker, op);
         Outcome::Applied
     }
+
+    /// `key_epoch`: a mutation is news exactly when it is newer than the last applied
+    /// mutation of the same key and than the last applied clear, because a worker
+    /// stamps its epochs in its own true order. Evictions leave tombstones, so a late
+    /// store cannot resurrect a block evicted after it; a clear keeps what was stamped
+    /// after it. Returns the outcome and how many mutations were rejected.
+    fn apply_key_epoch(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> (Outcome, u64) {
+        let w = worker as usize;
+        let floor = self.workers[w].floor_epoch;
+        let last_epoch = self.workers[w].last_epoch;
+        let key_epochs = &self.key_epochs[w];
+        // Each key is judged against the state before the event, so a key repeated in
+        // one store is applied (or rejected) every time it appears.
+        let accepted = |ns: NsId, key: KeyId| {
+            if crate::mutant::active("mutant-key-epoch-as-worker") {
+                // The mutant falls back to the per-worker rule.
+                return epoch > last_epoch;
+            }
+            epoch > floor && epoch > key_epochs.get(&(ns, key)).copied().unwrap_or(floor)
+        };
+        let verdicts: Vec<bool> = match op {
+            Op::Clear => Vec::new(),
+            Op::Store { ns, segments } => segments.iter().map(|s| accepted(*ns, s.key)).collect(),
+            Op::Evict { ns, keys } => keys.iter().map(|&k| accepted(*ns, k)).collect(),
+        };
+        let (outcome, stale_mutations) = match op {
+            Op::Clear => {
+                if epoch <= floor {
+                    return (Outcome::StaleKeyEpoch, 1);
+                }
+                let key_epochs = &mut self.key_epochs[w];
+                self.cache.retain_worker(worker, |ns, key| {
+                    key_epochs.get(&(ns, key)).is_some_and(|&e| e > epoch)
+                });
+                key_epochs.retain(|_, e| *e > epoch);
+                self.workers[w].floor_epoch = epoch;
+                (Outcome::Applied, 0)
+            }
+            Op::Store { ns, segments } => {
+                for (segment, _) in segments.iter().zip(&verdicts).filter(|(_, &ok)| ok) {
+                    self.cache.set(worker, *ns, segment.key, segment.tokens);
+                    self.key_epochs[w].insert((*ns, segment.key), epoch);
+                }
+                key_outcome(epoch > floor, &verdicts)
+            }
+            Op::Evict { ns, keys } => {
+                for (&key, _) in keys.iter().zip(&verdicts).filter(|(_, &ok)| ok) {
+                    self.cache.set(worker, *ns, key, 0);
+                    if crate::mutant::active("mutant-tombstones-forgotten") {
+                        // The mutant forgets the eviction once the entry is gone.
+                        self.key_epochs[w].remove(&(*ns, key));
+                    } else {
+                        self.key_epochs[w].insert((*ns, key), epoch);
+                    }
+                }
+                key_outcome(epoch > floor, &verdicts)
+            }
+        };
+        if outcome != Outcome::StaleKeyEpoch {
+            let state = &mut self.workers[w];
+            state.last_cache_tick = Some(tick);
+            state.last_epoch = state.last_epoch.max(epoch);
+        }
+        (outcome, stale_mutations)
+    }
+}
+
+/// The `key_epoch` outcome of a store or evict from its per-mutation verdicts; an event
+/// without mutations is judged by the floor alone (`above_floor`).
+fn key_outcome(above_floor: bool, verdicts: &[bool]) -> (Outcome, u64) {
+    let rejected = verdicts.iter().filter(|&&ok| !ok).count() as u64;
+    let outcome = if verdicts.is_empty() {
+        if above_floor {
+            Outcome::Applied
+        } else {
+            Outcome::StaleKeyEpoch
+        }
+    } else if rejected == 0 {
+        Outcome::Applied
+    } else if rejected == verdicts.len() as u64 {
+        Outcome::StaleKeyEpoch
+    } else {
+        Outcome::PartlyStaleKeyEpoch
+    };
+    (outcome, rejected)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::compiled::{KeyId, NsId, Seg};
+    use crate::route::compiled::Seg;
 
     /// One worker, two keys (0 and 1), namespaces 0 ("a") and 1 ("b").
     fn router() -> RouterState {
@@ -174,8 +363,14 @@ mod tests {
                 observed_tick: 2,
                 last_cache_tick: None,
                 drained_to_tick: 0,
+                floor_epoch: 3,
+                contiguous_epoch: 3,
+                received_above: BTreeSet::new(),
             }],
             cache: CacheIndex::new(2, 1),
+            stale_rule: StaleRule::WorkerEpoch,
+            epochs: EpochsMode::Any,
+            key_epochs: vec![BTreeMap::new()],
         }
     }
 
@@ -203,16 +398,16 @@ mod tests {
         let mut r = router();
         let before = r.clone();
         assert_eq!(
-            r.apply_cache_event(0, 9, 3, &store(0, 0, 5)),
+            r.apply_cache_event(0, 9, 3, &store(0, 0, 5)).outcome,
             Outcome::StaleEpoch
         );
         assert_eq!(
-            r.apply_cache_event(0, 9, 2, &store(0, 0, 5)),
+            r.apply_cache_event(0, 9, 2, &store(0, 0, 5)).outcome,
             Outcome::StaleEpoch
         );
         assert_eq!(r, before);
         assert_eq!(
-            r.apply_cache_event(0, 9, 4, &store(0, 0, 5)),
+            r.apply_cache_event(0, 9, 4, &store(0, 0, 5)).outcome,
             Outcome::Applied
         );
         assert_eq!(r.cache.resident(0, 0, 0), 5);
@@ -258,5 +453,155 @@ mod tests {
         r.apply_cache_event(0, 0, 9, &Op::Clear);
         assert_eq!(r.cache.live_entries(), 0);
         assert!(r.cache.holders(1).is_empty());
+    }
+
+    fn evict(ns: NsId, key: KeyId) -> Op {
+        Op::Evict {
+            ns,
+            keys: vec![key],
+        }
+    }
+
+    /// A worker with `epoch 0`, an empty cache and keys k0..k2 (ids 0..2), namespace 0.
+    fn empty_router(rule: StaleRule) -> RouterState {
+        let mut r = router();
+        r.cache = CacheIndex::new(3, 1);
+        let w = &mut r.workers[0];
+        (w.last_epoch, w.floor_epoch, w.contiguous_epoch) = (0, 0, 0);
+        r.stale_rule = rule;
+        r
+    }
+
+    /// SPEC.md §3.2's worked example, seq by seq: outcome, stale mutations, and the
+    /// cache each rule ends with.
+    #[test]
+    fn the_three_stale_rules_on_the_specs_worked_example() {
+        use Outcome::*;
+        let events = [
+            (2, store(0, 1, 100)),
+            (
+                1,
+                Op::Store {
+                    ns: 0,
+                    segments: vec![Seg { key: 0, tokens: 50 }, Seg { key: 1, tokens: 30 }],
+                },
+            ),
+            (4, evict(0, 0)),
+            (3, store(0, 0, 50)),
+            (7, store(0, 2, 10)),
+            (6, Op::Clear),
+            (5, store(0, 1, 40)),
+        ];
+        let expected = [
+            (
+                StaleRule::WorkerEpoch,
+                vec![
+                    Applied, StaleEpoch, Applied, StaleEpoch, Applied, StaleEpoch, StaleEpoch,
+                ],
+                vec![0; 7],
+                [0, 100, 10],
+            ),
+            (
+                StaleRule::KeyEpoch,
+                vec![
+                    Applied,
+                    PartlyStaleKeyEpoch,
+                    Applied,
+                    StaleKeyEpoch,
+                    Applied,
+                    Applied,
+                    StaleKeyEpoch,
+                ],
+                vec![0, 1, 0, 1, 0, 0, 1],
+                [0, 0, 10],
+            ),
+            (
+                StaleRule::ArrivalOrder,
+                vec![Applied; 7],
+                vec![0; 7],
+                [0, 40, 0],
+            ),
+        ];
+        for (rule, outcomes, stale, cache) in expected {
+            let mut r = empty_router(rule);
+            let got: Vec<CacheOutcome> = events
+                .iter()
+                .enumerate()
+                .map(|(i, (epoch, op))| r.apply_cache_event(0, i as u64 + 1, *epoch, op))
+                .collect();
+            let got_outcomes: Vec<Outcome> = got.iter().map(|o| o.outcome).collect();
+            let got_stale: Vec<u64> = got.iter().map(|o| o.stale_mutations).collect();
+            assert_eq!(got_outcomes, outcomes, "{rule:?}");
+            assert_eq!(got_stale, stale, "{rule:?}");
+            let resident: Vec<u64> = (0..3).map(|k| r.cache.resident(0, 0, k)).collect();
+            assert_eq!(resident, cache, "{rule:?}");
+        }
+    }
+
+    #[test]
+    fn key_epoch_repeated_keys_and_empty_events_follow_the_floor() {
+        let mut r = empty_router(StaleRule::KeyEpoch);
+        let twice = Op::Store {
+            ns: 0,
+            segments: vec![Seg { key: 0, tokens: 5 }, Seg { key: 0, tokens: 7 }],
+        };
+        assert_eq!(
+            r.apply_cache_event(0, 1, 1, &twice).outcome,
+            Outcome::Applied
+        );
+        assert_eq!(r.cache.resident(0, 0, 0), 7);
+        assert_eq!(
+            r.apply_cache_event(0, 2, 3, &Op::Clear).outcome,
+            Outcome::Applied
+        );
+        let empty = Op::Evict {
+            ns: 0,
+            keys: vec![],
+        };
+        let stale = r.apply_cache_event(0, 3, 2, &empty);
+        assert_eq!(
+            (stale.outcome, stale.stale_mutations),
+            (Outcome::StaleKeyEpoch, 0)
+        );
+        assert_eq!(r.workers[0].last_heard(), 2);
+        assert_eq!(
+            r.apply_cache_event(0, 4, 4, &empty).outcome,
+            Outcome::Applied
+        );
+        assert_eq!(r.workers[0].last_heard(), 4);
+        let clear = r.apply_cache_event(0, 5, 3, &Op::Clear);
+        assert_eq!(
+            (clear.outcome, clear.stale_mutations),
+            (Outcome::StaleKeyEpoch, 1)
+        );
+    }
+
+    /// SPEC.md §3.6's example: a gap opens at e3, closes when e2 arrives late (stale
+    /// under worker_epoch, but received), and a lost epoch waits for a resyncing clear.
+    #[test]
+    fn sequential_epochs_open_and_close_gaps() {
+        let mut r = empty_router(StaleRule::WorkerEpoch);
+        r.epochs = EpochsMode::Sequential;
+        assert!(!r.apply_cache_event(0, 1, 1, &store(0, 0, 5)).gap_opened);
+        assert!(!r.workers[0].has_gap());
+        assert!(r.apply_cache_event(0, 2, 3, &store(0, 0, 5)).gap_opened);
+        assert!(r.workers[0].has_gap());
+        let late = r.apply_cache_event(0, 3, 2, &store(0, 1, 5));
+        assert_eq!(
+            (late.outcome, late.gap_opened),
+            (Outcome::StaleEpoch, false)
+        );
+        assert!(!r.workers[0].has_gap());
+        assert_eq!(r.workers[0].contiguous_epoch, 3);
+        // e4 is lost: e5 opens a gap that only an applied clear closes.
+        assert!(r.apply_cache_event(0, 4, 5, &store(0, 0, 5)).gap_opened);
+        assert!(!r.apply_cache_event(0, 5, 7, &store(0, 0, 5)).gap_opened);
+        assert!(r.workers[0].has_gap());
+        // A stale clear (6 <= 7) does not resync.
+        r.apply_cache_event(0, 6, 6, &Op::Clear);
+        assert!(r.workers[0].has_gap());
+        r.apply_cache_event(0, 7, 8, &Op::Clear);
+        assert!(!r.workers[0].has_gap());
+        assert_eq!(r.workers[0].contiguous_epoch, 8);
     }
 }

@@ -4,7 +4,9 @@
 //! At each tick prefill completions come first, then router events (requests and
 //! delivered cache events) in `(tick, seq)` order. Generated events get seqs above every
 //! request's and are never delivered in the past, so replaying the requests plus the
-//! generated events open-loop processes every event at the same point.
+//! generated events open-loop processes every event at the same point. Lost events
+//! (`--loss`) never reach the router and are left out of the generated trace; the
+//! answers to re-queries (sequential epochs, a gap opened) are in it.
 
 use crate::input::trace::{Event, Trace};
 use crate::route::compiled::{CEvent, Compiled, Op, Step};
@@ -13,7 +15,7 @@ use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
 use crate::simulate::engine_model::{Engines, Prefill};
 use crate::simulate::options::SimulateOptions;
-use crate::simulate::publication::delivery_tick;
+use crate::simulate::publication::{delivery_tick, is_lost};
 use crate::simulate::trace_out::to_trace_event;
 use std::collections::BTreeMap;
 
@@ -30,10 +32,17 @@ pub struct SimRun {
 /// What the engine model did in one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Stores and evicts completions published, lost ones included.
     pub store_events: u64,
     pub evict_events: u64,
+    /// Published events the bus lost.
+    pub lost_events: u64,
+    /// Re-queries: gaps the router detected, each answered by a clear and stores.
+    pub resyncs: u64,
     /// Tokens the router counted as reused that the chosen engine no longer held.
     pub phantom_reuse_tokens: u64,
+    /// Tokens the chosen engine held that the router did not count as reused.
+    pub missed_reuse_tokens: u64,
 }
 
 /// Scheduled work, ordered by tick; at one tick, prefill completions (class 0) come
@@ -87,6 +96,12 @@ pub fn simulate_policy(
                 } else {
                     placement.reuse_tokens.saturating_sub(engine_reuse)
                 };
+                // The mutant counts missed tokens only where the router believed some
+                // reuse, leaving out the cold rows evidence in flight or a gap made.
+                if placement.reuse_tokens > 0 || !crate::mutant::active("mutant-missed-only-on-hits") {
+                    stats.missed_reuse_tokens +=
+                        engine_reuse.saturating_sub(placement.reuse_tokens);
+                }
                 let done = engines.admit(
                     placement.worker,
                     event.tick,
@@ -109,6 +124,26 @@ pub fn simulate_policy(
         let prefill = match item {
             Scheduled::Delivery(event) => {
                 runner.step(&event, sink);
+                if let Some(worker) = runner.gap_opened() {
+                    // The router re-queries the worker; its engine answers at once from
+                    // its cache, over a channel that neither jitters nor loses.
+                    stats.resyncs += 1;
+                    let answer_tick = tick.saturating_add(options.publication_lag_ticks);
+                    for op in engines.snapshot(worker as usize, compiled) {
+                        engines.epoch[worker as usize] += 1;
+                        let epoch = engines.epoch[worker as usize];
+                        let event = CEvent {
+                            seq: next_seq,
+                            tick: answer_tick,
+                            step: Step::Cache { worker, epoch, op },
+                        };
+                        next_seq += 1;
+                        if keep_events {
+                            generated.push(to_trace_event(compiled, &event));
+                        }
+                        scheduled.insert((answer_tick, 1, event.seq), Scheduled::Delivery(event));
+                    }
+                }
                 continue;
             }
             Scheduled::Completion(prefill) => prefill,
@@ -128,8 +163,16 @@ pub fn simulate_policy(
                 tick: publish_tick,
                 step: Step::Cache { worker, epoch, op },
             };
+            // A lost event took its epoch and seq, and goes no further: it is dropped on
+            // the bus, before delivery. The mutant delivers it and only then drops it,
+            // from the generated trace alone.
             next_seq += 1;
-            if keep_events {
+            let lost = is_lost(options, worker, epoch);
+            stats.lost_events += lost as u64;
+            if lost && !crate::mutant::active("mutant-loss-after-delivery") {
+                continue;
+            }
+            if keep_events && !lost {
                 generated.push(to_trace_event(compiled, &event));
             }
             scheduled.insert((publish_tick, 1, event.seq), Scheduled::Delivery(event));

@@ -135,6 +135,33 @@ impl Engines {
     }
 }
 
+impl Engines {
+    /// The worker's answer to a re-query (SPEC.md §11, *Re-query*): a clear, then one
+    /// store per namespace holding resident entries, in namespace order by name, the
+    /// segments in key byte order. Reading the cache does not touch its LRU order.
+    pub fn snapshot(&self, worker: usize, compiled: &Compiled) -> Vec<Op> {
+        let tables = &compiled.tables;
+        let mut by_ns: BTreeMap<&Namespace, (NsId, Vec<(&str, Seg)>)> = BTreeMap::new();
+        let resident = self.caches[worker].resident_entries();
+        for ((ns, key), tokens) in resident.into_iter().filter(|&(_, tokens)| tokens > 0) {
+            by_ns
+                .entry(&tables.namespaces[ns as usize])
+                .or_insert_with(|| (ns, Vec::new()))
+                .1
+                .push((tables.keys.name(key), Seg { key, tokens }));
+        }
+        let mut ops = vec![Op::Clear];
+        ops.extend(by_ns.into_values().map(|(ns, mut segments)| {
+            segments.sort_by(|a, b| a.0.cmp(b.0));
+            Op::Store {
+                ns,
+                segments: segments.into_iter().map(|(_, s)| s).collect(),
+            }
+        }));
+        ops
+    }
+}
+
 /// The leading segments of a prefix that fit in an empty cache (a prefix longer than
 /// the whole cache keeps its head), skipping segments of 0 tokens, which hold nothing.
 fn prefix_that_fits(prefix: &[Seg], capacity: Capacity) -> impl Iterator<Item = &Seg> {

@@ -29,6 +29,14 @@ impl Lru {
         }
     }
 
+    /// Every resident entry with its tokens, in no particular order (callers sort).
+    pub fn resident_entries(&self) -> Vec<((NsId, KeyId), u64)> {
+        self.entries
+            .iter()
+            .map(|(&entry, &(tokens, _))| (entry, tokens))
+            .collect()
+    }
+
     pub fn tokens(&self, entry: (NsId, KeyId)) -> u64 {
         self.entries.get(&entry).map_or(0, |e| e.0)
     }

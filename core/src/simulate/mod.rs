@@ -8,7 +8,12 @@
 //! when the prefill completes, evicts the least recently used blocks to make room, and
 //! publishes the `store` and `evict` events, each with the next epoch of that worker,
 //! after a publication lag plus an optional seeded jitter. Jitter can deliver a later
-//! epoch first, so the router sees stale events exactly as it would from a real fleet.
+//! epoch first, so the router sees stale events exactly as it would from a real fleet;
+//! `--loss` drops a seeded fraction of them on the bus. With sequential epochs a gap the
+//! router detects is answered by the worker's whole cache (a clear and stores), Dynamo's
+//! re-query as SPEC.md §11 models it. Each decision's residency error against the
+//! engine's truth is summed as `phantom` (believed, not held) and `missed` (held, not
+//! believed).
 //!
 //! Every policy runs its own loop from a clean state. The events a loop generated,
 //! merged with the requests, form an ordinary `kvroute-trace/1` trace; replaying it
@@ -20,7 +25,8 @@
 //! - [`lru`]: one worker's true cache, an LRU over `(namespace, key)` entries;
 //! - [`engine_model`]: every worker's engine — what it really reuses, FIFO prefill,
 //!   and what a completed prefill stores and evicts;
-//! - [`publication`]: when a published event reaches the router (lag and jitter);
+//! - [`publication`]: when a published event reaches the router (lag and jitter) and
+//!   whether it does (loss);
 //! - [`closed_loop`]: the scheduler that interleaves routing, completions and
 //!   deliveries in one policy's run;
 //! - [`trace_out`]: the generated events in the trace's own terms, for `--events-out`;
@@ -39,5 +45,5 @@ pub mod trace_out;
 pub use closed_loop::{generated_trace, simulate_policy, EngineStats, SimRun};
 pub use options::{
     simulation_trace, Capacity, SimulateError, SimulateOptions, DEFAULT_CACHE_TOKENS,
-    DEFAULT_PUBLICATION_LAG_TICKS,
+    DEFAULT_PUBLICATION_LAG_TICKS, LOSS_PER_MILLE_MAX,
 };

@@ -21,8 +21,14 @@ pub struct SimulateOptions {
     pub publication_lag_ticks: u64,
     /// Up to this many extra ticks per event, drawn from `jitter_seed`; 0 disables it.
     pub jitter_ticks: u64,
+    /// The seed of the jitter and of the loss.
     pub jitter_seed: u64,
+    /// Per mille of the events completions publish that the bus loses (SPEC.md §11).
+    pub loss_per_mille: u64,
 }
+
+/// The largest `--loss`: every event lost.
+pub const LOSS_PER_MILLE_MAX: u64 = 1000;
 
 /// 262,144 tokens: 512 blocks of 512 tokens, about 40 GiB of KV cache at 160 KiB per
 /// token (a 70B-class model with grouped-query attention in 16-bit).
@@ -37,6 +43,7 @@ impl Default for SimulateOptions {
             publication_lag_ticks: DEFAULT_PUBLICATION_LAG_TICKS,
             jitter_ticks: 0,
             jitter_seed: 0,
+            loss_per_mille: 0,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! When a published cache event reaches the router (SPEC.md §11, *Publication*): the
-//! completion tick plus the publication lag plus a seeded jitter.
+//! completion tick plus the publication lag plus a seeded jitter; and whether it
+//! reaches the router at all (*Loss*).
 
 use crate::simulate::options::SimulateOptions;
 use sha2::{Digest, Sha256};
@@ -22,6 +23,23 @@ pub fn delivery_tick(
         .saturating_add(jitter(options, worker, epoch))
 }
 
+/// Whether the bus loses the event `epoch` of `worker`: the first 8 bytes of
+/// `SHA-256("loss/<seed>/<worker>/<epoch>")`, big-endian, modulo 1000, below the loss
+/// per mille. A pure function of the event, like the jitter, so no draw order exists.
+pub fn is_lost(options: &SimulateOptions, worker: u32, epoch: u64) -> bool {
+    if options.loss_per_mille == 0 {
+        return false;
+    }
+    let text = format!("loss/{}/{worker}/{epoch}", options.jitter_seed);
+    head_u64(&Sha256::digest(text.as_bytes())) % 1000 < options.loss_per_mille
+}
+
+fn head_u64(digest: &[u8]) -> u64 {
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(head)
+}
+
 /// Extra publication ticks for one event: a pure function of the seed, the worker and
 /// the epoch, so it does not depend on the order events are generated in.
 fn jitter(options: &SimulateOptions, worker: u32, epoch: u64) -> u64 {
@@ -29,10 +47,7 @@ fn jitter(options: &SimulateOptions, worker: u32, epoch: u64) -> u64 {
         return 0;
     }
     let digest = Sha256::digest(format!("{}/{worker}/{epoch}", options.jitter_seed).as_bytes());
-    let mut head = [0u8; 8];
-    head.copy_from_slice(&digest[..8]);
-    let value = u64::from_be_bytes(head);
-    value % (options.jitter_ticks + 1)
+    head_u64(&digest) % (options.jitter_ticks + 1)
 }
 
 #[cfg(test)]
@@ -52,5 +67,23 @@ mod tests {
         let spread: std::collections::BTreeSet<u64> =
             (0..200).map(|epoch| jitter(&options, 0, epoch)).collect();
         assert!(spread.iter().all(|&j| j <= 40) && spread.len() > 30);
+    }
+
+    #[test]
+    fn loss_is_the_specd_function_of_seed_worker_and_epoch() {
+        let mut options = SimulateOptions::default();
+        assert!(!(0..100).any(|e| is_lost(&options, 0, e)));
+        options.jitter_seed = 7;
+        options.loss_per_mille = 250;
+        let digest = Sha256::digest(b"loss/7/3/5");
+        let head = u64::from_be_bytes(digest[..8].try_into().unwrap());
+        assert_eq!(is_lost(&options, 3, 5), head % 1000 < 250);
+        let lost = (0..4000).filter(|&e| is_lost(&options, 1, e)).count();
+        assert!(
+            (900..1100).contains(&lost),
+            "{lost} of 4000 lost at 250 per mille"
+        );
+        options.loss_per_mille = 1000;
+        assert!((0..100).all(|e| is_lost(&options, 2, e)));
     }
 }

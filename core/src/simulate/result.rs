@@ -65,7 +65,10 @@ pub fn simulate_result(
                 "stale": m.stale_event_rejections,
                 "stores": run.stats.store_events,
                 "evicts": run.stats.evict_events,
+                "lost": run.stats.lost_events,
+                "resyncs": run.stats.resyncs,
                 "phantom": run.stats.phantom_reuse_tokens,
+                "missed": run.stats.missed_reuse_tokens,
                 "events_digest": sha256_tag(bytes),
             })
         })
@@ -77,6 +80,7 @@ pub fn simulate_result(
             "cache_tokens": cache_tokens,
             "jitter_ticks": options.jitter_ticks,
             "lag_ticks": options.publication_lag_ticks,
+            "loss_per_mille": options.loss_per_mille,
             "seed": options.jitter_seed,
             "workers": workers,
         },
