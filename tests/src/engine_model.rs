@@ -140,7 +140,8 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
             publication_lag_ticks: seed % 5,
             jitter_ticks: (mixed >> 8) % 9,
             jitter_seed: seed,
-            loss_per_mille: 0,
+            // Half the seeds lose events on the bus (SPEC.md §11, *Loss*).
+            loss_per_mille: [0, 0, 50, 300][((mixed >> 24) % 4) as usize],
         },
     }
 }

@@ -7,7 +7,11 @@
 //! share keys, two models, three adapters, six keys, epochs drawn around the current one
 //! (so stale cache events are common), equal loads and reuse (so ties are common),
 //! freshness windows and overload caps that bite, sharing grants, and requests that no
-//! worker can serve. [`near_valid`] plants exactly one defect in such a trace.
+//! worker can serve. Each of the three stale rules, sequential epochs (with late and
+//! skipped epochs, so gaps open, close by reordering and wait for a clear) and cold
+//! reserves from none to the whole cap are drawn too, each sometimes absent and
+//! sometimes spelled out at its default. [`near_valid`] plants exactly one defect in
+//! such a trace.
 
 use crate::reorder::seeded_rng;
 use arbitrary::{Arbitrary, Unstructured};
@@ -18,7 +22,7 @@ use serde_json::{json, Value};
 /// recipes' byte layout) changes the trace any seed produces: sweep reports carry it, and
 /// `kvroute swarm merge` refuses to join shards built by different generators. The
 /// sweep test `the_generator_version_is_bumped_with_its_output` pins the output it names.
-pub const GENERATOR_VERSION: u32 = 1;
+pub const GENERATOR_VERSION: u32 = 2;
 
 /// Weighted towards `acme`, so cached prefixes often belong to the requester.
 const TENANTS: [&str; 4] = ["acme", "acme", "beta", "gamma"];
@@ -219,6 +223,11 @@ pub struct TraceRecipe {
     grants: Vec<GrantRecipe>,
     workers: Vec<WorkerRecipe>,
     events: Vec<EventRecipe>,
+    /// Issue 13's policy members (SPEC.md §3.2, §3.6, §4.5), drawn after everything
+    /// else so that the earlier draws, and so every version-1 field, are unchanged.
+    stale_rule: u8,
+    epochs: u8,
+    cold_reserve: u8,
 }
 
 impl<'a> Arbitrary<'a> for TraceRecipe {
@@ -246,7 +255,14 @@ impl<'a> Arbitrary<'a> for TraceRecipe {
             }
             events.push(u.arbitrary()?);
         }
+        // Exhausted input leaves these at the defaults rather than failing the recipe.
+        let stale_rule = u.arbitrary().unwrap_or(0);
+        let epochs = u.arbitrary().unwrap_or(0);
+        let cold_reserve = u.arbitrary().unwrap_or(0);
         Ok(TraceRecipe {
+            stale_rule,
+            epochs,
+            cold_reserve,
             decode_weight,
             imbalance_penalty,
             freshness,
@@ -288,6 +304,11 @@ impl TraceRecipe {
             .collect();
 
         let events: Vec<&EventRecipe> = self.events.iter().take(EVENTS_MAX).collect();
+        let epochs = pick(
+            &[None, None, None, Some("any"), Some("sequential")],
+            self.epochs,
+        );
+        let sequential = epochs == Some("sequential");
         let event_count = events.len() as u64;
         let mut tick: u64 = 0;
         let mut events_json = Vec::with_capacity(events.len());
@@ -301,6 +322,19 @@ impl TraceRecipe {
                 i * 3 + 1
             };
             let mut next_epoch = |worker: usize, step: u8| {
+                if sequential {
+                    // The worker's own next epoch, except that one in five events comes
+                    // late (one below the last: reordering, or a repeat) and one in five
+                    // skips an epoch (lost, or still in flight): gaps that reordering
+                    // closes and gaps only a clear resyncs.
+                    let epoch = match step % 5 {
+                        0 => last_epoch[worker].saturating_sub(1),
+                        4 => last_epoch[worker] + 2,
+                        _ => last_epoch[worker] + 1,
+                    };
+                    last_epoch[worker] = last_epoch[worker].max(epoch);
+                    return epoch;
+                }
                 // Steps of -2..=+2 around the last epoch make stale events common.
                 let epoch = (last_epoch[worker] + (step % 5) as u64).saturating_sub(2);
                 last_epoch[worker] = last_epoch[worker].max(epoch);
@@ -415,15 +449,52 @@ impl TraceRecipe {
                         "tenants": tenants })
             })
             .collect();
+        let mut policy = json!({
+            "decode_weight_milli": pick(&[0, 500, 1000, 1000, 2000], self.decode_weight),
+            "imbalance_penalty_milli": pick(&[0, 0, 100, 1000], self.imbalance_penalty),
+            "freshness_ticks": pick(&[None, None, None, Some(0), Some(4), Some(12)], self.freshness),
+            "max_queued_work": pick(&[None, None, Some(500), Some(2000), Some(6000)], self.cap),
+        });
+        // Absent, spelled-out defaults and every other value, so that both the default
+        // path and each new rule are exercised.
+        let stale_rule = pick(
+            &[
+                None,
+                None,
+                Some("worker_epoch"),
+                Some("key_epoch"),
+                Some("key_epoch"),
+                Some("arrival_order"),
+            ],
+            self.stale_rule,
+        );
+        if let Some(rule) = stale_rule {
+            policy["stale_rule"] = json!(rule);
+        }
+        if let Some(mode) = epochs {
+            policy["epochs"] = json!(mode);
+        }
+        // Reserves against caps of 500,000 to 6,000,000 milli: some never bite, some
+        // reserve the whole cap.
+        let reserve = pick(
+            &[
+                None,
+                None,
+                Some(None),
+                Some(Some(0)),
+                Some(Some(100_000)),
+                Some(Some(1_000_000)),
+                Some(Some(9_000_000)),
+            ],
+            self.cold_reserve,
+        );
+        if let Some(reserve) = reserve {
+            policy["cold_reserve_milli"] = json!(reserve);
+        }
         json!({
             "format": "kvroute-trace/1",
             "limits": "lab",
-            "policy": {
-                "decode_weight_milli": pick(&[0, 500, 1000, 1000, 2000], self.decode_weight),
-                "imbalance_penalty_milli": pick(&[0, 0, 100, 1000], self.imbalance_penalty),
-                "freshness_ticks": pick(&[None, None, None, Some(0), Some(4), Some(12)], self.freshness),
-                "max_queued_work": pick(&[None, None, Some(500), Some(2000), Some(6000)], self.cap),
-            },
+            "policy": policy,
             "sharing": grants,
             "workers": workers_json,
             "events": events_json,

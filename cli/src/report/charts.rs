@@ -136,7 +136,7 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
 
         let mut front: Vec<&RowDoc> = rows
             .iter()
-            .filter(|r| r.eligible && !r.has_reason("overloaded") && r.dominated_by.is_none())
+            .filter(|r| r.in_front_set() && r.dominated_by.is_none())
             .collect();
         front.sort_by_key(|r| (r.reuse, r.after_milli));
         chart.draw_series(LineSeries::new(

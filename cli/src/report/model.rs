@@ -77,10 +77,19 @@ pub const BOUNDARY_REASONS: [&str; 3] = ["tenant_mismatch", "model_mismatch", "a
 
 impl RowDoc {
     /// Whether the row's cache evidence failed rather than merely cost more: the worker
-    /// cannot serve the request, its view is stale, or the overload cap excluded it.
-    /// The Pareto view draws these as dotted points.
+    /// cannot serve the request, its view is stale or has an evidence gap, or the
+    /// overload cap or the cold reserve excluded it. The Pareto view draws these as
+    /// dotted points.
     pub fn is_failure(&self) -> bool {
-        !self.eligible || self.has_reason("stale_view") || self.has_reason("overloaded")
+        !self.eligible
+            || ["stale_view", "evidence_gap", "overloaded", "cold_reserve"]
+                .iter()
+                .any(|r| self.has_reason(r))
+    }
+
+    /// In the front set of SPEC.md §4.6: eligible, cut neither by the cap nor the reserve.
+    pub fn in_front_set(&self) -> bool {
+        self.eligible && !self.has_reason("overloaded") && !self.has_reason("cold_reserve")
     }
 
     pub fn has_reason(&self, reason: &str) -> bool {
