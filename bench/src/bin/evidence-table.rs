@@ -5,7 +5,8 @@
 //! closed-loop under `cache_plus_load` with each stale rule (`worker_epoch`,
 //! `key_epoch`, the `arrival_order` baseline) and with `key_epoch` plus sequential-epoch
 //! gap detection, at several lag/jitter settings without loss and a few with loss. Each
-//! row gives the router's residency error against the engine's truth at every
+//! row gives the stale events dropped whole (`stale`) and, under `key_epoch`, the
+//! mutations rejected (`stale_mut`), then the router's residency error against the engine's truth at every
 //! decision: `phantom` (believed, not held) and `missed` (held, not believed), in
 //! tokens. The last lines check the claim: on every reordering-only setting,
 //! `key_epoch`'s `missed + phantom` is no larger than either other rule's.
@@ -52,9 +53,9 @@ fn main() {
     let worker_counts = if args.is_empty() { vec![8, 64] } else { args };
     let mooncake = mooncake_bytes();
     println!(
-        "| workers | lag | jitter | loss ‰ | rule | stale | lost | resyncs | hit_pm | lat_mean_m | phantom | missed | missed + phantom |"
+        "| workers | lag | jitter | loss ‰ | rule | stale | stale_mut | lost | resyncs | hit_pm | lat_mean_m | phantom | missed | missed + phantom |"
     );
-    println!("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut claims = Vec::new();
     for &workers in &worker_counts {
         let base = simulation_input(&import(&mooncake, workers));
@@ -79,9 +80,10 @@ fn main() {
                 let total = s.phantom_reuse_tokens + s.missed_reuse_tokens;
                 totals.push((rule, total));
                 println!(
-                    "| {workers} | {lag} | {jitter} | {loss} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {workers} | {lag} | {jitter} | {loss} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     rule_name(rule),
                     m.stale_event_rejections,
+                    m.stale_mutation_rejections.map_or("-".to_owned(), |n| n.to_string()),
                     s.lost_events,
                     s.resyncs,
                     m.hits_per_mille(),

@@ -141,7 +141,9 @@ impl Engines {
     /// segments in key byte order. Reading the cache does not touch its LRU order.
     pub fn snapshot(&self, worker: usize, compiled: &Compiled) -> Vec<Op> {
         let tables = &compiled.tables;
-        let mut by_ns: BTreeMap<&Namespace, (NsId, Vec<(&str, Seg)>)> = BTreeMap::new();
+        // Namespace (by name) -> its id and its resident segments with their key names.
+        type Resident<'a> = (NsId, Vec<(&'a str, Seg)>);
+        let mut by_ns: BTreeMap<&Namespace, Resident> = BTreeMap::new();
         let resident = self.caches[worker].resident_entries();
         for ((ns, key), tokens) in resident.into_iter().filter(|&(_, tokens)| tokens > 0) {
             by_ns
