@@ -8,6 +8,7 @@
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// One JSON value. Objects are a list of `(name, value)` pairs so that repeats survive.
@@ -248,7 +249,7 @@ fn cut(rendered: String) -> String {
 
 /// A string as SPEC §2.2 writes it: quoted, `"` and `\` escaped, the five short
 /// control escapes, other controls as lowercase `\u00xx`, everything else as itself.
-fn render_string(text: &str, out: &mut String) {
+pub fn render_string(text: &str, out: &mut String) {
     out.push('"');
     for c in text.chars() {
         match c {
@@ -286,17 +287,16 @@ fn render(node: &Node, out: &mut String) {
             out.push(']');
         }
         Node::Object(members) => {
-            // Last value of each name, by a linear scan; then byte order of the names.
-            let mut shown: Vec<(&str, &Node)> = Vec::new();
+            // A later insert replaces an earlier one, so each name keeps its last value;
+            // a BTreeMap iterates in byte order of its keys (never a hash order), and
+            // keeps an object of very many members from being deduplicated in
+            // quadratic time.
+            let mut shown: BTreeMap<&str, &Node> = BTreeMap::new();
             for (name, value) in members {
-                match shown.iter_mut().find(|(n, _)| *n == name.as_str()) {
-                    Some(slot) => slot.1 = value,
-                    None => shown.push((name, value)),
-                }
+                shown.insert(name, value);
             }
-            shown.sort_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for (i, (name, value)) in shown.iter().enumerate() {
+            for (i, (name, value)) in shown.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }

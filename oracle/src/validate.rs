@@ -78,7 +78,8 @@ fn member_path(parent: &str, name: &str) -> String {
         None => false,
     };
     if !plain {
-        let quoted = serde_json::to_string(name).unwrap_or_default();
+        let mut quoted = String::new();
+        json::render_string(name, &mut quoted);
         let shown_parent = if parent.is_empty() { "$" } else { parent };
         format!("{shown_parent}[{quoted}]")
     } else if parent.is_empty() {
