@@ -1,7 +1,8 @@
 //! Validation of a trace, in the five stages of SPEC.md §2.3: JSON syntax, shape,
 //! cross-references and static limits, the residency limit, then the overflow rule.
-//! Each stage runs only when the ones before it found nothing. The shape stage walks the JSON tree in the order the
-//! SPEC fixes and, when it finds nothing, yields the typed `Trace` the later stages use.
+//! Each stage runs only when the ones before it found nothing. The shape stage walks
+//! the JSON tree in the order the SPEC fixes and, when it finds nothing, yields the
+//! typed `Trace` the later stages use. Every error line's path is cut as §2.1 says.
 
 use std::collections::BTreeSet;
 
