@@ -4,7 +4,7 @@
 //! an unclear sentence in SPEC.md.
 //!
 //! Modules: `json` (a JSON tree that keeps repeated members), `model` (the typed
-//! trace), `validate` (the four validation stages of §2, the overflow bound in
+//! trace), `validate` (the five validation stages of §2, the overflow bound in
 //! saturating 128-bit arithmetic), `canonical` (canonical trace bytes, digests),
 //! `replay` (state, candidates, policies, metrics), `receipt` (receipt JSON) and
 //! `simulate` (the closed-loop engine model of §11). [`StaleRule`] and [`EpochNumbering`]

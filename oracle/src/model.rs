@@ -44,6 +44,48 @@ impl Profile {
             Profile::Scale => 2_097_152,
         }
     }
+
+    // The work limits of SPEC §1.3: every dimension that multiplies a replay's work.
+
+    /// Length of one event's `prefix` (request), `segments` (store) or `keys` (evict).
+    pub fn keys_per_event_max(self) -> u64 {
+        match self {
+            Profile::Lab => 32,
+            Profile::Scale => 2_097_152,
+        }
+    }
+
+    /// Length of one worker's `cache` array, and its resident entries at any point.
+    pub fn cache_entries_per_worker_max(self) -> u64 {
+        match self {
+            Profile::Lab => 256,
+            Profile::Scale => 1_048_576,
+        }
+    }
+
+    /// Length of `sharing`.
+    pub fn sharing_grants_max(self) -> u64 {
+        match self {
+            Profile::Lab => 8,
+            Profile::Scale => 4_096,
+        }
+    }
+
+    /// Length of one grant's `tenants`.
+    pub fn tenants_per_grant_max(self) -> u64 {
+        match self {
+            Profile::Lab => 8,
+            Profile::Scale => 4_096,
+        }
+    }
+
+    /// Length of one worker's `adapters`.
+    pub fn adapters_per_worker_max(self) -> u64 {
+        match self {
+            Profile::Lab => 8,
+            Profile::Scale => 4_096,
+        }
+    }
 }
 
 /// `policy.stale_rule` (SPEC §3.2): which mutations of an arriving cache event apply.

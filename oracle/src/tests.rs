@@ -542,22 +542,24 @@ fn integer_type_errors() {
             &format!("events[0].epoch: expected a non-negative integer, found {shown}"),
         );
     }
-    // 1e3 is a float literal, printed the way serde_json prints it.
-    let text = String::from_utf8(bytes(&base_trace()))
-        .unwrap()
-        .replace("\"epoch\":3", "\"epoch\":1e3");
-    assert_eq!(
-        errors_of_text(&text),
-        ["events[2].epoch: expected a non-negative integer, found 1000.0"]
-    );
-    // An integer literal past u64 is read as a float by serde_json, and quoted so.
-    let text = String::from_utf8(bytes(&base_trace()))
-        .unwrap()
-        .replace("\"epoch\":3", "\"epoch\":100000000000000000000");
-    assert_eq!(
-        errors_of_text(&text),
-        ["events[2].epoch: expected a non-negative integer, found 1e+20"]
-    );
+    // SPEC §2.2: a number is quoted as its literal text, never re-formatted.
+    for (literal, shown) in [
+        ("1e3", "1e3"),
+        ("1E+3", "1E+3"),
+        ("-0", "-0"),
+        ("5.0", "5.0"),
+        ("100000000000000000000", "100000000000000000000"),
+    ] {
+        let text = String::from_utf8(bytes(&base_trace()))
+            .unwrap()
+            .replace("\"epoch\":3", &format!("\"epoch\":{literal}"));
+        assert_eq!(
+            errors_of_text(&text),
+            [format!(
+                "events[2].epoch: expected a non-negative integer, found {shown}"
+            )]
+        );
+    }
     // B itself is fine.
     let ok = with(
         base_trace(),
@@ -1130,6 +1132,537 @@ fn canonical_trace_bytes_are_the_canonical_form_of_their_own_parse() {
         let parsed: Value = serde_json::from_slice(&canonical).expect("JSON");
         assert_eq!(canonical, jcs(&parsed).unwrap());
     }
+}
+
+// ---------------------------------------------------------------------------------
+// §1.1, §2.2: numbers quoted as written; the byte order mark
+
+/// The base trace's text with `events[2].epoch` (the clear's `3`) written as `literal`.
+fn with_clear_epoch_literal(literal: &str) -> String {
+    let text = String::from_utf8(bytes(&base_trace())).unwrap();
+    assert_eq!(text.matches("\"epoch\":3").count(), 1);
+    text.replace("\"epoch\":3", &format!("\"epoch\":{literal}"))
+}
+
+#[test]
+fn numbers_are_quoted_as_written_at_their_own_path() {
+    // The SPEC §2.2 examples, each one line at the member's own path.
+    for literal in [
+        "1e3",
+        "-0",
+        "-1",
+        "18446744073709551616",
+        "1e400",
+        "1E+3",
+        "5.0",
+        "9007199254740992",
+    ] {
+        assert_eq!(
+            errors_of_text(&with_clear_epoch_literal(literal)),
+            [format!(
+                "events[2].epoch: expected a non-negative integer, found {literal}"
+            )]
+        );
+    }
+    // A 5000-digit integer is valid JSON: its first 40 digits and `...`.
+    let long = format!("1{}", "0".repeat(4999));
+    assert_eq!(
+        errors_of_text(&with_clear_epoch_literal(&long)),
+        [format!(
+            "events[2].epoch: expected a non-negative integer, found 1{}...",
+            "0".repeat(39)
+        )]
+    );
+    // 40 characters exactly are not cut; 41 are.
+    let forty = format!("1{}", "0".repeat(39));
+    assert_eq!(
+        errors_of_text(&with_clear_epoch_literal(&forty)),
+        [format!(
+            "events[2].epoch: expected a non-negative integer, found {forty}"
+        )]
+    );
+    // The nullable two use their own wording, with the literal as written too.
+    let text = String::from_utf8(bytes(&base_trace()))
+        .unwrap()
+        .replace("\"freshness_ticks\":null", "\"freshness_ticks\":-0.0e-0");
+    assert_eq!(
+        errors_of_text(&text),
+        ["policy.freshness_ticks: expected a non-negative integer or null, found -0.0e-0"]
+    );
+    // `0` and B are the ends of the range; a leading zero is not JSON at all.
+    assert!(validate(with_clear_epoch_literal("0").as_bytes()).is_ok());
+    assert!(validate(with_clear_epoch_literal("9007199254740991").as_bytes()).is_ok());
+    assert!(errors_of_text(&with_clear_epoch_literal("03"))[0].starts_with("$: invalid JSON: "));
+}
+
+#[test]
+fn numbers_inside_quoted_values_are_written_as_given() {
+    // Arrays and objects quote their numbers as written; object members in byte order
+    // of their names, a repeated name once with its last value.
+    let text = String::from_utf8(bytes(&base_trace())).unwrap().replace(
+        "\"id\":\"w1\"",
+        "\"id\":{\"b\":1e400,\"a\":[-0,2.50],\"b\":1E3}",
+    );
+    assert_eq!(
+        errors_of_text(&text),
+        ["workers[1].id: expected a non-empty string, found {\"a\":[-0,2.50],\"b\":1E3}"]
+    );
+    // Strings: the short escapes, other controls as lowercase \u00xx, the rest as is.
+    assert_single(
+        &with(base_trace(), "/workers/1/epoch", json!("\u{8}\u{c}\n\r\t\u{1f}\"\\é\u{7f}")),
+        "workers[1].epoch: expected a non-negative integer, found \"\\b\\f\\n\\r\\t\\u001f\\\"\\\\é\u{7f}\"",
+    );
+}
+
+#[test]
+fn syntax_errors_read_numbers_as_if_in_range() {
+    // A huge literal is never the syntax error: the message is the one the same
+    // document with an in-range literal of the same length gets.
+    for (huge, small) in [
+        ("{\"a\":1e400,}", "{\"a\":10000,}"),
+        ("[1e400 x]", "[10000 x]"),
+        ("{\"format\": -1e400", "{\"format\": -10000"),
+        ("[18446744073709551616", "[10000000000000000000"),
+        ("[1e999] []", "[10000] []"),
+    ] {
+        let lines = errors_of_text(huge);
+        assert_eq!(lines, errors_of_text(small), "{huge}");
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("$: invalid JSON: "), "{lines:?}");
+        assert!(!lines[0].contains("out of range"), "{lines:?}");
+    }
+    // Malformed literals stay serde_json's own errors.
+    for text in [
+        "[1.]", "[-]", "[1e]", "[01]", "[-01]", "[1.e5]", "[.5]", "[+1]",
+    ] {
+        let lines = errors_of_text(text);
+        assert!(
+            lines[0].starts_with("$: invalid JSON: "),
+            "{text}: {lines:?}"
+        );
+    }
+    // Digits inside strings are no literals: keys and values keep their text.
+    let text = String::from_utf8(bytes(&base_trace()))
+        .unwrap()
+        .replace("\"id\":\"w1\"", "\"id\":\"1e400 \\\" -0\"");
+    let canonical = validate(text.as_bytes()).expect("valid");
+    assert!(String::from_utf8(canonical)
+        .unwrap()
+        .contains("\"1e400 \\\" -0\""));
+}
+
+#[test]
+fn byte_order_mark_has_its_own_line() {
+    let expected = "$: invalid JSON: the document starts with a UTF-8 byte order mark \
+                    (EF BB BF), which JSON text must not carry";
+    let mut text = b"\xEF\xBB\xBF".to_vec();
+    text.extend(bytes(&base_trace()));
+    assert_eq!(replay(&text).err(), Some(vec![expected.to_owned()]));
+    assert_eq!(validate(&text).err(), Some(vec![expected.to_owned()]));
+    assert_eq!(errors_of_text("\u{feff}"), [expected]);
+    assert_eq!(errors_of_text("\u{feff}not json"), [expected]);
+    // Only at the start: after whitespace it is serde_json's own syntax error.
+    let lines = errors_of_text(" \u{feff}{}");
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].starts_with("$: invalid JSON: "), "{lines:?}");
+    assert_ne!(lines[0], expected);
+}
+
+// ---------------------------------------------------------------------------------
+// §2.1: long paths
+
+#[test]
+fn long_paths_are_cut_as_in_the_spec_example() {
+    // SPEC §2.1, byte for byte: an unknown member in events[0] whose 200-character name
+    // (100 `a`s, a space, 99 `a`s) is written in brackets: a 213-character path.
+    let name = format!("{} {}", "a".repeat(100), "a".repeat(99));
+    let trace = with(base_trace(), &format!("/events/0/{name}"), json!(1));
+    assert_single(
+        &trace,
+        "events[0][\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa[...]\
+         aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"]: unknown member \
+         \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...",
+    );
+    // 200 `a`s alone are a plain identifier, so the path is the 210-character
+    // `events[0].aaa…`: 70 `a`s before the marker, 35 after it.
+    let name = "a".repeat(200);
+    let trace = with(base_trace(), &format!("/events/0/{name}"), json!(1));
+    assert_single(
+        &trace,
+        &format!(
+            "events[0].{}[...]{}: unknown member \"{}...",
+            "a".repeat(70),
+            "a".repeat(35),
+            "a".repeat(39)
+        ),
+    );
+}
+
+#[test]
+fn paths_of_120_characters_are_kept_and_longer_ones_cut_by_characters() {
+    // `events[0].` is 10 characters: a 110-character name makes a 120-character path.
+    let name = format!("b{}", "c".repeat(109));
+    let trace = with(base_trace(), &format!("/events/0/{name}"), json!(1));
+    assert_single(
+        &trace,
+        &format!(
+            "events[0].{name}: unknown member {}...",
+            &format!("\"{name}")[..40]
+        ),
+    );
+    // 121 characters: the first 80, the marker, the last 35.
+    let name = format!("b{}z", "c".repeat(109));
+    let path = format!("events[0].{name}");
+    let trace = with(base_trace(), &format!("/events/0/{name}"), json!(1));
+    assert_single(
+        &trace,
+        &format!(
+            "{}[...]{}: unknown member {}...",
+            &path[..80],
+            &path[121 - 35..],
+            &format!("\"{name}")[..40]
+        ),
+    );
+    // Characters, not bytes: a cut inside a run of two-byte `é`s splits no sequence.
+    let name = "é".repeat(150);
+    let trace = with(base_trace(), &format!("/events/0/{name}"), json!(1));
+    assert_single(
+        &trace,
+        &format!(
+            "events[0][\"{}[...]{}\"]: unknown member \"{}...",
+            "é".repeat(69),
+            "é".repeat(33),
+            "é".repeat(39)
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// §1.3: work limits
+
+fn segments_json(count: usize, prefix: &str) -> Value {
+    Value::Array(
+        (0..count)
+            .map(|i| json!({ "key": format!("{prefix}{i}"), "tokens": 1 }))
+            .collect(),
+    )
+}
+
+fn names_json(count: usize, prefix: &str) -> Value {
+    Value::Array((0..count).map(|i| json!(format!("{prefix}{i}"))).collect())
+}
+
+fn grants_json(count: usize) -> Value {
+    Value::Array(
+        (0..count)
+            .map(|i| json!({ "model": format!("m{i}"), "adapter": "base", "tenants": ["acme"] }))
+            .collect(),
+    )
+}
+
+fn cache_json(count: usize, tokens: u64) -> Value {
+    Value::Array(
+        (0..count)
+            .map(|i| entry("acme", "m1", &format!("c{i}"), tokens))
+            .collect(),
+    )
+}
+
+#[test]
+fn tenants_per_grant_limit() {
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/sharing/0/tenants",
+        names_json(8, "t")
+    )))
+    .is_ok());
+    assert_single(
+        &with(base_trace(), "/sharing/0/tenants", names_json(9, "t")),
+        "sharing[0].tenants: 9 tenants exceed the lab limit of 8 per grant",
+    );
+}
+
+#[test]
+fn adapters_per_worker_limit() {
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/workers/0/adapters",
+        names_json(8, "a")
+    )))
+    .is_ok());
+    assert_single(
+        &with(base_trace(), "/workers/0/adapters", names_json(9, "a")),
+        "workers[0].adapters: 9 adapters exceed the lab limit of 8 per worker",
+    );
+}
+
+#[test]
+fn cache_array_limit() {
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/workers/1/cache",
+        cache_json(256, 1)
+    )))
+    .is_ok());
+    assert_single(
+        &with(base_trace(), "/workers/1/cache", cache_json(257, 1)),
+        "workers[1].cache: 257 cache entries exceed the lab limit of 256 per worker",
+    );
+    // The array's length counts entries of 0 tokens too.
+    assert_single(
+        &with(base_trace(), "/workers/1/cache", cache_json(257, 0)),
+        "workers[1].cache: 257 cache entries exceed the lab limit of 256 per worker",
+    );
+}
+
+#[test]
+fn keys_per_event_limit() {
+    // The request's prefix (1 token a segment stays within its prompt_tokens of 1500).
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/events/4/prefix",
+        segments_json(32, "k")
+    )))
+    .is_ok());
+    assert_single(
+        &with(base_trace(), "/events/4/prefix", segments_json(33, "k")),
+        "events[4].prefix: 33 keys exceed the lab limit of 32 per event",
+    );
+    // A store's segments (w0 then holds 1 + 32 entries, far within its 256).
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/events/0/segments",
+        segments_json(32, "k")
+    )))
+    .is_ok());
+    assert_single(
+        &with(base_trace(), "/events/0/segments", segments_json(33, "k")),
+        "events[0].segments: 33 keys exceed the lab limit of 32 per event",
+    );
+    // An evict's keys.
+    assert!(validate(&bytes(&with(
+        base_trace(),
+        "/events/1/keys",
+        names_json(32, "k")
+    )))
+    .is_ok());
+    assert_single(
+        &with(base_trace(), "/events/1/keys", names_json(33, "k")),
+        "events[1].keys: 33 keys exceed the lab limit of 32 per event",
+    );
+}
+
+#[test]
+fn sharing_grants_limit() {
+    assert!(validate(&bytes(&with(base_trace(), "/sharing", grants_json(8)))).is_ok());
+    assert_single(
+        &with(base_trace(), "/sharing", grants_json(9)),
+        "sharing: 9 sharing grants exceed the lab limit of 8",
+    );
+}
+
+#[test]
+fn work_limits_of_the_scale_profile() {
+    let trace = with(base_trace(), "/limits", json!("scale"));
+    let trace = with(trace, "/sharing", grants_json(9));
+    let trace = with(trace, "/sharing/0/tenants", names_json(9, "t"));
+    let trace = with(trace, "/workers/0/adapters", names_json(9, "a"));
+    let trace = with(trace, "/workers/1/cache", cache_json(257, 1));
+    let trace = with(trace, "/events/4/prefix", segments_json(33, "k"));
+    let trace = with(trace, "/events/0/segments", segments_json(300, "k"));
+    let trace = with(trace, "/events/1/keys", names_json(33, "k"));
+    assert!(validate(&bytes(&trace)).is_ok());
+    let trace = with(trace, "/sharing/0/tenants", names_json(4097, "t"));
+    assert_single(
+        &trace,
+        "sharing[0].tenants: 4097 tenants exceed the scale limit of 4096 per grant",
+    );
+}
+
+#[test]
+fn static_limits_in_the_order_of_stage_three() {
+    let trace = with(many_workers(9), "/sharing", grants_json(9));
+    let trace = with(trace, "/sharing/0/tenants", names_json(9, "t"));
+    let trace = with(trace, "/workers/0/adapters", names_json(9, "a"));
+    let mut cache = cache_json(256, 1);
+    cache[200] = entry("acme", "m1", "c3", 1);
+    let trace = with(trace, "/workers/0/cache", cache);
+    let mut trace = with(trace, "/workers/1/id", json!("w0"));
+    trace["workers"][0]["cache"]
+        .as_array_mut()
+        .unwrap()
+        .push(entry("x", "m1", "k", 1));
+    let trace = with(trace, "/events/4/prefix", segments_json(33, "k"));
+    let trace = with(trace, "/events/4/decode_tokens", json!(6693));
+    let trace = with(trace, "/events/1/keys", names_json(33, "k"));
+    let trace = with(trace, "/events/1/worker", json!("nobody"));
+    assert_eq!(
+        errors_of(&trace),
+        [
+            "sharing[0].tenants: 9 tenants exceed the lab limit of 8 per grant",
+            "workers[0].adapters: 9 adapters exceed the lab limit of 8 per worker",
+            "workers[0].cache[200]: duplicate cache entry for key \"c3\"",
+            "workers[0].cache: 257 cache entries exceed the lab limit of 256 per worker",
+            "workers[1].id: duplicate worker id \"w0\"",
+            "events[1].worker: unknown worker \"nobody\"",
+            "events[1].keys: 33 keys exceed the lab limit of 32 per event",
+            "events[4]: 8193 tokens (prompt_tokens + decode_tokens) exceed the lab limit of 8192",
+            "events[4].prefix: 33 keys exceed the lab limit of 32 per event",
+            "sharing: 9 sharing grants exceed the lab limit of 8",
+            "workers: 9 workers exceed the lab limit of 8",
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// §1.3: the residency limit (stage 4)
+
+fn empty_worker(id: &str) -> Value {
+    worker(id, "m1", 0, 0, json!([]))
+}
+
+/// A store of `count` one-token segments `<prefix>0…` at the given seq, tick and epoch.
+fn store_n(worker: &str, seq: u64, tick: u64, epoch: u64, count: usize, prefix: &str) -> Value {
+    json!({ "seq": seq, "tick": tick, "type": "cache", "op": "store", "worker": worker,
+            "epoch": epoch, "tenant": "acme", "model": "m1", "adapter": "base",
+            "segments": segments_json(count, prefix) })
+}
+
+fn cache_trace(workers: Vec<Value>, events: Vec<Value>) -> Value {
+    json!({ "format": "kvroute-trace/1", "workers": workers, "events": events })
+}
+
+#[test]
+fn residency_limit_as_in_the_spec_example() {
+    // Nine stores of 32 distinct keys to an empty w0 at ticks and epochs 1 to 9.
+    let stores: Vec<Value> = (1..=9u64)
+        .map(|i| store_n("w0", i, i, i, 32, &format!("s{i}-")))
+        .collect();
+    assert!(validate(&bytes(&cache_trace(
+        vec![empty_worker("w0")],
+        stores[..8].to_vec()
+    )))
+    .is_ok());
+    assert_single(
+        &cache_trace(vec![empty_worker("w0")], stores.clone()),
+        "events[8]: worker \"w0\" would hold 288 cache entries, over the lab limit of 256",
+    );
+    // An applied evict of 32 of those keys before the ninth store keeps it at 256.
+    let mut events = stores[..8].to_vec();
+    events.push(
+        json!({ "seq": 100, "tick": 8, "type": "cache", "op": "evict", "worker": "w0",
+                        "epoch": 50, "tenant": "acme", "model": "m1", "adapter": "base",
+                        "keys": names_json(32, "s1-") }),
+    );
+    events.push(store_n("w0", 9, 9, 51, 32, "s9-"));
+    assert!(validate(&bytes(&cache_trace(vec![empty_worker("w0")], events))).is_ok());
+}
+
+#[test]
+fn residency_counts_resident_entries_after_applied_stores() {
+    // w0 starts with 250 entries of 1 token and 6 of 0 tokens (256 in the array).
+    let mut cache = cache_json(256, 1);
+    for item in cache.as_array_mut().unwrap().iter_mut().skip(250) {
+        item["tokens"] = json!(0);
+    }
+    let w0 = worker("w0", "m1", 0, 0, cache);
+    // Six new keys: 256 resident, at the limit.
+    let six = store_n("w0", 1, 1, 1, 6, "n");
+    assert!(validate(&bytes(&cache_trace(vec![w0.clone()], vec![six.clone()]))).is_ok());
+    // Seven: 257; a 0-token segment on an existing key removes one, so 256 again.
+    let seven = store_n("w0", 1, 1, 1, 7, "n");
+    assert_single(
+        &cache_trace(vec![w0.clone()], vec![seven.clone()]),
+        "events[0]: worker \"w0\" would hold 257 cache entries, over the lab limit of 256",
+    );
+    let mut seven_and_zero = seven.clone();
+    seven_and_zero["segments"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "key": "c0", "tokens": 0 }));
+    assert!(validate(&bytes(&cache_trace(vec![w0.clone()], vec![seven_and_zero]))).is_ok());
+    // Re-storing the 0-token initial keys makes them resident again.
+    let mut revive = store_n("w0", 1, 1, 1, 0, "n");
+    revive["segments"] = json!([{ "key": "c250", "tokens": 5 }, { "key": "c251", "tokens": 5 }]);
+    let mut revive_more = revive.clone();
+    revive_more["segments"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "key": "c252", "tokens": 5 }));
+    revive_more["segments"]
+        .as_array_mut()
+        .unwrap()
+        .extend(segments_json(4, "n").as_array().unwrap().iter().cloned());
+    assert_single(
+        &cache_trace(vec![w0.clone()], vec![revive_more]),
+        "events[0]: worker \"w0\" would hold 257 cache entries, over the lab limit of 256",
+    );
+    // A stale store (epoch not above the worker's) changes nothing.
+    let stale = with(seven.clone(), "/epoch", json!(0));
+    assert!(validate(&bytes(&cache_trace(vec![w0.clone()], vec![stale]))).is_ok());
+    // A clear applied first empties the cache.
+    let clear = json!({ "seq": 0, "tick": 1, "type": "cache", "op": "clear", "worker": "w0",
+                        "epoch": 1 });
+    let after_clear = with(seven, "/epoch", json!(2));
+    assert!(validate(&bytes(&cache_trace(vec![w0], vec![clear, after_clear]))).is_ok());
+}
+
+#[test]
+fn residency_order_is_tick_seq_and_one_line_per_worker() {
+    // In array order the w1 stores come first, but (tick, seq) puts w0's over-limit
+    // store (tick 3) before w1's (tick 5). w0 goes over twice: one line only.
+    let mut events = Vec::new();
+    for i in 0..8u64 {
+        events.push(store_n("w1", 100 + i, 5, 1 + i, 32, &format!("x{i}-")));
+    }
+    events.push(store_n("w1", 200, 5, 20, 32, "x9-")); // events[8]: w1 over, tick 5
+    for i in 0..8u64 {
+        events.push(store_n("w0", 10 + i, 1, 1 + i, 32, &format!("y{i}-")));
+    }
+    events.push(store_n("w0", 30, 3, 20, 1, "z0-")); // events[17]: w0 at 257, tick 3
+    events.push(store_n("w0", 31, 4, 21, 1, "z1-")); // events[18]: w0 at 258, not reported
+    let trace = cache_trace(vec![empty_worker("w0"), empty_worker("w1")], events);
+    assert_eq!(
+        errors_of(&trace),
+        [
+            "events[17]: worker \"w0\" would hold 257 cache entries, over the lab limit of 256",
+            "events[8]: worker \"w1\" would hold 288 cache entries, over the lab limit of 256",
+        ]
+    );
+    // Same tick: seq decides. w1's ninth store has seq 200 and w0's seq 30 and 31.
+    let mut trace = trace;
+    trace["events"][17]["tick"] = json!(5);
+    trace["events"][18]["tick"] = json!(5);
+    assert_eq!(errors_of(&trace).len(), 2);
+    assert!(errors_of(&trace)[0].starts_with("events[17]: "));
+}
+
+#[test]
+fn residency_runs_after_stage_three_and_before_overflow() {
+    let stores: Vec<Value> = (1..=9u64)
+        .map(|i| store_n("w0", i, i, i, 32, &format!("s{i}-")))
+        .collect();
+    // A stage 3 error hides the residency line.
+    let mut events = stores.clone();
+    events.push(store_n("ghost", 50, 9, 1, 1, "g"));
+    assert_single(
+        &cache_trace(vec![empty_worker("w0")], events),
+        "events[9].worker: unknown worker \"ghost\"",
+    );
+    // The residency line hides the overflow line.
+    let mut trace = cache_trace(
+        vec![worker("w0", "m1", 9_007_199_254_740_991, 0, json!([]))],
+        stores,
+    );
+    assert_single(
+        &trace,
+        "events[8]: worker \"w0\" would hold 288 cache entries, over the lab limit of 256",
+    );
+    trace["events"].as_array_mut().unwrap().pop();
+    assert_single(
+        &trace,
+        "$: figures could overflow: the cost bound exceeds 9007199254740991",
+    );
 }
 
 // ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-//! Validation of a trace, in the four stages of SPEC.md §2.3: JSON syntax, shape,
-//! cross-references and limits, then the overflow rule. Each stage runs only when the
-//! ones before it found nothing. The shape stage walks the JSON tree in the order the
-//! SPEC fixes and, when it finds nothing, yields the typed `Trace` the later stages use.
+//! Validation of a trace, in the five stages of SPEC.md §2.3: JSON syntax, shape,
+//! cross-references and static limits, the residency limit, then the overflow rule.
+//! Each stage runs only when the ones before it found nothing. The shape stage walks
+//! the JSON tree in the order the SPEC fixes and, when it finds nothing, yields the
+//! typed `Trace` the later stages use. Every error line's path is cut as §2.1 says.
 
 use std::collections::BTreeSet;
 
@@ -84,7 +85,8 @@ fn member_path(parent: &str, name: &str) -> String {
         None => false,
     };
     if !plain {
-        let quoted = serde_json::to_string(name).unwrap_or_default();
+        let mut quoted = String::new();
+        json::render_string(name, &mut quoted);
         let shown_parent = if parent.is_empty() { "$" } else { parent };
         format!("{shown_parent}[{quoted}]")
     } else if parent.is_empty() {
@@ -98,11 +100,53 @@ fn index_path(parent: &str, index: usize) -> String {
     format!("{parent}[{index}]")
 }
 
+/// Paths longer than this many characters (Unicode scalar values) are cut (SPEC §2.1).
+const PATH_LIMIT_CHARS: usize = 120;
+/// A cut path keeps this many leading characters ...
+const PATH_HEAD_CHARS: usize = 80;
+/// ... then this marker ...
+const PATH_CUT_MARKER: &str = "[...]";
+/// ... then this many trailing characters: 80 + 5 + 35 = 120 in all.
+const PATH_TAIL_CHARS: usize = 35;
+
+/// A path as written in an error line: in full up to 120 characters, else its first 80
+/// characters, `[...]` and its last 35, whatever the path's syntax there (SPEC §2.1).
+fn shown_path(path: &str) -> String {
+    let chars: Vec<char> = path.chars().collect();
+    if chars.len() <= PATH_LIMIT_CHARS {
+        return path.to_owned();
+    }
+    let head: String = chars[..PATH_HEAD_CHARS].iter().collect();
+    let tail: String = chars[chars.len() - PATH_TAIL_CHARS..].iter().collect();
+    format!("{head}{PATH_CUT_MARKER}{tail}")
+}
+
 /// One `PATH: reason` line; the whole document (path `""`) is written `$`.
 fn line(path: &str, reason: &str) -> String {
     let shown = if path.is_empty() { "$" } else { path };
-    format!("{shown}: {reason}")
+    format!("{}: {reason}", shown_path(shown))
 }
+
+/// The value of an integer literal as SPEC §1.1 allows it: the text `0`, or a digit
+/// 1–9 followed by digits, no sign, at most `B`. `None` for anything else (`5.0`,
+/// `1e3`, `-0`, `-1`, `18446744073709551616`, a 5000-digit integer).
+fn integer_literal_value(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    let well_written = match bytes.first() {
+        Some(b'0') => bytes.len() == 1,
+        Some(b'1'..=b'9') => bytes.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    // B has 16 digits, so a longer literal is over B without being parsed at all.
+    if !well_written || bytes.len() > 16 {
+        return None;
+    }
+    let value: u64 = text.parse().ok()?;
+    (value <= INTEGER_MAX).then_some(value)
+}
+
+/// The byte order mark that JSON text must not carry (SPEC §2.2 gives it its own line).
+const UTF8_BYTE_ORDER_MARK: &[u8] = &[0xEF, 0xBB, 0xBF];
 
 /// Keeps the first 100 lines and summarises the rest (SPEC §2.3).
 fn capped(mut lines: Vec<String>) -> Vec<String> {
@@ -114,9 +158,16 @@ fn capped(mut lines: Vec<String>) -> Vec<String> {
     lines
 }
 
-/// Runs all four stages. Ok: the typed trace. Err: the (capped) error lines.
+/// Runs all five stages. Ok: the typed trace. Err: the (capped) error lines.
 pub fn check(bytes: &[u8]) -> Result<Trace, Vec<String>> {
-    // Stage 1: JSON syntax.
+    // Stage 1: JSON syntax, the byte order mark checked before parsing.
+    if bytes.starts_with(UTF8_BYTE_ORDER_MARK) {
+        return Err(vec![line(
+            "",
+            "invalid JSON: the document starts with a UTF-8 byte order mark (EF BB BF), \
+             which JSON text must not carry",
+        )]);
+    }
     let root = match json::parse(bytes) {
         Ok(root) => root,
         Err(message) => return Err(vec![format!("$: invalid JSON: {message}")]),
@@ -136,13 +187,19 @@ pub fn check(bytes: &[u8]) -> Result<Trace, Vec<String>> {
         )]);
     };
 
-    // Stage 3: cross-references and limits.
+    // Stage 3: cross-references and static limits.
     let lines = cross_references(&trace);
     if !lines.is_empty() {
         return Err(capped(lines));
     }
 
-    // Stage 4: overflow.
+    // Stage 4: the residency limit.
+    let lines = residency(&trace);
+    if !lines.is_empty() {
+        return Err(capped(lines));
+    }
+
+    // Stage 5: overflow.
     if let Some(error) = overflow(&trace) {
         return Err(vec![error]);
     }
@@ -195,14 +252,11 @@ impl Shape {
         }
     }
 
-    /// A JSON integer literal in `0..=B`. `as_u64` is `None` for floats such as `5.0`
-    /// or `1e3` (serde_json reads those as f64) and for negative integers.
+    /// A JSON integer literal in `0..=B`, judged by its text (SPEC §1.1).
     fn integer(&mut self, node: &Node, path: &str) -> Option<u64> {
-        if let Node::Number(number) = node {
-            if let Some(value) = number.as_u64() {
-                if value <= INTEGER_MAX {
-                    return Some(value);
-                }
+        if let Node::Number(text) = node {
+            if let Some(value) = integer_literal_value(text) {
+                return Some(value);
             }
         }
         self.error(
@@ -226,9 +280,9 @@ impl Shape {
     fn nullable_integer(&mut self, node: &Node, path: &str) -> Option<Option<u64>> {
         match node {
             Node::Null => Some(None),
-            Node::Number(number) => match number.as_u64() {
-                Some(value) if value <= INTEGER_MAX => Some(Some(value)),
-                _ => {
+            Node::Number(text) => match integer_literal_value(text) {
+                Some(value) => Some(Some(value)),
+                None => {
                     self.nullable_error(node, path);
                     None
                 }
@@ -684,12 +738,46 @@ impl Shape {
     }
 }
 
-/// Stage 3 (SPEC §1.2, §1.3, order from §2.3). Sets are BTreeSets: only membership is
-/// asked of them, never their iteration order.
+/// `<n> <what> exceed the <profile> limit of <m><per>` at `path`, when `n > m`.
+fn limit_line(
+    path: &str,
+    count: u64,
+    what: &str,
+    profile: Profile,
+    max: u64,
+    per: &str,
+) -> Option<String> {
+    (count > max).then(|| {
+        line(
+            path,
+            &format!(
+                "{count} {what} exceed the {} limit of {max}{per}",
+                profile.name()
+            ),
+        )
+    })
+}
+
+/// Stage 3 (SPEC §1.2, the static limits of §1.3, order from §2.3). Sets are
+/// BTreeSets: only membership is asked of them, never their iteration order.
 fn cross_references(trace: &Trace) -> Vec<String> {
     let mut lines = Vec::new();
+    let profile = trace.limits;
 
-    // Duplicate worker ids and cache entries, by worker index.
+    // Per grant, in array order: its tenants.
+    for (i, grant) in trace.sharing.iter().enumerate() {
+        let tenants_path = member_path(&index_path("sharing", i), "tenants");
+        lines.extend(limit_line(
+            &tenants_path,
+            grant.tenants.len() as u64,
+            "tenants",
+            profile,
+            profile.tenants_per_grant_max(),
+            " per grant",
+        ));
+    }
+
+    // Per worker, in array order: duplicate id, adapters, duplicate cache entries, cache.
     let mut seen_workers: BTreeSet<&str> = BTreeSet::new();
     for (i, worker) in trace.workers.iter().enumerate() {
         let worker_path = index_path("workers", i);
@@ -699,6 +787,15 @@ fn cross_references(trace: &Trace) -> Vec<String> {
                 &format!("duplicate worker id {}", quote_str(&worker.id)),
             ));
         }
+        lines.extend(limit_line(
+            &member_path(&worker_path, "adapters"),
+            worker.adapters.len() as u64,
+            "adapters",
+            profile,
+            profile.adapters_per_worker_max(),
+            " per worker",
+        ));
+        let cache_path = member_path(&worker_path, "cache");
         let mut seen_entries: BTreeSet<(&str, &str, &str, &str)> = BTreeSet::new();
         for (j, entry) in worker.cache.iter().enumerate() {
             let entry_name = (
@@ -709,15 +806,23 @@ fn cross_references(trace: &Trace) -> Vec<String> {
             );
             if !seen_entries.insert(entry_name) {
                 lines.push(line(
-                    &index_path(&member_path(&worker_path, "cache"), j),
+                    &index_path(&cache_path, j),
                     &format!("duplicate cache entry for key {}", quote_str(&entry.key)),
                 ));
             }
         }
+        // The array's length, entries of 0 tokens included (SPEC §1.3).
+        lines.extend(limit_line(
+            &cache_path,
+            worker.cache.len() as u64,
+            "cache entries",
+            profile,
+            profile.cache_entries_per_worker_max(),
+            " per worker",
+        ));
     }
 
     // Per event, in array order.
-    let profile = trace.limits;
     let mut seen_seqs: BTreeSet<u64> = BTreeSet::new();
     let mut seen_requests: BTreeSet<&str> = BTreeSet::new();
     for event in &trace.events {
@@ -783,50 +888,161 @@ fn cross_references(trace: &Trace) -> Vec<String> {
                 ));
             }
         }
+        // Keys per event: the one array of keys the event carries, if any.
+        let keyed = match &event.kind {
+            EventKind::Request { prefix, .. } => Some(("prefix", prefix.len())),
+            EventKind::Store { segments, .. } => Some(("segments", segments.len())),
+            EventKind::Evict { keys, .. } => Some(("keys", keys.len())),
+            EventKind::Clear { .. } | EventKind::Load { .. } => None,
+        };
+        if let Some((array_name, key_count)) = keyed {
+            lines.extend(limit_line(
+                &member_path(&event_path, array_name),
+                key_count as u64,
+                "keys",
+                profile,
+                profile.keys_per_event_max(),
+                " per event",
+            ));
+        }
     }
 
-    // Count limits: workers, requests, events.
-    let worker_count = trace.workers.len() as u64;
-    if worker_count > profile.workers_max() {
-        lines.push(line(
-            "workers",
-            &format!(
-                "{worker_count} workers exceed the {} limit of {}",
-                profile.name(),
-                profile.workers_max()
-            ),
-        ));
-    }
+    // Count limits: sharing grants, workers, requests, events.
+    lines.extend(limit_line(
+        "sharing",
+        trace.sharing.len() as u64,
+        "sharing grants",
+        profile,
+        profile.sharing_grants_max(),
+        "",
+    ));
+    lines.extend(limit_line(
+        "workers",
+        trace.workers.len() as u64,
+        "workers",
+        profile,
+        profile.workers_max(),
+        "",
+    ));
     let request_count = trace
         .events
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Request { .. }))
         .count() as u64;
-    if request_count > profile.requests_max() {
-        lines.push(line(
-            "events",
-            &format!(
-                "{request_count} requests exceed the {} limit of {}",
-                profile.name(),
-                profile.requests_max()
-            ),
-        ));
-    }
-    let event_count = trace.events.len() as u64;
-    if event_count > profile.events_max() {
-        lines.push(line(
-            "events",
-            &format!(
-                "{event_count} events exceed the {} limit of {}",
-                profile.name(),
-                profile.events_max()
-            ),
-        ));
+    lines.extend(limit_line(
+        "events",
+        request_count,
+        "requests",
+        profile,
+        profile.requests_max(),
+        "",
+    ));
+    lines.extend(limit_line(
+        "events",
+        trace.events.len() as u64,
+        "events",
+        profile,
+        profile.events_max(),
+        "",
+    ));
+    lines
+}
+
+/// Stage 4, the residency limit of SPEC §1.3: the cache events alone are replayed from
+/// the initial caches in `(tick, seq)` order, each non-stale one applied as §3.2 says,
+/// and after each applied store its worker's resident entries (distinct namespaced keys
+/// with more than 0 tokens) are counted. Only the first store over the limit of each
+/// worker is reported. Caches are plain vectors scanned linearly; stage 3 passed, so
+/// every event names a known worker and seqs are unique.
+fn residency(trace: &Trace) -> Vec<String> {
+    let profile = trace.limits;
+    let max = profile.cache_entries_per_worker_max();
+    // Per worker, in array order: last epoch, cache, whether it was reported already.
+    let mut last_epochs: Vec<u64> = trace.workers.iter().map(|w| w.epoch).collect();
+    let mut caches: Vec<Vec<Entry>> = trace.workers.iter().map(|w| w.cache.clone()).collect();
+    let mut reported: Vec<bool> = vec![false; trace.workers.len()];
+
+    let mut order: Vec<&Event> = trace.events.iter().collect();
+    order.sort_by_key(|e| (e.tick, e.seq));
+
+    let mut lines = Vec::new();
+    for event in order {
+        let (worker_id, epoch) = match &event.kind {
+            EventKind::Store { worker, epoch, .. }
+            | EventKind::Evict { worker, epoch, .. }
+            | EventKind::Clear { worker, epoch } => (worker, *epoch),
+            EventKind::Load { .. } | EventKind::Request { .. } => continue,
+        };
+        let Some(w) = trace.workers.iter().position(|w| &w.id == worker_id) else {
+            continue;
+        };
+        if epoch <= last_epochs[w] {
+            continue; // stale: nothing changes
+        }
+        last_epochs[w] = epoch;
+        let cache = &mut caches[w];
+        match &event.kind {
+            EventKind::Store {
+                tenant,
+                model,
+                adapter,
+                segments,
+                ..
+            } => {
+                // In segment order, so a repeated key's last segment wins.
+                for segment in segments {
+                    let existing = cache.iter_mut().find(|e| {
+                        &e.tenant == tenant
+                            && &e.model == model
+                            && &e.adapter == adapter
+                            && e.key == segment.key
+                    });
+                    match existing {
+                        Some(entry) => entry.tokens = segment.tokens,
+                        None => cache.push(Entry {
+                            tenant: tenant.clone(),
+                            model: model.clone(),
+                            adapter: adapter.clone(),
+                            key: segment.key.clone(),
+                            tokens: segment.tokens,
+                        }),
+                    }
+                }
+                // The vector never holds a namespaced key twice (stage 3 checked the
+                // initial caches; stores update in place), so counting its entries of
+                // more than 0 tokens counts distinct resident entries.
+                let resident = cache.iter().filter(|e| e.tokens > 0).count() as u64;
+                if resident > max && !reported[w] {
+                    reported[w] = true;
+                    lines.push(line(
+                        &index_path("events", event.index),
+                        &format!(
+                            "worker {} would hold {resident} cache entries, over the {} limit of {max}",
+                            quote_str(worker_id),
+                            profile.name()
+                        ),
+                    ));
+                }
+            }
+            EventKind::Evict {
+                tenant,
+                model,
+                adapter,
+                keys,
+                ..
+            } => cache.retain(|e| {
+                !(&e.tenant == tenant
+                    && &e.model == model
+                    && &e.adapter == adapter
+                    && keys.contains(&e.key))
+            }),
+            _ => cache.clear(),
+        }
     }
     lines
 }
 
-/// Stage 4, the overflow rule of SPEC §1.4, in 128-bit integers that saturate: a
+/// Stage 5, the overflow rule of SPEC §1.4, in 128-bit integers that saturate: a
 /// saturated figure is far above B, so the answer is the exact computation's.
 fn overflow(trace: &Trace) -> Option<String> {
     let mut queued_max: u64 = 0;
