@@ -45,6 +45,8 @@ enum Command {
         /// Write to FILE instead of stdout (atomically: nothing is left on failure).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        #[command(flatten)]
+        export: ExportArgs,
     },
     /// Route a request-only trace in closed loop: a modelled engine per worker stores
     /// each prefill's blocks in an LRU cache and publishes store/evict events back to
@@ -103,6 +105,10 @@ enum Command {
         trace: PathBuf,
         /// The receipt (kvroute-receipt/1 JSON).
         receipt: PathBuf,
+        /// The receipt was written with `replay --id-key FILE`: key the recomputed
+        /// request ids with the same FILE before comparing.
+        #[arg(long, value_name = "FILE")]
+        id_key: Option<PathBuf>,
     },
     /// Generate one trace per seed and compare core with the oracle on each, in parallel;
     /// `swarm merge` checks and joins the reports of a sharded sweep.
@@ -194,6 +200,19 @@ enum ImportFormat {
     },
 }
 
+/// How `replay` exports ids (SPEC.md §6.3, §6.5).
+#[derive(clap::Args, Default)]
+struct ExportArgs {
+    /// Write every request id as the first 16 bytes of HMAC-SHA-256 under the bytes of
+    /// FILE, in hex (32 digits), so the export can be shared without the ids.
+    #[arg(long, value_name = "FILE")]
+    id_key: Option<PathBuf>,
+    /// CSV only: write ids exactly as in the receipt. By default an id starting with
+    /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
+    #[arg(long)]
+    csv_plain: bool,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
     /// One row of headline metrics per policy, then the digests.
@@ -283,9 +302,15 @@ fn main() -> ExitCode {
         trace: None,
         format: Format::Table,
         out: None,
+        export: ExportArgs::default(),
     });
     let result = match command {
-        Command::Replay { trace, format, out } => replay(trace.as_deref(), format, out.as_deref()),
+        Command::Replay {
+            trace,
+            format,
+            out,
+            export,
+        } => replay(trace.as_deref(), format, out.as_deref(), &export),
         Command::Validate { trace } => validate(&trace),
         Command::Simulate {
             trace,
@@ -317,7 +342,11 @@ fn main() -> ExitCode {
             events_out.as_deref(),
             format,
         ),
-        Command::Verify { trace, receipt } => verify(&trace, &receipt),
+        Command::Verify {
+            trace,
+            receipt,
+            id_key,
+        } => verify(&trace, &receipt, id_key.as_deref()),
         Command::Swarm(args) => swarm::swarm(args),
         Command::Report {
             input,
@@ -392,9 +421,23 @@ fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
     parse_trace(&bytes).map_err(|errors| Failure::invalid(errors.lines()))
 }
 
-fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<(), Failure> {
-    let trace = load_trace(trace)?;
+fn replay(
+    trace: Option<&Path>,
+    format: Format,
+    out: Option<&Path>,
+    export: &ExportArgs,
+) -> Result<(), Failure> {
+    let mut trace = load_trace(trace)?;
+    // The digest names the trace as given; the ids are keyed after it (SPEC.md §6.5).
     let digest = canonical::trace_digest(&trace);
+    if let Some(key_file) = &export.id_key {
+        kvroute_core::output::ids::key_request_ids(&mut trace, &read_id_key(key_file)?);
+    }
+    let csv_ids = if export.csv_plain {
+        csv::CsvIds::Plain
+    } else {
+        csv::CsvIds::SpreadsheetSafe
+    };
     match format {
         // Streamed: the receipt is never held in memory, whatever the trace's size.
         Format::Json => emit_with(out, |w| {
@@ -415,7 +458,7 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
                 .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
         }),
         Format::Csv => emit_with(out, |w| {
-            csv::write_csv(&Compiled::new(&trace), w)
+            csv::write_csv(&Compiled::new(&trace), w, csv_ids)
                 .map(|_| ())
                 .map_err(|e| Failure::other(format!("kvroute: cannot write CSV: {e}")))
         }),
@@ -552,11 +595,26 @@ fn read_input(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
         .map_err(|e| Failure::invalid(vec![format!("{}: cannot read {what}: {e}", path.display())]))
 }
 
-fn verify(trace: &Path, receipt: &Path) -> Result<(), Failure> {
+/// The bytes of an `--id-key` file (SPEC.md §6.5): unreadable or empty is bad usage.
+fn read_id_key(path: &Path) -> Result<Vec<u8>, Failure> {
+    let key = std::fs::read(path).map_err(|e| {
+        Failure::invalid(vec![format!("{}: cannot read id key: {e}", path.display())])
+    })?;
+    if key.is_empty() {
+        return Err(Failure::invalid(vec![format!(
+            "{}: the id key is empty",
+            path.display()
+        )]));
+    }
+    Ok(key)
+}
+
+fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Failure> {
+    let key = id_key.map(read_id_key).transpose()?;
     let trace_bytes = read_input(trace, "trace")?;
     let receipt_bytes = std::fs::read(receipt)
         .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
-    match kvroute_harness::verify::verify(&trace_bytes, &receipt_bytes) {
+    match kvroute_harness::verify::verify_keyed(&trace_bytes, &receipt_bytes, key.as_deref()) {
         Ok(digest) => {
             println!("ok: the receipt matches the recomputation ({digest})");
             Ok(())

@@ -6,6 +6,7 @@
 //! loop), `sweep` runs many seeds in parallel.
 
 pub mod closed_loop;
+pub mod costly;
 pub mod differential;
 pub mod engine_model;
 pub mod fixtures;

@@ -8,6 +8,7 @@ use crate::generators::{parse_error_path, TraceRecipe};
 use crate::verify::{verify, VerifyError};
 use arbitrary::Arbitrary;
 use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::csv::CsvIds;
 use serde_json::Value;
 
 /// Arbitrary bytes as a trace: never a panic, core and oracle agree on acceptance,
@@ -183,7 +184,9 @@ pub fn csv_export(recipe: &TraceRecipe) {
     let trace =
         kvroute_core::parse_trace(&recipe.build_bytes()).expect("generated traces are valid");
     let receipt = kvroute_core::output::receipt::replay(&trace);
-    let csv_bytes = kvroute_core::output::csv::csv_bytes(&receipt).expect("CSV into memory");
+    // Plain ids: this checks the CSV reads back into the receipt's own values.
+    let csv_bytes =
+        kvroute_core::output::csv::csv_bytes(&receipt, CsvIds::Plain).expect("CSV into memory");
     let json: Value =
         serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
 

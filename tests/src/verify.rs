@@ -1,13 +1,17 @@
 //! Receipt verification: is this receipt what the trace must produce?
 //!
 //! The checks run from the cheapest and most specific to the full recomputation, and
-//! the first failure is reported: the receipt is JSON of the right form, its own digest
-//! is right, its trace digest names this trace, every decision has a row for every
-//! worker, each chosen worker is the one its own rows justify under the policy's rule,
-//! each row's dominance (one id and a count) is what its decision's rows give, and
-//! finally it equals, byte for byte, what the oracle recomputes from the trace.
+//! the first failure is reported (SPEC.md §7): the receipt is JSON with every member of
+//! the right type (a type error names its path), its own digest is right, its trace
+//! digest names this trace, each run lists the decisions in the recomputed order (a
+//! reorder names both positions), every decision has a row for every worker, each
+//! chosen worker is the one its own rows justify under the policy's rule, each row's
+//! dominance (one id and a count) is what its decision's rows give, and finally it
+//! equals, byte for byte, what the oracle recomputes from the trace.
 
+use kvroute_core::input::json::{self, Node};
 use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::ids::keyed_id;
 use serde_json::Value;
 
 /// Why verification could not even start.
@@ -21,8 +25,33 @@ pub enum VerifyError {
 
 /// Verifies `receipt_json` against `trace_json`. `Ok` carries the receipt digest.
 pub fn verify(trace_json: &[u8], receipt_json: &[u8]) -> Result<String, VerifyError> {
+    verify_keyed(trace_json, receipt_json, None)
+}
+
+/// Verifies a receipt written with `--id-key` (SPEC.md §6.5) when `id_key` is given:
+/// the recomputed receipt's request ids are keyed the same way, and its digest
+/// recomputed, before anything is compared.
+pub fn verify_keyed(
+    trace_json: &[u8],
+    receipt_json: &[u8],
+    id_key: Option<&[u8]>,
+) -> Result<String, VerifyError> {
     let expected = kvroute_oracle::replay(trace_json).map_err(VerifyError::InvalidTrace)?;
+    let expected = match id_key {
+        Some(key) => key_receipt(&expected, key),
+        None => expected,
+    };
     let reject = |message: String| Err(VerifyError::Rejected(message));
+    let node = match json::parse_node(receipt_json) {
+        Ok(node) => node,
+        Err(e) => return reject(format!("the receipt is not JSON: {e}")),
+    };
+    let Node::Object(members) = &node else {
+        return reject("the receipt is not a JSON object".to_owned());
+    };
+    if let Err(problem) = receipt_shape(members) {
+        return reject(problem);
+    }
     let receipt: Value = match serde_json::from_slice(receipt_json) {
         Ok(value) => value,
         Err(e) => return reject(format!("the receipt is not JSON: {e}")),
@@ -57,6 +86,11 @@ pub fn verify(trace_json: &[u8], receipt_json: &[u8]) -> Result<String, VerifyEr
             "trace_digest is {}, but this trace's digest is {}",
             receipt["trace_digest"], expected_value["trace_digest"]
         ));
+    }
+
+    // The decisions' order, before anything that reads one decision after another.
+    if let Some(problem) = reorder_problem(&receipt, &expected_value) {
+        return reject(problem);
     }
 
     // Complete rows, and choices its own rows justify.
@@ -213,4 +247,262 @@ fn justified_choice(policy: &str, rows: &[Value], cursor: &mut usize) -> Option<
         }
     };
     index.and_then(worker)
+}
+
+/// The recomputed receipt with every decision's `request` keyed (SPEC.md §6.5) and its
+/// digest recomputed over the keyed bytes, as `replay --id-key` writes it.
+fn key_receipt(receipt_bytes: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut receipt: Value = serde_json::from_slice(receipt_bytes).expect("the oracle writes JSON");
+    if let Some(runs) = receipt["runs"].as_array_mut() {
+        for run in runs {
+            if let Some(decisions) = run["decisions"].as_array_mut() {
+                for decision in decisions {
+                    if let Some(id) = decision["request"].as_str() {
+                        decision["request"] = Value::String(keyed_id(key, id));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(object) = receipt.as_object_mut() {
+        object.remove("receipt_digest");
+    }
+    let digest = sha256_tag(&jcs_bytes(&receipt));
+    receipt["receipt_digest"] = Value::String(digest);
+    jcs_bytes(&receipt)
+}
+
+/// When a run lists the recomputed decisions' seqs in another order: the first
+/// position that differs and where that decision belongs.
+fn reorder_problem(receipt: &Value, expected: &Value) -> Option<String> {
+    let seqs = |run: &Value| -> Vec<u64> {
+        run["decisions"]
+            .as_array()
+            .map(|d| d.iter().filter_map(|d| d["seq"].as_u64()).collect())
+            .unwrap_or_default()
+    };
+    let runs = receipt["runs"].as_array()?;
+    let expected_runs = expected["runs"].as_array()?;
+    for (r, (run, expected_run)) in runs.iter().zip(expected_runs).enumerate() {
+        let (given, wanted) = (seqs(run), seqs(expected_run));
+        if given == wanted {
+            continue;
+        }
+        let (mut a, mut b) = (given.clone(), wanted.clone());
+        a.sort_unstable();
+        b.sort_unstable();
+        if a != b {
+            // Not a permutation: the field comparison says what differs.
+            continue;
+        }
+        let i = given.iter().zip(&wanted).position(|(x, y)| x != y)?;
+        let j = wanted.iter().position(|&s| s == given[i])?;
+        return Some(format!(
+            "runs[{r}].decisions[{i}]: decision for seq {} is out of order: it belongs at decisions[{j}]",
+            given[i]
+        ));
+    }
+    None
+}
+
+/// What a receipt member must be (SPEC.md §6).
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Integer,
+    Bool,
+    StrOrNull,
+    Array,
+    Object,
+}
+
+const RECEIPT_MEMBERS: [(&str, Kind); 4] = [
+    ("format", Kind::Str),
+    ("trace_digest", Kind::Str),
+    ("runs", Kind::Array),
+    ("receipt_digest", Kind::Str),
+];
+const RUN_MEMBERS: [(&str, Kind); 5] = [
+    ("policy", Kind::Str),
+    ("decisions", Kind::Array),
+    ("cache_log", Kind::Array),
+    ("observation_log", Kind::Array),
+    ("metrics", Kind::Object),
+];
+const DECISION_MEMBERS: [(&str, Kind); 8] = [
+    ("seq", Kind::Integer),
+    ("tick", Kind::Integer),
+    ("request", Kind::Str),
+    ("chosen", Kind::StrOrNull),
+    ("route_kind", Kind::Str),
+    ("tie_count", Kind::Integer),
+    ("margin_milli", Kind::Integer),
+    ("candidates", Kind::Array),
+];
+const ROW_MEMBERS: [(&str, Kind); 12] = [
+    ("worker", Kind::Str),
+    ("eligible", Kind::Bool),
+    ("reasons", Kind::Array),
+    ("reuse", Kind::Integer),
+    ("recomputed", Kind::Integer),
+    ("queued_prefill", Kind::Integer),
+    ("active_decode", Kind::Integer),
+    ("work_milli", Kind::Integer),
+    ("after_milli", Kind::Integer),
+    ("cost_milli", Kind::Integer),
+    ("dominated_by", Kind::StrOrNull),
+    ("dominated_count", Kind::Integer),
+];
+const CACHE_LOG_MEMBERS: [(&str, Kind); 6] = [
+    ("seq", Kind::Integer),
+    ("tick", Kind::Integer),
+    ("worker", Kind::Str),
+    ("epoch", Kind::Integer),
+    ("op", Kind::Str),
+    ("outcome", Kind::Str),
+];
+const OBSERVATION_LOG_MEMBERS: [(&str, Kind); 5] = [
+    ("seq", Kind::Integer),
+    ("tick", Kind::Integer),
+    ("worker", Kind::Str),
+    ("observed_tick", Kind::Integer),
+    ("outcome", Kind::Str),
+];
+const METRICS: [&str; 15] = [
+    "routed",
+    "rejected",
+    "cache_hits",
+    "reused_tokens",
+    "recomputed_tokens",
+    "route_churn",
+    "load_skew_milli",
+    "latency_proxy_mean_milli",
+    "latency_proxy_p95_milli",
+    "latency_proxy_max_milli",
+    "stale_event_rejections",
+    "stale_observation_rejections",
+    "boundary_rejections",
+    "overload_escapes",
+    "dominated_choices",
+];
+
+/// The path of member `name` below `path` (`$` is the receipt itself).
+fn member_path(path: &str, name: &str) -> String {
+    if path == "$" {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// Checks `node` is of `kind`; the error is `PATH: expected <what>, found <v>`.
+fn check_kind(path: &str, node: &Node, kind: Kind) -> Result<(), String> {
+    let (ok, what) = match kind {
+        Kind::Str => (matches!(node, Node::String(_)), "a string"),
+        Kind::Integer => (node.integer().is_some(), "a non-negative integer"),
+        Kind::Bool => (matches!(node, Node::Bool(_)), "true or false"),
+        Kind::StrOrNull => (
+            matches!(node, Node::String(_) | Node::Null),
+            "a string or null",
+        ),
+        Kind::Array => (matches!(node, Node::Array(_)), "an array"),
+        Kind::Object => (matches!(node, Node::Object(_)), "an object"),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{path}: expected {what}, found {}", node.quoted()))
+    }
+}
+
+/// Checks every member of `table`, in table order: present (its first occurrence) and
+/// of its kind.
+fn check_members(
+    path: &str,
+    members: &[(String, Node)],
+    table: &[(&str, Kind)],
+) -> Result<(), String> {
+    for &(name, kind) in table {
+        let at = member_path(path, name);
+        let Some((_, node)) = members.iter().find(|(k, _)| k == name) else {
+            return Err(format!("{at}: missing required member \"{name}\""));
+        };
+        check_kind(&at, node, kind)?;
+    }
+    Ok(())
+}
+
+fn member<'n>(members: &'n [(String, Node)], name: &str) -> &'n Node {
+    members
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .expect("checked present")
+}
+
+/// Each item of the array member `name` is an object with `table`'s members.
+fn check_items(
+    path: &str,
+    members: &[(String, Node)],
+    name: &str,
+    table: &[(&str, Kind)],
+    mut inner: impl FnMut(&str, &[(String, Node)]) -> Result<(), String>,
+) -> Result<(), String> {
+    let Node::Array(items) = member(members, name) else {
+        unreachable!("checked an array")
+    };
+    let at = member_path(path, name);
+    for (i, item) in items.iter().enumerate() {
+        let item_path = format!("{at}[{i}]");
+        check_kind(&item_path, item, Kind::Object)?;
+        let Node::Object(item_members) = item else {
+            unreachable!("checked an object")
+        };
+        check_members(&item_path, item_members, table)?;
+        inner(&item_path, item_members)?;
+    }
+    Ok(())
+}
+
+/// The receipt's shape (SPEC.md §7): every member §6 lists, with its type.
+fn receipt_shape(members: &[(String, Node)]) -> Result<(), String> {
+    check_members("$", members, &RECEIPT_MEMBERS)?;
+    check_items("$", members, "runs", &RUN_MEMBERS, |run_path, run| {
+        check_items(
+            run_path,
+            run,
+            "decisions",
+            &DECISION_MEMBERS,
+            |path, decision| {
+                check_items(path, decision, "candidates", &ROW_MEMBERS, |path, row| {
+                    let Node::Array(reasons) = member(row, "reasons") else {
+                        unreachable!("checked an array")
+                    };
+                    for (i, reason) in reasons.iter().enumerate() {
+                        check_kind(&format!("{path}.reasons[{i}]"), reason, Kind::Str)?;
+                    }
+                    Ok(())
+                })
+            },
+        )?;
+        check_items(
+            run_path,
+            run,
+            "cache_log",
+            &CACHE_LOG_MEMBERS,
+            |_, _| Ok(()),
+        )?;
+        check_items(
+            run_path,
+            run,
+            "observation_log",
+            &OBSERVATION_LOG_MEMBERS,
+            |_, _| Ok(()),
+        )?;
+        let Node::Object(metrics) = member(run, "metrics") else {
+            unreachable!("checked an object")
+        };
+        let table: Vec<(&str, Kind)> = METRICS.iter().map(|&m| (m, Kind::Integer)).collect();
+        check_members(&member_path(run_path, "metrics"), metrics, &table)
+    })
 }

@@ -7,7 +7,7 @@
 //! piece, must equal the JCS of the whole trace tree. Checked on every fixture and on
 //! generated traces.
 
-use kvroute_core::output::csv::{csv_bytes, write_csv};
+use kvroute_core::output::csv::{csv_bytes, write_csv, CsvIds};
 use kvroute_core::output::jsonl::{write_jsonl, STREAM_FORMAT};
 use kvroute_core::output::{canonical, receipt, typed};
 use kvroute_core::route::compiled::Compiled;
@@ -125,9 +125,11 @@ fn check(trace_bytes: &[u8], what: &str) {
         "{what}: digest only"
     );
 
-    let mut csv = Vec::new();
-    write_csv(&compiled, &mut csv).unwrap();
-    assert_eq!(csv, csv_bytes(&receipt).unwrap(), "{what}: csv");
+    for mode in [CsvIds::SpreadsheetSafe, CsvIds::Plain] {
+        let mut csv = Vec::new();
+        write_csv(&compiled, &mut csv, mode).unwrap();
+        assert_eq!(csv, csv_bytes(&receipt, mode).unwrap(), "{what}: csv");
+    }
 
     // Metrics-only runs (no rows materialised) agree with the full runs.
     for run in &receipt.runs {

@@ -123,3 +123,44 @@ fn a_changed_dominance_count_is_rejected() {
         "{problem}"
     );
 }
+
+// ---- issue 12 item 7: type errors and reorders are named as such (SPEC.md §7) ----
+
+#[test]
+fn a_type_error_is_reported_at_its_path() {
+    let (trace, mut receipt) = genuine();
+    receipt["runs"][3]["decisions"][0]["candidates"][1]["cost_milli"] = Value::from("x");
+    assert_eq!(
+        rejection(&trace, &resign(receipt)),
+        "runs[3].decisions[0].candidates[1].cost_milli: expected a non-negative integer, found \"x\""
+    );
+}
+
+#[test]
+fn runs_of_the_wrong_type_are_named() {
+    let (trace, mut receipt) = genuine();
+    receipt["runs"] = Value::from(5);
+    assert_eq!(
+        rejection(&trace, &resign(receipt)),
+        "runs: expected an array, found 5"
+    );
+    let (trace, mut receipt) = genuine();
+    receipt.as_object_mut().unwrap().remove("runs");
+    assert_eq!(
+        rejection(&trace, &resign(receipt)),
+        "runs: missing required member \"runs\""
+    );
+}
+
+#[test]
+fn reordered_decisions_are_reported_as_a_reorder() {
+    let (trace, mut receipt) = genuine();
+    let decisions = receipt["runs"][2]["decisions"].as_array_mut().unwrap();
+    let (first, third) = (decisions[0]["seq"].clone(), decisions[2]["seq"].clone());
+    decisions.swap(0, 2);
+    assert_ne!(first, third);
+    assert_eq!(
+        rejection(&trace, &resign(receipt)),
+        format!("runs[2].decisions[0]: decision for seq {third} is out of order: it belongs at decisions[2]")
+    );
+}

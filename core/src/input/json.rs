@@ -3,10 +3,20 @@
 //! `serde_json::Value` silently keeps the last of two members with the same name, so a
 //! trace could mean two things at once. [`Node`] keeps every member in document order,
 //! which lets validation reject repeated names with a path (SPEC.md §1.1), and keeps
-//! numbers as `serde_json::Number` so that `5.0` and `1e3` stay distinguishable from `5`.
+//! every number as the literal text the document wrote, so that `5.0`, `1e3` and `-0`
+//! stay distinguishable from integers and error reasons quote them as written (§2.2).
+//!
+//! serde_json reads numbers as `u64`, `i64` or `f64` and fails on a literal whose value
+//! overflows an `f64` (`1e400`, a 5000-digit integer), although JSON's grammar has no
+//! range. So before serde_json parses, [`mask_numbers`] copies each literal's text aside
+//! and writes `0` padded with spaces in its place: same length, so every later syntax
+//! error keeps its line and column, and the `n`-th number serde_json visits is the `n`-th
+//! literal of the document.
 
-use crate::input::limits::integer_literal;
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use crate::input::limits::JSON_INTEGER_MAX;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// One JSON value, objects as ordered member lists (repeats kept).
@@ -14,75 +24,275 @@ use std::fmt;
 pub enum Node {
     Null,
     Bool(bool),
-    Number(serde_json::Number),
+    /// A number's literal text, exactly as written (it matches JSON's number grammar).
+    Number(Box<str>),
     String(String),
     Array(Vec<Node>),
     Object(Vec<(String, Node)>),
 }
 
-/// Parses bytes into a [`Node`], or returns the parser's message.
+/// The reason a trace starting with a byte order mark is rejected (SPEC.md §2.2).
+pub const BYTE_ORDER_MARK_MESSAGE: &str =
+    "the document starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry";
+
+/// Parses a trace document into a [`Node`], or returns the reason after `invalid JSON: `
+/// (the byte order mark is named, §2.2; otherwise the parser's message).
 pub fn parse(bytes: &[u8]) -> Result<Node, String> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let node = Node::deserialize(&mut de).map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        return Err(BYTE_ORDER_MARK_MESSAGE.to_owned());
+    }
+    parse_node(bytes).map_err(|e| e.to_string())
+}
+
+/// Parses one JSON text into a [`Node`], with serde_json's error (and its position) for
+/// a syntax error. Number literals are never the error, whatever their size.
+pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
+    let (masked, literals) = mask_numbers(bytes);
+    let literals = RefCell::new(literals.into_iter());
+    let mut de = serde_json::Deserializer::from_slice(&masked);
+    let node = NodeSeed {
+        literals: &literals,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
     Ok(node)
 }
 
-impl Node {
-    /// The node's value when it is an integer literal a trace may carry
-    /// ([`integer_literal`]), else `None`.
-    pub fn integer(&self) -> Option<u64> {
-        match self {
-            Node::Number(n) => integer_literal(n),
-            _ => None,
+/// Copies `bytes` with every number literal outside strings that matches JSON's number
+/// grammar replaced by `0` and spaces, and returns the literals' texts in document
+/// order. A run of number characters that does not match the grammar (`01`, `1.`,
+/// `1e5e5`) is left as written, so serde_json reports it where it stands.
+pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Vec<Box<str>>) {
+    let mut masked = bytes.to_vec();
+    let mut literals = Vec::new();
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 2,
+                b'"' => {
+                    in_string = false;
+                    i += 1
+                }
+                _ => i += 1,
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    i += 1;
+                }
+                let literal = &bytes[start..i];
+                if is_number_literal(literal) {
+                    // Only ASCII was matched, so the text is valid UTF-8.
+                    literals.push(String::from_utf8_lossy(literal).into());
+                    masked[start] = b'0';
+                    masked[start + 1..i].fill(b' ');
+                }
+            }
+            _ => i += 1,
         }
     }
+    (masked, literals)
+}
 
-    /// The value as `serde_json::Value` (for display only: repeated members collapse).
-    pub fn to_value(&self) -> serde_json::Value {
-        use serde_json::Value;
-        match self {
-            Node::Null => Value::Null,
-            Node::Bool(b) => Value::Bool(*b),
-            Node::Number(n) => Value::Number(n.clone()),
-            Node::String(s) => Value::String(s.clone()),
-            Node::Array(items) => Value::Array(items.iter().map(Node::to_value).collect()),
-            Node::Object(members) => Value::Object(
-                members
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.to_value()))
-                    .collect(),
-            ),
+/// Whether `text` is one JSON number (RFC 8259 §6):
+/// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+fn is_number_literal(text: &[u8]) -> bool {
+    let digits = |s: &[u8]| s.iter().take_while(|b| b.is_ascii_digit()).count();
+    let mut rest = text.strip_prefix(b"-").unwrap_or(text);
+    match rest.first() {
+        Some(b'0') => rest = &rest[1..],
+        Some(b'1'..=b'9') => rest = &rest[digits(rest)..],
+        _ => return false,
+    }
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let n = digits(fraction);
+        if n == 0 {
+            return false;
         }
+        rest = &fraction[n..];
+    }
+    if let Some(exponent) = rest.strip_prefix(b"e").or_else(|| rest.strip_prefix(b"E")) {
+        let exponent = exponent
+            .strip_prefix(b"+")
+            .or_else(|| exponent.strip_prefix(b"-"))
+            .unwrap_or(exponent);
+        let n = digits(exponent);
+        if n == 0 {
+            return false;
+        }
+        rest = &exponent[n..];
+    }
+    rest.is_empty()
+}
+
+impl Node {
+    /// The node's value when it is an integer literal a trace may carry (SPEC.md §1.1):
+    /// written as `0` or digits without a leading zero, no sign, fraction or exponent,
+    /// at most 2^53 - 1. Else `None`.
+    pub fn integer(&self) -> Option<u64> {
+        let Node::Number(text) = self else {
+            return None;
+        };
+        let plain = text.bytes().all(|b| b.is_ascii_digit())
+            && (text.as_ref() == "0" || !text.starts_with('0'));
+        // 2^53 - 1 has 16 digits, so a longer literal is out of range unparsed.
+        if !plain || text.len() > 16 {
+            return None;
+        }
+        text.parse::<u64>().ok().filter(|&v| v <= JSON_INTEGER_MAX)
     }
 
     /// Compact JSON of the value cut to 40 characters, as error reasons quote it.
     pub fn quoted(&self) -> String {
-        quote_value(&self.to_value())
+        let mut quote = Quote::default();
+        quote.node(self);
+        quote.finish()
     }
 }
 
-/// Compact JSON of `value`, cut to 40 characters with `...` appended when longer.
-pub fn quote_value(value: &serde_json::Value) -> String {
-    const QUOTE_CHARS_MAX: usize = 40;
-    let text = value.to_string();
-    if text.chars().count() <= QUOTE_CHARS_MAX {
-        text
-    } else {
-        let cut: String = text.chars().take(QUOTE_CHARS_MAX).collect();
-        format!("{cut}...")
+/// A string quoted as error reasons quote it: JSON, cut to 40 characters.
+pub fn quote_str(s: &str) -> String {
+    let mut quote = Quote::default();
+    quote.string(s);
+    quote.finish()
+}
+
+/// How many characters of a quoted value are kept before `...` (SPEC.md §2.2).
+const QUOTE_CHARS_MAX: usize = 40;
+
+/// Compact JSON written only as far as the cut: quoting a 50 MB value costs 41
+/// characters, not 50 MB.
+#[derive(Default)]
+struct Quote {
+    text: String,
+    chars: usize,
+}
+
+impl Quote {
+    fn full(&self) -> bool {
+        self.chars > QUOTE_CHARS_MAX
+    }
+
+    fn push(&mut self, c: char) {
+        if !self.full() {
+            self.text.push(c);
+            self.chars += 1;
+        }
+    }
+
+    fn push_str(&mut self, s: &str) {
+        for c in s.chars() {
+            if self.full() {
+                return;
+            }
+            self.push(c);
+        }
+    }
+
+    /// A JSON string with serde_json's escapes (SPEC.md §2.2).
+    fn string(&mut self, s: &str) {
+        self.push('"');
+        for c in s.chars() {
+            if self.full() {
+                return;
+            }
+            match c {
+                '"' => self.push_str("\\\""),
+                '\\' => self.push_str("\\\\"),
+                '\u{8}' => self.push_str("\\b"),
+                '\u{c}' => self.push_str("\\f"),
+                '\n' => self.push_str("\\n"),
+                '\r' => self.push_str("\\r"),
+                '\t' => self.push_str("\\t"),
+                c if (c as u32) < 0x20 => self.push_str(&format!("\\u{:04x}", c as u32)),
+                c => self.push(c),
+            }
+        }
+        self.push('"');
+    }
+
+    fn node(&mut self, node: &Node) {
+        if self.full() {
+            return;
+        }
+        match node {
+            Node::Null => self.push_str("null"),
+            Node::Bool(b) => self.push_str(if *b { "true" } else { "false" }),
+            Node::Number(text) => self.push_str(text),
+            Node::String(s) => self.string(s),
+            Node::Array(items) => {
+                self.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if self.full() {
+                        return;
+                    }
+                    if i > 0 {
+                        self.push(',');
+                    }
+                    self.node(item);
+                }
+                self.push(']');
+            }
+            Node::Object(members) => {
+                // Byte order of names, a repeated name once with its last value: what
+                // serde_json's map printed before numbers were kept as written.
+                let sorted: BTreeMap<&str, &Node> =
+                    members.iter().map(|(k, v)| (k.as_str(), v)).collect();
+                self.push('{');
+                for (i, (name, value)) in sorted.into_iter().enumerate() {
+                    if self.full() {
+                        return;
+                    }
+                    if i > 0 {
+                        self.push(',');
+                    }
+                    self.string(name);
+                    self.push(':');
+                    self.node(value);
+                }
+                self.push('}');
+            }
+        }
+    }
+
+    fn finish(self) -> String {
+        if self.full() {
+            let mut cut: String = self.text.chars().take(QUOTE_CHARS_MAX).collect();
+            cut.push_str("...");
+            cut
+        } else {
+            self.text
+        }
     }
 }
 
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(NodeVisitor)
+/// Deserializes one [`Node`], taking each number's text from the masked literals.
+#[derive(Clone, Copy)]
+struct NodeSeed<'l> {
+    literals: &'l RefCell<std::vec::IntoIter<Box<str>>>,
+}
+
+impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
+    type Value = Node;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct NodeVisitor;
-
-impl<'de> Visitor<'de> for NodeVisitor {
+impl<'de> Visitor<'de> for NodeSeed<'_> {
     type Value = Node;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -97,16 +307,19 @@ impl<'de> Visitor<'de> for NodeVisitor {
     fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
         Ok(Node::Bool(v))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
-        Ok(Node::Number(v.into()))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
-        Ok(Node::Number(v.into()))
-    }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Node, E> {
-        serde_json::Number::from_f64(v)
+    // Every literal was masked to `0`, so serde_json only ever visits a `u64`.
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Node, E> {
+        self.literals
+            .borrow_mut()
+            .next()
             .map(Node::Number)
-            .ok_or_else(|| E::custom("number is not finite"))
+            .ok_or_else(|| E::custom("a number the scan did not see"))
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Node, E> {
+        Err(E::custom("a number the scan did not see"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Node, E> {
+        Err(E::custom("a number the scan did not see"))
     }
     fn visit_str<E>(self, v: &str) -> Result<Node, E> {
         Ok(Node::String(v.to_owned()))
@@ -116,14 +329,15 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Node>()? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Node::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
         let mut members = Vec::new();
-        while let Some((key, value)) = map.next_entry::<String, Node>()? {
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
             members.push((key, value));
         }
         Ok(Node::Object(members))
@@ -145,21 +359,36 @@ mod tests {
 
     #[test]
     fn floats_stay_floats() {
-        let Node::Number(n) = parse(b"5.0").unwrap() else {
-            panic!("expected a number")
-        };
-        assert!(n.as_u64().is_none());
-        let Node::Number(n) = parse(b"1e3").unwrap() else {
-            panic!("expected a number")
-        };
-        assert!(n.as_u64().is_none());
+        for literal in ["5.0", "1e3", "-0", "01x"] {
+            let node = parse(literal.as_bytes()).ok();
+            assert_eq!(node.as_ref().and_then(Node::integer), None, "{literal}");
+        }
+        assert_eq!(parse(b"[0, 17]").unwrap().quoted(), "[0,17]");
+    }
+
+    #[test]
+    fn literals_keep_their_text() {
+        let node = parse(br#"[1e400, "1e3 inside a string", -0.5E+2, 10]"#).unwrap();
+        assert_eq!(node.quoted(), r#"[1e400,"1e3 inside a string",-0.5E+2,10]"#);
+    }
+
+    #[test]
+    fn the_number_grammar_is_exact() {
+        for ok in ["0", "-0", "1.5", "1e5", "1E-5", "-12.5e+30"] {
+            assert!(is_number_literal(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "01", "1.", ".5", "-", "1e", "1e+", "+1", "1-2", "1.5.3", "--1",
+        ] {
+            assert!(!is_number_literal(bad.as_bytes()), "{bad}");
+        }
     }
 
     #[test]
     fn quotes_are_cut_at_forty_characters() {
-        let long = serde_json::Value::String("x".repeat(60));
-        let quoted = quote_value(&long);
+        let quoted = quote_str(&"x".repeat(60));
         assert_eq!(quoted, format!("\"{}...", "x".repeat(39)));
+        assert_eq!(quote_str("a\u{1}\"b"), r#""a\u0001\"b""#);
     }
 
     #[test]

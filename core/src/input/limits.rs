@@ -1,5 +1,7 @@
-//! The limits of SPEC.md §1.3 and §1.4, each written once: the profiles' maxima, the
-//! integer-literal rule, the per-request token limit and the overflow bound.
+//! The limits of SPEC.md §1.3 and §1.4, each written once: the profiles' maxima
+//! (counts, and the work limits that bound what a replay costs, §1.5), the per-request
+//! token limit and the overflow bound. The integer-literal rule reads literal text, so
+//! it lives with the text, in [`crate::input::json`].
 //!
 //! Trace validation and the Mooncake import both enforce these, in their own words
 //! (a JSON path or an input line), so the rules live here and each reader only phrases
@@ -54,19 +56,62 @@ impl LimitsProfile {
         }
     }
 
+    /// Keys in one event: a request's `prefix`, a store's `segments`, an evict's `keys`.
+    /// `scale` equals its tokens per request, which every Mooncake import (segments of
+    /// at least 1 token) stays within.
+    pub fn keys_per_event_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 32,
+            LimitsProfile::Scale => 2_097_152,
+        }
+    }
+
+    /// A worker's `cache` array, and its resident entries at any point of the replay:
+    /// what a request's walk can visit on that worker under one key.
+    pub fn cache_entries_per_worker_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 256,
+            LimitsProfile::Scale => 1_048_576,
+        }
+    }
+
+    pub fn sharing_grants_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 8,
+            LimitsProfile::Scale => 4_096,
+        }
+    }
+
+    pub fn tenants_per_grant_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 8,
+            LimitsProfile::Scale => 4_096,
+        }
+    }
+
+    pub fn adapters_per_worker_max(self) -> u64 {
+        match self {
+            LimitsProfile::Lab => 8,
+            LimitsProfile::Scale => 4_096,
+        }
+    }
+
+    /// SPEC.md §1.5: the most entry operations one policy's replay of a valid trace of
+    /// this profile can do, `W·C + E·max(K, C) + R·(W + K·W·C)`, from the trace's own
+    /// counts (each at most the profile's).
+    pub fn work_bound(self, workers: u64, events: u64, requests: u64) -> u128 {
+        let (w, e, r) = (workers as u128, events as u128, requests as u128);
+        let k = self.keys_per_event_max() as u128;
+        let c = self.cache_entries_per_worker_max() as u128;
+        w * c + e * k.max(c) + r * (w + k * w * c)
+    }
+
     /// The request's `prompt_tokens + decode_tokens` when it is over this profile's
     /// per-request limit (so the caller can quote it), else `None`.
     pub fn tokens_over_limit(self, prompt_tokens: u64, decode_tokens: u64) -> Option<u128> {
         let tokens = u128::from(prompt_tokens) + u128::from(decode_tokens);
         (tokens > u128::from(self.tokens_per_request_max())).then_some(tokens)
     }
-}
-
-/// The integer-literal rule (SPEC.md §1.1): the value of a number literal from 0 to
-/// 2^53 - 1, `None` for any other number. `serde_json` yields a `u64` only for literals
-/// without fraction or exponent, so `5.0` and `1e3` are not integers here.
-pub fn integer_literal(number: &serde_json::Number) -> Option<u64> {
-    number.as_u64().filter(|&v| v <= JSON_INTEGER_MAX)
 }
 
 /// The figures the overflow bound of SPEC.md §1.4 is computed from, gathered while a

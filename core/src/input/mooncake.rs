@@ -10,7 +10,7 @@
 //! line number instead of by a JSON path into a document the user never wrote, and an
 //! accepted import always validates.
 
-use crate::input::json::{quote_value, Node};
+use crate::input::json::{self, quote_str, Node};
 use crate::input::limits::{CostBound, LimitsProfile, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::{
     fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
@@ -272,8 +272,8 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
         .strip_suffix(b"\n")
         .map_or(line_bytes, |rest| rest.strip_suffix(b"\r").unwrap_or(rest));
     // [`Node`] keeps repeated members, which `serde_json::Value` would silently collapse
-    // to the last one.
-    let node = match serde_json::from_slice::<Node>(json_bytes) {
+    // to the last one, and numbers as written (SPEC.md §10.2: `1e400` is a type error).
+    let node = match json::parse_node(json_bytes) {
         Ok(node) => node,
         Err(e) => {
             reasons.push(invalid_json_reason(&e));
@@ -324,7 +324,7 @@ fn invalid_json_reason(e: &serde_json::Error) -> String {
 }
 
 fn quote_name(name: &str) -> String {
-    quote_value(&serde_json::Value::String(name.to_owned()))
+    quote_str(name)
 }
 
 /// A JSON integer literal from 0 to 2^53 - 1, as every trace integer must be.
@@ -654,7 +654,7 @@ mod tests {
             ),
             (
                 line_with("timestamp", "1e3"),
-                "timestamp: expected a non-negative integer, found 1000.0",
+                "timestamp: expected a non-negative integer, found 1e3",
             ),
             (
                 line_with("output_length", "\"10\""),

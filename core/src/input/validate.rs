@@ -5,10 +5,11 @@
 //! limits, then the overflow bound. Paths index the input arrays as given. Nothing in
 //! here panics on any input: every value is checked before it is used.
 
-use crate::input::json::{self, quote_value, Node};
+use crate::input::json::{self, quote_str, Node};
 use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::*;
-use std::collections::BTreeSet;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Why a trace was rejected: the first [`ERROR_LINES_MAX`] `PATH: reason` lines in
@@ -30,10 +31,13 @@ impl ValidationErrors {
         }
     }
 
-    /// Records one error; `line` is only formatted while there is room to keep it.
-    fn push_with(&mut self, line: impl FnOnce() -> String) {
+    /// Records one error at a path; the line is only formatted while there is room to
+    /// keep it, and its path is cut ([`cut_path`]).
+    fn push_with<P: AsRef<str>, R: fmt::Display>(&mut self, error: impl FnOnce() -> (P, R)) {
         if self.errors.len() < ERROR_LINES_MAX {
-            self.errors.push(line());
+            let (path, reason) = error();
+            self.errors
+                .push(format!("{}: {reason}", cut_path(path.as_ref())));
         } else {
             self.more += 1;
         }
@@ -67,6 +71,38 @@ impl fmt::Display for ValidationErrors {
 
 impl std::error::Error for ValidationErrors {}
 
+/// A path as error lines print it (SPEC.md §2.1): whole up to [`PATH_CHARS_MAX`]
+/// characters, else its first [`PATH_HEAD_CHARS`], the marker and its last
+/// [`PATH_TAIL_CHARS`]. Characters, not bytes, so a cut never splits a UTF-8 sequence;
+/// a 50 MB member name gives a 120-character path, not a 50 MB line.
+pub fn cut_path(path: &str) -> Cow<'_, str> {
+    // Byte length bounds the character count from above: most paths are ASCII and
+    // short, and need no counting.
+    if path.len() <= PATH_CHARS_MAX || path.chars().count() <= PATH_CHARS_MAX {
+        return Cow::Borrowed(path);
+    }
+    let head_end = path
+        .char_indices()
+        .nth(PATH_HEAD_CHARS)
+        .map_or(path.len(), |(i, _)| i);
+    let tail_start = path
+        .char_indices()
+        .rev()
+        .nth(PATH_TAIL_CHARS - 1)
+        .map_or(0, |(i, _)| i);
+    Cow::Owned(format!(
+        "{}{PATH_CUT_MARKER}{}",
+        &path[..head_end],
+        &path[tail_start..]
+    ))
+}
+
+/// The longest path printed whole, and how a longer one is cut (SPEC.md §2.1).
+pub const PATH_CHARS_MAX: usize = 120;
+pub const PATH_HEAD_CHARS: usize = 80;
+pub const PATH_TAIL_CHARS: usize = 35;
+pub const PATH_CUT_MARKER: &str = "[...]";
+
 /// Parses and validates trace bytes.
 pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
     let node = json::parse(bytes)
@@ -78,6 +114,10 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
         _ => return Err(walk.errors),
     };
     let errors = cross_reference_and_limits(&trace);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let errors = residency_errors(&trace);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -102,10 +142,6 @@ fn child(path: &str, name: &str) -> String {
 
 fn index(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
-}
-
-fn quote_str(s: &str) -> String {
-    quote_value(&serde_json::Value::String(s.to_owned()))
 }
 
 /// The members of one JSON object, for checking required, unknown and repeated names.
@@ -157,7 +193,7 @@ struct Walk {
 
 impl Walk {
     fn err(&mut self, path: &str, reason: impl fmt::Display) {
-        self.errors.push_with(|| format!("{path}: {reason}"));
+        self.errors.push_with(|| (path, reason));
     }
 
     fn object<'n>(&mut self, path: &str, node: &'n Node) -> Option<Members<'n>> {
@@ -666,17 +702,46 @@ impl Walk {
 }
 
 /// Stage 3: duplicates, dangling references, future observations, over-long prefixes
-/// and the limits profile, in the order SPEC.md §2.3 fixes.
+/// and the static limits of the profile, in the order SPEC.md §2.3 fixes.
 fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
     let mut errors = ValidationErrors::default();
     let profile = trace.limits;
+    let over = |count: usize, max: u64| count as u64 > max;
+    for (i, grant) in trace.sharing.iter().enumerate() {
+        let max = profile.tenants_per_grant_max();
+        if over(grant.tenants.len(), max) {
+            errors.push_with(|| {
+                (
+                    format!("sharing[{i}].tenants"),
+                    format!(
+                        "{} tenants exceed the {} limit of {max} per grant",
+                        grant.tenants.len(),
+                        profile.name()
+                    ),
+                )
+            });
+        }
+    }
     let mut worker_ids = BTreeSet::new();
     for (i, worker) in trace.workers.iter().enumerate() {
         if !worker_ids.insert(worker.id.as_str()) {
             errors.push_with(|| {
-                format!(
-                    "workers[{i}].id: duplicate worker id {}",
-                    quote_str(&worker.id)
+                (
+                    format!("workers[{i}].id"),
+                    format!("duplicate worker id {}", quote_str(&worker.id)),
+                )
+            });
+        }
+        let max = profile.adapters_per_worker_max();
+        if over(worker.adapters.len(), max) {
+            errors.push_with(|| {
+                (
+                    format!("workers[{i}].adapters"),
+                    format!(
+                        "{} adapters exceed the {} limit of {max} per worker",
+                        worker.adapters.len(),
+                        profile.name()
+                    ),
                 )
             });
         }
@@ -684,19 +749,37 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
         for (j, entry) in worker.cache.iter().enumerate() {
             if !entries.insert((&entry.namespace, entry.key.as_str())) {
                 errors.push_with(|| {
-                    format!(
-                        "workers[{i}].cache[{j}]: duplicate cache entry for key {}",
-                        quote_str(&entry.key)
+                    (
+                        format!("workers[{i}].cache[{j}]"),
+                        format!("duplicate cache entry for key {}", quote_str(&entry.key)),
                     )
                 });
             }
+        }
+        let max = profile.cache_entries_per_worker_max();
+        if over(worker.cache.len(), max) {
+            errors.push_with(|| {
+                (
+                    format!("workers[{i}].cache"),
+                    format!(
+                        "{} cache entries exceed the {} limit of {max} per worker",
+                        worker.cache.len(),
+                        profile.name()
+                    ),
+                )
+            });
         }
     }
     let mut seqs = BTreeSet::new();
     let mut request_ids = BTreeSet::new();
     for (i, event) in trace.events.iter().enumerate() {
         if !seqs.insert(event.seq) {
-            errors.push_with(|| format!("events[{i}].seq: duplicate seq {}", event.seq));
+            errors.push_with(|| {
+                (
+                    format!("events[{i}].seq"),
+                    format!("duplicate seq {}", event.seq),
+                )
+            });
         }
         let worker = match &event.kind {
             EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
@@ -705,9 +788,9 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
         if let EventKind::Request(request) = &event.kind {
             if !request_ids.insert(request.id.as_str()) {
                 errors.push_with(|| {
-                    format!(
-                        "events[{i}].id: duplicate request id {}",
-                        quote_str(&request.id)
+                    (
+                        format!("events[{i}].id"),
+                        format!("duplicate request id {}", quote_str(&request.id)),
                     )
                 });
             }
@@ -715,41 +798,89 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
         if let Some(worker) = worker {
             if !worker_ids.contains(worker.as_str()) {
                 errors.push_with(|| {
-                    format!("events[{i}].worker: unknown worker {}", quote_str(worker))
+                    (
+                        format!("events[{i}].worker"),
+                        format!("unknown worker {}", quote_str(worker)),
+                    )
                 });
             }
         }
         match &event.kind {
             EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
-                errors.push_with(|| format!(
-                    "events[{i}].observed_tick: observed_tick {observed_tick} is after the event tick {}",
-                    event.tick
-                ));
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].observed_tick"),
+                        format!(
+                            "observed_tick {observed_tick} is after the event tick {}",
+                            event.tick
+                        ),
+                    )
+                });
             }
             EventKind::Request(request) => {
                 let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
                 if prefix_tokens > request.prompt_tokens as u128 {
                     errors.push_with(|| {
-                        format!(
-                        "events[{i}].prefix: prefix tokens {prefix_tokens} exceed prompt_tokens {}",
-                        request.prompt_tokens
-                    )
+                        (
+                            format!("events[{i}].prefix"),
+                            format!(
+                                "prefix tokens {prefix_tokens} exceed prompt_tokens {}",
+                                request.prompt_tokens
+                            ),
+                        )
                     });
                 }
                 if let Some(tokens) =
                     profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
                 {
-                    errors.push_with(|| format!(
-                        "events[{i}]: {tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
-                        profile.name(),
-                        profile.tokens_per_request_max()
-                    ));
+                    errors.push_with(|| {
+                        (
+                            format!("events[{i}]"),
+                            format!(
+                                "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
+                                profile.name(),
+                                profile.tokens_per_request_max()
+                            ),
+                        )
+                    });
                 }
             }
             _ => {}
         }
+        let keys = match &event.kind {
+            EventKind::Request(request) => Some(("prefix", request.prefix.len())),
+            EventKind::Cache {
+                op: CacheOp::Store { segments, .. },
+                ..
+            } => Some(("segments", segments.len())),
+            EventKind::Cache {
+                op: CacheOp::Evict { keys, .. },
+                ..
+            } => Some(("keys", keys.len())),
+            _ => None,
+        };
+        if let Some((member, count)) = keys {
+            let max = profile.keys_per_event_max();
+            if over(count, max) {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].{member}"),
+                        format!(
+                            "{count} keys exceed the {} limit of {max} per event",
+                            profile.name()
+                        ),
+                    )
+                });
+            }
+        }
     }
     let counts = [
+        (
+            "sharing",
+            trace.sharing.len() as u64,
+            "sharing grants",
+            profile.sharing_grants_max(),
+        ),
         (
             "workers",
             trace.workers.len() as u64,
@@ -772,9 +903,12 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
     for (path, count, noun, max) in counts {
         if count > max {
             errors.push_with(|| {
-                format!(
-                    "{path}: {count} {noun} exceed the {} limit of {max}",
-                    profile.name()
+                (
+                    path,
+                    format!(
+                        "{count} {noun} exceed the {} limit of {max}",
+                        profile.name()
+                    ),
                 )
             });
         }
@@ -782,7 +916,88 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
     errors
 }
 
-/// Stage 4: the static bound of SPEC.md §1.4 on every exported figure.
+/// Stage 4: the residency limit (SPEC.md §1.3). Routing never changes a cache and the
+/// epoch rule reads only epochs, so replaying the cache events alone, in `(tick, seq)`
+/// order, gives every worker's resident entries at every point of every policy's run.
+/// Runs only after stage 3 found nothing: seqs are unique, so the order is total, and
+/// every event names a worker.
+fn residency_errors(trace: &Trace) -> ValidationErrors {
+    let mut errors = ValidationErrors::default();
+    let profile = trace.limits;
+    let max = profile.cache_entries_per_worker_max() as usize;
+    let index_of: BTreeMap<&str, usize> = trace
+        .workers
+        .iter()
+        .enumerate()
+        .map(|(w, worker)| (worker.id.as_str(), w))
+        .collect();
+    let mut resident: Vec<BTreeSet<(&Namespace, &str)>> = trace
+        .workers
+        .iter()
+        .map(|worker| {
+            worker
+                .cache
+                .iter()
+                .filter(|entry| entry.tokens > 0)
+                .map(|entry| (&entry.namespace, entry.key.as_str()))
+                .collect()
+        })
+        .collect();
+    let mut last_epoch: Vec<u64> = trace.workers.iter().map(|w| w.epoch).collect();
+    let mut reported = vec![false; trace.workers.len()];
+    let mut order: Vec<usize> = (0..trace.events.len()).collect();
+    order.sort_by_key(|&i| (trace.events[i].tick, trace.events[i].seq));
+    for i in order {
+        let EventKind::Cache { worker, epoch, op } = &trace.events[i].kind else {
+            continue;
+        };
+        let Some(&w) = index_of.get(worker.as_str()) else {
+            continue;
+        };
+        if *epoch <= last_epoch[w] {
+            continue;
+        }
+        last_epoch[w] = *epoch;
+        let entries = &mut resident[w];
+        match op {
+            CacheOp::Store {
+                namespace,
+                segments,
+            } => {
+                for segment in segments {
+                    if segment.tokens > 0 {
+                        entries.insert((namespace, segment.key.as_str()));
+                    } else {
+                        entries.remove(&(namespace, segment.key.as_str()));
+                    }
+                }
+                if entries.len() > max && !reported[w] {
+                    reported[w] = true;
+                    let held = entries.len();
+                    errors.push_with(|| {
+                        (
+                            format!("events[{i}]"),
+                            format!(
+                                "worker {} would hold {held} cache entries, over the {} limit of {max}",
+                                quote_str(worker),
+                                profile.name()
+                            ),
+                        )
+                    });
+                }
+            }
+            CacheOp::Evict { namespace, keys } => {
+                for key in keys {
+                    entries.remove(&(namespace, key.as_str()));
+                }
+            }
+            CacheOp::Clear => entries.clear(),
+        }
+    }
+    errors
+}
+
+/// Stage 5: the static bound of SPEC.md §1.4 on every exported figure.
 fn overflow_error(trace: &Trace) -> Option<String> {
     let mut bound = CostBound::default();
     for worker in &trace.workers {

@@ -43,15 +43,46 @@ fn csv_writer<W: Write>(out: W) -> csv::Writer<W> {
         .from_writer(out)
 }
 
+/// How the id columns (`request`, `chosen`, `worker`, `dominated_by`) are written
+/// (SPEC.md §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsvIds {
+    /// The default: an id a spreadsheet would run as a formula gets a leading `'`.
+    SpreadsheetSafe,
+    /// Every id exactly as in the receipt (`--csv-plain`), for dataframes.
+    Plain,
+}
+
+/// The first characters that make a spreadsheet read a cell as a formula (SPEC.md
+/// §6.3): `=`, `+`, `-`, `@`, and tab and carriage return, which some strip first.
+pub const FORMULA_TRIGGERS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
+/// Writes one id cell. Only ids are text from the trace, so only they are guarded;
+/// numbers (which could start with `-`) never pass through here.
+fn write_id<W: Write>(
+    writer: &mut csv::Writer<W>,
+    id: &str,
+    mode: CsvIds,
+) -> Result<(), csv::Error> {
+    if mode == CsvIds::SpreadsheetSafe && id.starts_with(FORMULA_TRIGGERS) {
+        let mut cell = Vec::with_capacity(id.len() + 1);
+        cell.push(b'\'');
+        cell.extend_from_slice(id.as_bytes());
+        writer.write_field(cell)
+    } else {
+        writer.write_field(id)
+    }
+}
+
 /// One line per (run, decision, candidate), header first.
-pub fn csv_bytes(receipt: &Receipt) -> Result<Vec<u8>, csv::Error> {
+pub fn csv_bytes(receipt: &Receipt, mode: CsvIds) -> Result<Vec<u8>, csv::Error> {
     let mut writer = csv_writer(Vec::new());
     writer.write_record(CSV_COLUMNS)?;
     for run in &receipt.runs {
         for d in &run.decisions {
             let head = DecisionHead::of_record(d);
             for r in &d.candidates {
-                write_csv_row(&mut writer, run.policy, &receipt.worker_ids, &head, r)?;
+                write_csv_row(&mut writer, run.policy, &receipt.worker_ids, &head, r, mode)?;
             }
         }
     }
@@ -68,16 +99,17 @@ pub fn write_csv_row<W: Write, S: AsRef<str>>(
     ids: &[S],
     d: &DecisionHead,
     r: &CandidateRow,
+    mode: CsvIds,
 ) -> Result<(), csv::Error> {
     let mut number = [0u8; 20];
     let id = |w: Option<usize>| w.map_or("", |w| ids[w].as_ref());
     writer.write_field(policy.name())?;
     writer.write_field(u64_text(d.seq, &mut number))?;
     writer.write_field(u64_text(d.tick, &mut number))?;
-    writer.write_field(d.request)?;
-    writer.write_field(id(d.chosen))?;
+    write_id(writer, d.request, mode)?;
+    write_id(writer, id(d.chosen), mode)?;
     writer.write_field(d.route_kind.name())?;
-    writer.write_field(id(Some(r.worker)))?;
+    write_id(writer, id(Some(r.worker)), mode)?;
     writer.write_field(if r.eligible { "true" } else { "false" })?;
     // At most seven reason names, joined with `;`.
     let mut reasons = [0u8; 128];
@@ -103,7 +135,7 @@ pub fn write_csv_row<W: Write, S: AsRef<str>>(
     ] {
         writer.write_field(u64_text(value, &mut number))?;
     }
-    writer.write_field(id(r.dominated_by))?;
+    write_id(writer, id(r.dominated_by), mode)?;
     writer.write_field(u64_text(r.dominated_count, &mut number))?;
     writer.write_record(None::<&[u8]>)
 }
@@ -113,11 +145,13 @@ pub fn write_csv_row<W: Write, S: AsRef<str>>(
 pub fn write_csv<W: Write + ?Sized>(
     compiled: &Compiled,
     out: &mut W,
+    mode: CsvIds,
 ) -> Result<Vec<(Policy, Metrics)>, csv::Error> {
     struct CsvSink<'a, W: Write + ?Sized> {
         writer: csv::Writer<&'a mut W>,
         ids: &'a [&'a str],
         policy: Policy,
+        mode: CsvIds,
         error: Option<csv::Error>,
     }
     impl<W: Write + ?Sized> RunSink for CsvSink<'_, W> {
@@ -128,7 +162,14 @@ pub fn write_csv<W: Write + ?Sized>(
             let head = DecisionHead::of_ref(decision);
             for w in 0..decision.rows.len() {
                 let row = decision.rows.candidate_row(w);
-                let written = write_csv_row(&mut self.writer, self.policy, self.ids, &head, &row);
+                let written = write_csv_row(
+                    &mut self.writer,
+                    self.policy,
+                    self.ids,
+                    &head,
+                    &row,
+                    self.mode,
+                );
                 if let Err(e) = written {
                     self.error = Some(e);
                     return;
@@ -144,6 +185,7 @@ pub fn write_csv<W: Write + ?Sized>(
             writer,
             ids: &compiled.worker_ids,
             policy,
+            mode,
             error: None,
         };
         let (metrics, _) =

@@ -8,6 +8,7 @@
 
 pub mod canonical;
 pub mod csv;
+pub mod ids;
 pub mod json_text;
 pub mod jsonl;
 pub mod receipt;

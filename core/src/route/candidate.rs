@@ -90,6 +90,7 @@ impl Rows {
         rule: &mut NamespaceRule,
     ) {
         let base = compiled.base_adapter;
+        crate::route::work::count(compiled.workers.len() as u64);
         for (w, (spec, worker)) in compiled.workers.iter().zip(&mut state.workers).enumerate() {
             worker.drain_to(tick);
             let mut reasons = Reasons::default();

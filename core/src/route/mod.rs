@@ -4,9 +4,10 @@
 //! [`engine`]. What belongs here: the router's state and the epoch rule ([`state`]),
 //! residency ([`cache_index`]), the tenant rule ([`tenant`]), the reuse walk
 //! ([`reuse`]), candidate rows and dominance ([`candidate`]), row reasons ([`reason`]),
-//! the policy rule ([`policy`]), metrics ([`metrics`]) and the records a run produces
-//! ([`record`]). What must not: bytes. Routing reads `input`'s types and never writes
-//! JSON or CSV; [`crate::output`] does.
+//! the policy rule ([`policy`]), metrics ([`metrics`]), the records a run produces
+//! ([`record`]) and the count of its entry operations ([`work`], SPEC.md §1.5). What
+//! must not: bytes. Routing reads `input`'s types and never writes JSON or CSV;
+//! [`crate::output`] does.
 
 pub mod cache_index;
 pub mod candidate;
@@ -19,3 +20,4 @@ pub mod record;
 pub mod reuse;
 pub mod state;
 pub mod tenant;
+pub mod work;

@@ -70,7 +70,9 @@ pub fn reuse_walk(
         let i = i as u32;
         scratch.visit += 1;
         scratch.touched.clear();
-        for holder in index.holders(segment.key) {
+        let holders = index.holders(segment.key);
+        crate::route::work::count(holders.len() as u64);
+        for holder in holders {
             let w = holder.worker as usize;
             let depth = scratch.depth[w];
             if depth == NOT_WALKING || (depth != i && !past_partial) {
