@@ -1,10 +1,13 @@
 //! `kvroute`: replay a routing trace under four policies and explain every decision.
 //!
 //! Exit status (SPEC.md §7): 0 success; 2 invalid trace, unreadable trace or bad usage;
-//! 1 any other failure. Output files are written to a temporary file beside the target
-//! and renamed into place only when complete, so a failed run leaves nothing behind.
+//! 1 any other failure; 130 and 143 after SIGINT and SIGTERM; 141 when stdout's reader
+//! went away. Every output, stdout or a file, goes through [`out`], which holds the
+//! rules for files (a temporary file renamed into place, links followed, FIFOs and
+//! devices written in place) and for signals.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use kvroute_core::input::limits::JSON_INTEGER_MAX;
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, jsonl, table, typed};
@@ -12,13 +15,34 @@ use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
 use kvroute_harness::verify::VerifyError;
-use std::io::Write;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// `eprintln!` that ignores a closed or full stderr instead of panicking.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::out::note(&format!($($arg)*))
+    };
+}
+
+/// `println!` that returns a [`Failure`] instead of panicking on a closed or full stdout.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::out::print(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+mod out;
 mod report;
 mod swarm;
 mod swarm_report;
+
+use out::{emit, emit_with};
+
+/// The largest `--lag`, `--jitter`, `--cache-tokens` and `--cache-blocks`: 2^53 - 1,
+/// SPEC.md's `B`, so their sums stay far inside 64 bits (SPEC.md §11).
+const OPTION_TICKS_MAX: u64 = JSON_INTEGER_MAX;
 
 #[derive(Parser)]
 #[command(
@@ -26,7 +50,9 @@ mod swarm_report;
     version,
     about = "Replay a KV-aware routing trace under four policies and explain every decision",
     long_about = "Replay a KV-aware routing trace under four policies and explain every \
-                  decision. With no command, replays the built-in lab trace as a table."
+                  decision. With no command, replays the built-in lab trace as a table. \
+                  A TRACE or FILE of `-` is read from stdin.",
+    disable_help_subcommand = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,7 +68,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// Write to FILE instead of stdout (atomically: nothing is left on failure).
+        /// Write to FILE instead of stdout (atomically: nothing is left on failure; a
+        /// link is followed, a FIFO or device written in place, a read-only file refused).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
@@ -52,27 +79,35 @@ enum Command {
     Simulate {
         /// Trace file (kvroute-trace/1 JSON); its cache and load events are dropped.
         trace: PathBuf,
-        /// Replace the trace's workers by N copies of its first worker.
-        #[arg(long, value_name = "N")]
+        /// Replace the trace's workers by N copies of its first worker (1 to 4096).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: Option<u32>,
-        /// KV cache capacity per worker, in tokens.
+        /// KV cache capacity per worker, in tokens (0 to 9007199254740991).
         #[arg(long, value_name = "TOKENS", conflicts_with = "cache_blocks",
-              default_value_t = simulate::DEFAULT_CACHE_TOKENS)]
+              default_value_t = simulate::DEFAULT_CACHE_TOKENS,
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
         cache_tokens: u64,
-        /// KV cache capacity per worker, in blocks (any size), instead of tokens.
-        #[arg(long, value_name = "BLOCKS")]
+        /// KV cache capacity per worker, in blocks (any size), instead of tokens (0 to
+        /// 9007199254740991).
+        #[arg(long, value_name = "BLOCKS",
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
         cache_blocks: Option<u64>,
-        /// Ticks from a prefill completing to its cache events reaching the router.
-        #[arg(long, value_name = "TICKS", default_value_t = simulate::DEFAULT_PUBLICATION_LAG_TICKS)]
+        /// Ticks from a prefill completing to its cache events reaching the router (0 to
+        /// 9007199254740991).
+        #[arg(long, value_name = "TICKS", default_value_t = simulate::DEFAULT_PUBLICATION_LAG_TICKS,
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
         lag: u64,
-        /// Up to this many extra ticks per event, seeded (reorders events: stale epochs).
-        #[arg(long, value_name = "TICKS", default_value_t = 0)]
+        /// Up to this many extra ticks per event, seeded (reorders events: stale epochs;
+        /// 0 to 9007199254740991).
+        #[arg(long, value_name = "TICKS", default_value_t = 0,
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
         jitter: u64,
-        /// Seed of the jitter.
+        /// Seed of the jitter (any 64-bit value).
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Write each policy's generated trace (requests plus the cache events its loop
         /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
+        /// Each is validated first: when one would be rejected, none is written (exit 2).
         #[arg(long, value_name = "DIR")]
         events_out: Option<PathBuf>,
         /// Output format: the comparison table, or the canonical kvroute-simulate/1
@@ -124,8 +159,9 @@ enum Command {
         candidate: Policy,
         /// On a large trace, decisions per policy kept in detail besides the
         /// interesting ones, evenly spaced.
-        #[arg(long, value_name = "N", default_value_t = 60)]
-        sample: usize,
+        #[arg(long, value_name = "N", default_value_t = 60,
+              value_parser = clap::value_parser!(u64).range(..=SAMPLE_MAX as u64))]
+        sample: u64,
     },
     /// Shadow mode: the decisions where a candidate policy chooses differently from the
     /// baseline, with both chosen rows and the predicted deltas. One input (trace or
@@ -157,7 +193,15 @@ enum Command {
         #[command(subcommand)]
         format: ImportFormat,
     },
+    /// Print this message or the help of the given command (`kvroute help swarm merge`).
+    Help {
+        /// The command, and its subcommands.
+        command: Vec<String>,
+    },
 }
+
+/// The largest `report --sample`: more detail than a page can carry anyway.
+const SAMPLE_MAX: usize = 1_000_000;
 
 #[derive(Subcommand)]
 enum ImportFormat {
@@ -176,7 +220,7 @@ enum ImportFormat {
         #[arg(long, default_value = "mooncake-model")]
         model: String,
         /// How many identical workers to create (1 to 4096).
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: u32,
         /// Where to write the trace (atomically: nothing is left on failure).
         #[arg(short = 'o', long = "out", value_name = "OUT")]
@@ -224,7 +268,11 @@ impl Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    out::install_signal_handlers();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
     let command = cli.command.unwrap_or(Command::Replay {
         trace: None,
         format: Format::Table,
@@ -272,7 +320,7 @@ fn main() -> ExitCode {
             trace.as_deref(),
             &out,
             (baseline, candidate),
-            sample,
+            usize::try_from(sample).unwrap_or(SAMPLE_MAX),
         ),
         Command::Diff {
             first,
@@ -291,6 +339,7 @@ fn main() -> ExitCode {
             format,
             out,
         }),
+        Command::Help { command } => help(&command),
         Command::Import {
             format:
                 ImportFormat::Mooncake {
@@ -314,15 +363,46 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => {
-            let stderr = std::io::stderr();
-            let mut stderr = stderr.lock();
-            for line in &failure.lines {
-                let _ = writeln!(stderr, "{line}");
+        Err(failure) => fail(&failure),
+    }
+}
+
+/// Help and version go to stdout like any output (a full stdout is exit 1, a closed
+/// pipe 141); usage errors to stderr with exit 2.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            match out::print(&error.render().to_string()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(failure) => fail(&failure),
             }
-            ExitCode::from(failure.status)
+        }
+        _ => {
+            let _ = error.print();
+            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
         }
     }
+}
+
+fn fail(failure: &Failure) -> ExitCode {
+    for line in &failure.lines {
+        note!("{line}");
+    }
+    ExitCode::from(failure.status)
+}
+
+/// `kvroute help [COMMAND...]`: the long help of the command named.
+fn help(path: &[String]) -> Result<(), Failure> {
+    let mut command = Cli::command();
+    command.build();
+    let mut current = &mut command;
+    for name in path {
+        current = current
+            .find_subcommand_mut(name)
+            .ok_or_else(|| Failure::invalid(vec![format!("kvroute help: no command {name:?}")]))?;
+    }
+    out::print(&current.render_long_help().to_string())
 }
 
 fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
@@ -339,9 +419,7 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
     match format {
         // Streamed: the receipt is never held in memory, whatever the trace's size.
         Format::Json => emit_with(out, |w| {
-            typed::write_json(&Compiled::new(&trace), &digest, w)
-                .map(|_| ())
-                .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
+            typed::write_json(&Compiled::new(&trace), &digest, w).map(|_| ())
         }),
         Format::Table => {
             // The digest is hashed as the receipt is produced, so a large trace never
@@ -351,14 +429,12 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {
-            jsonl::write_jsonl(&Compiled::new(&trace), &digest, w)
-                .map(|_| ())
-                .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
+            jsonl::write_jsonl(&Compiled::new(&trace), &digest, w).map(|_| ())
         }),
         Format::Csv => emit_with(out, |w| {
             csv::write_csv(&Compiled::new(&trace), w)
                 .map(|_| ())
-                .map_err(|e| Failure::other(format!("kvroute: cannot write CSV: {e}")))
+                .map_err(out::csv_io)
         }),
     }
 }
@@ -371,40 +447,54 @@ fn simulate(
     format: SimulateFormat,
 ) -> Result<(), Failure> {
     let trace = load_trace(Some(path))?;
-    if format == SimulateFormat::Json {
+    let (stdout_bytes, generated) = if format == SimulateFormat::Json {
         let result = simulate::result::simulate_result(&trace, workers, options)
             .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
         note_dropped_events(result.dropped_events);
-        if let Some(dir) = events_out {
-            for (policy, trace_bytes) in &result.generated_traces {
-                write_generated_trace(dir, *policy, trace_bytes)?;
-            }
-        }
         let mut bytes = result.document;
         bytes.push(b'\n');
-        return emit(&bytes, None);
-    }
-    let (sim_trace, dropped) = simulate::simulation_trace(&trace, workers)
-        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
-    note_dropped_events(dropped);
-    let compiled = Compiled::new(&sim_trace);
-    let keep_events = events_out.is_some();
-    let runs: Vec<simulate::SimRun> = Policy::ALL
-        .iter()
-        .map(|&policy| simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ()))
-        .collect();
-    print!(
-        "{}",
-        simulate::table::simulate_table(&runs, sim_trace.workers.len(), sim_trace.request_count())
-    );
+        let generated = match events_out {
+            Some(_) => result.generated_traces,
+            None => Vec::new(),
+        };
+        (bytes, generated)
+    } else {
+        let (sim_trace, dropped) = simulate::simulation_trace(&trace, workers)
+            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+        note_dropped_events(dropped);
+        let compiled = Compiled::new(&sim_trace);
+        let keep_events = events_out.is_some();
+        let runs: Vec<simulate::SimRun> = Policy::ALL
+            .iter()
+            .map(|&policy| {
+                simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ())
+            })
+            .collect();
+        let table = simulate::table::simulate_table(
+            &runs,
+            sim_trace.workers.len(),
+            sim_trace.request_count(),
+        );
+        let generated = match events_out {
+            Some(_) => runs
+                .iter()
+                .map(|run| {
+                    let trace = simulate::generated_trace(&sim_trace, run);
+                    (run.policy, canonical::canonical_trace_bytes(&trace))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        (table.into_bytes(), generated)
+    };
     if let Some(dir) = events_out {
-        for run in &runs {
-            let generated = simulate::generated_trace(&sim_trace, run);
-            write_generated_trace(
-                dir,
-                run.policy,
-                &canonical::canonical_trace_bytes(&generated),
-            )?;
+        write_generated_traces(dir, &generated)?;
+    }
+    emit(&stdout_bytes, None)?;
+    if let Some(dir) = events_out {
+        for (policy, _) in &generated {
+            let file = dir.join(format!("{}.trace.json", policy.name()));
+            note!("simulate: {} -> {}", policy.name(), file.display());
         }
     }
     Ok(())
@@ -413,40 +503,67 @@ fn simulate(
 /// Says on stderr that the input's own cache and load events were not used.
 fn note_dropped_events(dropped: usize) {
     if dropped > 0 {
-        eprintln!(
+        note!(
             "simulate: dropped the trace's {dropped} cache and load events; the engine model generates its own"
         );
     }
 }
 
-/// Writes one policy's generated trace to `DIR/<policy>.trace.json`, creating DIR.
-fn write_generated_trace(dir: &Path, policy: Policy, trace_bytes: &[u8]) -> Result<(), Failure> {
-    std::fs::create_dir_all(dir)
+/// Writes each policy's generated trace to `DIR/<policy>.trace.json`, creating DIR, or
+/// nothing at all: every trace is validated first (SPEC.md §11: a written trace
+/// replays), all four are staged beside their targets, and only then renamed into
+/// place; a failure removes the directories this run created.
+fn write_generated_traces(dir: &Path, traces: &[(Policy, Vec<u8>)]) -> Result<(), Failure> {
+    for (policy, bytes) in traces {
+        if let Err(errors) = parse_trace(bytes) {
+            let mut lines = vec![format!(
+                "kvroute simulate: the generated {} trace would not validate, so --events-out \
+                 writes nothing (lower --lag or --jitter, or use fewer requests):",
+                policy.name()
+            )];
+            lines.extend(errors.lines().into_iter().take(5).map(|l| format!("  {l}")));
+            return Err(Failure::invalid(lines));
+        }
+    }
+    let created = out::CreatedDirs::create(dir)
         .map_err(|e| Failure::other(format!("{}: cannot create: {e}", dir.display())))?;
-    let mut bytes = trace_bytes.to_vec();
-    bytes.push(b'\n');
-    let file = dir.join(format!("{}.trace.json", policy.name()));
-    emit(&bytes, Some(&file))?;
-    eprintln!("simulate: {} -> {}", policy.name(), file.display());
+    let mut staged = Vec::new();
+    for (policy, bytes) in traces {
+        let file = dir.join(format!("{}.trace.json", policy.name()));
+        staged.push(out::stage(&file, |w| {
+            w.write_all(bytes)?;
+            w.write_all(b"\n")
+        })?);
+    }
+    for file in staged {
+        file.commit()?;
+    }
+    created.keep();
     Ok(())
 }
 
 fn validate(path: &Path) -> Result<(), Failure> {
     let trace = load_trace(Some(path))?;
-    println!(
+    outln!(
         "ok: {} workers, {} events ({} requests), limits {}, trace {}",
         trace.workers.len(),
         trace.events.len(),
         trace.request_count(),
         trace.limits.name(),
         canonical::trace_digest(&trace)
-    );
-    Ok(())
+    )
 }
 
 /// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
 fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result<(), Failure> {
     let input = read_input(file, "Mooncake trace")?;
+    // An empty file and a file of one blank line are both no trace (SPEC.md §10.2).
+    if input.is_empty() {
+        return Err(Failure::invalid(vec![format!(
+            "{}: no requests: the file is empty",
+            file.display()
+        )]));
+    }
     let trace = mooncake::import_mooncake(input.as_slice(), options).map_err(|errors| {
         Failure::invalid(
             errors
@@ -471,7 +588,7 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
             _ => 0,
         })
         .sum();
-    eprintln!(
+    note!(
         "imported {} requests, {} workers, {segments} segments -> {} ({digest})",
         trace.request_count(),
         trace.workers.len(),
@@ -480,66 +597,37 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
     Ok(())
 }
 
+/// Reads a whole input file; `-` is stdin.
 fn read_input(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path)
+    read_bytes(path)
         .map_err(|e| Failure::invalid(vec![format!("{}: cannot read {what}: {e}", path.display())]))
 }
 
+fn read_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    if path.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut bytes)?;
+        Ok(bytes)
+    } else {
+        std::fs::read(path)
+    }
+}
+
 fn verify(trace: &Path, receipt: &Path) -> Result<(), Failure> {
+    if trace.as_os_str() == "-" && receipt.as_os_str() == "-" {
+        return Err(Failure::invalid(vec![
+            "kvroute verify: only one input can be - (stdin)".to_owned(),
+        ]));
+    }
     let trace_bytes = read_input(trace, "trace")?;
-    let receipt_bytes = std::fs::read(receipt)
+    let receipt_bytes = read_bytes(receipt)
         .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
     match kvroute_harness::verify::verify(&trace_bytes, &receipt_bytes) {
-        Ok(digest) => {
-            println!("ok: the receipt matches the recomputation ({digest})");
-            Ok(())
-        }
+        Ok(digest) => outln!("ok: the receipt matches the recomputation ({digest})"),
         Err(VerifyError::InvalidTrace(lines)) => Err(Failure::invalid(lines)),
         Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
             "{}: rejected: {problem}",
             receipt.display()
         ))),
     }
-}
-
-/// Writes to stdout, or atomically to `out`.
-fn emit(bytes: &[u8], out: Option<&Path>) -> Result<(), Failure> {
-    emit_with(out, |w| {
-        w.write_all(bytes)
-            .map_err(|e| Failure::other(format!("kvroute: cannot write: {e}")))
-    })
-}
-
-/// Runs `write` against stdout, or against a temporary file beside `out` that is
-/// renamed into place only when `write` succeeds.
-fn emit_with(
-    out: Option<&Path>,
-    write: impl FnOnce(&mut dyn Write) -> Result<(), Failure>,
-) -> Result<(), Failure> {
-    let Some(out) = out else {
-        let stdout = std::io::stdout();
-        let mut stdout = std::io::BufWriter::new(stdout.lock());
-        write(&mut stdout)?;
-        return stdout
-            .flush()
-            .map_err(|e| Failure::other(format!("kvroute: cannot write to stdout: {e}")));
-    };
-    let fail = |e: std::io::Error| Failure::other(format!("{}: cannot write: {e}", out.display()));
-    let dir = match out.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    // The temporary file is deleted when dropped, so every early return cleans up.
-    let mut builder = tempfile::Builder::new();
-    // Created like any output file (0666 less the umask), not tempfile's owner-only 0600,
-    // since the file is renamed into place as the user's result.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let file = builder.tempfile_in(dir).map_err(fail)?;
-    let mut writer = std::io::BufWriter::new(file);
-    write(&mut writer)?;
-    let file = writer.into_inner().map_err(|e| fail(e.into_error()))?;
-    file.as_file().sync_all().map_err(fail)?;
-    file.persist(out).map_err(|e| fail(e.error))?;
-    Ok(())
 }

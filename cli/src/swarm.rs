@@ -21,6 +21,10 @@ pub const SHARD_COUNT_VAR: &str = "KVROUTE_SHARD_COUNT";
 /// How often the non-terminal progress line is printed.
 const PROGRESS_LINE_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The most `--jobs`: far more threads than seeds run at once on any machine, and few
+/// enough that spawning them cannot exhaust the process's threads.
+const JOBS_MAX: usize = 1024;
+
 /// How many divergences the sweep prints on stdout (the report lists more).
 const FAILURES_SHOWN_MAX: usize = 20;
 
@@ -35,7 +39,7 @@ pub struct SwarmArgs {
     /// The first seed; the last, START + SEEDS - 1, must fit in 64 bits.
     #[arg(long, default_value_t = 0)]
     start: u64,
-    /// Worker threads, at least 1 (default: every core).
+    /// Worker threads, 1 to 1024 (default: every core).
     #[arg(long, value_parser = parse_jobs)]
     jobs: Option<usize>,
     /// Run only shard K of M (1-based), e.g. `--shard 2/4`.
@@ -72,6 +76,9 @@ enum SwarmAction {
 fn parse_jobs(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(0) => Err("expected at least 1 worker thread, found 0".to_string()),
+        Ok(jobs) if jobs > JOBS_MAX => Err(format!(
+            "expected at most {JOBS_MAX} worker threads, found {jobs}"
+        )),
         Ok(jobs) => Ok(jobs),
         Err(_) => Err(format!(
             "expected a positive number of threads, found {text:?}"
@@ -191,15 +198,16 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
     let seeds_in_shard = config.seed_count();
     match config.seed_iter().next() {
-        None => println!("swarm: no seeds to run"),
+        None => outln!("swarm: no seeds to run")?,
         Some(first) => {
             let shard = config
                 .shard
                 .map_or(String::new(), |(k, m)| format!(", shard {k}/{m}"));
-            println!(
+            outln!(
                 "swarm: first seed {first}, {seeds_in_shard} seeds from {}{shard}, {} jobs",
-                config.start, config.jobs
-            );
+                config.start,
+                config.jobs
+            )?;
         }
     }
     let progress = Progress::new(seeds_in_shard);
@@ -212,30 +220,31 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
     progress.finish();
     for failure in report.failures.iter().take(FAILURES_SHOWN_MAX) {
-        println!(
+        outln!(
             "seed {}: core and oracle diverge {}",
-            failure.seed, failure.divergence
-        );
-        println!(
+            failure.seed,
+            failure.divergence
+        )?;
+        outln!(
             "  reproduce: {}",
             swarm_report::reproduce_line(failure.seed, mode)
-        );
+        )?;
         if let Some(path) = &failure.shrunk_trace {
-            println!("  shrunk trace: {}", path.display());
+            outln!("  shrunk trace: {}", path.display())?;
         }
     }
     if report.failures.len() > FAILURES_SHOWN_MAX {
-        println!(
+        outln!(
             "... and {} more divergent seeds",
             report.failures.len() - FAILURES_SHOWN_MAX
-        );
+        )?;
     }
-    println!(
+    outln!(
         "swarm: {} seeds run, {} divergences, {:.0} seeds/s",
         report.seeds_run,
         report.failures.len(),
         report.seeds_per_second()
-    );
+    )?;
     if let Some(path) = &args.report {
         let document = ShardReport::of_sweep(&config, mode, &report);
         crate::emit(&document.to_bytes(), Some(path))?;
@@ -306,7 +315,7 @@ impl Progress {
                 {
                     let per_second = done as f64 / elapsed.as_secs_f64().max(1e-9);
                     let left_secs = (total - done.min(*total)) as f64 / per_second.max(1e-9);
-                    eprintln!(
+                    note!(
                         "swarm: {done}/{total} seeds ({:.1}%), {per_second:.0} seeds/s, eta {}",
                         done as f64 * 100.0 / (*total).max(1) as f64,
                         indicatif::HumanDuration(Duration::from_secs_f64(left_secs.min(1e12)))

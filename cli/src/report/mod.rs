@@ -143,7 +143,7 @@ pub fn report(
     let rendered = page::render_within_budget(&lab, shadow, sample)
         .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
     emit(rendered.html.as_bytes(), Some(out))?;
-    eprintln!(
+    note!(
         "report: {} -> {} ({} bytes; {} of {} decisions in detail)",
         lab.source,
         out.display(),
@@ -220,7 +220,7 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
         DiffFormat::Table => result.table().into_bytes(),
         DiffFormat::Json => result.json(),
         DiffFormat::Csv => {
-            eprintln!("{}", result.summary_line());
+            note!("{}", result.summary_line());
             result
                 .csv()
                 .map_err(|e| Failure::other(format!("kvroute diff: cannot write CSV: {e}")))?

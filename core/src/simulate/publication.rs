@@ -32,7 +32,12 @@ fn jitter(options: &SimulateOptions, worker: u32, epoch: u64) -> u64 {
     let mut head = [0u8; 8];
     head.copy_from_slice(&digest[..8]);
     let value = u64::from_be_bytes(head);
-    value % (options.jitter_ticks + 1)
+    // SPEC.md §11: modulo J + 1; for J = 2^64 - 1 that is 2^64, which leaves the value
+    // as it is (the command line bounds J by B, a library caller need not).
+    match options.jitter_ticks.checked_add(1) {
+        Some(modulus) => value % modulus,
+        None => value,
+    }
 }
 
 #[cfg(test)]
@@ -52,5 +57,16 @@ mod tests {
         let spread: std::collections::BTreeSet<u64> =
             (0..200).map(|epoch| jitter(&options, 0, epoch)).collect();
         assert!(spread.iter().all(|&j| j <= 40) && spread.len() > 30);
+    }
+
+    #[test]
+    fn the_largest_jitter_does_not_overflow() {
+        let options = SimulateOptions {
+            jitter_ticks: u64::MAX,
+            ..SimulateOptions::default()
+        };
+        let head = u64::from_be_bytes(Sha256::digest(b"0/1/2")[..8].try_into().unwrap());
+        assert_eq!(jitter(&options, 1, 2), head);
+        assert_eq!(delivery_tick(&options, u64::MAX - 3, 1, 2), u64::MAX);
     }
 }
