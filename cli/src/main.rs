@@ -15,7 +15,7 @@ use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
 use kvroute_harness::verify::VerifyError;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -34,6 +34,7 @@ macro_rules! outln {
 }
 
 mod out;
+mod progress;
 mod report;
 mod swarm;
 mod swarm_report;
@@ -414,12 +415,15 @@ fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
 }
 
 fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<(), Failure> {
+    let progress = progress::Progress::start("replay", "reading and validating the trace");
     let trace = load_trace(trace)?;
     let digest = canonical::trace_digest(&trace);
+    progress.phase("replaying the four policies");
     match format {
         // Streamed: the receipt is never held in memory, whatever the trace's size.
         Format::Json => emit_with(out, |w| {
-            typed::write_json(&Compiled::new(&trace), &digest, w).map(|_| ())
+            typed::write_json(&Compiled::new(&trace), &digest, &mut progress.counting(w))
+                .map(|_| ())
         }),
         Format::Table => {
             // The digest is hashed as the receipt is produced, so a large trace never
@@ -429,10 +433,11 @@ fn replay(trace: Option<&Path>, format: Format, out: Option<&Path>) -> Result<()
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {
-            jsonl::write_jsonl(&Compiled::new(&trace), &digest, w).map(|_| ())
+            jsonl::write_jsonl(&Compiled::new(&trace), &digest, &mut progress.counting(w))
+                .map(|_| ())
         }),
         Format::Csv => emit_with(out, |w| {
-            csv::write_csv(&Compiled::new(&trace), w)
+            csv::write_csv(&Compiled::new(&trace), &mut progress.counting(w))
                 .map(|_| ())
                 .map_err(out::csv_io)
         }),
@@ -446,7 +451,9 @@ fn simulate(
     events_out: Option<&Path>,
     format: SimulateFormat,
 ) -> Result<(), Failure> {
+    let progress = progress::Progress::start("simulate", "reading and validating the trace");
     let trace = load_trace(Some(path))?;
+    progress.phase("running the closed loop of the four policies");
     let (stdout_bytes, generated) = if format == SimulateFormat::Json {
         let result = simulate::result::simulate_result(&trace, workers, options)
             .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
@@ -466,7 +473,14 @@ fn simulate(
         let keep_events = events_out.is_some();
         let runs: Vec<simulate::SimRun> = Policy::ALL
             .iter()
-            .map(|&policy| {
+            .enumerate()
+            .map(|(i, &policy)| {
+                progress.phase(&format!(
+                    "running the closed loop of {} ({} of {})",
+                    policy.name(),
+                    i + 1,
+                    Policy::ALL.len()
+                ));
                 simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ())
             })
             .collect();
@@ -488,8 +502,10 @@ fn simulate(
         (table.into_bytes(), generated)
     };
     if let Some(dir) = events_out {
+        progress.phase("validating and writing the generated traces");
         write_generated_traces(dir, &generated)?;
     }
+    progress.finish();
     emit(&stdout_bytes, None)?;
     if let Some(dir) = events_out {
         for (policy, _) in &generated {
@@ -556,7 +572,9 @@ fn validate(path: &Path) -> Result<(), Failure> {
 
 /// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
 fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result<(), Failure> {
+    let progress = progress::Progress::start("import", "reading the Mooncake lines");
     let input = read_input(file, "Mooncake trace")?;
+    progress.phase("converting the lines");
     // An empty file and a file of one blank line are both no trace (SPEC.md §10.2).
     if input.is_empty() {
         return Err(Failure::invalid(vec![format!(
@@ -579,7 +597,9 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
     // `canonical::trace_digest(&trace)`, without serialising a large trace twice.
     let digest = canonical::sha256_tag(&bytes);
     bytes.push(b'\n');
-    emit(&bytes, Some(out))?;
+    progress.phase("writing the trace");
+    emit_with(Some(out), |w| progress.counting(w).write_all(&bytes))?;
+    progress.finish();
     let segments: usize = trace
         .events
         .iter()
@@ -619,10 +639,14 @@ fn verify(trace: &Path, receipt: &Path) -> Result<(), Failure> {
             "kvroute verify: only one input can be - (stdin)".to_owned(),
         ]));
     }
+    let progress = progress::Progress::start("verify", "reading the trace and the receipt");
     let trace_bytes = read_input(trace, "trace")?;
     let receipt_bytes = read_bytes(receipt)
         .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
-    match kvroute_harness::verify::verify(&trace_bytes, &receipt_bytes) {
+    progress.phase("recomputing the receipt with the oracle");
+    let verdict = kvroute_harness::verify::verify(&trace_bytes, &receipt_bytes);
+    progress.finish();
+    match verdict {
         Ok(digest) => outln!("ok: the receipt matches the recomputation ({digest})"),
         Err(VerifyError::InvalidTrace(lines)) => Err(Failure::invalid(lines)),
         Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
