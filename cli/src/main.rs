@@ -6,8 +6,8 @@
 //! rules for files (a temporary file renamed into place, links followed, FIFOs and
 //! devices written in place) and for signals.
 
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use kvroute_core::input::limits::JSON_INTEGER_MAX;
+use clap::{CommandFactory, Parser};
+use kvroute_cli::args::{Cli, Command, Format, ImportFormat, SimulateFormat, SAMPLE_MAX};
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, jsonl, table, typed};
@@ -16,7 +16,7 @@ use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
 use kvroute_harness::verify::VerifyError;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 /// `eprintln!` that ignores a closed or full stderr instead of panicking.
@@ -40,215 +40,6 @@ mod swarm;
 mod swarm_report;
 
 use out::{emit, emit_with};
-
-/// The largest `--lag`, `--jitter`, `--cache-tokens` and `--cache-blocks`: 2^53 - 1,
-/// SPEC.md's `B`, so their sums stay far inside 64 bits (SPEC.md §11).
-const OPTION_TICKS_MAX: u64 = JSON_INTEGER_MAX;
-
-#[derive(Parser)]
-#[command(
-    name = "kvroute",
-    version,
-    about = "Replay a KV-aware routing trace under four policies and explain every decision",
-    long_about = "Replay a KV-aware routing trace under four policies and explain every \
-                  decision. With no command, replays the built-in lab trace as a table. \
-                  A TRACE or FILE of `-` is read from stdin.",
-    disable_help_subcommand = true
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Replay a trace (default: the built-in lab trace) and print or write the receipt.
-    Replay {
-        /// Trace file (kvroute-trace/1 JSON); omit for the built-in lab trace.
-        trace: Option<PathBuf>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
-        /// Write to FILE instead of stdout (atomically: nothing is left on failure; a
-        /// link is followed, a FIFO or device written in place, a read-only file refused).
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
-    /// Route a request-only trace in closed loop: a modelled engine per worker stores
-    /// each prefill's blocks in an LRU cache and publishes store/evict events back to
-    /// the router (SPEC.md §11). Prints the four-policy comparison.
-    Simulate {
-        /// Trace file (kvroute-trace/1 JSON); its cache and load events are dropped.
-        trace: PathBuf,
-        /// Replace the trace's workers by N copies of its first worker (1 to 4096).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
-        workers: Option<u32>,
-        /// KV cache capacity per worker, in tokens (0 to 9007199254740991).
-        #[arg(long, value_name = "TOKENS", conflicts_with = "cache_blocks",
-              default_value_t = simulate::DEFAULT_CACHE_TOKENS,
-              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
-        cache_tokens: u64,
-        /// KV cache capacity per worker, in blocks (any size), instead of tokens (0 to
-        /// 9007199254740991).
-        #[arg(long, value_name = "BLOCKS",
-              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
-        cache_blocks: Option<u64>,
-        /// Ticks from a prefill completing to its cache events reaching the router (0 to
-        /// 9007199254740991).
-        #[arg(long, value_name = "TICKS", default_value_t = simulate::DEFAULT_PUBLICATION_LAG_TICKS,
-              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
-        lag: u64,
-        /// Up to this many extra ticks per event, seeded (reorders events: stale epochs;
-        /// 0 to 9007199254740991).
-        #[arg(long, value_name = "TICKS", default_value_t = 0,
-              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
-        jitter: u64,
-        /// Seed of the jitter (any 64-bit value).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Write each policy's generated trace (requests plus the cache events its loop
-        /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
-        /// Each is validated first: when one would be rejected, none is written (exit 2).
-        #[arg(long, value_name = "DIR")]
-        events_out: Option<PathBuf>,
-        /// Output format: the comparison table, or the canonical kvroute-simulate/1
-        /// document of SPEC.md §11.1 (figures plus each generated trace's digest).
-        #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
-        format: SimulateFormat,
-    },
-    /// Check a trace against the contract and print its digest.
-    Validate {
-        /// Trace file (kvroute-trace/1 JSON).
-        trace: PathBuf,
-    },
-    /// Check a receipt against the trace it claims to explain, by recomputing it with
-    /// the independent oracle. Exit 0 when it matches, 1 with the first problem.
-    Verify {
-        /// The trace the receipt was produced from.
-        #[arg(long, value_name = "TRACE")]
-        trace: PathBuf,
-        /// The receipt (kvroute-receipt/1 JSON).
-        receipt: PathBuf,
-    },
-    /// Generate one trace per seed and compare core with the oracle on each, in parallel;
-    /// `swarm merge` checks and joins the reports of a sharded sweep.
-    Swarm(swarm::SwarmArgs),
-    /// Write the lab report: one self-contained HTML page (opens offline) with the
-    /// four-policy comparison, a Pareto view of each decision's candidates, assigned
-    /// work over time, a shadow diff, the stale and boundary logs and cohort metrics.
-    Report {
-        /// A trace or a receipt (kvroute-receipt/1 JSON); omit for the built-in lab trace.
-        input: Option<PathBuf>,
-        /// With a receipt: its trace, for cohort metrics and latency proxies.
-        #[arg(long, value_name = "TRACE")]
-        trace: Option<PathBuf>,
-        /// Where to write the page (atomically: nothing is left on failure).
-        #[arg(
-            short = 'o',
-            long = "out",
-            value_name = "OUT",
-            default_value = "report.html"
-        )]
-        out: PathBuf,
-        /// The serving policy of the shadow-diff section.
-        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy,
-              default_value = "least_load")]
-        baseline: Policy,
-        /// The shadowed policy of the shadow-diff section.
-        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy,
-              default_value = "cache_plus_load")]
-        candidate: Policy,
-        /// On a large trace, decisions per policy kept in detail besides the
-        /// interesting ones, evenly spaced.
-        #[arg(long, value_name = "N", default_value_t = 60,
-              value_parser = clap::value_parser!(u64).range(..=SAMPLE_MAX as u64))]
-        sample: u64,
-    },
-    /// Shadow mode: the decisions where a candidate policy chooses differently from the
-    /// baseline, with both chosen rows and the predicted deltas. One input (trace or
-    /// receipt) compares two of its runs; two receipts compare the first's baseline run
-    /// with the second's candidate run (default cache_plus_load for both).
-    Diff {
-        /// A trace or receipt.
-        first: PathBuf,
-        /// A second receipt of the same requests (e.g. other policy settings).
-        second: Option<PathBuf>,
-        /// The serving policy.
-        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy)]
-        baseline: Option<Policy>,
-        /// The shadowed policy.
-        #[arg(long, value_name = "POLICY", value_parser = report::parse_policy)]
-        candidate: Option<Policy>,
-        /// With receipts: their trace, for latency proxy deltas.
-        #[arg(long, value_name = "TRACE")]
-        trace: Option<PathBuf>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = report::DiffFormat::Table)]
-        format: report::DiffFormat,
-        /// Write to FILE instead of stdout (atomically).
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
-    /// Convert a trace from another format into a kvroute-trace/1 file.
-    Import {
-        #[command(subcommand)]
-        format: ImportFormat,
-    },
-    /// Print this message or the help of the given command (`kvroute help swarm merge`).
-    Help {
-        /// The command, and its subcommands.
-        command: Vec<String>,
-    },
-}
-
-/// The largest `report --sample`: more detail than a page can carry anyway.
-const SAMPLE_MAX: usize = 1_000_000;
-
-#[derive(Subcommand)]
-enum ImportFormat {
-    /// Mooncake FAST'25 JSONL (`timestamp` in ms, `input_length`, `output_length`,
-    /// `hash_ids`): one request a line, under the `scale` limits (SPEC.md §10).
-    Mooncake {
-        /// The JSONL file.
-        file: PathBuf,
-        /// Prompt tokens per hash id (the last block of a request may be partial).
-        #[arg(long, default_value_t = 512)]
-        block_tokens: u64,
-        /// The tenant of every request.
-        #[arg(long, default_value = "mooncake")]
-        tenant: String,
-        /// The model of every request and worker.
-        #[arg(long, default_value = "mooncake-model")]
-        model: String,
-        /// How many identical workers to create (1 to 4096).
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
-        workers: u32,
-        /// Where to write the trace (atomically: nothing is left on failure).
-        #[arg(short = 'o', long = "out", value_name = "OUT")]
-        out: PathBuf,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Format {
-    /// One row of headline metrics per policy, then the digests.
-    Table,
-    /// The canonical receipt (RFC 8785) plus a newline.
-    Json,
-    /// One row per (policy, decision, candidate), written as the runs replay.
-    Csv,
-    /// The receipt as JSON Lines, written as the runs replay (SPEC.md §6.4); ends with
-    /// the same receipt_digest as `json`.
-    Jsonl,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum SimulateFormat {
-    /// One row per policy: the table in README.
-    Table,
-    /// The canonical kvroute-simulate/1 document plus a newline.
-    Json,
-}
 
 /// A failure with its exit status.
 struct Failure {
@@ -274,6 +65,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
+    if let Err(problem) = kvroute_cli::args::check(&cli) {
+        return fail(&Failure::invalid(vec![problem]));
+    }
     let command = cli.command.unwrap_or(Command::Replay {
         trace: None,
         format: Format::Table,
