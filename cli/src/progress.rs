@@ -32,6 +32,10 @@ struct Shared {
     phase: Mutex<String>,
     bytes_written: AtomicU64,
     done: AtomicBool,
+    /// Whether the display thread showed anything.
+    shown: AtomicBool,
+    started: Instant,
+    quiet: Duration,
 }
 
 /// The progress of one command; dropping it (or [`Progress::finish`]) ends the display.
@@ -48,8 +52,11 @@ impl Progress {
             phase: Mutex::new(phase.to_owned()),
             bytes_written: AtomicU64::new(0),
             done: AtomicBool::new(false),
+            shown: AtomicBool::new(false),
+            started: Instant::now(),
+            quiet: duration_from_env("KVROUTE_PROGRESS_AFTER_MS", QUIET_PERIOD),
         });
-        let quiet = duration_from_env("KVROUTE_PROGRESS_AFTER_MS", QUIET_PERIOD);
+        let quiet = shared.quiet;
         let every = duration_from_env("KVROUTE_PROGRESS_EVERY_MS", LINE_INTERVAL);
         let watched = Arc::clone(&shared);
         let thread = std::thread::spawn(move || show(&watched, quiet, every));
@@ -83,6 +90,19 @@ impl Progress {
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
             let _ = thread.join();
+            // A run that outlasted the quiet period before the display thread got to
+            // show anything (a loaded machine) still says once what it did.
+            let shared = &self.shared;
+            if !shared.shown.load(Ordering::Relaxed)
+                && shared.started.elapsed() >= shared.quiet
+                && !io::stderr().is_terminal()
+            {
+                let _ = writeln!(
+                    io::stderr().lock(),
+                    "{}",
+                    status_line(shared, shared.started)
+                );
+            }
         }
     }
 }
@@ -131,7 +151,7 @@ fn status_line(shared: &Shared, started: Instant) -> String {
 
 /// The display thread: waits out the quiet period, then shows the status until done.
 fn show(shared: &Shared, quiet: Duration, every: Duration) {
-    let started = Instant::now();
+    let started = shared.started;
     let wait_until = |deadline: Instant| {
         while !shared.done.load(Ordering::Relaxed) {
             let now = Instant::now();
@@ -145,6 +165,7 @@ fn show(shared: &Shared, quiet: Duration, every: Duration) {
     if !wait_until(started + quiet) {
         return;
     }
+    shared.shown.store(true, Ordering::Relaxed);
     if io::stderr().is_terminal() {
         let spinner = indicatif::ProgressBar::new_spinner();
         loop {
