@@ -85,12 +85,20 @@ fn parse_cases() -> Vec<Case> {
     cases
 }
 
+/// The run's temporary directory (removed when the test ends), for the inputs that
+/// several cases share.
+static SHARED_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+fn shared_dir() -> &'static Path {
+    SHARED_DIR.get().expect("set when the corpus starts")
+}
+
 /// A big trace (an import of generated Mooncake lines), made once: its replay takes long
 /// enough to be interrupted while the output is being written.
 fn big_trace() -> &'static Path {
     static BIG: OnceLock<PathBuf> = OnceLock::new();
     BIG.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kvroute-hostile-big-{}", std::process::id()));
+        let dir = shared_dir().join("big");
         fs::create_dir_all(&dir).unwrap();
         let mut jsonl = String::new();
         for i in 0..10_000u64 {
@@ -118,8 +126,7 @@ fn big_trace() -> &'static Path {
 fn receipt_of_lab() -> &'static Path {
     static RECEIPT: OnceLock<PathBuf> = OnceLock::new();
     RECEIPT.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("kvroute-hostile-receipt-{}", std::process::id()));
+        let dir = shared_dir().join("receipt");
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("lab.receipt.json");
         let out = Command::new(bin())
@@ -510,6 +517,9 @@ fn the_hostile_environment_corpus() {
         .prefix("kvroute-hostile-")
         .tempdir()
         .unwrap();
+    let shared = root.path().join("shared");
+    fs::create_dir_all(&shared).unwrap();
+    SHARED_DIR.set(shared).unwrap();
     let mut failures = Vec::new();
     let mut skipped = 0;
     for case in &cases {
