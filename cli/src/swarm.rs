@@ -8,9 +8,9 @@
 
 use crate::swarm_report::{self, ShardReport};
 use crate::Failure;
+pub use kvroute_cli::args::{SwarmAction, SwarmArgs};
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,77 +23,6 @@ const PROGRESS_LINE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How many divergences the sweep prints on stdout (the report lists more).
 const FAILURES_SHOWN_MAX: usize = 20;
-
-#[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
-pub struct SwarmArgs {
-    #[command(subcommand)]
-    action: Option<SwarmAction>,
-    /// How many seeds to run.
-    #[arg(long, required = true)]
-    seeds: Option<u64>,
-    /// The first seed; the last, START + SEEDS - 1, must fit in 64 bits.
-    #[arg(long, default_value_t = 0)]
-    start: u64,
-    /// Worker threads, at least 1 (default: every core).
-    #[arg(long, value_parser = parse_jobs)]
-    jobs: Option<usize>,
-    /// Run only shard K of M (1-based), e.g. `--shard 2/4`.
-    #[arg(long, value_name = "K/M", value_parser = parse_shard)]
-    shard: Option<(u64, u64)>,
-    /// Take the shard from a cluster scheduler's environment: a Kubernetes Indexed Job's
-    /// JOB_COMPLETION_INDEX (with KVROUTE_SHARD_COUNT set to its completions), or a Slurm
-    /// job array's SLURM_ARRAY_TASK_ID, _MIN and _COUNT (a contiguous array such as
-    /// `--array=0-7`).
-    #[arg(long, conflicts_with = "shard")]
-    shard_from_env: bool,
-    /// Compare the closed loop instead of receipts: core's `simulate` against the
-    /// oracle's independent engine model, on each seed's trace under engine settings
-    /// drawn from the seed (small caches, lags and jitter).
-    #[arg(long)]
-    closed_loop: bool,
-    /// Also write a JSON summary of this run to FILE (atomically), for `swarm merge`.
-    #[arg(long, value_name = "FILE")]
-    report: Option<PathBuf>,
-}
-
-#[derive(clap::Subcommand)]
-enum SwarmAction {
-    /// Check that shard reports cover their seed range exactly once and were written by
-    /// the same kvroute and generator versions, then print their union as one report.
-    /// Exit 2 on a gap, an overlap or mismatched reports; 1 when any seed diverged.
-    Merge {
-        /// The reports written by `kvroute swarm --report`.
-        #[arg(required = true, value_name = "FILE")]
-        reports: Vec<PathBuf>,
-    },
-}
-
-fn parse_jobs(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("expected at least 1 worker thread, found 0".to_string()),
-        Ok(jobs) => Ok(jobs),
-        Err(_) => Err(format!(
-            "expected a positive number of threads, found {text:?}"
-        )),
-    }
-}
-
-fn parse_shard(text: &str) -> Result<(u64, u64), String> {
-    let (k, m) = text
-        .split_once('/')
-        .ok_or_else(|| format!("expected K/M, found {text:?}"))?;
-    let k: u64 = k
-        .parse()
-        .map_err(|_| format!("shard K is not a number: {k:?}"))?;
-    let m: u64 = m
-        .parse()
-        .map_err(|_| format!("shard M is not a number: {m:?}"))?;
-    if m == 0 || k == 0 || k > m {
-        return Err(format!("expected 1 <= K <= M, found {k}/{m}"));
-    }
-    Ok((k, m))
-}
 
 /// Reads `(k, m)` from a scheduler's variables; `var` looks one up (the process
 /// environment in use, a map in tests).
@@ -191,15 +120,16 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
     let seeds_in_shard = config.seed_count();
     match config.seed_iter().next() {
-        None => println!("swarm: no seeds to run"),
+        None => outln!("swarm: no seeds to run")?,
         Some(first) => {
             let shard = config
                 .shard
                 .map_or(String::new(), |(k, m)| format!(", shard {k}/{m}"));
-            println!(
+            outln!(
                 "swarm: first seed {first}, {seeds_in_shard} seeds from {}{shard}, {} jobs",
-                config.start, config.jobs
-            );
+                config.start,
+                config.jobs
+            )?;
         }
     }
     let progress = Progress::new(seeds_in_shard);
@@ -212,30 +142,31 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
     progress.finish();
     for failure in report.failures.iter().take(FAILURES_SHOWN_MAX) {
-        println!(
+        outln!(
             "seed {}: core and oracle diverge {}",
-            failure.seed, failure.divergence
-        );
-        println!(
+            failure.seed,
+            failure.divergence
+        )?;
+        outln!(
             "  reproduce: {}",
             swarm_report::reproduce_line(failure.seed, mode)
-        );
+        )?;
         if let Some(path) = &failure.shrunk_trace {
-            println!("  shrunk trace: {}", path.display());
+            outln!("  shrunk trace: {}", path.display())?;
         }
     }
     if report.failures.len() > FAILURES_SHOWN_MAX {
-        println!(
+        outln!(
             "... and {} more divergent seeds",
             report.failures.len() - FAILURES_SHOWN_MAX
-        );
+        )?;
     }
-    println!(
+    outln!(
         "swarm: {} seeds run, {} divergences, {:.0} seeds/s",
         report.seeds_run,
         report.failures.len(),
         report.seeds_per_second()
-    );
+    )?;
     if let Some(path) = &args.report {
         let document = ShardReport::of_sweep(&config, mode, &report);
         crate::emit(&document.to_bytes(), Some(path))?;
@@ -306,7 +237,7 @@ impl Progress {
                 {
                     let per_second = done as f64 / elapsed.as_secs_f64().max(1e-9);
                     let left_secs = (total - done.min(*total)) as f64 / per_second.max(1e-9);
-                    eprintln!(
+                    note!(
                         "swarm: {done}/{total} seeds ({:.1}%), {per_second:.0} seeds/s, eta {}",
                         done as f64 * 100.0 / (*total).max(1) as f64,
                         indicatif::HumanDuration(Duration::from_secs_f64(left_secs.min(1e12)))

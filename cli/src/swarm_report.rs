@@ -357,7 +357,7 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
     })?;
     crate::emit(&merged.to_bytes(), None)?;
     for entry in &merged.divergences {
-        eprintln!(
+        note!(
             "seed {}: core and oracle diverge {}\n  reproduce: {}{}",
             entry.seed,
             entry.first_difference,
@@ -368,7 +368,7 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
                 .map_or(String::new(), |name| format!("\n  shrunk trace: {name}"))
         );
     }
-    eprintln!(
+    note!(
         "swarm merge: {} reports, {}, {} seeds run, {} divergences",
         reports.len(),
         range_text(merged.start.into(), merged.end()),

@@ -13,34 +13,13 @@ pub mod page;
 pub mod select;
 
 use super::{emit, read_input, Failure};
+pub use kvroute_cli::args::DiffFormat;
 use kvroute_core::output::{canonical, jsonl, receipt};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::{parse_trace, Policy, Trace};
 use model::{Lab, ReceiptDoc, TraceFacts, RECEIPT_FORMAT};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-
-/// Parses a policy name as the receipt spells it (`round_robin`, ...).
-pub fn parse_policy(text: &str) -> Result<Policy, String> {
-    Policy::ALL
-        .iter()
-        .copied()
-        .find(|p| p.name() == text)
-        .ok_or_else(|| {
-            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
-            format!("expected one of {}, found {text:?}", names.join(", "))
-        })
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum DiffFormat {
-    /// One line per differing decision, then the summary line.
-    Table,
-    /// One `kvroute-diff/1` JSON document.
-    Json,
-    /// One line per differing decision, both chosen rows side by side (summary on stderr).
-    Csv,
-}
 
 /// Only the `format` member, to tell a receipt from a trace before parsing either.
 #[derive(Deserialize)]
@@ -143,7 +122,7 @@ pub fn report(
     let rendered = page::render_within_budget(&lab, shadow, sample)
         .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
     emit(rendered.html.as_bytes(), Some(out))?;
-    eprintln!(
+    note!(
         "report: {} -> {} ({} bytes; {} of {} decisions in detail)",
         lab.source,
         out.display(),
@@ -220,7 +199,7 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
         DiffFormat::Table => result.table().into_bytes(),
         DiffFormat::Json => result.json(),
         DiffFormat::Csv => {
-            eprintln!("{}", result.summary_line());
+            note!("{}", result.summary_line());
             result
                 .csv()
                 .map_err(|e| Failure::other(format!("kvroute diff: cannot write CSV: {e}")))?

@@ -125,7 +125,7 @@ pub fn select(run: &RunDoc, sample: usize) -> Selection {
                 .collect()
         })
         .collect();
-    let complete = decisions.len() <= sample + PER_KIND_MAX;
+    let complete = decisions.len() <= sample.saturating_add(PER_KIND_MAX);
     let mut kept: Vec<usize> = if complete {
         (0..decisions.len()).collect()
     } else {

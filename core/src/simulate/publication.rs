@@ -47,7 +47,13 @@ fn jitter(options: &SimulateOptions, worker: u32, epoch: u64) -> u64 {
         return 0;
     }
     let digest = Sha256::digest(format!("{}/{worker}/{epoch}", options.jitter_seed).as_bytes());
-    head_u64(&digest) % (options.jitter_ticks + 1)
+    let value = head_u64(&digest);
+    // SPEC.md §11: modulo J + 1; for J = 2^64 - 1 that is 2^64, which leaves the value
+    // as it is (the command line bounds J by B, a library caller need not).
+    match options.jitter_ticks.checked_add(1) {
+        Some(modulus) => value % modulus,
+        None => value,
+    }
 }
 
 #[cfg(test)]
@@ -85,5 +91,16 @@ mod tests {
         );
         options.loss_per_mille = 1000;
         assert!((0..100).all(|e| is_lost(&options, 2, e)));
+    }
+
+    #[test]
+    fn the_largest_jitter_does_not_overflow() {
+        let options = SimulateOptions {
+            jitter_ticks: u64::MAX,
+            ..SimulateOptions::default()
+        };
+        let head = u64::from_be_bytes(Sha256::digest(b"0/1/2")[..8].try_into().unwrap());
+        assert_eq!(jitter(&options, 1, 2), head);
+        assert_eq!(delivery_tick(&options, u64::MAX - 3, 1, 2), u64::MAX);
     }
 }

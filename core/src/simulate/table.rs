@@ -1,5 +1,6 @@
 //! The closed-loop comparison `kvroute simulate` prints (SPEC.md §11, "Output").
 
+use crate::output::table::columns;
 use crate::simulate::closed_loop::SimRun;
 
 /// The closed-loop comparison `kvroute simulate` prints: one row per policy.
@@ -9,8 +10,7 @@ use crate::simulate::closed_loop::SimRun;
 /// events the bus lost and re-queries after a detected gap.
 pub fn simulate_table(runs: &[SimRun], workers: usize, requests: usize) -> String {
     let mut out = format!("simulate: {requests} requests on {workers} workers\n");
-    out.push_str(&format!(
-        "{:<16} {:>8} {:>6} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6} {:>7} {:>7} {:>6} {:>7} {:>10} {:>10}\n",
+    let header = [
         "policy",
         "routed",
         "hit_pm",
@@ -25,29 +25,35 @@ pub fn simulate_table(runs: &[SimRun], workers: usize, requests: usize) -> Strin
         "lost",
         "resyncs",
         "phantom",
-        "missed"
+        "missed",
+    ];
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            let m = &run.metrics;
+            vec![
+                run.policy.name().to_owned(),
+                m.routed.to_string(),
+                m.hits_per_mille().to_string(),
+                m.reused_tokens.to_string(),
+                m.recomputed_tokens.to_string(),
+                m.load_skew_milli.to_string(),
+                m.latency_proxy_mean_milli.to_string(),
+                m.latency_proxy_p95_milli.to_string(),
+                m.stale_event_rejections.to_string(),
+                run.stats.store_events.to_string(),
+                run.stats.evict_events.to_string(),
+                run.stats.lost_events.to_string(),
+                run.stats.resyncs.to_string(),
+                run.stats.phantom_reuse_tokens.to_string(),
+                run.stats.missed_reuse_tokens.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&columns(
+        &header,
+        &rows,
+        &[16, 8, 6, 12, 12, 7, 12, 12, 6, 7, 7, 6, 7, 10, 10],
     ));
-    for run in runs {
-        let m = &run.metrics;
-        let hit_pm = m.hits_per_mille();
-        out.push_str(&format!(
-            "{:<16} {:>8} {:>6} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6} {:>7} {:>7} {:>6} {:>7} {:>10} {:>10}\n",
-            run.policy.name(),
-            m.routed,
-            hit_pm,
-            m.reused_tokens,
-            m.recomputed_tokens,
-            m.load_skew_milli,
-            m.latency_proxy_mean_milli,
-            m.latency_proxy_p95_milli,
-            m.stale_event_rejections,
-            run.stats.store_events,
-            run.stats.evict_events,
-            run.stats.lost_events,
-            run.stats.resyncs,
-            run.stats.phantom_reuse_tokens,
-            run.stats.missed_reuse_tokens,
-        ));
-    }
     out
 }

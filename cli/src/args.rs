@@ -1,0 +1,462 @@
+//! The command line's arguments and their bounds, as a library: the `kvroute` binary
+//! parses with it, and the `cli_options` fuzz target feeds it arbitrary argument
+//! vectors (`fuzz/fuzz_targets/cli_options.rs`). Every numeric option is bounded here,
+//! by a clap range or a value parser, with the bound stated in `--help` (SPEC.md §7);
+//! [`check`] adds the bounds that span options (a swarm's seed range).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kvroute_core::input::limits::JSON_INTEGER_MAX;
+use kvroute_core::simulate;
+use kvroute_core::Policy;
+use std::path::PathBuf;
+
+/// The largest `--lag`, `--jitter`, `--cache-tokens` and `--cache-blocks`: 2^53 - 1,
+/// SPEC.md's `B`, so their sums stay far inside 64 bits (SPEC.md §11).
+pub const OPTION_TICKS_MAX: u64 = JSON_INTEGER_MAX;
+
+#[derive(Parser)]
+#[command(
+    name = "kvroute",
+    version,
+    about = "Replay a KV-aware routing trace under four policies and explain every decision",
+    long_about = "Replay a KV-aware routing trace under four policies and explain every \
+                  decision. With no command, replays the built-in lab trace as a table. \
+                  A TRACE or FILE of `-` is read from stdin.",
+    disable_help_subcommand = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Replay a trace (default: the built-in lab trace) and print or write the receipt.
+    Replay {
+        /// Trace file (kvroute-trace/1 JSON); omit for the built-in lab trace.
+        trace: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// Write to FILE instead of stdout (atomically: nothing is left on failure; a
+        /// link is followed, a FIFO or device written in place, a read-only file refused).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        export: ExportArgs,
+    },
+    /// Route a request-only trace in closed loop: a modelled engine per worker stores
+    /// each prefill's blocks in an LRU cache and publishes store/evict events back to
+    /// the router (SPEC.md §11). Prints the four-policy comparison.
+    Simulate {
+        /// Trace file (kvroute-trace/1 JSON); its cache and load events are dropped.
+        trace: PathBuf,
+        /// Replace the trace's workers by N copies of its first worker (1 to 4096).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        workers: Option<u32>,
+        /// KV cache capacity per worker, in tokens (0 to 9007199254740991).
+        #[arg(long, value_name = "TOKENS", conflicts_with = "cache_blocks",
+              default_value_t = simulate::DEFAULT_CACHE_TOKENS,
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
+        cache_tokens: u64,
+        /// KV cache capacity per worker, in blocks (any size), instead of tokens (0 to
+        /// 9007199254740991).
+        #[arg(long, value_name = "BLOCKS",
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
+        cache_blocks: Option<u64>,
+        /// Ticks from a prefill completing to its cache events reaching the router (0 to
+        /// 9007199254740991).
+        #[arg(long, value_name = "TICKS", default_value_t = simulate::DEFAULT_PUBLICATION_LAG_TICKS,
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
+        lag: u64,
+        /// Up to this many extra ticks per event, seeded (reorders events: stale epochs;
+        /// 0 to 9007199254740991).
+        #[arg(long, value_name = "TICKS", default_value_t = 0,
+              value_parser = clap::value_parser!(u64).range(..=OPTION_TICKS_MAX))]
+        jitter: u64,
+        /// Per mille of published cache events the bus loses before delivery (0 to 1000).
+        #[arg(long, value_name = "PER_MILLE", default_value_t = 0)]
+        loss: u64,
+        /// Seed of the jitter and of the loss (any 64-bit value).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Replace the trace's policy.stale_rule (SPEC.md §3.2).
+        #[arg(long, value_enum, value_name = "RULE")]
+        stale_rule: Option<StaleRuleArg>,
+        /// Replace the trace's policy.epochs (SPEC.md §3.6); `sequential` detects gaps and
+        /// re-queries the worker.
+        #[arg(long, value_enum, value_name = "MODE")]
+        epochs: Option<EpochsArg>,
+        /// Write each policy's generated trace (requests plus the cache events its loop
+        /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
+        /// Each is validated first: when one would be rejected, none is written (exit 2).
+        #[arg(long, value_name = "DIR")]
+        events_out: Option<PathBuf>,
+        /// Output format: the comparison table, or the canonical kvroute-simulate/1
+        /// document of SPEC.md §11.1 (figures plus each generated trace's digest).
+        #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
+        format: SimulateFormat,
+    },
+    /// Check a trace against the contract and print its digest.
+    Validate {
+        /// Trace file (kvroute-trace/1 JSON).
+        trace: PathBuf,
+    },
+    /// Check a receipt against the trace it claims to explain, by recomputing it with
+    /// the independent oracle. Exit 0 when it matches, 1 with the first problem.
+    Verify {
+        /// The trace the receipt was produced from.
+        #[arg(long, value_name = "TRACE")]
+        trace: PathBuf,
+        /// The receipt (kvroute-receipt/1 JSON).
+        receipt: PathBuf,
+        /// The receipt was written with `replay --id-key FILE`: key the recomputed
+        /// request ids with the same FILE before comparing.
+        #[arg(long, value_name = "FILE")]
+        id_key: Option<PathBuf>,
+    },
+    /// Generate one trace per seed and compare core with the oracle on each, in parallel;
+    /// `swarm merge` checks and joins the reports of a sharded sweep.
+    Swarm(SwarmArgs),
+    /// Write the lab report: one self-contained HTML page (opens offline) with the
+    /// four-policy comparison, a Pareto view of each decision's candidates, assigned
+    /// work over time, a shadow diff, the stale and boundary logs and cohort metrics.
+    Report {
+        /// A trace or a receipt (kvroute-receipt/1 JSON); omit for the built-in lab trace.
+        input: Option<PathBuf>,
+        /// With a receipt: its trace, for cohort metrics and latency proxies.
+        #[arg(long, value_name = "TRACE")]
+        trace: Option<PathBuf>,
+        /// Where to write the page (atomically: nothing is left on failure).
+        #[arg(
+            short = 'o',
+            long = "out",
+            value_name = "OUT",
+            default_value = "report.html"
+        )]
+        out: PathBuf,
+        /// The serving policy of the shadow-diff section.
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy,
+              default_value = "least_load")]
+        baseline: Policy,
+        /// The shadowed policy of the shadow-diff section.
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy,
+              default_value = "cache_plus_load")]
+        candidate: Policy,
+        /// On a large trace, decisions per policy kept in detail besides the
+        /// interesting ones, evenly spaced.
+        #[arg(long, value_name = "N", default_value_t = 60,
+              value_parser = clap::value_parser!(u64).range(..=SAMPLE_MAX as u64))]
+        sample: u64,
+    },
+    /// Shadow mode: the decisions where a candidate policy chooses differently from the
+    /// baseline, with both chosen rows and the predicted deltas. One input (trace or
+    /// receipt) compares two of its runs; two receipts compare the first's baseline run
+    /// with the second's candidate run (default cache_plus_load for both).
+    Diff {
+        /// A trace or receipt.
+        first: PathBuf,
+        /// A second receipt of the same requests (e.g. other policy settings).
+        second: Option<PathBuf>,
+        /// The serving policy.
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+        baseline: Option<Policy>,
+        /// The shadowed policy.
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+        candidate: Option<Policy>,
+        /// With receipts: their trace, for latency proxy deltas.
+        #[arg(long, value_name = "TRACE")]
+        trace: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
+        format: DiffFormat,
+        /// Write to FILE instead of stdout (atomically).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Convert a trace from another format into a kvroute-trace/1 file.
+    Import {
+        #[command(subcommand)]
+        format: ImportFormat,
+    },
+    /// Print this message or the help of the given command (`kvroute help swarm merge`).
+    Help {
+        /// The command, and its subcommands.
+        command: Vec<String>,
+    },
+}
+
+/// The largest `report --sample`: more detail than a page can carry anyway.
+pub const SAMPLE_MAX: usize = 1_000_000;
+
+#[derive(Subcommand)]
+pub enum ImportFormat {
+    /// Mooncake FAST'25 JSONL (`timestamp` in ms, `input_length`, `output_length`,
+    /// `hash_ids`): one request a line, under the `scale` limits (SPEC.md §10).
+    Mooncake {
+        /// The JSONL file.
+        file: PathBuf,
+        /// Prompt tokens per hash id (the last block of a request may be partial).
+        #[arg(long, default_value_t = 512)]
+        block_tokens: u64,
+        /// The tenant of every request.
+        #[arg(long, default_value = "mooncake")]
+        tenant: String,
+        /// The model of every request and worker.
+        #[arg(long, default_value = "mooncake-model")]
+        model: String,
+        /// How many identical workers to create (1 to 4096).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        workers: u32,
+        /// Where to write the trace (atomically: nothing is left on failure).
+        #[arg(short = 'o', long = "out", value_name = "OUT")]
+        out: PathBuf,
+    },
+}
+
+/// How `replay` exports ids (SPEC.md §6.3, §6.5).
+#[derive(clap::Args, Default)]
+pub struct ExportArgs {
+    /// Write every request id as the first 16 bytes of HMAC-SHA-256 under the bytes of
+    /// FILE, in hex (32 digits), so the export can be shared without the ids.
+    #[arg(long, value_name = "FILE")]
+    pub id_key: Option<PathBuf>,
+    /// CSV only: write ids exactly as in the receipt. By default an id starting with
+    /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
+    #[arg(long)]
+    pub csv_plain: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StaleRuleArg {
+    #[value(name = "worker_epoch")]
+    WorkerEpoch,
+    #[value(name = "key_epoch")]
+    KeyEpoch,
+    #[value(name = "arrival_order")]
+    ArrivalOrder,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EpochsArg {
+    #[value(name = "any")]
+    Any,
+    #[value(name = "sequential")]
+    Sequential,
+}
+
+/// `--stale-rule` and `--epochs`, which replace the trace's own policy members.
+#[derive(Clone, Copy, Default)]
+pub struct PolicyOverrides {
+    pub stale_rule: Option<StaleRuleArg>,
+    pub epochs: Option<EpochsArg>,
+}
+
+impl PolicyOverrides {
+    pub fn apply(self, policy: &mut kvroute_core::input::trace::PolicyParams) {
+        use kvroute_core::input::trace::{EpochsMode, StaleRule};
+        if let Some(rule) = self.stale_rule {
+            policy.stale_rule = match rule {
+                StaleRuleArg::WorkerEpoch => StaleRule::WorkerEpoch,
+                StaleRuleArg::KeyEpoch => StaleRule::KeyEpoch,
+                StaleRuleArg::ArrivalOrder => StaleRule::ArrivalOrder,
+            };
+        }
+        if let Some(mode) = self.epochs {
+            policy.epochs = match mode {
+                EpochsArg::Any => EpochsMode::Any,
+                EpochsArg::Sequential => EpochsMode::Sequential,
+            };
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// One row of headline metrics per policy, then the digests.
+    Table,
+    /// The canonical receipt (RFC 8785) plus a newline.
+    Json,
+    /// One row per (policy, decision, candidate), written as the runs replay.
+    Csv,
+    /// The receipt as JSON Lines, written as the runs replay (SPEC.md §6.4); ends with
+    /// the same receipt_digest as `json`.
+    Jsonl,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SimulateFormat {
+    /// One row per policy: the table in README.
+    Table,
+    /// The canonical kvroute-simulate/1 document plus a newline.
+    Json,
+}
+
+/// The most `--jobs`: far more threads than seeds run at once on any machine, and few
+/// enough that spawning them cannot exhaust the process's threads.
+pub const JOBS_MAX: usize = 1024;
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SwarmArgs {
+    #[command(subcommand)]
+    pub action: Option<SwarmAction>,
+    /// How many seeds to run.
+    #[arg(long, required = true)]
+    pub seeds: Option<u64>,
+    /// The first seed; the last, START + SEEDS - 1, must fit in 64 bits.
+    #[arg(long, default_value_t = 0)]
+    pub start: u64,
+    /// Worker threads, 1 to 1024 (default: every core).
+    #[arg(long, value_parser = parse_jobs)]
+    pub jobs: Option<usize>,
+    /// Run only shard K of M (1-based), e.g. `--shard 2/4`.
+    #[arg(long, value_name = "K/M", value_parser = parse_shard)]
+    pub shard: Option<(u64, u64)>,
+    /// Take the shard from a cluster scheduler's environment: a Kubernetes Indexed Job's
+    /// JOB_COMPLETION_INDEX (with KVROUTE_SHARD_COUNT set to its completions), or a Slurm
+    /// job array's SLURM_ARRAY_TASK_ID, _MIN and _COUNT (a contiguous array such as
+    /// `--array=0-7`).
+    #[arg(long, conflicts_with = "shard")]
+    pub shard_from_env: bool,
+    /// Compare the closed loop instead of receipts: core's `simulate` against the
+    /// oracle's independent engine model, on each seed's trace under engine settings
+    /// drawn from the seed (small caches, lags and jitter).
+    #[arg(long)]
+    pub closed_loop: bool,
+    /// Also write a JSON summary of this run to FILE (atomically), for `swarm merge`.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum SwarmAction {
+    /// Check that shard reports cover their seed range exactly once and were written by
+    /// the same kvroute and generator versions, then print their union as one report.
+    /// Exit 2 on a gap, an overlap or mismatched reports; 1 when any seed diverged.
+    Merge {
+        /// The reports written by `kvroute swarm --report`.
+        #[arg(required = true, value_name = "FILE")]
+        reports: Vec<PathBuf>,
+    },
+}
+
+fn parse_jobs(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("expected at least 1 worker thread, found 0".to_string()),
+        Ok(jobs) if jobs > JOBS_MAX => Err(format!(
+            "expected at most {JOBS_MAX} worker threads, found {jobs}"
+        )),
+        Ok(jobs) => Ok(jobs),
+        Err(_) => Err(format!(
+            "expected a positive number of threads, found {text:?}"
+        )),
+    }
+}
+
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let (k, m) = text
+        .split_once('/')
+        .ok_or_else(|| format!("expected K/M, found {text:?}"))?;
+    let k: u64 = k
+        .parse()
+        .map_err(|_| format!("shard K is not a number: {k:?}"))?;
+    let m: u64 = m
+        .parse()
+        .map_err(|_| format!("shard M is not a number: {m:?}"))?;
+    if m == 0 || k == 0 || k > m {
+        return Err(format!("expected 1 <= K <= M, found {k}/{m}"));
+    }
+    Ok((k, m))
+}
+
+/// Parses a policy name as the receipt spells it (`round_robin`, ...).
+pub fn parse_policy(text: &str) -> Result<Policy, String> {
+    Policy::ALL
+        .iter()
+        .copied()
+        .find(|p| p.name() == text)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!("expected one of {}, found {text:?}", names.join(", "))
+        })
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// One line per differing decision, then the summary line.
+    Table,
+    /// One `kvroute-diff/1` JSON document.
+    Json,
+    /// One line per differing decision, both chosen rows side by side (summary on stderr).
+    Csv,
+}
+
+/// The bounds no single option's parser can check. `Err` is a usage error (exit 2).
+pub fn check(cli: &Cli) -> Result<(), String> {
+    if let Some(Command::Swarm(swarm)) = &cli.command {
+        if let (Some(seeds), None) = (swarm.seeds, &swarm.action) {
+            let config = kvroute_harness::sweep::SweepConfig {
+                start: swarm.start,
+                seeds,
+                jobs: swarm.jobs.unwrap_or(1),
+                shard: swarm.shard,
+            };
+            config.check().map_err(|e| format!("kvroute swarm: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// One fuzz input (the `cli_options` target, and `cargo test` on its committed seeds):
+/// split on NUL bytes into arguments after a command picked by the first byte, then
+/// parsed and checked. Must return, never panic; nothing is run, so a huge `--seeds`
+/// costs nothing. Asserts the bounds SPEC.md §11 relies on for what it accepts.
+pub fn parse_fuzz_input(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let command: &[&str] = match selector % 4 {
+        0 => &["simulate", "trace.json"],
+        1 => &["swarm"],
+        2 => &["swarm", "merge"],
+        _ => &[],
+    };
+    let mut argv: Vec<String> = vec!["kvroute".to_owned()];
+    argv.extend(command.iter().map(|s| (*s).to_owned()));
+    argv.extend(
+        rest.split(|&b| b == 0)
+            .map(|arg| String::from_utf8_lossy(arg).into_owned()),
+    );
+    match Cli::try_parse_from(&argv) {
+        // Rendering the error (or the help it carries) must not panic either.
+        Err(error) => drop(error.render().to_string()),
+        Ok(cli) => {
+            let checked = check(&cli);
+            if let (
+                Some(Command::Simulate {
+                    lag,
+                    jitter,
+                    cache_tokens,
+                    cache_blocks,
+                    workers,
+                    ..
+                }),
+                Ok(()),
+            ) = (&cli.command, &checked)
+            {
+                let bound = JSON_INTEGER_MAX;
+                assert!(*lag <= bound && *jitter <= bound && *cache_tokens <= bound);
+                assert!(cache_blocks.is_none_or(|b| b <= bound));
+                assert!(workers.is_none_or(|w| (1..=4096).contains(&w)));
+                assert!(lag.checked_add(*jitter).is_some());
+            }
+            if let (Some(Command::Swarm(swarm)), Ok(())) = (&cli.command, &checked) {
+                assert!(swarm.jobs.is_none_or(|j| (1..=JOBS_MAX).contains(&j)));
+                if let (Some(seeds), None) = (swarm.seeds, &swarm.action) {
+                    assert!(seeds == 0 || swarm.start.checked_add(seeds - 1).is_some());
+                }
+            }
+        }
+    }
+}

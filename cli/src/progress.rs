@@ -1,0 +1,187 @@
+//! Progress of a long `replay`, `simulate`, `import` or `verify` on stderr, never on
+//! stdout: an indicatif spinner when stderr is a terminal, otherwise one plain line every
+//! few seconds (a CI log, a cluster job's captured output). Nothing at all is shown for
+//! a run shorter than the quiet period, so short runs (and every golden and test of
+//! their stderr) look as they always did.
+//!
+//! What is shown is what the command can say without slowing down: its phase, the
+//! bytes of output written so far, and the time elapsed.
+
+use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A run shorter than this shows no progress.
+const QUIET_PERIOD: Duration = Duration::from_secs(2);
+/// How often the plain line is printed when stderr is not a terminal.
+const LINE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Milliseconds from an environment variable, for tests that need progress on a short
+/// run: `KVROUTE_PROGRESS_AFTER_MS` (the quiet period) and `KVROUTE_PROGRESS_EVERY_MS`
+/// (the line interval).
+fn duration_from_env(name: &str, default: Duration) -> Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|text| text.parse::<u64>().ok())
+        .map_or(default, Duration::from_millis)
+}
+
+struct Shared {
+    command: &'static str,
+    phase: Mutex<String>,
+    bytes_written: AtomicU64,
+    done: AtomicBool,
+    /// Whether the display thread showed anything.
+    shown: AtomicBool,
+    started: Instant,
+    quiet: Duration,
+}
+
+/// The progress of one command; dropping it (or [`Progress::finish`]) ends the display.
+pub struct Progress {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts watching; shows nothing until the quiet period has passed.
+    pub fn start(command: &'static str, phase: &str) -> Progress {
+        let shared = Arc::new(Shared {
+            command,
+            phase: Mutex::new(phase.to_owned()),
+            bytes_written: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+            shown: AtomicBool::new(false),
+            started: Instant::now(),
+            quiet: duration_from_env("KVROUTE_PROGRESS_AFTER_MS", QUIET_PERIOD),
+        });
+        let quiet = shared.quiet;
+        let every = duration_from_env("KVROUTE_PROGRESS_EVERY_MS", LINE_INTERVAL);
+        let watched = Arc::clone(&shared);
+        let thread = std::thread::spawn(move || show(&watched, quiet, every));
+        Progress {
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// Names what the command is doing now.
+    pub fn phase(&self, phase: &str) {
+        let mut current = self.shared.phase.lock().unwrap_or_else(|e| e.into_inner());
+        phase.clone_into(&mut current);
+    }
+
+    /// Wraps an output writer so that its bytes are counted.
+    pub fn counting<'a>(&'a self, inner: &'a mut dyn Write) -> Counting<'a> {
+        Counting {
+            inner,
+            bytes_written: &self.shared.bytes_written,
+        }
+    }
+
+    /// Ends the display (clears the spinner).
+    pub fn finish(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.done.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+            // A run that outlasted the quiet period before the display thread got to
+            // show anything (a loaded machine) still says once what it did.
+            let shared = &self.shared;
+            if !shared.shown.load(Ordering::Relaxed)
+                && shared.started.elapsed() >= shared.quiet
+                && !io::stderr().is_terminal()
+            {
+                let _ = writeln!(
+                    io::stderr().lock(),
+                    "{}",
+                    status_line(shared, shared.started)
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A writer that counts the bytes it passes on.
+pub struct Counting<'a> {
+    inner: &'a mut dyn Write,
+    bytes_written: &'a AtomicU64,
+}
+
+impl Write for Counting<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn status_line(shared: &Shared, started: Instant) -> String {
+    let phase = shared
+        .phase
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let bytes = shared.bytes_written.load(Ordering::Relaxed);
+    let written = if bytes > 0 {
+        format!(", {} written", indicatif::HumanBytes(bytes))
+    } else {
+        String::new()
+    };
+    format!(
+        "{}: {phase}{written}, {} elapsed",
+        shared.command,
+        indicatif::HumanDuration(started.elapsed())
+    )
+}
+
+/// The display thread: waits out the quiet period, then shows the status until done.
+fn show(shared: &Shared, quiet: Duration, every: Duration) {
+    let started = shared.started;
+    let wait_until = |deadline: Instant| {
+        while !shared.done.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+        false
+    };
+    if !wait_until(started + quiet) {
+        return;
+    }
+    shared.shown.store(true, Ordering::Relaxed);
+    if io::stderr().is_terminal() {
+        let spinner = indicatif::ProgressBar::new_spinner();
+        loop {
+            spinner.set_message(status_line(shared, started));
+            spinner.tick();
+            if !wait_until(Instant::now() + Duration::from_millis(200)) {
+                break;
+            }
+        }
+        spinner.finish_and_clear();
+    } else {
+        loop {
+            let _ = writeln!(io::stderr().lock(), "{}", status_line(shared, started));
+            if !wait_until(Instant::now() + every) {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Progress of long commands goes to stderr only: with the quiet period and interval
+//! shortened through the environment, `replay`, `simulate`, `import` and `verify` print
+//! progress lines on stderr while their stdout bytes stay exactly those of a run
+//! without progress. (That a short run with the default quiet period prints nothing is
+//! checked by every stderr-empty case of `hostile_env/cases.txt`.)
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn kvroute(args: &[&str], progress: bool) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kvroute"));
+    command.args(args);
+    // Without progress: a quiet period longer than any run here.
+    let after_ms = if progress { "0" } else { "600000" };
+    command
+        .env("KVROUTE_PROGRESS_AFTER_MS", after_ms)
+        .env("KVROUTE_PROGRESS_EVERY_MS", "1");
+    command.output().expect("the kvroute binary runs")
+}
+
+fn progress_lines(stderr: &[u8], command: &str) -> usize {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{command}: ")) && l.ends_with(" elapsed"))
+        .count()
+}
+
+/// 300 Mooncake lines, imported: a run long enough for its first progress line.
+fn inputs(dir: &Path) -> (String, String) {
+    let mut jsonl = String::new();
+    for i in 0..300u64 {
+        jsonl.push_str(&format!(
+            "{{\"timestamp\": {i}, \"input_length\": 1500, \"output_length\": 10, \"hash_ids\": [{}, {}, {}]}}\n",
+            i % 13,
+            i % 29,
+            i
+        ));
+    }
+    let lines = dir.join("m.jsonl");
+    std::fs::write(&lines, jsonl).unwrap();
+    let trace = dir.join("m.json");
+    let out = kvroute(
+        &[
+            "import",
+            "mooncake",
+            lines.to_str().unwrap(),
+            "-o",
+            trace.to_str().unwrap(),
+        ],
+        false,
+    );
+    assert!(out.status.success());
+    (lines.display().to_string(), trace.display().to_string())
+}
+
+#[test]
+fn progress_is_on_stderr_and_stdout_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lines, trace) = inputs(dir.path());
+    let receipt = dir.path().join("r.json").display().to_string();
+    let out = kvroute(
+        &["replay", &trace, "--format", "json", "--out", &receipt],
+        false,
+    );
+    assert!(out.status.success());
+    let imported = dir.path().join("again.json").display().to_string();
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("replay", vec!["replay", &trace, "--format", "jsonl"]),
+        ("replay", vec!["replay", &trace, "--format", "csv"]),
+        ("simulate", vec!["simulate", &trace, "--workers", "4"]),
+        ("verify", vec!["verify", "--trace", &trace, &receipt]),
+        (
+            "import",
+            vec!["import", "mooncake", &lines, "-o", &imported],
+        ),
+    ];
+    for (command, args) in cases {
+        let quiet = kvroute(&args, false);
+        let shown = kvroute(&args, true);
+        assert!(quiet.status.success() && shown.status.success(), "{args:?}");
+        assert_eq!(
+            quiet.stdout, shown.stdout,
+            "{args:?}: stdout changed with progress on"
+        );
+        assert_eq!(progress_lines(&quiet.stderr, command), 0, "{args:?}");
+        assert!(
+            progress_lines(&shown.stderr, command) > 0,
+            "{args:?}: no progress line on stderr: {}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+    }
+}
