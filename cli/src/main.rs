@@ -492,7 +492,8 @@ fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Fai
     let receipt_bytes = read_bytes(receipt)
         .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
     progress.phase("recomputing the receipt with the oracle");
-    let verdict = kvroute_harness::verify::verify_keyed(&trace_bytes, &receipt_bytes, key.as_deref());
+    let verdict =
+        kvroute_harness::verify::verify_keyed(&trace_bytes, &receipt_bytes, key.as_deref());
     progress.finish();
     match verdict {
         Ok(digest) => outln!("ok: the receipt matches the recomputation ({digest})"),

@@ -159,14 +159,21 @@ pub fn verify_keyed(
     Ok(actual)
 }
 
+/// Whether a row lists `reason`.
+fn has_reason(row: &Value, reason: &str) -> bool {
+    row["reasons"]
+        .as_array()
+        .is_some_and(|reasons| reasons.iter().any(|x| x == reason))
+}
+
 /// The first row whose `dominated_by` or `dominated_count` differs from what the rows'
-/// own `reuse`, `after_milli`, eligibility and `overloaded` reasons give (SPEC.md §4.6).
+/// own `reuse`, `after_milli`, eligibility and `overloaded` / `cold_reserve` reasons give
+/// (SPEC.md §4.6: the front set is the eligible rows with neither).
 fn dominance_problem(rows: &[Value]) -> Option<String> {
     let in_front = |row: &Value| {
         row["eligible"] == true
-            && !row["reasons"]
-                .as_array()
-                .is_some_and(|reasons| reasons.iter().any(|x| x == "overloaded"))
+            && !has_reason(row, "overloaded")
+            && !has_reason(row, "cold_reserve")
     };
     for a in rows {
         let mut by: Option<&str> = None;
@@ -229,20 +236,25 @@ fn justified_choice(policy: &str, rows: &[Value], cursor: &mut usize) -> Option<
         "least_load" => smallest(&eligible, &|r| field(r, "work_milli")),
         "longest_prefix" => smallest(&eligible, &|r| u64::MAX - field(r, "reuse")),
         _ => {
-            let overloaded = |i: &usize| {
-                rows[*i]["reasons"]
-                    .as_array()
-                    .is_some_and(|reasons| reasons.iter().any(|x| x == "overloaded"))
+            // SPEC.md §5 and §4.5: rows neither overloaded nor reserved out, else the
+            // reserved-out rows too, else the overload escape over every eligible row.
+            let within = |skip_reserved: bool| -> Vec<usize> {
+                eligible
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        !has_reason(&rows[i], "overloaded")
+                            && !(skip_reserved && has_reason(&rows[i], "cold_reserve"))
+                    })
+                    .collect()
             };
-            let fitting: Vec<usize> = eligible
-                .iter()
-                .copied()
-                .filter(|i| !overloaded(i))
-                .collect();
-            if fitting.is_empty() {
-                smallest(&eligible, &|r| field(r, "after_milli"))
+            let (first, second) = (within(true), within(false));
+            if !first.is_empty() {
+                smallest(&first, &|r| field(r, "cost_milli"))
+            } else if !second.is_empty() {
+                smallest(&second, &|r| field(r, "cost_milli"))
             } else {
-                smallest(&fitting, &|r| field(r, "cost_milli"))
+                smallest(&eligible, &|r| field(r, "after_milli"))
             }
         }
     };

@@ -292,6 +292,18 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
     }
 }
 
+impl NodeSeed<'_> {
+    /// The next masked literal's text, or `placeholder` past the last one.
+    fn literal_or(&self, placeholder: String) -> Node {
+        Node::Number(
+            self.literals
+                .borrow_mut()
+                .next()
+                .unwrap_or_else(|| placeholder.into_boxed_str()),
+        )
+    }
+}
+
 impl<'de> Visitor<'de> for NodeSeed<'_> {
     type Value = Node;
 
@@ -307,19 +319,18 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
         Ok(Node::Bool(v))
     }
-    // Every literal was masked to `0`, so serde_json only ever visits a `u64`.
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Node, E> {
-        self.literals
-            .borrow_mut()
-            .next()
-            .map(Node::Number)
-            .ok_or_else(|| E::custom("a number the scan did not see"))
+    // Every well-formed literal was masked to `0`, so serde_json visits a `u64` for
+    // each, in order. A literal the scan left alone is malformed (`01`, `-01`), and
+    // serde_json reports its own syntax error right after visiting its first part;
+    // the placeholder only lets it get there, so its message is the one reported.
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Node, E> {
+        Ok(self.literal_or(v.to_string()))
     }
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Node, E> {
-        Err(E::custom("a number the scan did not see"))
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Node, E> {
+        Ok(self.literal_or(v.to_string()))
     }
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Node, E> {
-        Err(E::custom("a number the scan did not see"))
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Node, E> {
+        Ok(self.literal_or(v.to_string()))
     }
     fn visit_str<E>(self, v: &str) -> Result<Node, E> {
         Ok(Node::String(v.to_owned()))

@@ -98,7 +98,9 @@ pub fn simulate_policy(
                 };
                 // The mutant counts missed tokens only where the router believed some
                 // reuse, leaving out the cold rows evidence in flight or a gap made.
-                if placement.reuse_tokens > 0 || !crate::mutant::active("mutant-missed-only-on-hits") {
+                if placement.reuse_tokens > 0
+                    || !crate::mutant::active("mutant-missed-only-on-hits")
+                {
                     stats.missed_reuse_tokens +=
                         engine_reuse.saturating_sub(placement.reuse_tokens);
                 }
