@@ -243,8 +243,8 @@ fn justified_choice(policy: &str, rows: &[Value], cursor: &mut usize) -> Option<
                     .iter()
                     .copied()
                     .filter(|&i| {
-                        !has_reason(&rows[i], "overloaded")
-                            && !(skip_reserved && has_reason(&rows[i], "cold_reserve"))
+                        let reserved_out = skip_reserved && has_reason(&rows[i], "cold_reserve");
+                        !has_reason(&rows[i], "overloaded") && !reserved_out
                     })
                     .collect()
             };
