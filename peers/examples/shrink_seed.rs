@@ -1,37 +1,29 @@
-//! Prints the shrunk trace of one sweep seed's first new finding:
-//! `cargo run -p kvroute-peers --example shrink_seed -- SEED [withhold] [no-known]`.
+//! Prints the minimal reproduction of the sweep's first new finding from seed `START`
+//! on (`cargo run -p kvroute-peers --example shrink_seed -- [START] [known]`): how the
+//! committed fixture `peers/fixtures/positional_removed_abort/trace.json` was made.
 
 use kvroute_core::output::canonical::canonical_trace_bytes;
-use kvroute_peers::compare::{compare, Cause};
-use kvroute_peers::shrink::{cut_reproducing, shows, shrink};
-use kvroute_peers::sweep::{modes, trace_of};
+use kvroute_peers::compare::compare;
+use kvroute_peers::sweep::{minimal_reproduction, sweep};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let seed: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let withhold = args.iter().any(|a| a == "withhold");
-    let known = !args.iter().any(|a| a == "no-known");
-    let options = modes(known)[withhold as usize];
-    let trace = trace_of(seed);
-    let report = compare(&trace, options);
-    let Some(first) = report.first.iter().find(|d| d.cause == Cause::NewFinding) else {
-        eprintln!("seed {seed}: no new finding");
+    let start: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let known = args.iter().any(|a| a == "known");
+    let report = sweep(start..start + 1000, known);
+    let Some(finding) = report.findings.first() else {
+        eprintln!("no new finding in seeds {start}..{}", start + 1000);
         return;
     };
-    eprintln!("{first:?}");
-    let cut = cut_reproducing(&trace, first, options).unwrap_or(trace);
-    let shrunk = shrink(
-        cut,
-        |t| shows(t, options, first.comparison, Cause::NewFinding),
-        50_000,
-    );
+    eprintln!("seed {}: {:?}", finding.seed, finding.difference);
+    let trace = minimal_reproduction(finding);
     println!(
         "{}",
-        String::from_utf8(canonical_trace_bytes(&shrunk)).unwrap()
+        String::from_utf8(canonical_trace_bytes(&trace)).unwrap()
     );
-    let again = compare(&shrunk, options);
-    print!("{}", again.table());
+    let again = compare(&trace, finding.options);
+    eprint!("{}", again.table());
     for d in &again.first {
-        println!("{d:?}");
+        eprintln!("{d:?}");
     }
 }

@@ -131,42 +131,86 @@ impl DynamoIndex {
 
     /// One `Stored` event for segments consecutive in their chain.
     fn store_run(&mut self, worker: u32, ns: NsId, run: &[Seg]) -> Result<(), KvCacheEventError> {
-        let parent_hash = self
-            .chains
-            .block(ns, run[0].key)
-            .parent
-            .map(|p| self.chains.block(ns, p).sequence_hash);
-        let blocks = run
-            .iter()
-            .map(|s| {
-                let block = self.chains.block(ns, s.key);
-                KvCacheStoredBlockData {
-                    block_hash: block.sequence_hash,
-                    tokens_hash: block.local_hash,
-                    mm_extra_info: None,
-                }
-            })
-            .collect();
-        self.send(
-            worker,
-            KvCacheEventData::Stored(KvCacheStoreData {
-                parent_hash,
-                start_position: None,
-                blocks,
-            }),
-        )
+        let data = stored_run(&self.chains, ns, run);
+        self.send(worker, data)
     }
+}
 
-    fn remove(&mut self, worker: u32, ns: NsId, keys: &[KeyId]) -> Result<(), KvCacheEventError> {
-        let block_hashes = keys
-            .iter()
-            .map(|&k| self.chains.block(ns, k).sequence_hash)
-            .collect();
-        self.send(
-            worker,
-            KvCacheEventData::Removed(KvCacheRemoveData { block_hashes }),
-        )
+/// The `Stored` event of segments consecutive in their chain.
+fn stored_run(chains: &ChainMap, ns: NsId, run: &[Seg]) -> KvCacheEventData {
+    let parent_hash = chains
+        .block(ns, run[0].key)
+        .parent
+        .map(|p| chains.block(ns, p).sequence_hash);
+    let blocks = run
+        .iter()
+        .map(|s| {
+            let block = chains.block(ns, s.key);
+            KvCacheStoredBlockData {
+                block_hash: block.sequence_hash,
+                tokens_hash: block.local_hash,
+                mm_extra_info: None,
+            }
+        })
+        .collect();
+    KvCacheEventData::Stored(KvCacheStoreData {
+        parent_hash,
+        start_position: None,
+        blocks,
+    })
+}
+
+fn removed(chains: &ChainMap, ns: NsId, keys: &[KeyId]) -> KvCacheEventData {
+    let block_hashes = keys
+        .iter()
+        .map(|&k| chains.block(ns, k).sequence_hash)
+        .collect();
+    KvCacheEventData::Removed(KvCacheRemoveData { block_hashes })
+}
+
+/// The Dynamo events one kvroute cache operation maps to, in order (the module doc's
+/// mapping).
+pub fn dynamo_events(chains: &ChainMap, op: &Op) -> Vec<KvCacheEventData> {
+    let mut events = Vec::new();
+    match op {
+        Op::Store { ns, segments } => {
+            let mut start = 0;
+            for i in 0..=segments.len() {
+                let run_ends = i == segments.len()
+                    || segments[i].tokens == 0
+                    || (i > start
+                        && chains.block(*ns, segments[i].key).parent != Some(segments[i - 1].key));
+                if !run_ends {
+                    continue;
+                }
+                if i > start {
+                    events.push(stored_run(chains, *ns, &segments[start..i]));
+                }
+                start = i;
+                // A store of 0 tokens is a removal in kvroute (SPEC.md §3): Dynamo has
+                // no token counts, so it is sent as one.
+                if i < segments.len() && segments[i].tokens == 0 {
+                    events.push(removed(chains, *ns, &[segments[i].key]));
+                    start = i + 1;
+                }
+            }
+        }
+        Op::Evict { ns, keys } => {
+            if !keys.is_empty() {
+                events.push(removed(chains, *ns, keys));
+            }
+        }
+        Op::Clear => events.push(KvCacheEventData::Cleared),
     }
+    events
+}
+
+/// The blocks Dynamo is asked to match for `request`: its leading whole blocks.
+pub fn query_blocks(chains: &ChainMap, request: &Req, block_tokens: u64) -> Vec<LocalBlockHash> {
+    request.prefix[..full_block_count(&request.prefix, block_tokens)]
+        .iter()
+        .map(|s| chains.block(request.ns, s.key).local_hash)
+        .collect()
 }
 
 fn outcome(result: Result<(), KvCacheEventError>) -> Applied {
@@ -184,54 +228,18 @@ impl Peer for DynamoIndex {
 
     fn apply_cache_event(&mut self, worker: u32, _tick: u64, _epoch: u64, op: &Op) -> Applied {
         let mut first_failure = Applied::Applied;
-        let mut note = |result| {
-            let applied = outcome(result);
+        for data in dynamo_events(&self.chains, op) {
+            let applied = outcome(self.send(worker, data));
             if first_failure == Applied::Applied {
                 first_failure = applied;
             }
-        };
-        match op {
-            Op::Store { ns, segments } => {
-                let mut start = 0;
-                for i in 0..=segments.len() {
-                    let run_ends = i == segments.len()
-                        || segments[i].tokens == 0
-                        || (i > start
-                            && self.chains.block(*ns, segments[i].key).parent
-                                != Some(segments[i - 1].key));
-                    if !run_ends {
-                        continue;
-                    }
-                    if i > start {
-                        note(self.store_run(worker, *ns, &segments[start..i]));
-                    }
-                    start = i;
-                    // A store of 0 tokens is a removal in kvroute (SPEC.md §3): Dynamo
-                    // has no token counts, so it is sent as one.
-                    if i < segments.len() && segments[i].tokens == 0 {
-                        note(self.remove(worker, *ns, &[segments[i].key]));
-                        start = i + 1;
-                    }
-                }
-            }
-            Op::Evict { ns, keys } => {
-                if !keys.is_empty() {
-                    note(self.remove(worker, *ns, keys));
-                }
-            }
-            Op::Clear => note(self.send(worker, KvCacheEventData::Cleared)),
         }
         first_failure
     }
 
     fn reuse_tokens(&mut self, request: &Req, reuse_tokens: &mut [u64]) {
         reuse_tokens.fill(0);
-        let full_blocks = full_block_count(&request.prefix, self.block_tokens);
-        self.query.clear();
-        for segment in &request.prefix[..full_blocks] {
-            self.query
-                .push(self.chains.block(request.ns, segment.key).local_hash);
-        }
+        self.query = query_blocks(&self.chains, request, self.block_tokens);
         if self.query.is_empty() {
             return;
         }

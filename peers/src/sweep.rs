@@ -4,6 +4,7 @@
 
 use crate::compare::{compare, Cause, Difference, Options, Report};
 use crate::generate::{chain_trace, seeded_rng, BLOCK_TOKENS};
+use crate::shrink::{cut_reproducing, shows, shrink};
 use kvroute_core::input::trace::Trace;
 
 /// A seed whose trace shows a difference no documented cause explains.
@@ -83,4 +84,17 @@ pub fn sweep(seeds: std::ops::Range<u64>, known_findings: bool) -> SweepReport {
         }
     }
     report
+}
+
+/// A finding cut down to a minimal trace that still shows a difference of the same
+/// comparison and cause (see [`crate::shrink`]).
+pub fn minimal_reproduction(finding: &Finding) -> Trace {
+    let trace = trace_of(finding.seed);
+    let (options, difference) = (finding.options, &finding.difference);
+    let cut = cut_reproducing(&trace, difference, options).unwrap_or(trace);
+    shrink(
+        cut,
+        |t| shows(t, options, difference.comparison, difference.cause),
+        50_000,
+    )
 }
