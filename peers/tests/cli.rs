@@ -43,8 +43,15 @@ fn the_table_counts_rows_and_the_reproduction_is_a_valid_trace_showing_the_diffe
     };
     let again = kvroute_peers::compare::compare(&trace, options);
     assert_eq!(again.tally("positional").rows_differing, 1);
-    // Nothing else is left in the directory (the temporary file was renamed).
+    // Nothing else is left in the directory (the temporary file was renamed), and the
+    // result is readable like any output file, not owner-only.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+        assert_ne!(mode & 0o044, 0, "mode {mode:o}");
+    }
 }
 
 #[test]

@@ -217,7 +217,12 @@ fn write_new_file(out: &Path, bytes: &[u8]) -> Result<(), Failure> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
+    let mut builder = tempfile::Builder::new();
+    // Created like any output file (0666 less the umask), not tempfile's owner-only
+    // 0600, since it is renamed into place as the user's result (as `kvroute` does).
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut file = builder.tempfile_in(dir).map_err(fail)?;
     file.write_all(bytes).map_err(fail)?;
     file.as_file().sync_all().map_err(fail)?;
     file.persist(out).map_err(|e| fail(e.error))?;
