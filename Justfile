@@ -13,9 +13,11 @@ lab:
     cargo run --release
 
 # `cargo bench -p kvroute-bench` gives criterion's statistics for the same workloads.
-[doc("Performance figures as one table, each next to its target (a few minutes on 2 cores).")]
+# The second table builds the peers crate (Dynamo: about 3 minutes the first time).
+[doc("Performance figures as one table, each next to its target, then kvroute's index against Dynamo's (minutes on 2 cores).")]
 bench:
     cargo run --release -p kvroute-bench --bin bench-table
+    cargo run --release -p kvroute-peers --bin peers-bench
 
 [doc("Rewrite the golden ledgers after a reviewed change to SPEC.md.")]
 bless:

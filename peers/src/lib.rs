@@ -1,0 +1,50 @@
+//! kvroute's reuse question put to other KV indexers (SPEC.md, "Peers: what a
+//! radix-tree indexer can represent").
+//!
+//! A router's KV indexer answers one question: given the cache events workers
+//! published, how much of this request's prefix does each worker hold? [`Peer`] is that
+//! question as a trait. [`kvroute::KvrouteIndex`] answers it with core's own rules
+//! (epoch rule, cache index, reuse walk) through core's public API;
+//! [`dynamo::DynamoIndex`] answers it with NVIDIA Dynamo's `RadixTree` or
+//! `PositionalIndexer` (`dynamo-kv-router` 1.6.1), after [`chains`] has mapped kvroute's
+//! keyed events onto Dynamo's hash chains. [`compare`] replays one trace into all of
+//! them and explains every row on which they differ; [`generate`], [`sweep`] and
+//! [`shrink`] find such rows on generated traces and cut them down to a few events.
+
+pub mod chains;
+pub mod compare;
+pub mod dynamo;
+pub mod generate;
+pub mod kvroute;
+pub mod shrink;
+pub mod sweep;
+
+use kvroute_core::route::compiled::{Op, Req};
+
+/// What an indexer did with one cache event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The event changed (or confirmed) the index.
+    Applied,
+    /// kvroute's epoch rule dropped it (SPEC.md §3.2).
+    StaleEpoch,
+    /// A Dynamo store whose parent block the indexer does not hold: the whole store is
+    /// dropped (`ParentBlockNotFound`).
+    ParentNotFound,
+    /// A Dynamo removal naming a block the indexer does not hold (`BlockNotFound`).
+    BlockNotFound,
+}
+
+/// A KV indexer under test: it is told every cache event in delivery order and asked,
+/// for each request, how many prompt tokens each worker could reuse.
+pub trait Peer {
+    /// A short name for tables and reports (`kvroute`, `radix_tree`, `positional`).
+    fn name(&self) -> &'static str;
+
+    /// Applies one cache event of worker `worker` (an index in worker-id byte order).
+    fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Applied;
+
+    /// Writes each worker's reusable tokens for `request` into `reuse_tokens` (one slot
+    /// per worker, overwritten), capped at the prompt length.
+    fn reuse_tokens(&mut self, request: &Req, reuse_tokens: &mut [u64]);
+}
