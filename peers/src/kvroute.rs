@@ -44,7 +44,11 @@ impl Peer for KvrouteIndex<'_> {
     }
 
     fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Applied {
-        match self.state.apply_cache_event(worker, tick, epoch, op).outcome {
+        match self
+            .state
+            .apply_cache_event(worker, tick, epoch, op)
+            .outcome
+        {
             Outcome::Applied => Applied::Applied,
             _ => Applied::StaleEpoch,
         }
