@@ -398,9 +398,10 @@ impl RunSink for MemberBuffers<'_> {
 pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
     let ids = &compiled.worker_ids;
     let mut runs = vec![b'['];
-    // The mutant hands each policy the state the previous one left behind.
-    let shared_state = crate::mutant::active("mutant-shared-state");
-    let mut state = RouterState::initial(compiled);
+    // The mutant hands each policy the state the previous one left behind; otherwise
+    // nothing is carried and each run starts from a fresh initial state.
+    let mut carried: Option<RouterState> =
+        crate::mutant::active("mutant-shared-state").then(|| RouterState::initial(compiled));
     for (i, &policy) in Policy::ALL.iter().enumerate() {
         if i > 0 {
             runs.push(b',');
@@ -411,13 +412,13 @@ pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
             decisions: Vec::new(),
             observation_log: Vec::new(),
         };
-        let start = if shared_state {
-            state.clone()
-        } else {
-            RouterState::initial(compiled)
-        };
+        let start = carried
+            .take()
+            .unwrap_or_else(|| RouterState::initial(compiled));
         let (metrics, left) = run_with_sink(compiled, policy, start, &mut sink);
-        state = left;
+        if crate::mutant::active("mutant-shared-state") {
+            carried = Some(left);
+        }
         push_run(
             &mut runs,
             policy,
