@@ -68,12 +68,14 @@ fn sorted_by_bytes<T: Serialize>(items: Vec<T>) -> Result<Vec<T>, String> {
 }
 
 /// The canonical `policy`: the four version-1 members always (`null` where unset), the
-/// three later ones only off their defaults (§6.1), so a default trace keeps its digest.
+/// four later ones only off their defaults (§6.1), so a default trace keeps its digest.
 #[derive(Serialize)]
 struct PolicyOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     cold_reserve_milli: Option<u64>,
     decode_weight_milli: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dynamo_block_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     epochs: Option<&'static str>,
     freshness_ticks: Option<u64>,
@@ -316,6 +318,7 @@ pub fn canonical_trace_bytes(trace: &Trace) -> Result<Vec<u8>, String> {
         policy: PolicyOut {
             cold_reserve_milli: trace.policy.cold_reserve_milli,
             decode_weight_milli: trace.policy.decode_weight_milli,
+            dynamo_block_tokens: trace.policy.dynamo_block_tokens,
             epochs: match trace.policy.epochs {
                 EpochNumbering::Any => None,
                 numbering => Some(numbering.name()),

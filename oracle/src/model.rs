@@ -130,7 +130,7 @@ impl EpochNumbering {
 }
 
 /// `policy` with defaults filled in; `None` is the JSON `null` (no window / no cap /
-/// no cold reserve).
+/// no cold reserve / no `dynamo_default` run).
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub decode_weight_milli: u64,
@@ -140,6 +140,9 @@ pub struct Policy {
     pub stale_rule: StaleRule,
     pub epochs: EpochNumbering,
     pub cold_reserve_milli: Option<u64>,
+    /// `dynamo_block_tokens` (SPEC §4.8): Dynamo's block size in tokens, at least 1; when
+    /// set, the receipt has the fifth run `dynamo_default`.
+    pub dynamo_block_tokens: Option<u64>,
 }
 
 impl Policy {
@@ -153,6 +156,7 @@ impl Policy {
             stale_rule: StaleRule::WorkerEpoch,
             epochs: EpochNumbering::Any,
             cold_reserve_milli: None,
+            dynamo_block_tokens: None,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The replay of SPEC.md §3–§6.2, written as plainly as possible: one run per policy,
-//! each from its own fresh copy of the initial state; for every request every candidate
+//! The replay of SPEC.md §3–§6.2, written as plainly as possible: one run per policy
+//! (four, and `dynamo_default` of §4.8 when `dynamo_block_tokens` is set), each from its
+//! own fresh copy of the initial state; for every request every candidate
 //! row is recomputed from scratch by linear scans over the workers and their cache
 //! entries. All figures are computed in u128 and stored as u64 (the overflow rule of
 //! §1.4 guarantees they fit in `B`; a conversion that somehow did not fit saturates
@@ -9,17 +10,21 @@ use std::cmp::Ordering;
 
 use crate::model::{Entry, EpochNumbering, Event, EventKind, Segment, StaleRule, Trace};
 
-/// The four routing policies, in receipt order (SPEC §6).
+/// The routing policies, in receipt order (SPEC §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PolicyKind {
     RoundRobin,
     LeastLoad,
     LongestPrefix,
     CachePlusLoad,
+    /// Dynamo's default selector in integers (§4.8); only with `dynamo_block_tokens`.
+    DynamoDefault,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 4] = [
+    /// The four policies every receipt has, in receipt order; also the only ones the
+    /// closed loop compares (§7: `dynamo_block_tokens` is no closed-loop policy).
+    pub const FOUR: [PolicyKind; 4] = [
         PolicyKind::RoundRobin,
         PolicyKind::LeastLoad,
         PolicyKind::LongestPrefix,
@@ -32,8 +37,19 @@ impl PolicyKind {
             PolicyKind::LeastLoad => "least_load",
             PolicyKind::LongestPrefix => "longest_prefix",
             PolicyKind::CachePlusLoad => "cache_plus_load",
+            PolicyKind::DynamoDefault => "dynamo_default",
         }
     }
+}
+
+/// The runs of a trace's receipt, in receipt order: the four, then `dynamo_default`
+/// when `policy.dynamo_block_tokens` is set (§6).
+pub fn receipt_policies(trace: &Trace) -> Vec<PolicyKind> {
+    let mut policies = PolicyKind::FOUR.to_vec();
+    if trace.policy.dynamo_block_tokens.is_some() {
+        policies.push(PolicyKind::DynamoDefault);
+    }
+    policies
 }
 
 /// One candidate row of a decision (SPEC §4, §6).
@@ -230,11 +246,11 @@ pub fn sorted_events(trace: &Trace) -> Vec<&Event> {
     events
 }
 
-/// Runs all four policies, in receipt order.
+/// Runs every policy of the receipt, in receipt order.
 pub fn replay_all(trace: &Trace) -> Vec<Run> {
-    PolicyKind::ALL
-        .iter()
-        .map(|policy| run_policy(trace, *policy))
+    receipt_policies(trace)
+        .into_iter()
+        .map(|policy| run_policy(trace, policy))
         .collect()
 }
 
@@ -366,14 +382,45 @@ fn draft_row(trace: &Trace, worker: &WorkerState, request: &Request, tick: u64) 
     draft
 }
 
-/// All candidate rows of a request, in worker-id order (SPEC §4).
+/// The Dynamo cost of SPEC §4.8, in milli-units: Dynamo's block cost times `1000·b`.
+/// Only whole blocks of `reuse` count as overlap, since Dynamo's indexer matches whole
+/// blocks; the active decode is rounded up to the blocks it occupies.
+fn dynamo_cost_milli(
+    block_tokens: u64,
+    reuse: u128,
+    queued_prefill: u64,
+    prompt_tokens: u64,
+    active_decode: u64,
+) -> u128 {
+    // Validation keeps b at least 1; `max(1)` only so that no input can divide by zero.
+    let block_tokens = u128::from(block_tokens.max(1));
+    let overlap_tokens = block_tokens * (reuse / block_tokens);
+    // Never below zero (overlap <= reuse <= prompt_tokens); saturating all the same.
+    let prefill_tokens =
+        (u128::from(queued_prefill) + u128::from(prompt_tokens)).saturating_sub(overlap_tokens);
+    let decode_blocks = u128::from(active_decode).div_ceil(block_tokens);
+    prefill_tokens.saturating_mul(1000).saturating_add(
+        block_tokens
+            .saturating_mul(decode_blocks)
+            .saturating_mul(1000),
+    )
+}
+
+/// All candidate rows of a request, in worker-id order (SPEC §4). The policy decides
+/// two things only: the overload cap and cold reserve apply in `cache_plus_load` alone
+/// (§4.5), and in `dynamo_default` `cost_milli` is the Dynamo cost (§4.8).
 fn candidate_rows(
     trace: &Trace,
     workers: &[WorkerState],
     request: &Request,
     tick: u64,
-    cap_applies: bool,
+    policy: PolicyKind,
 ) -> Vec<Row> {
+    let cap_applies = policy == PolicyKind::CachePlusLoad;
+    let dynamo_block_tokens = match policy {
+        PolicyKind::DynamoDefault => trace.policy.dynamo_block_tokens,
+        _ => None,
+    };
     let drafts: Vec<Draft> = workers
         .iter()
         .map(|w| draft_row(trace, w, request, tick))
@@ -402,19 +449,31 @@ fn candidate_rows(
 
     let mut rows: Vec<Row> = Vec::with_capacity(drafts.len());
     for (worker, draft) in workers.iter().zip(drafts.iter()) {
-        let imbalance = if eligible_count == 0 {
-            0
-        } else {
-            let excess = eligible_count
-                .saturating_mul(draft.after_milli)
-                .saturating_sub(after_sum);
-            penalty.saturating_mul(excess) / (1000 * eligible_count)
+        let cost_milli = match dynamo_block_tokens {
+            // Every row, eligible or not (an ineligible row has reuse 0); no imbalance.
+            Some(block_tokens) => dynamo_cost_milli(
+                block_tokens,
+                draft.reuse,
+                worker.queued_prefill,
+                request.prompt_tokens,
+                worker.active_decode,
+            ),
+            None => {
+                let imbalance = if eligible_count == 0 {
+                    0
+                } else {
+                    let excess = eligible_count
+                        .saturating_mul(draft.after_milli)
+                        .saturating_sub(after_sum);
+                    penalty.saturating_mul(excess) / (1000 * eligible_count)
+                };
+                draft
+                    .recomputed
+                    .saturating_mul(1000)
+                    .saturating_add(draft.work_milli)
+                    .saturating_add(imbalance)
+            }
         };
-        let cost_milli = draft
-            .recomputed
-            .saturating_mul(1000)
-            .saturating_add(draft.work_milli)
-            .saturating_add(imbalance);
         let excluded = match cap_milli {
             Some(cap) => draft.eligible && draft.after_milli > cap,
             None => false,
@@ -517,6 +576,8 @@ fn compare_score(policy: PolicyKind, escape: bool, a: &Row, b: &Row) -> Ordering
         PolicyKind::LongestPrefix => b.reuse.cmp(&a.reuse),
         PolicyKind::CachePlusLoad if escape => a.after_milli.cmp(&b.after_milli),
         PolicyKind::CachePlusLoad => a.cost_milli.cmp(&b.cost_milli),
+        // The Dynamo cost is in `cost_milli`; no row is ever excluded, so no escape.
+        PolicyKind::DynamoDefault => a.cost_milli.cmp(&b.cost_milli),
     }
 }
 
@@ -532,6 +593,7 @@ fn margin(policy: PolicyKind, escape: bool, winner: &Row, runner_up: &Row) -> u6
             runner_up.after_milli.saturating_sub(winner.after_milli)
         }
         PolicyKind::CachePlusLoad => runner_up.cost_milli.saturating_sub(winner.cost_milli),
+        PolicyKind::DynamoDefault => runner_up.cost_milli.saturating_sub(winner.cost_milli),
     }
 }
 
@@ -834,13 +896,7 @@ impl<'t> RunState<'t> {
                     prompt_tokens: *prompt_tokens,
                     decode_tokens: *decode_tokens,
                 };
-                let rows = candidate_rows(
-                    trace,
-                    workers,
-                    &request,
-                    event.tick,
-                    policy == PolicyKind::CachePlusLoad,
-                );
+                let rows = candidate_rows(trace, workers, &request, event.tick, policy);
                 let choice = choose(policy, &rows, cursor);
 
                 // Boundary, gap and reserve reasons count on every row, whatever was

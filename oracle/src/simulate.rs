@@ -107,7 +107,7 @@ pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, S
 
     let mut runs = Vec::new();
     let mut generated_traces = Vec::new();
-    for policy in PolicyKind::ALL {
+    for policy in PolicyKind::FOUR {
         let outcome = closed_loop(&sim, policy, options);
         let mut generated = sim.clone();
         generated.events.extend(outcome.generated);

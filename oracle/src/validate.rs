@@ -27,6 +27,7 @@ const POLICY_MEMBERS: &[&str] = &[
     "stale_rule",
     "epochs",
     "cold_reserve_milli",
+    "dynamo_block_tokens",
 ];
 const GRANT_MEMBERS: &[&str] = &["model", "adapter", "tenants"];
 const WORKER_MEMBERS: &[&str] = &[
@@ -294,6 +295,26 @@ impl Shape {
         }
     }
 
+    /// `dynamo_block_tokens`: an integer of at least 1, or `null`. Unlike a rate, one
+    /// reason covers both a wrong type and `0` (SPEC §2.2).
+    fn positive_or_null(&mut self, node: &Node, path: &str) -> Option<Option<u64>> {
+        let value = match node {
+            Node::Null => return Some(None),
+            Node::Number(text) => integer_literal_value(text),
+            _ => None,
+        };
+        match value {
+            Some(value) if value >= 1 => Some(Some(value)),
+            _ => {
+                self.error(
+                    path,
+                    format!("expected a positive integer or null, found {}", quote(node)),
+                );
+                None
+            }
+        }
+    }
+
     fn nullable_error(&mut self, node: &Node, path: &str) {
         self.error(
             path,
@@ -532,6 +553,10 @@ impl Shape {
             None => Some(None),
             Some(value) => self.nullable_integer(value, &member_path(path, "cold_reserve_milli")),
         };
+        let dynamo_block_tokens = match member(members, "dynamo_block_tokens") {
+            None => Some(None),
+            Some(value) => self.positive_or_null(value, &member_path(path, "dynamo_block_tokens")),
+        };
         self.extras(members, POLICY_MEMBERS, path);
         Some(Policy {
             decode_weight_milli: decode_weight_milli?,
@@ -541,6 +566,7 @@ impl Shape {
             stale_rule: stale_rule?,
             epochs: epochs?,
             cold_reserve_milli: cold_reserve_milli?,
+            dynamo_block_tokens: dynamo_block_tokens?,
         })
     }
 
@@ -1042,8 +1068,9 @@ fn residency(trace: &Trace) -> Vec<String> {
     lines
 }
 
-/// Stage 5, the overflow rule of SPEC §1.4, in 128-bit integers that saturate: a
-/// saturated figure is far above B, so the answer is the exact computation's.
+/// Stage 5, the overflow rule of SPEC §1.4 (`bound`, and `dynamo_bound` when
+/// `dynamo_block_tokens` is set), in 128-bit integers that saturate: a saturated figure
+/// is far above B, so the answer is the exact computation's.
 fn overflow(trace: &Trace) -> Option<String> {
     let mut queued_max: u64 = 0;
     let mut active_max: u64 = 0;
@@ -1086,7 +1113,18 @@ fn overflow(trace: &Trace) -> Option<String> {
     let bound = (u128::from(prompt_max) * 1000)
         .saturating_add(work)
         .saturating_add(imbalance);
-    if bound > u128::from(INTEGER_MAX) {
+    // With a `dynamo_default` run, `1000·Q + 1000·(A + b)` bounds its costs and margins
+    // too (§4.8: `1000·b·ceil(active_decode / b)` is below `1000·(A + b)`); one line for
+    // either bound.
+    let dynamo_bound = trace.policy.dynamo_block_tokens.map(|block_tokens| {
+        queued.saturating_mul(1000).saturating_add(
+            active
+                .saturating_add(u128::from(block_tokens))
+                .saturating_mul(1000),
+        )
+    });
+    let dynamo_over = matches!(dynamo_bound, Some(figure) if figure > u128::from(INTEGER_MAX));
+    if bound > u128::from(INTEGER_MAX) || dynamo_over {
         Some(line(
             "",
             "figures could overflow: the cost bound exceeds 9007199254740991",
