@@ -1258,3 +1258,41 @@ fn generated_traces_replay_with_loss_rules_and_gaps() {
         "the lab trace with loss re-queries somewhere"
     );
 }
+
+/// §7: the closed loop compares the four policies only, but keeps
+/// `dynamo_block_tokens` in the `policy` of every generated trace (and so in the
+/// simulated trace's digest), so replaying one gives the `dynamo_default` run.
+#[test]
+fn dynamo_block_tokens_is_kept_but_not_simulated() {
+    let mut t = trace(
+        vec![worker("w0", 100), worker("w1", 100)],
+        vec![request(1, 5, "acme", &[("a", 300)], 400)],
+    );
+    t["policy"] = json!({ "dynamo_block_tokens": 512 });
+    let (result, outcome) = run(&t, &options(SimCache::Tokens(262_144), 10));
+    let policies: Vec<&str> = result["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["policy"].as_str().expect("policy"))
+        .collect();
+    assert_eq!(policies, POLICIES);
+    assert_eq!(outcome.generated_traces.len(), 4);
+    for (policy, bytes) in &outcome.generated_traces {
+        let generated: Value = serde_json::from_slice(bytes).expect("generated trace is JSON");
+        assert_eq!(generated["policy"]["dynamo_block_tokens"], 512, "{policy}");
+        let receipt: Value =
+            serde_json::from_slice(&crate::replay(bytes).expect("generated trace replays"))
+                .expect("receipt is JSON");
+        assert_eq!(receipt["runs"][4]["policy"], "dynamo_default", "{policy}");
+    }
+    // The member enters the simulated trace's digest.
+    let (plain, _) = run(
+        &trace(
+            vec![worker("w0", 100), worker("w1", 100)],
+            vec![request(1, 5, "acme", &[("a", 300)], 400)],
+        ),
+        &options(SimCache::Tokens(262_144), 10),
+    );
+    assert_ne!(result["trace_digest"], plain["trace_digest"]);
+}

@@ -2392,3 +2392,436 @@ fn later_policy_members_validation() {
         [r#"policy.epochs: repeated member "epochs""#]
     );
 }
+
+// ---------------------------------------------------------------------------------
+// §4.8 `dynamo_default`, the opt-in fifth run (`policy.dynamo_block_tokens`)
+
+/// The trace of §8 with `dynamo_block_tokens = b`.
+fn dynamo_example(block_tokens: u64) -> Value {
+    let mut trace = worked_example(None);
+    trace["policy"]["dynamo_block_tokens"] = json!(block_tokens);
+    trace
+}
+
+fn policy_names(receipt: &Value) -> Vec<String> {
+    receipt["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["policy"].as_str().expect("policy").to_owned())
+        .collect()
+}
+
+/// §4.8's worked example, `b = 512`: `w0` overlaps 1024 tokens (two whole blocks),
+/// `prefill_tokens = 1000 + 1200 − 1024 = 1176`, `active_decode 0` after the drain:
+/// `cost 1,176,000`; `w1` and the ineligible `w2` have `1,200,000`. `w0` wins by 24,000.
+#[test]
+fn dynamo_worked_example_block_512() {
+    let receipt = replay_value(&dynamo_example(512));
+    assert_eq!(
+        policy_names(&receipt),
+        [
+            "round_robin",
+            "least_load",
+            "longest_prefix",
+            "cache_plus_load",
+            "dynamo_default"
+        ]
+    );
+    let dynamo = run(&receipt, "dynamo_default");
+    let decision = &dynamo["decisions"][0];
+    assert_eq!(decision["chosen"], "w0");
+    assert_eq!(decision["route_kind"], "hit");
+    assert_eq!(decision["tie_count"], 1);
+    assert_eq!(decision["margin_milli"], 24_000);
+    assert_eq!(row(decision, "w0")["cost_milli"], 1_176_000);
+    assert_eq!(row(decision, "w1")["cost_milli"], 1_200_000);
+    assert_eq!(row(decision, "w2")["cost_milli"], 1_200_000);
+
+    // Every other row member is §8's: only cost_milli differs from cache_plus_load's.
+    let cpl_decision = &run(&receipt, "cache_plus_load")["decisions"][0];
+    for w in ["w0", "w1", "w2"] {
+        let mut expected = row(cpl_decision, w).clone();
+        expected["cost_milli"] = row(decision, w)["cost_milli"].clone();
+        assert_eq!(row(decision, w), &expected, "{w}");
+    }
+    // Dominance is §8's.
+    assert_eq!(row(decision, "w1")["dominated_by"], "w0");
+    assert_eq!(row(decision, "w1")["dominated_count"], 1);
+    assert_eq!(row(decision, "w0")["dominated_by"], Value::Null);
+    assert_eq!(row(decision, "w2")["dominated_count"], 0);
+
+    // Metrics as for any run choosing w0: latency 1000·(1000+176)/1000, skew 1000·3.
+    let m = &dynamo["metrics"];
+    assert_eq!(m["routed"], 1);
+    assert_eq!(m["cache_hits"], 1);
+    assert_eq!(m["reused_tokens"], 1024);
+    assert_eq!(m["recomputed_tokens"], 176);
+    assert_eq!(m["latency_proxy_mean_milli"], 1176);
+    assert_eq!(m["latency_proxy_p95_milli"], 1176);
+    assert_eq!(m["latency_proxy_max_milli"], 1176);
+    assert_eq!(m["load_skew_milli"], 3000);
+    assert_eq!(m["boundary_rejections"], 1);
+    assert_eq!(m["dominated_choices"], 0);
+    assert_eq!(m["overload_escapes"], 0);
+    // No metric of its own: the same members as the other runs'.
+    assert_eq!(
+        m.as_object().unwrap().keys().collect::<Vec<_>>(),
+        run(&receipt, "cache_plus_load")["metrics"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>()
+    );
+
+    // The four runs are exactly those of the trace without the member.
+    let plain = replay_value(&worked_example(None));
+    assert_eq!(
+        receipt["runs"].as_array().unwrap()[..4],
+        plain["runs"].as_array().unwrap()[..]
+    );
+}
+
+/// §4.8's worked example, `b = 1000`: 1024 reused tokens are one whole block, so
+/// `overlap_tokens 1000`, `prefill_tokens 1000 + 1200 − 1000 = 1200`, a tie with `w1`
+/// at 1,200,000: `w0` by id, `tie_count 2`, `margin 0`; its reuse is still 1024, so the
+/// route is a hit (§5 looks at `reuse`, not the overlap).
+#[test]
+fn dynamo_worked_example_block_1000() {
+    let receipt = replay_value(&dynamo_example(1000));
+    let dynamo = run(&receipt, "dynamo_default");
+    let decision = &dynamo["decisions"][0];
+    assert_eq!(decision["chosen"], "w0");
+    assert_eq!(decision["route_kind"], "hit");
+    assert_eq!(decision["tie_count"], 2);
+    assert_eq!(decision["margin_milli"], 0);
+    for w in ["w0", "w1", "w2"] {
+        assert_eq!(row(decision, w)["cost_milli"], 1_200_000, "{w}");
+    }
+    assert_eq!(row(decision, "w0")["reuse"], 1024);
+    assert_eq!(dynamo["metrics"]["cache_hits"], 1);
+    assert_eq!(dynamo["metrics"]["reused_tokens"], 1024);
+}
+
+/// Decode blocks round up. §8 with `w1.active_decode = 250`, which drains by 100 to 150
+/// at tick 1 (`w1.work = 150,000`, `after = 150,000 + 1,200,000 + 100,000 = 1,450,000`).
+/// - `b = 512`: `w1` `1000·1200 + 1000·512·ceil(150/512) = 1,712,000`; `w0` 1,176,000.
+/// - `b = 100`: `w0` `overlap 1000`, `1000·1200 = 1,200,000`;
+///   `w1` `1,200,000 + 1000·100·ceil(150/100) = 1,400,000`: margin 200,000.
+/// - `b = 1`: exact tokens: `w0` `1000·(1000 + 1200 − 1024) = 1,176,000`;
+///   `w1` `1,200,000 + 150,000 = 1,350,000`: margin 174,000.
+#[test]
+fn dynamo_cost_rounds_decode_up_to_whole_blocks() {
+    for (block_tokens, w0_cost, w1_cost) in [
+        (512, 1_176_000, 1_712_000),
+        (100, 1_200_000, 1_400_000),
+        (1, 1_176_000, 1_350_000),
+    ] {
+        let trace = with(
+            dynamo_example(block_tokens),
+            "/workers/1/active_decode",
+            json!(250),
+        );
+        let receipt = replay_value(&trace);
+        let decision = &run(&receipt, "dynamo_default")["decisions"][0];
+        let w1 = row(decision, "w1");
+        assert_eq!(w1["active_decode"], 150);
+        assert_eq!(w1["work_milli"], 150_000);
+        assert_eq!(w1["after_milli"], 1_450_000);
+        assert_eq!(
+            row(decision, "w0")["cost_milli"],
+            w0_cost,
+            "b {block_tokens}"
+        );
+        assert_eq!(w1["cost_milli"], w1_cost, "b {block_tokens}");
+        assert_eq!(decision["chosen"], "w0");
+        assert_eq!(decision["margin_milli"], w1_cost - w0_cost);
+        assert_eq!(decision["tie_count"], 1);
+    }
+}
+
+/// The cap and the cold reserve do not apply in `dynamo_default` (§4.8). With §8's cap
+/// of 1270 both eligible rows are `overloaded` in cache_plus_load (an escape), but the
+/// fifth run has no such reason and chooses `w0` by its Dynamo cost as usual; its front
+/// set is every eligible row, so `w1` is dominated by `w0` there.
+#[test]
+fn dynamo_default_ignores_the_cap_and_the_cold_reserve() {
+    let mut trace = worked_example(Some(1270));
+    trace["policy"]["cold_reserve_milli"] = json!(50_000);
+    trace["policy"]["dynamo_block_tokens"] = json!(512);
+    let receipt = replay_value(&trace);
+    let cpl = &run(&receipt, "cache_plus_load")["decisions"][0];
+    assert_eq!(cpl["route_kind"], "overload_escape");
+    let dynamo = run(&receipt, "dynamo_default");
+    let decision = &dynamo["decisions"][0];
+    assert_eq!(decision["chosen"], "w0");
+    assert_eq!(decision["route_kind"], "hit");
+    assert_eq!(decision["margin_milli"], 24_000);
+    assert_eq!(row(decision, "w0")["reasons"], json!([]));
+    assert_eq!(row(decision, "w1")["reasons"], json!(["tenant_mismatch"]));
+    assert_eq!(row(decision, "w1")["dominated_by"], "w0");
+    let m = &dynamo["metrics"];
+    assert_eq!(m["overload_escapes"], 0);
+    // The reserve's metrics are there (its member is set) and count nothing.
+    assert_eq!(m["cold_reserve_exclusions"], 0);
+    assert_eq!(m["cold_reserve_fallbacks"], 0);
+}
+
+/// Placement in the fifth run adds the row's `recomputed` as in every run (§3.4).
+/// §8 plus a second request `r2` (seq 2, tick 1, like `r1`), `b = 512`. After `r1` on
+/// `w0`: `w0.queued_prefill = 1000 + 176 = 1176`, `active_decode 100`. For `r2`:
+/// `w0` `prefill_tokens = 1176 + 1200 − 1024 = 1352`, `decode_blocks ceil(100/512) = 1`:
+/// `1,352,000 + 512,000 = 1,864,000`; `w1` 1,200,000: `w1` wins, cold, margin 664,000.
+/// `w0`: work `1,276,000`, after `1,552,000`; `w1` after 1,300,000: neither dominates.
+/// Churn 1 (k0 went to w0, then w1); assigned w0 276,000, w1 1,300,000: skew
+/// `floor(1000·1,300,000·3 / 1,576,000) = 2474`; latencies 1176 and 1200.
+#[test]
+fn dynamo_default_places_and_counts_like_any_run() {
+    let mut trace = dynamo_example(512);
+    let mut second = trace["events"][0].clone();
+    second["seq"] = json!(2);
+    second["id"] = json!("r2");
+    trace["events"].as_array_mut().unwrap().push(second);
+    let receipt = replay_value(&trace);
+    let dynamo = run(&receipt, "dynamo_default");
+    let decision = &dynamo["decisions"][1];
+    assert_eq!(decision["request"], "r2");
+    let w0 = row(decision, "w0");
+    assert_eq!(w0["queued_prefill"], 1176);
+    assert_eq!(w0["active_decode"], 100);
+    assert_eq!(w0["work_milli"], 1_276_000);
+    assert_eq!(w0["after_milli"], 1_552_000);
+    assert_eq!(w0["cost_milli"], 1_864_000);
+    assert_eq!(w0["dominated_count"], 0);
+    assert_eq!(row(decision, "w1")["cost_milli"], 1_200_000);
+    assert_eq!(row(decision, "w1")["dominated_count"], 0);
+    assert_eq!(decision["chosen"], "w1");
+    assert_eq!(decision["route_kind"], "cold");
+    assert_eq!(decision["tie_count"], 1);
+    assert_eq!(decision["margin_milli"], 664_000);
+    let m = &dynamo["metrics"];
+    assert_eq!(m["routed"], 2);
+    assert_eq!(m["cache_hits"], 1);
+    assert_eq!(m["reused_tokens"], 1024);
+    assert_eq!(m["recomputed_tokens"], 1376);
+    assert_eq!(m["route_churn"], 1);
+    assert_eq!(m["load_skew_milli"], 2474);
+    assert_eq!(m["latency_proxy_mean_milli"], 1188);
+    assert_eq!(m["latency_proxy_p95_milli"], 1200);
+    assert_eq!(m["latency_proxy_max_milli"], 1200);
+    assert_eq!(m["boundary_rejections"], 2);
+    assert_eq!(m["dominated_choices"], 0);
+}
+
+/// §1, §6.1: written only when set, between `decode_weight_milli` and `epochs` in JCS
+/// order; `null` spelled out is the bare trace, canonical bytes and receipt bytes alike.
+#[test]
+fn dynamo_block_tokens_in_the_canonical_trace_and_receipt() {
+    let bare = json!({ "format": "kvroute-trace/1", "workers": [], "events": [] });
+    let set = with(
+        bare.clone(),
+        "/policy",
+        json!({ "dynamo_block_tokens": 512 }),
+    );
+    assert_eq!(
+        String::from_utf8(validate(&bytes(&set)).unwrap()).unwrap(),
+        concat!(
+            r#"{"events":[],"format":"kvroute-trace/1","limits":"lab","policy":{"#,
+            r#""decode_weight_milli":1000,"dynamo_block_tokens":512,"freshness_ticks":null,"#,
+            r#""imbalance_penalty_milli":0,"max_queued_work":null},"sharing":[],"workers":[]}"#,
+        )
+    );
+    let all_set = with(
+        bare.clone(),
+        "/policy",
+        json!({ "stale_rule": "key_epoch", "epochs": "sequential",
+                "cold_reserve_milli": 7, "dynamo_block_tokens": 1 }),
+    );
+    assert_eq!(
+        String::from_utf8(validate(&bytes(&all_set)).unwrap()).unwrap(),
+        concat!(
+            r#"{"events":[],"format":"kvroute-trace/1","limits":"lab","policy":{"cold_reserve_milli":7,"#,
+            r#""decode_weight_milli":1000,"dynamo_block_tokens":1,"epochs":"sequential","#,
+            r#""freshness_ticks":null,"imbalance_penalty_milli":0,"max_queued_work":null,"#,
+            r#""stale_rule":"key_epoch"},"sharing":[],"workers":[]}"#,
+        )
+    );
+    let spelled_null = with(
+        bare.clone(),
+        "/policy",
+        json!({ "dynamo_block_tokens": null }),
+    );
+    assert_eq!(
+        validate(&bytes(&spelled_null)).unwrap(),
+        validate(&bytes(&bare)).unwrap()
+    );
+    let mut example_null = worked_example(None);
+    example_null["policy"]["dynamo_block_tokens"] = Value::Null;
+    assert_eq!(
+        replay(&bytes(&example_null)).unwrap(),
+        replay(&bytes(&worked_example(None))).unwrap()
+    );
+    assert_eq!(policy_names(&replay_value(&example_null)).len(), 4);
+
+    // With the member set: the fifth run is last, the receipt canonical, its digest its own.
+    let out = replay(&bytes(&dynamo_example(512))).unwrap();
+    let mut parsed: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(out, jcs(&parsed).unwrap());
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains(r#""policy":"dynamo_default"}],"trace_digest":"sha256:"#));
+    let claimed = parsed["receipt_digest"].as_str().unwrap().to_owned();
+    parsed.as_object_mut().unwrap().remove("receipt_digest");
+    assert_eq!(claimed, digest(&jcs(&parsed).unwrap()));
+    // An empty trace has five runs too, each with no decisions.
+    let empty = replay_value(&set);
+    assert_eq!(policy_names(&empty).len(), 5);
+    assert_eq!(run(&empty, "dynamo_default")["decisions"], json!([]));
+    // The metrics-only bytes list the same five runs.
+    let validated = crate::validated(&bytes(&dynamo_example(512))).unwrap();
+    let metrics: Value =
+        serde_json::from_slice(&crate::replay_metrics(&validated).unwrap()).unwrap();
+    assert_eq!(metrics.as_array().unwrap().len(), 5);
+    assert_eq!(metrics[4]["policy"], "dynamo_default");
+}
+
+/// §1.1, §2.2, §2.3: an integer of at least 1 or `null`; one reason for every other
+/// value, `0` included; checked after `cold_reserve_milli`, before unknown members.
+#[test]
+fn dynamo_block_tokens_validation() {
+    for (value, shown) in [
+        (json!(0), "0"),
+        (json!(-1), "-1"),
+        (json!("x"), r#""x""#),
+        (json!(1.5), "1.5"),
+        (json!(true), "true"),
+        (json!([512]), "[512]"),
+        (json!(9_007_199_254_740_992u64), "9007199254740992"),
+    ] {
+        assert_single(
+            &with(base_trace(), "/policy/dynamo_block_tokens", value),
+            &format!(
+                "policy.dynamo_block_tokens: expected a positive integer or null, found {shown}"
+            ),
+        );
+    }
+    // Literals are quoted as written (§2.2).
+    for literal in ["1e3", "-0", "512.0"] {
+        let text = format!(
+            r#"{{"format":"kvroute-trace/1","policy":{{"dynamo_block_tokens":{literal}}},"workers":[],"events":[]}}"#
+        );
+        assert_eq!(
+            errors_of_text(&text),
+            [format!(
+                "policy.dynamo_block_tokens: expected a positive integer or null, found {literal}"
+            )]
+        );
+    }
+    for value in [json!(null), json!(1), json!(512)] {
+        assert!(
+            validate(&bytes(&with(
+                base_trace(),
+                "/policy/dynamo_block_tokens",
+                value.clone()
+            )))
+            .is_ok(),
+            "{value}"
+        );
+    }
+    // A repeated member, after the check of the first occurrence.
+    let repeated = |first: &str| {
+        format!(
+            r#"{{"format":"kvroute-trace/1","policy":{{"dynamo_block_tokens":{first},"dynamo_block_tokens":8}},"workers":[],"events":[]}}"#
+        )
+    };
+    assert_eq!(
+        errors_of_text(&repeated("4")),
+        [r#"policy.dynamo_block_tokens: repeated member "dynamo_block_tokens""#]
+    );
+    assert_eq!(
+        errors_of_text(&repeated("0")),
+        [
+            "policy.dynamo_block_tokens: expected a positive integer or null, found 0",
+            r#"policy.dynamo_block_tokens: repeated member "dynamo_block_tokens""#,
+        ]
+    );
+    // Its place in member order: last of the table, after cold_reserve_milli, then the
+    // unknown members in document order.
+    let mut trace = base_trace();
+    trace["policy"] = json!({ "bogus": 1, "dynamo_block_tokens": 0, "cold_reserve_milli": "x",
+                              "epochs": 2, "decode_weight_milli": -1 });
+    assert_eq!(
+        errors_of(&trace),
+        [
+            "policy.decode_weight_milli: expected a non-negative integer, found -1",
+            r#"policy.epochs: expected "any" or "sequential", found 2"#,
+            r#"policy.cold_reserve_milli: expected a non-negative integer or null, found "x""#,
+            "policy.dynamo_block_tokens: expected a positive integer or null, found 0",
+            r#"policy.bogus: unknown member "bogus""#,
+        ]
+    );
+}
+
+/// §1.4: with `b` set, `dynamo_bound = 1000·Q + 1000·(A + b)` must not pass B either.
+#[test]
+fn dynamo_bound_overflow() {
+    let overflow = "$: figures could overflow: the cost bound exceeds 9007199254740991";
+    // No workers, no events: Q = A = 0, so dynamo_bound = 1000·b and bound = 0.
+    // floor(B / 1000) = 9,007,199,254,740: 9,007,199,254,740,000 <= B; one more is over.
+    let empty = json!({ "format": "kvroute-trace/1", "workers": [], "events": [] });
+    let inside = with(
+        empty.clone(),
+        "/policy",
+        json!({ "dynamo_block_tokens": 9_007_199_254_740u64 }),
+    );
+    assert!(validate(&bytes(&inside)).is_ok());
+    let outside = with(
+        empty,
+        "/policy",
+        json!({ "dynamo_block_tokens": 9_007_199_254_741u64 }),
+    );
+    assert_single(&outside, overflow);
+
+    // base_trace: Q = max(0, 100) + 1500 = 1600, A = max(0, 20) + 200 = 220, so
+    // dynamo_bound = 1,600,000 + 1000·(220 + b) = 1,820,000 + 1000·b:
+    // b = 9,007,199,252,920 gives 9,007,199,254,740,000 <= B; b + 1 gives
+    // 9,007,199,254,741,000 > B. The plain bound is 1000·1500 + 1,820,000 = 3,320,000.
+    let inside = with(
+        base_trace(),
+        "/policy/dynamo_block_tokens",
+        json!(9_007_199_252_920u64),
+    );
+    assert!(validate(&bytes(&inside)).is_ok());
+    let outside = with(
+        base_trace(),
+        "/policy/dynamo_block_tokens",
+        json!(9_007_199_252_921u64),
+    );
+    assert_single(&outside, overflow);
+
+    // The Dynamo cost counts decode tokens at 1000 each whatever decode_weight_milli is:
+    // with dw = 0 and w1.active_decode = 9,007,199,254,740, the plain bound is
+    // 1000·1500 + 1000·1600 = 3,100,000, but dynamo_bound with b = 1 is
+    // 1,600,000 + 1000·(9,007,199,254,740 + 200 + 1) = 9,007,199,256,541,000 > B.
+    let heavy = with(
+        base_trace(),
+        "/workers/1/active_decode",
+        json!(9_007_199_254_740u64),
+    );
+    let heavy = with(heavy, "/policy/decode_weight_milli", json!(0));
+    assert!(validate(&bytes(&heavy)).is_ok());
+    assert_single(
+        &with(heavy, "/policy/dynamo_block_tokens", json!(1)),
+        overflow,
+    );
+
+    // Both bounds over: still one line.
+    let both = with(base_trace(), "/workers/1/queued_prefill", json!(1u64 << 50));
+    let both = with(both, "/policy/dynamo_block_tokens", json!(1));
+    assert_single(&both, overflow);
+    // An earlier stage's error comes alone (overflow runs only on an otherwise valid trace).
+    let both = with(both, "/workers/1/decode_rate", json!(0));
+    assert_single(
+        &both,
+        "workers[1].decode_rate: expected a positive integer, found 0",
+    );
+}
