@@ -6,7 +6,8 @@
 //! Modules: `json` (a JSON tree that keeps repeated members), `model` (the typed
 //! trace), `validate` (the five validation stages of §2, the overflow bound in
 //! saturating 128-bit arithmetic), `canonical` (canonical trace bytes, digests),
-//! `replay` (state, candidates, policies, metrics), `receipt` (receipt JSON) and
+//! `replay` (state, candidates, the four policies and the opt-in
+//! `dynamo_default` of §4.8, metrics), `receipt` (receipt JSON) and
 //! `simulate` (the closed-loop engine model of §11). [`StaleRule`] and [`EpochNumbering`]
 //! name the `policy.stale_rule` and `policy.epochs` choices, for `SimOptions`' overrides.
 

@@ -1,5 +1,6 @@
-//! Unit tests of the oracle against SPEC.md alone: the §8 worked example, the
-//! validation rules of §2.2, and the order-independence of both digests.
+//! Unit tests of the oracle against SPEC.md alone: the §8 worked example (and §4.8's
+//! `dynamo_default` on it), the validation rules of §2.2, and the order-independence of
+//! both digests.
 
 use serde_json::{json, Value};
 
@@ -2824,4 +2825,34 @@ fn dynamo_bound_overflow() {
         &both,
         "workers[1].decode_rate: expected a positive integer, found 0",
     );
+}
+
+/// A reuse shorter than one block earns no Dynamo credit, yet the row's `reuse` is what
+/// §5's route kind and §6.2's `cache_hits` look at. §8 with `w0.queued_prefill = 1000`
+/// (drained to 0 at tick 1) and `b = 2048`: `w0` reuses 1024 tokens, `overlap_tokens =
+/// 2048·floor(1024/2048) = 0`, cost `1000·(0 + 1200) = 1,200,000`, the same as `w1`:
+/// `w0` by id, `tie_count 2`, `margin 0`, and the route is a `hit` with 1024 reused.
+#[test]
+fn dynamo_route_kind_follows_reuse_not_whole_blocks() {
+    let trace = with(
+        dynamo_example(2048),
+        "/workers/0/queued_prefill",
+        json!(1000),
+    );
+    let receipt = replay_value(&trace);
+    let dynamo = run(&receipt, "dynamo_default");
+    let decision = &dynamo["decisions"][0];
+    assert_eq!(row(decision, "w0")["queued_prefill"], 0);
+    assert_eq!(row(decision, "w0")["reuse"], 1024);
+    assert_eq!(row(decision, "w0")["cost_milli"], 1_200_000);
+    assert_eq!(row(decision, "w1")["cost_milli"], 1_200_000);
+    assert_eq!(decision["chosen"], "w0");
+    assert_eq!(decision["tie_count"], 2);
+    assert_eq!(decision["margin_milli"], 0);
+    assert_eq!(decision["route_kind"], "hit");
+    let m = &dynamo["metrics"];
+    assert_eq!(m["cache_hits"], 1);
+    assert_eq!(m["reused_tokens"], 1024);
+    // Latency proxy from the row's recomputed: 1000·(0 + 176)/1000.
+    assert_eq!(m["latency_proxy_max_milli"], 176);
 }
