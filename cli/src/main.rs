@@ -304,7 +304,7 @@ fn simulate(
         note_dropped_events(dropped);
         let compiled = Compiled::new(&sim_trace);
         let keep_events = events_out.is_some();
-        let runs: Vec<simulate::SimRun> = Policy::ALL
+        let runs: Vec<simulate::SimRun> = Policy::STANDARD
             .iter()
             .enumerate()
             .map(|(i, &policy)| {
@@ -312,7 +312,7 @@ fn simulate(
                     "running the closed loop of {} ({} of {})",
                     policy.name(),
                     i + 1,
-                    Policy::ALL.len()
+                    Policy::STANDARD.len()
                 ));
                 simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ())
             })
