@@ -247,7 +247,12 @@ pub fn dynamo_cost_milli(
     block_tokens: u64,
 ) -> u64 {
     let b = u128::from(block_tokens.max(1));
-    let overlap_tokens = b * (u128::from(reuse) / b);
+    // The mutant credits the partial last block too, as a token-level index would.
+    let overlap_tokens = if crate::mutant::active("mutant-dynamo-partial-blocks") {
+        u128::from(reuse)
+    } else {
+        b * (u128::from(reuse) / b)
+    };
     let prefill_tokens =
         (u128::from(queued_prefill) + u128::from(prompt_tokens)).saturating_sub(overlap_tokens);
     let decode_blocks = u128::from(active_decode).div_ceil(b);
