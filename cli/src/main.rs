@@ -160,6 +160,7 @@ fn main() -> ExitCode {
                     tenant,
                     model,
                     workers,
+                    dynamo_block_tokens,
                     out,
                 },
         } => import_mooncake(
@@ -169,6 +170,7 @@ fn main() -> ExitCode {
                 tenant,
                 model,
                 workers,
+                dynamo_block_tokens,
             },
             &out,
         ),
