@@ -5,7 +5,9 @@
 //! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
 //! have after this request. Rows are computed the same way for every policy. What a
 //! policy makes of them — the cost score, the overload cap, the choice — is in
-//! [`crate::route::policy`]. This module also answers the Pareto dominance question.
+//! [`crate::route::policy`]. This module also answers the Pareto dominance question,
+//! and prices one row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads
+//! nothing but the row's own figures.
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::route::compiled::{Compiled, Req};
