@@ -53,7 +53,7 @@ fn decisions(c: &mut Criterion) {
             group
                 .throughput(Throughput::Elements(request_count(&trace)))
                 .measurement_time(Duration::from_secs(3));
-            for policy in Policy::ALL {
+            for policy in Policy::STANDARD {
                 let id = BenchmarkId::new(format!("{}/no_receipt", policy.name()), workers);
                 group.bench_with_input(id, &compiled, |b, compiled| {
                     b.iter(|| run_metrics(black_box(compiled), policy))
@@ -76,7 +76,7 @@ fn decisions(c: &mut Criterion) {
         group
             .throughput(Throughput::Elements(request_count(&trace)))
             .measurement_time(Duration::from_secs(if workers == 512 { 12 } else { 6 }));
-        for policy in Policy::ALL {
+        for policy in Policy::STANDARD {
             if workers == 512 && policy != Policy::CachePlusLoad {
                 continue;
             }
@@ -109,7 +109,7 @@ fn oracle_ratio(c: &mut Criterion) {
         b.iter(|| {
             let trace = parse_trace(black_box(&bytes)).expect("validates");
             let compiled = Compiled::new(&trace);
-            Policy::ALL.map(|policy| run_metrics(&compiled, policy))
+            Policy::STANDARD.map(|policy| run_metrics(&compiled, policy))
         })
     });
     group.finish();
@@ -127,7 +127,7 @@ fn closed_loop(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .throughput(Throughput::Elements(requests));
-    for policy in Policy::ALL {
+    for policy in Policy::STANDARD {
         group.bench_function(BenchmarkId::new("simulate", policy.name()), |b| {
             b.iter(|| {
                 simulate_policy(

@@ -208,6 +208,10 @@ pub enum ImportFormat {
         /// How many identical workers to create (1 to 4096).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: u32,
+        /// Set policy.dynamo_block_tokens, so that the receipt has the dynamo_default
+        /// run (SPEC.md §4.8); Mooncake's own block is 512.
+        #[arg(long, value_name = "B")]
+        dynamo_block_tokens: Option<u64>,
         /// Where to write the trace (atomically: nothing is left on failure).
         #[arg(short = 'o', long = "out", value_name = "OUT")]
         out: PathBuf,

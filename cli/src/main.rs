@@ -160,6 +160,7 @@ fn main() -> ExitCode {
                     tenant,
                     model,
                     workers,
+                    dynamo_block_tokens,
                     out,
                 },
         } => import_mooncake(
@@ -169,6 +170,7 @@ fn main() -> ExitCode {
                 tenant,
                 model,
                 workers,
+                dynamo_block_tokens,
             },
             &out,
         ),
@@ -304,7 +306,7 @@ fn simulate(
         note_dropped_events(dropped);
         let compiled = Compiled::new(&sim_trace);
         let keep_events = events_out.is_some();
-        let runs: Vec<simulate::SimRun> = Policy::ALL
+        let runs: Vec<simulate::SimRun> = Policy::STANDARD
             .iter()
             .enumerate()
             .map(|(i, &policy)| {
@@ -312,7 +314,7 @@ fn simulate(
                     "running the closed loop of {} ({} of {})",
                     policy.name(),
                     i + 1,
-                    Policy::ALL.len()
+                    Policy::STANDARD.len()
                 ));
                 simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ())
             })

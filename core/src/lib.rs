@@ -1,8 +1,9 @@
 //! kvroute core: a deterministic replayer for KV-aware LLM request routing.
 //!
 //! A `kvroute-trace/1` document (workers, cache events, load observations, requests) is
-//! validated into a [`Trace`], replayed under four policies, and explained in a
-//! [`Receipt`] whose canonical bytes and SHA-256 digest are the same on every run.
+//! validated into a [`Trace`], replayed under four policies (five when the trace sets
+//! `policy.dynamo_block_tokens`: Dynamo's default selector, SPEC.md §4.8), and
+//! explained in a [`Receipt`] whose canonical bytes and SHA-256 digest are the same on every run.
 //! `SPEC.md` at the repository root is the behaviour this crate implements.
 //!
 //! The folders follow SPEC.md's parts and depend one way only: [`input`] ← [`route`] ←
@@ -18,8 +19,9 @@
 //! - **freshness**, eligibility, work and after-placement figures, and dominance:
 //!   [`route::candidate`]; the reasons rows list: [`route::reason`];
 //! - the **policy rule** (cost score, ties, margins, the overload cap and the cold
-//!   reserve, route kind):
-//!   [`route::policy`]; the run loop and clean runs: [`route::engine`];
+//!   reserve, route kind, which runs a trace has):
+//!   [`route::policy`]; the Dynamo cost of `dynamo_default`: [`route::candidate`]; the
+//!   run loop and clean runs: [`route::engine`];
 //! - **canonical bytes and digests**: [`output::canonical`] (integers, string escapes
 //!   and digest tags: [`output::json_text`]); the receipt:
 //!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:

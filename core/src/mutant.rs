@@ -11,7 +11,7 @@
 //! unattributable, so the first check refuses them and stops the process.
 
 /// Every planted bug, by the name the catalogue and `KVROUTE_MUTANT` use.
-pub const NAMES: [&str; 19] = [
+pub const NAMES: [&str; 20] = [
     "mutant-tenant-scope-removed",
     "mutant-stale-epochs-accepted",
     "mutant-decode-ignored",
@@ -31,6 +31,7 @@ pub const NAMES: [&str; 19] = [
     "mutant-reserve-on-cold",
     "mutant-loss-after-delivery",
     "mutant-missed-only-on-hits",
+    "mutant-dynamo-partial-blocks",
 ];
 
 /// The environment variable that selects the one active bug in a `mutants` build.

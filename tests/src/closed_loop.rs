@@ -51,7 +51,7 @@ pub struct Reproduced {
 pub fn check_reproduction(sim: &Trace, options: &SimulateOptions, what: &str) -> Vec<Reproduced> {
     let compiled = Compiled::new(sim);
     let mut runs = Vec::new();
-    for &policy in &Policy::ALL {
+    for &policy in &Policy::STANDARD {
         let mut sink = CollectSink::default();
         let run = simulate_policy(&compiled, policy, options, true, &mut sink);
         let trace_bytes = canonical_trace_bytes(&generated_trace(sim, &run));

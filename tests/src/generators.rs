@@ -9,8 +9,9 @@
 //! freshness windows and overload caps that bite, sharing grants, and requests that no
 //! worker can serve. Each of the three stale rules, sequential epochs (with late and
 //! skipped epochs, so gaps open, close by reordering and wait for a clear) and cold
-//! reserves from none to the whole cap are drawn too, each sometimes absent and
-//! sometimes spelled out at its default. [`near_valid`] plants exactly one defect in
+//! reserves from none to the whole cap are drawn too, and Dynamo block sizes (the
+//! `dynamo_default` run) that reuse and decode fill whole or partly, each sometimes
+//! absent and sometimes spelled out at its default. [`near_valid`] plants exactly one defect in
 //! such a trace.
 
 use crate::reorder::seeded_rng;
@@ -22,7 +23,7 @@ use serde_json::{json, Value};
 /// recipes' byte layout) changes the trace any seed produces: sweep reports carry it, and
 /// `kvroute swarm merge` refuses to join shards built by different generators. The
 /// sweep test `the_generator_version_is_bumped_with_its_output` pins the output it names.
-pub const GENERATOR_VERSION: u32 = 2;
+pub const GENERATOR_VERSION: u32 = 3;
 
 /// Weighted towards `acme`, so cached prefixes often belong to the requester.
 const TENANTS: [&str; 4] = ["acme", "acme", "beta", "gamma"];
@@ -228,6 +229,8 @@ pub struct TraceRecipe {
     stale_rule: u8,
     epochs: u8,
     cold_reserve: u8,
+    /// `policy.dynamo_block_tokens` (SPEC.md §4.8), drawn last for the same reason.
+    dynamo_block_tokens: u8,
 }
 
 impl<'a> Arbitrary<'a> for TraceRecipe {
@@ -259,10 +262,12 @@ impl<'a> Arbitrary<'a> for TraceRecipe {
         let stale_rule = u.arbitrary().unwrap_or(0);
         let epochs = u.arbitrary().unwrap_or(0);
         let cold_reserve = u.arbitrary().unwrap_or(0);
+        let dynamo_block_tokens = u.arbitrary().unwrap_or(0);
         Ok(TraceRecipe {
             stale_rule,
             epochs,
             cold_reserve,
+            dynamo_block_tokens,
             decode_weight,
             imbalance_penalty,
             freshness,
@@ -490,6 +495,36 @@ impl TraceRecipe {
         );
         if let Some(reserve) = reserve {
             policy["cold_reserve_milli"] = json!(reserve);
+        }
+        // Block sizes against segments of 512, 256, 1 and 0 tokens and decode figures of
+        // 0 to 900: powers of two that reuse fills whole (256, 512) or only partly (64
+        // with a 1-token segment, 1024), and others that never divide it evenly (3,
+        // 100, 600, 1000), so whole and partial blocks, of reuse and of decode, both
+        // occur. Blocks of 1 make the overlap every reused token. Some traces spell out
+        // the default (null), most of the rest leave it out.
+        let block_tokens = pick(
+            &[
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(None),
+                Some(Some(1)),
+                Some(Some(3)),
+                Some(Some(64)),
+                Some(Some(100)),
+                Some(Some(256)),
+                Some(Some(512)),
+                Some(Some(600)),
+                Some(Some(1000)),
+                Some(Some(1024)),
+            ],
+            self.dynamo_block_tokens,
+        );
+        if let Some(block_tokens) = block_tokens {
+            policy["dynamo_block_tokens"] = json!(block_tokens);
         }
         json!({
             "format": "kvroute-trace/1",

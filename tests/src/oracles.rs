@@ -259,8 +259,9 @@ pub fn csv_export(recipe: &TraceRecipe) {
     }
 }
 
-/// Arbitrary bytes as a Mooncake JSONL file (the first byte picks the worker count and
-/// block size): the import never panics, and every trace it accepts validates.
+/// Arbitrary bytes as a Mooncake JSONL file (the first byte picks the worker count, the
+/// block size and `--dynamo-block-tokens`, 0 included): the import never panics, and
+/// every trace it accepts validates.
 pub fn import_mooncake(data: &[u8]) {
     use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
     let (options, input) = match data.split_first() {
@@ -268,6 +269,7 @@ pub fn import_mooncake(data: &[u8]) {
             MooncakeOptions {
                 workers: 1 + (b % 16) as u32,
                 block_tokens: [1, 16, 512, 4096][(b >> 4) as usize % 4],
+                dynamo_block_tokens: [None, Some(0), Some(512), Some(1000)][(b >> 6) as usize],
                 ..MooncakeOptions::default()
             },
             rest,

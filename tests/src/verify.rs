@@ -235,6 +235,10 @@ fn justified_choice(policy: &str, rows: &[Value], cursor: &mut usize) -> Option<
         }
         "least_load" => smallest(&eligible, &|r| field(r, "work_milli")),
         "longest_prefix" => smallest(&eligible, &|r| u64::MAX - field(r, "reuse")),
+        // SPEC.md §4.8: the Dynamo cost over every eligible row; no cap, no reserve, so
+        // an `overloaded` or `cold_reserve` reason here excludes nothing (it is itself
+        // wrong, which the recomputation reports).
+        "dynamo_default" => smallest(&eligible, &|r| field(r, "cost_milli")),
         _ => {
             // SPEC.md §5 and §4.5: rows neither overloaded nor reserved out, else the
             // reserved-out rows too, else the overload escape over every eligible row.
@@ -517,4 +521,51 @@ fn receipt_shape(members: &[(String, Node)]) -> Result<(), String> {
         let table: Vec<(&str, Kind)> = METRICS.iter().map(|&m| (m, Kind::Integer)).collect();
         check_members(&member_path(run_path, "metrics"), metrics, &table)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::justified_choice;
+    use serde_json::{json, Value};
+
+    fn row(worker: &str, cost: u64, reasons: &[&str]) -> Value {
+        json!({ "worker": worker, "eligible": true, "cost_milli": cost, "reuse": 0,
+                "work_milli": 0, "after_milli": 5000, "reasons": reasons })
+    }
+
+    #[test]
+    fn dynamo_default_is_the_smallest_cost_over_every_eligible_row() {
+        let mut cursor = 0;
+        // SPEC.md §4.8: no cap and no reserve in this run, so a row's `overloaded` or
+        // `cold_reserve` reason (itself wrong there) does not move the choice; under
+        // cache_plus_load's rule the same rows justify w1.
+        let rows = [
+            row("w0", 100, &["overloaded"]),
+            row("w1", 300, &[]),
+            row("w2", 100, &["cold_reserve"]),
+        ];
+        assert_eq!(
+            justified_choice("dynamo_default", &rows, &mut cursor).as_deref(),
+            Some("w0")
+        );
+        assert_eq!(
+            justified_choice("cache_plus_load", &rows, &mut cursor).as_deref(),
+            Some("w1")
+        );
+        // Ties by id; ineligible rows never.
+        let mut rows = [row("w0", 7, &[]), row("w1", 5, &[]), row("w2", 5, &[])];
+        assert_eq!(
+            justified_choice("dynamo_default", &rows, &mut cursor).as_deref(),
+            Some("w1")
+        );
+        rows[1]["eligible"] = json!(false);
+        assert_eq!(
+            justified_choice("dynamo_default", &rows, &mut cursor).as_deref(),
+            Some("w2")
+        );
+        for row in &mut rows {
+            row["eligible"] = json!(false);
+        }
+        assert_eq!(justified_choice("dynamo_default", &rows, &mut cursor), None);
+    }
 }

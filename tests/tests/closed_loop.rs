@@ -112,7 +112,7 @@ fn core_and_oracle_agree_on_thousands_of_mooncake_requests() {
     // as the oracle's full runs.
     let trace = parse_trace(&bytes).unwrap();
     let compiled = Compiled::new(&trace);
-    let core_metrics: Vec<Value> = Policy::ALL
+    let core_metrics: Vec<Value> = Policy::runs_for(&trace.policy)
         .iter()
         .map(|&p| json!({ "policy": p.name(), "metrics": metrics_value(&engine::run_metrics(&compiled, p)) }))
         .collect();

@@ -31,6 +31,7 @@ fixture_tests!(
     arrival_order,
     cold_reserve,
     cold_reserve_fallback,
+    dynamo_default_tie,
     evidence_gap,
     freshness_window,
     hot_worker_decode,

@@ -88,7 +88,7 @@ proptest! {
         let expected = kvroute_core::output::receipt::replay(&trace).canonical_bytes();
 
         // Sequentially, starting from a rotated policy.
-        let mut order = Policy::ALL.to_vec();
+        let mut order = Policy::runs_for(&trace.policy).to_vec();
         order.rotate_left(rotation);
         let mut runs: Vec<_> = order
             .iter()
@@ -104,7 +104,7 @@ proptest! {
 
         // In parallel, one thread per policy.
         let runs: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = Policy::ALL
+            let handles: Vec<_> = Policy::runs_for(&trace.policy)
                 .iter()
                 .map(|&p| {
                     let compiled = &compiled;

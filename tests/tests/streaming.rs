@@ -95,7 +95,7 @@ fn check(trace_bytes: &[u8], what: &str) {
     assert_eq!(summary.runs, metrics, "{what}: metrics");
     assert_eq!(
         summary.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
-        Policy::ALL.to_vec()
+        Policy::runs_for(&trace.policy).to_vec()
     );
 
     // The typed bytes: in memory from records, in memory while replaying, streamed to a

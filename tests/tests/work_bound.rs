@@ -35,7 +35,7 @@ fn operations_per_policy(trace_json: &[u8], policies: &[Policy]) -> (Vec<u64>, u
 #[test]
 fn the_worst_case_at_every_lab_limit_stays_within_the_bound() {
     let trace = costly_trace(&CostlyShape::LAB_LIMITS).to_string();
-    let (counts, bound) = operations_per_policy(trace.as_bytes(), &Policy::ALL);
+    let (counts, bound) = operations_per_policy(trace.as_bytes(), &Policy::STANDARD);
     // W·C + E·max(K, C) + R·(W + K·W·C) with E = 64 + 8·2·2 = 96 events.
     assert_eq!(bound, 8 * 256 + 96 * 256 + 64 * (8 + 32 * 8 * 256));
     for count in &counts {
@@ -105,7 +105,7 @@ proptest! {
     #[test]
     fn generated_worst_cases_stay_within_the_bound(shape in shapes(), policy in 0usize..4) {
         let trace = costly_trace(&shape).to_string();
-        let (counts, bound) = operations_per_policy(trace.as_bytes(), &[Policy::ALL[policy]]);
+        let (counts, bound) = operations_per_policy(trace.as_bytes(), &[Policy::STANDARD[policy]]);
         for count in counts {
             prop_assert!(u128::from(count) <= bound, "{:?}: {} > {}", shape, count, bound);
         }

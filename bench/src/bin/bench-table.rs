@@ -203,7 +203,7 @@ fn main() {
                 grouped(cache_event_count(&trace) as f64),
             ));
             let mut rows = Vec::new();
-            for policy in Policy::ALL {
+            for policy in Policy::STANDARD {
                 let (plain, metrics) = measure(|| run_metrics(black_box(&compiled), policy));
                 let plain_rate = plain.per_second(decisions);
                 if policy == Policy::CachePlusLoad && workers == 64 {
@@ -387,7 +387,7 @@ fn main() {
         let core_metrics_only = measure(|| {
             let trace = parse_trace(black_box(&trace_bytes)).expect("validates");
             let compiled = Compiled::new(&trace);
-            Policy::ALL.map(|policy| run_metrics(&compiled, policy))
+            Policy::STANDARD.map(|policy| run_metrics(&compiled, policy))
         })
         .0;
         let parse_only = measure(|| parse_trace(black_box(&trace_bytes)).map(|t| t.events.len())).0;
@@ -397,7 +397,7 @@ fn main() {
         let validated_oracle = kvroute_oracle::validated(&trace_bytes).expect("validates");
         let core_routing_metrics = |trace: &kvroute_core::Trace| {
             let compiled = Compiled::new(trace);
-            let runs: Vec<serde_json::Value> = Policy::ALL
+            let runs: Vec<serde_json::Value> = Policy::STANDARD
                 .iter()
                 .map(|&p| {
                     serde_json::json!({
@@ -551,7 +551,7 @@ fn main() {
                 .map(|bytes| {
                     let trace = parse_trace(black_box(bytes)).expect("generated traces are valid");
                     let compiled = Compiled::new(&trace);
-                    Policy::ALL.map(|policy| run_metrics(&compiled, policy).routed)
+                    Policy::STANDARD.map(|policy| run_metrics(&compiled, policy).routed)
                 })
                 .count()
         })

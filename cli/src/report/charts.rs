@@ -34,11 +34,12 @@ const INK: RGBColor = RGBColor(0x21, 0x25, 0x29);
 const GRID: RGBColor = RGBColor(0xe9, 0xec, 0xef);
 
 /// The colour of each policy, in receipt order; the page's CSS uses the same.
-pub const POLICY_COLOURS: [RGBColor; 4] = [
+pub const POLICY_COLOURS: [RGBColor; 5] = [
     RGBColor(0x86, 0x8e, 0x96),
     RGBColor(0x74, 0xb8, 0x16),
     RGBColor(0xf5, 0x9f, 0x00),
     RGBColor(0x1c, 0x6e, 0xc9),
+    RGBColor(0x84, 0x5e, 0xf7),
 ];
 
 /// The worker colours of the assigned-work charts.
@@ -227,7 +228,9 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
 /// One small bar chart: one bar per policy, its value printed above it and the
 /// policy's initials below.
 pub fn bar_svg(title: &str, values: &[u64]) -> String {
-    const INITIALS: [&str; 4] = ["RR", "LL", "LP", "C+L"];
+    // In receipt order; `Dyn` is `dynamo_default`, present only when the trace sets
+    // `dynamo_block_tokens`.
+    const INITIALS: [&str; 5] = ["RR", "LL", "LP", "C+L", "Dyn"];
     render(BAR_SIZE_PX, |root| {
         let value_max = values.iter().copied().max().unwrap_or(0).max(1) as f64;
         let mut chart = ChartBuilder::on(root)

@@ -169,7 +169,7 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
                 }
                 Err(failure) => return Err(failure),
             };
-            let default = Policy::ALL[Policy::ALL.len() - 1];
+            let default = Policy::CachePlusLoad;
             (
                 Some(second),
                 args.baseline.unwrap_or(default),

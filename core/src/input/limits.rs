@@ -158,4 +158,15 @@ impl CostBound {
             .saturating_add(imbalance_bound);
         cost_bound > u128::from(JSON_INTEGER_MAX)
     }
+
+    /// Whether a `dynamo_default` cost (SPEC.md §4.8) or margin could pass
+    /// [`JSON_INTEGER_MAX`] with blocks of `block_tokens`: `1000·Q + 1000·(A + b)`, since
+    /// a row's prefill tokens are at most `Q` and its decode blocks hold fewer than
+    /// `A + b` tokens.
+    pub fn dynamo_exceeds_integer_max(&self, block_tokens: u64) -> bool {
+        let queued_bound = self.queued_max + self.prompt_sum;
+        let decode_bound = self.active_max + self.decode_sum + u128::from(block_tokens);
+        let dynamo_bound = (1000 * queued_bound).saturating_add(1000 * decode_bound);
+        dynamo_bound > u128::from(JSON_INTEGER_MAX)
+    }
 }

@@ -43,6 +43,9 @@ pub struct MooncakeOptions {
     pub model: String,
     /// How many identical workers to create.
     pub workers: u32,
+    /// `policy.dynamo_block_tokens` of the trace (SPEC.md §4.8), so that its receipt
+    /// has the `dynamo_default` run; unset by default.
+    pub dynamo_block_tokens: Option<u64>,
 }
 
 impl Default for MooncakeOptions {
@@ -52,6 +55,7 @@ impl Default for MooncakeOptions {
             tenant: "mooncake".to_owned(),
             model: "mooncake-model".to_owned(),
             workers: 8,
+            dynamo_block_tokens: None,
         }
     }
 }
@@ -167,7 +171,7 @@ pub fn import_mooncake(
             }),
         });
     }
-    for reason in whole_input_errors(&totals) {
+    for reason in whole_input_errors(&totals, options.dynamo_block_tokens) {
         report.push(0, reason);
     }
     if !report.is_empty() {
@@ -189,7 +193,10 @@ pub fn import_mooncake(
         .collect();
     Ok(Trace {
         limits: PROFILE,
-        policy: PolicyParams::default(),
+        policy: PolicyParams {
+            dynamo_block_tokens: options.dynamo_block_tokens,
+            ..PolicyParams::default()
+        },
         sharing: Vec::new(),
         workers,
         events,
@@ -231,6 +238,9 @@ fn option_errors(options: &MooncakeOptions) -> Vec<String> {
     let mut reasons = Vec::new();
     if options.block_tokens == 0 {
         reasons.push("block_tokens: expected a positive integer, found 0".to_owned());
+    }
+    if options.dynamo_block_tokens == Some(0) {
+        reasons.push("dynamo_block_tokens: expected a positive integer, found 0".to_owned());
     }
     let workers_max = PROFILE.workers_max();
     if options.workers == 0 || u64::from(options.workers) > workers_max {
@@ -432,7 +442,7 @@ impl Totals {
 /// The request-count limit and the overflow bound of SPEC.md §1.4 for the trace the
 /// import would produce. Every event is a request, so the event limit (twice the request
 /// limit) cannot be reached first.
-fn whole_input_errors(totals: &Totals) -> Vec<String> {
+fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<String> {
     let mut reasons = Vec::new();
     if totals.requests > PROFILE.requests_max() {
         reasons.push(format!(
@@ -443,9 +453,14 @@ fn whole_input_errors(totals: &Totals) -> Vec<String> {
         ));
     }
     let policy = PolicyParams::default();
+    // The dynamo_default run's bound (§1.4) too, which is the larger of the two only
+    // when the block is longer than the longest prompt.
+    let dynamo_over = dynamo_block_tokens
+        .is_some_and(|block_tokens| totals.bound.dynamo_exceeds_integer_max(block_tokens));
     if totals
         .bound
         .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
+        || dynamo_over
     {
         reasons.push(format!(
             "figures could overflow: {} prompt and {} decode tokens in all put the cost \
@@ -584,6 +599,7 @@ mod tests {
             tenant: "t".to_owned(),
             model: "m".to_owned(),
             workers: 12,
+            dynamo_block_tokens: None,
         };
         let first_and_last: String = THREE_LINES
             .lines()
@@ -799,6 +815,7 @@ mod tests {
             tenant: String::new(),
             model: String::new(),
             workers: 4097,
+            dynamo_block_tokens: None,
         };
         let errors: Vec<String> = import_mooncake(THREE_LINES.as_bytes(), &options)
             .unwrap_err()
@@ -837,7 +854,7 @@ mod tests {
                 ..CostBound::default()
             },
         };
-        assert!(whole_input_errors(&within).is_empty());
+        assert!(whole_input_errors(&within, None).is_empty());
         let over = Totals {
             requests: 10_000_001,
             bound: CostBound {
@@ -848,12 +865,61 @@ mod tests {
             },
         };
         assert_eq!(
-            whole_input_errors(&over),
+            whole_input_errors(&over, None),
             [
                 "10000001 requests exceed the scale limit of 10000000".to_owned(),
                 "figures could overflow: 9000000000000 prompt and 7200000000 decode tokens \
                  in all put the cost bound over 9007199254740991; import fewer lines"
                     .to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn dynamo_block_tokens_sets_the_member_and_its_bound() {
+        let options = MooncakeOptions {
+            dynamo_block_tokens: Some(512),
+            ..MooncakeOptions::default()
+        };
+        let trace = import_mooncake(THREE_LINES.as_bytes(), &options).unwrap();
+        assert_eq!(trace.policy.dynamo_block_tokens, Some(512));
+        assert_eq!(
+            trace.policy,
+            PolicyParams {
+                dynamo_block_tokens: Some(512),
+                ..PolicyParams::default()
+            }
+        );
+        let zero = MooncakeOptions {
+            dynamo_block_tokens: Some(0),
+            ..MooncakeOptions::default()
+        };
+        let errors: Vec<String> = import_mooncake(THREE_LINES.as_bytes(), &zero)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            ["dynamo_block_tokens: expected a positive integer, found 0"]
+        );
+        // Within the version-1 bound, over the dynamo one: 1000·(Σprompt + Σdecode + b)
+        // passes 2^53 - 1 only through the block (SPEC.md §1.4).
+        let totals = Totals {
+            requests: 1,
+            bound: CostBound {
+                prompt_sum: 1000,
+                decode_sum: 10,
+                prompt_max: 1000,
+                ..CostBound::default()
+            },
+        };
+        assert!(whole_input_errors(&totals, Some(9_007_199_254_740 - 1010)).is_empty());
+        assert_eq!(
+            whole_input_errors(&totals, Some(9_007_199_254_740 - 1009)),
+            [
+                "figures could overflow: 1000 prompt and 10 decode tokens in all put the cost \
+              bound over 9007199254740991; import fewer lines"
             ]
         );
     }

@@ -19,6 +19,9 @@ pub struct PolicyParams {
     pub epochs: EpochsMode,
     /// The last milli-units of the overload cap kept for rows without reuse (§4.5).
     pub cold_reserve_milli: Option<u64>,
+    /// Dynamo's KV block size in tokens, at least 1: when set, the receipt has a fifth
+    /// run, `dynamo_default`, priced by Dynamo's default selector (§4.8).
+    pub dynamo_block_tokens: Option<u64>,
 }
 
 impl Default for PolicyParams {
@@ -31,6 +34,7 @@ impl Default for PolicyParams {
             stale_rule: StaleRule::WorkerEpoch,
             epochs: EpochsMode::Any,
             cold_reserve_milli: None,
+            dynamo_block_tokens: None,
         }
     }
 }

@@ -252,6 +252,28 @@ impl Walk {
         None
     }
 
+    /// `policy.dynamo_block_tokens`: a block of zero tokens has no meaning, so unlike
+    /// the other nullable members it must be at least 1 (SPEC.md §2.2: one reason for
+    /// `0` and for every other wrong value).
+    fn block_tokens(&mut self, path: &str, node: &Node) -> Option<Option<u64>> {
+        match node {
+            Node::Null => return Some(None),
+            node => {
+                if let Some(v) = node.integer().filter(|&v| v >= 1) {
+                    return Some(Some(v));
+                }
+            }
+        }
+        self.err(
+            path,
+            format!(
+                "expected a positive integer or null, found {}",
+                node.quoted()
+            ),
+        );
+        None
+    }
+
     fn rate(&mut self, path: &str, node: &Node) -> Option<u64> {
         match self.integer(path, node)? {
             0 => {
@@ -434,6 +456,10 @@ impl Walk {
             None => Some(None),
             Some((path, node)) => self.nullable_integer(&path, node),
         };
+        let dynamo_block_tokens = match obj.optional("dynamo_block_tokens") {
+            None => Some(None),
+            Some((path, node)) => self.block_tokens(&path, node),
+        };
         obj.finish(
             self,
             &[
@@ -444,6 +470,7 @@ impl Walk {
                 "stale_rule",
                 "epochs",
                 "cold_reserve_milli",
+                "dynamo_block_tokens",
             ],
         );
         Some(PolicyParams {
@@ -454,6 +481,7 @@ impl Walk {
             stale_rule: stale_rule?,
             epochs: epochs?,
             cold_reserve_milli: cold_reserve_milli?,
+            dynamo_block_tokens: dynamo_block_tokens?,
         })
     }
 
@@ -1017,8 +1045,11 @@ fn overflow_error(trace: &Trace) -> Option<String> {
         }
     }
     let policy = &trace.policy;
-    bound
-        .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
+    let dynamo_over = policy
+        .dynamo_block_tokens
+        .is_some_and(|block_tokens| bound.dynamo_exceeds_integer_max(block_tokens));
+    (bound.exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
+        || dynamo_over)
         .then(|| {
             format!(
                 "$: figures could overflow: the cost bound exceeds {}",

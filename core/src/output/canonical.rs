@@ -170,6 +170,9 @@ fn canonical_head_value(trace: &Trace) -> Value {
     if let Some(reserve) = trace.policy.cold_reserve_milli {
         policy.insert("cold_reserve_milli".into(), json!(reserve));
     }
+    if let Some(block_tokens) = trace.policy.dynamo_block_tokens {
+        policy.insert("dynamo_block_tokens".into(), json!(block_tokens));
+    }
     head
 }
 
@@ -192,7 +195,7 @@ pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
     piece.clear();
     piece.extend_from_slice(br#"],"format":"kvroute-trace/1","limits":"#);
     push_str(&mut piece, trace.limits.name());
-    // Policy members in JCS order; the three added after contract version 1 only off
+    // Policy members in JCS order; the four added after contract version 1 only off
     // their defaults (SPEC.md §6.1), so existing digests are unchanged.
     piece.extend_from_slice(br#","policy":{"#);
     if let Some(reserve) = trace.policy.cold_reserve_milli {
@@ -202,6 +205,10 @@ pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
     }
     piece.extend_from_slice(br#""decode_weight_milli":"#);
     push_u64(&mut piece, trace.policy.decode_weight_milli);
+    if let Some(block_tokens) = trace.policy.dynamo_block_tokens {
+        piece.extend_from_slice(br#","dynamo_block_tokens":"#);
+        push_u64(&mut piece, block_tokens);
+    }
     if trace.policy.epochs != EpochsMode::default() {
         piece.extend_from_slice(br#","epochs":"#);
         push_str(&mut piece, trace.policy.epochs.name());

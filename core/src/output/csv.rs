@@ -180,7 +180,7 @@ pub fn write_csv<W: Write + ?Sized>(
     let mut writer = csv_writer(out);
     writer.write_record(CSV_COLUMNS)?;
     let mut runs = Vec::new();
-    for &policy in &Policy::ALL {
+    for &policy in Policy::runs_for(&compiled.trace.policy) {
         let mut sink = CsvSink {
             writer,
             ids: &compiled.worker_ids,

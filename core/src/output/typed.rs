@@ -402,7 +402,7 @@ pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
     // nothing is carried and each run starts from a fresh initial state.
     let mut carried: Option<RouterState> =
         crate::mutant::active("mutant-shared-state").then(|| RouterState::initial(compiled));
-    for (i, &policy) in Policy::ALL.iter().enumerate() {
+    for (i, &policy) in Policy::runs_for(&compiled.trace.policy).iter().enumerate() {
         if i > 0 {
             runs.push(b',');
         }
@@ -525,7 +525,7 @@ pub fn stream_runs<O: RunsOut + ?Sized>(
     let mut runs = Vec::new();
     let mut scratch = Vec::new();
     out.punctuation(b"[");
-    for (i, &policy) in Policy::ALL.iter().enumerate() {
+    for (i, &policy) in Policy::runs_for(&compiled.trace.policy).iter().enumerate() {
         if i > 0 {
             out.punctuation(b",");
         }

@@ -5,7 +5,9 @@
 //! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
 //! have after this request. Rows are computed the same way for every policy. What a
 //! policy makes of them — the cost score, the overload cap, the choice — is in
-//! [`crate::route::policy`]. This module also answers the Pareto dominance question.
+//! [`crate::route::policy`]. This module also answers the Pareto dominance question,
+//! and prices one row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads
+//! nothing but the row's own figures.
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::route::compiled::{Compiled, Req};
@@ -50,6 +52,8 @@ pub struct Rows {
     pub work_milli: Vec<u64>,
     pub after_milli: Vec<u64>,
     pub cost_milli: Vec<u64>,
+    /// The current request's `prompt_tokens`, the same for every row.
+    pub prompt_tokens: u64,
     walk: WalkScratch,
 }
 
@@ -65,6 +69,7 @@ impl Rows {
             work_milli: vec![0; worker_count],
             after_milli: vec![0; worker_count],
             cost_milli: vec![0; worker_count],
+            prompt_tokens: 0,
             walk: WalkScratch::new(worker_count),
         }
     }
@@ -135,6 +140,7 @@ impl Rows {
             &mut self.reuse,
             &mut self.reasons,
         );
+        self.prompt_tokens = request.prompt_tokens;
         let decode_weight = params.decode_weight_milli as u128;
         let decode_milli = decode_weight * request.decode_tokens as u128;
         // Zipped slices rather than indexes: this loop runs once per worker per request.
@@ -230,8 +236,65 @@ impl Rows {
     }
 }
 
+/// One row's Dynamo cost (SPEC.md §4.8): Dynamo's `prefill blocks - overlap blocks +
+/// decode blocks` in blocks of `block_tokens`, times `1000 * block_tokens` so that it
+/// is an integer. Dynamo's indexer matches whole blocks only, so a partial last block of
+/// reuse earns nothing; its decode term counts the blocks the outstanding decode tokens
+/// fill, the last one partly. `reuse <= prompt_tokens`, so the prefill is never negative.
+pub fn dynamo_cost_milli(
+    reuse: u64,
+    queued_prefill: u64,
+    prompt_tokens: u64,
+    active_decode: u64,
+    block_tokens: u64,
+) -> u64 {
+    let b = u128::from(block_tokens.max(1));
+    // The mutant credits the partial last block too, as a token-level index would.
+    let overlap_tokens = if crate::mutant::active("mutant-dynamo-partial-blocks") {
+        u128::from(reuse)
+    } else {
+        b * (u128::from(reuse) / b)
+    };
+    let prefill_tokens =
+        (u128::from(queued_prefill) + u128::from(prompt_tokens)).saturating_sub(overlap_tokens);
+    let decode_blocks = u128::from(active_decode).div_ceil(b);
+    to_u64(1000 * prefill_tokens + 1000 * b * decode_blocks)
+}
+
 /// The overflow rule (SPEC.md §1.4) bounds every row figure by 2^53 - 1, so this
 /// narrowing never saturates on a validated trace; saturating keeps it panic-free.
 pub(crate) fn to_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dynamo_cost_milli;
+
+    #[test]
+    fn dynamo_cost_counts_whole_blocks_of_reuse_and_rounds_decode_up() {
+        // (reuse, queued_prefill, prompt_tokens, active_decode, block_tokens) -> cost,
+        // each worked out from SPEC.md §4.8 by hand.
+        let cases = [
+            // §4.8's worked example, w0 with blocks of 512 and of 1000.
+            ((1024, 1000, 1200, 0, 512), 1_176_000),
+            ((1024, 1000, 1200, 0, 1000), 1_200_000),
+            // One token short of a block: no overlap at all.
+            ((511, 0, 600, 0, 512), 600_000),
+            // Exactly one block of decode, then one token over it.
+            ((0, 0, 10, 512, 512), 10_000 + 512_000),
+            ((0, 0, 10, 513, 512), 10_000 + 1_024_000),
+            // Blocks of one token: every reused token counts, decode tokens as they are.
+            ((7, 3, 10, 5, 1), 6_000 + 5_000),
+            // The whole prompt reused in whole blocks: only the queue is left.
+            ((256, 40, 256, 0, 64), 40_000),
+        ];
+        for ((reuse, queued, prompt, active, b), expected) in cases {
+            assert_eq!(
+                dynamo_cost_milli(reuse, queued, prompt, active, b),
+                expected,
+                "reuse {reuse}, queued {queued}, prompt {prompt}, active {active}, b {b}"
+            );
+        }
+    }
 }

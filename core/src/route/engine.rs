@@ -1,4 +1,4 @@
-//! The replay engine: one clean run of the trace per policy (SPEC.md §3, §5).
+//! The replay engine: one clean run of the trace per policy (SPEC.md §3, §5, §4.8).
 //!
 //! A [`Runner`] holds one policy's run: its own fresh [`RouterState`], the round-robin
 //! cursor, the metrics so far and the scratch rows. [`Runner::step`] takes one event in
@@ -188,7 +188,7 @@ impl<'c, 't> Runner<'c, 't> {
             params,
             &mut self.rule,
         );
-        price(&mut self.rows, params);
+        price(self.policy, &mut self.rows, params);
         let choice = choose(self.policy, &mut self.rows, params, &mut self.cursor);
         let rows = &self.rows;
         let route_kind = RouteKind::of(&choice, rows);
@@ -225,7 +225,7 @@ pub fn run_all(compiled: &Compiled) -> Vec<Run> {
     if crate::mutant::active("mutant-shared-state") {
         // The mutant hands each policy the state the previous one left behind.
         let mut state = RouterState::initial(compiled);
-        return Policy::ALL
+        return Policy::runs_for(&compiled.trace.policy)
             .iter()
             .map(|&policy| {
                 let (run, left) = run_policy_returning_state(compiled, policy, state.clone());
@@ -234,7 +234,7 @@ pub fn run_all(compiled: &Compiled) -> Vec<Run> {
             })
             .collect();
     }
-    Policy::ALL
+    Policy::runs_for(&compiled.trace.policy)
         .iter()
         .map(|&policy| run_policy(compiled, policy, RouterState::initial(compiled)))
         .collect()

@@ -3,12 +3,13 @@
 //! Every policy orders the choosable rows by one score and breaks ties by worker id
 //! (rows arrive in id order, so "first in scan order" is "smallest id"). This module is
 //! the one place that says what the cache-plus-load cost is (recompute, work, decode
-//! weight through `work_milli`, and the imbalance penalty), what each policy prefers,
-//! what the overload cap excludes, how `tie_count` and `margin_milli` are measured, and
-//! which route kind a decision gets.
+//! weight through `work_milli`, and the imbalance penalty), which cost a run's rows
+//! carry (the Dynamo cost of §4.8, [`dynamo_cost_milli`], in `dynamo_default`), what
+//! each policy prefers, what the overload cap excludes, how `tie_count` and
+//! `margin_milli` are measured, and which route kind a decision gets.
 
 use crate::input::trace::PolicyParams;
-use crate::route::candidate::{to_u64, Rows};
+use crate::route::candidate::{dynamo_cost_milli, to_u64, Rows};
 use crate::route::reason::Reason;
 
 /// A routing policy.
@@ -18,16 +19,41 @@ pub enum Policy {
     LeastLoad,
     LongestPrefix,
     CachePlusLoad,
+    /// Dynamo's default selector restated in integers (SPEC.md §4.8): a run only of a
+    /// trace that sets `policy.dynamo_block_tokens`.
+    DynamoDefault,
 }
 
 impl Policy {
-    /// Every policy, in receipt order.
-    pub const ALL: [Policy; 4] = [
+    /// Every policy, in receipt order: what a policy name may be (`diff --baseline`, a
+    /// receipt's runs). Which of them a trace's receipt has is [`Policy::runs_for`].
+    pub const ALL: [Policy; 5] = [
+        Policy::RoundRobin,
+        Policy::LeastLoad,
+        Policy::LongestPrefix,
+        Policy::CachePlusLoad,
+        Policy::DynamoDefault,
+    ];
+
+    /// The four policies of SPEC.md §5 that every receipt has, in receipt order; also
+    /// the closed loop's comparison (§7: `dynamo_default` is no closed-loop policy).
+    pub const STANDARD: [Policy; 4] = [
         Policy::RoundRobin,
         Policy::LeastLoad,
         Policy::LongestPrefix,
         Policy::CachePlusLoad,
     ];
+
+    /// The runs a trace with these parameters has, in receipt order: the four, then
+    /// `dynamo_default` when `dynamo_block_tokens` is set (SPEC.md §6), so a default
+    /// trace keeps its four runs and its receipt bytes.
+    pub fn runs_for(params: &PolicyParams) -> &'static [Policy] {
+        if params.dynamo_block_tokens.is_some() {
+            &Policy::ALL
+        } else {
+            &Policy::STANDARD
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -35,7 +61,13 @@ impl Policy {
             Policy::LeastLoad => "least_load",
             Policy::LongestPrefix => "longest_prefix",
             Policy::CachePlusLoad => "cache_plus_load",
+            Policy::DynamoDefault => "dynamo_default",
         }
+    }
+
+    /// The policy a receipt names `name`, if any.
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Policy::ALL.into_iter().find(|p| p.name() == name)
     }
 }
 
@@ -91,11 +123,36 @@ impl RouteKind {
     }
 }
 
+/// Fills every row's `cost_milli` for `policy`'s run: the Dynamo cost of SPEC.md §4.8
+/// in the `dynamo_default` run, the cache-plus-load cost of §4.4 in every other.
+pub fn price(policy: Policy, rows: &mut Rows, params: &PolicyParams) {
+    match policy {
+        Policy::DynamoDefault => price_dynamo(rows, params),
+        _ => price_cache_plus_load(rows, params),
+    }
+}
+
+/// Every row's Dynamo cost (SPEC.md §4.8), eligible or not. A trace without
+/// `dynamo_block_tokens` has no `dynamo_default` run; a caller that runs one anyway
+/// (a benchmark, a test) gets blocks of one token rather than a division by zero.
+fn price_dynamo(rows: &mut Rows, params: &PolicyParams) {
+    let block_tokens = params.dynamo_block_tokens.unwrap_or(1).max(1);
+    for w in 0..rows.len() {
+        rows.cost_milli[w] = dynamo_cost_milli(
+            rows.reuse[w],
+            rows.queued_prefill[w],
+            rows.prompt_tokens,
+            rows.active_decode[w],
+            block_tokens,
+        );
+    }
+}
+
 /// Fills every row's `cost_milli` (SPEC.md §4.4): `1000 * recomputed + work_milli +
 /// imbalance`, where the imbalance penalises a row whose after-placement work is above
-/// the eligible rows' mean. Every row is priced, eligible or not, for every policy: the
-/// receipt shows what cache-plus-load would have paid.
-pub fn price(rows: &mut Rows, params: &PolicyParams) {
+/// the eligible rows' mean. Every row is priced, eligible or not, for every policy but
+/// `dynamo_default`: the receipt shows what cache-plus-load would have paid.
+fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
     let mut eligible_count: u128 = 0;
     let mut after_sum: u128 = 0;
     for w in 0..rows.len() {
@@ -143,6 +200,9 @@ pub fn choose(
             1000,
         ),
         Policy::CachePlusLoad => cache_plus_load(rows, params),
+        // The Dynamo cost over every eligible row: no cap and no reserve apply (§4.8),
+        // and Dynamo's random tie-break becomes the smallest id.
+        Policy::DynamoDefault => best_by(rows, |w| rows.eligible[w], |w| rows.cost_milli[w], 1),
     }
 }
 

@@ -33,7 +33,7 @@ pub fn simulate_result(
 ) -> Result<SimulateResult, SimulateError> {
     let (sim_trace, dropped_events) = simulation_trace(trace, workers)?;
     let compiled = Compiled::new(&sim_trace);
-    let runs: Vec<SimRun> = Policy::ALL
+    let runs: Vec<SimRun> = Policy::STANDARD
         .iter()
         .map(|&policy| simulate_policy(&compiled, policy, options, true, &mut ()))
         .collect();
