@@ -466,14 +466,16 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
         Ok(Node::String(v))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-        let mut items = Vec::new();
+        // Most arrays and objects of a trace are short; starting at 4 skips the first
+        // two regrowths of every one.
+        let mut items = Vec::with_capacity(4);
         while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Node::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(4);
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self)?;
             members.push((key, value));

@@ -9,9 +9,10 @@ use crate::input::document::{self, Path};
 use crate::input::json::{self, quote_str, Node, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::*;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
@@ -833,7 +834,8 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
-    let mut worker_ids = HashSet::with_capacity(trace.workers.len());
+    let mut worker_ids =
+        FxHashSet::with_capacity_and_hasher(trace.workers.len(), Default::default());
     for (i, worker) in trace.workers.iter().enumerate() {
         if !worker_ids.insert(worker.id.as_str()) {
             errors.push_with(|| {
@@ -856,7 +858,8 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
                 )
             });
         }
-        let mut entries = HashSet::with_capacity(worker.cache.len());
+        let mut entries =
+            FxHashSet::with_capacity_and_hasher(worker.cache.len(), Default::default());
         for (j, entry) in worker.cache.iter().enumerate() {
             if !entries.insert((&entry.namespace, entry.key.as_str())) {
                 errors.push_with(|| {
@@ -881,8 +884,8 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
-    let mut seqs = HashSet::with_capacity(trace.events.len());
-    let mut request_ids = HashSet::new();
+    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
+    let mut request_ids = FxHashSet::default();
     for (i, event) in trace.events.iter().enumerate() {
         if !seqs.insert(event.seq) {
             errors.push_with(|| {
@@ -1036,13 +1039,13 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
     let mut errors = ValidationErrors::default();
     let profile = trace.limits;
     let max = profile.cache_entries_per_worker_max() as usize;
-    let index_of: HashMap<&str, usize> = trace
+    let index_of: FxHashMap<&str, usize> = trace
         .workers
         .iter()
         .enumerate()
         .map(|(w, worker)| (worker.id.as_str(), w))
         .collect();
-    let mut resident: Vec<HashSet<(&Namespace, &str)>> = trace
+    let mut resident: Vec<FxHashSet<(&Namespace, &str)>> = trace
         .workers
         .iter()
         .map(|worker| {
