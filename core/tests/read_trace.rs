@@ -78,16 +78,14 @@ fn hostile_documents_read_the_same_as_a_stream() {
     let lab: serde_json::Value = serde_json::from_str(LAB).unwrap();
     // `workers` after `events`, `sharing` last, with errors in each, so the per-member
     // error lists must be put back in the tree walk's order.
-    let reordered = format!(
-        r#"{{"events":[{{"seq":1.0}},{{"seq":2,"tick":3,"type":"load"}}],"colour":1,"format":"kvroute-trace/1","workers":[{{"id":""}},7],"limits":"lab","sharing":[{{"model":1}}],"limits":"scale"}}"#
-    );
+    let reordered = r#"{"events":[{"seq":1.0},{"seq":2,"tick":3,"type":"load"}],"colour":1,"format":"kvroute-trace/1","workers":[{"id":""},7],"limits":"lab","sharing":[{"model":1}],"limits":"scale"}"#;
     let many_errors = format!(
         r#"{{"format":"kvroute-trace/1","events":[{}],"workers":[{}]}}"#,
         vec![r#"{"seq":-1}"#; 80].join(","),
         vec!["1"; 80].join(",")
     );
     let mut cases: Vec<(&str, Vec<u8>)> = vec![
-        ("reordered members", reordered.into_bytes()),
+        ("reordered members", reordered.as_bytes().to_vec()),
         (
             "errors over the cap across members",
             many_errors.into_bytes(),
