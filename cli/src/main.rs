@@ -15,7 +15,7 @@ use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, jsonl, table, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
-use kvroute_core::{parse_trace, Policy, Trace};
+use kvroute_core::{parse_trace, read_trace, Policy, ReadTraceError, Trace};
 use kvroute_harness::verify::VerifyError;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -219,12 +219,26 @@ fn help(path: &[String]) -> Result<(), Failure> {
     out::print(&current.render_long_help().to_string())
 }
 
+/// Reads and validates a trace, streamed from the file or stdin (`-`) so that neither
+/// its text nor a tree of it is held: memory follows the validated trace, not the file.
 fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
-    let bytes = match path {
-        None => kvroute_core::LAB_TRACE_JSON.as_bytes().to_vec(),
-        Some(path) => read_input(path, "trace")?,
+    let Some(path) = path else {
+        return parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
+            .map_err(|errors| Failure::invalid(errors.lines()));
     };
-    parse_trace(&bytes).map_err(|errors| Failure::invalid(errors.lines()))
+    let read = if path.as_os_str() == "-" {
+        read_trace(std::io::stdin().lock())
+    } else {
+        std::fs::File::open(path)
+            .map_err(ReadTraceError::Io)
+            .and_then(read_trace)
+    };
+    read.map_err(|e| match e {
+        ReadTraceError::Io(e) => {
+            Failure::invalid(vec![format!("{}: cannot read trace: {e}", path.display())])
+        }
+        ReadTraceError::Invalid(errors) => Failure::invalid(errors.lines()),
+    })
 }
 
 fn replay(

@@ -25,8 +25,11 @@
 //!   200 MB trace and on a 1-request × 4,096-worker dominance-chain trace, both written
 //!   to a temporary directory by this run and deleted after it.
 //!
-//! `bench-table SECTION...` runs only the named sections (`routing`, `oracle`,
-//! `swarm`, `closed-loop`, `memory`); with none, all of them.
+//! - **input**: `parse_trace` (bytes) and `read_trace` (streamed from a file) on the
+//!   core-versus-oracle trace, and `replay_bytes`, without the oracle's slow run.
+//!
+//! `bench-table SECTION...` runs only the named sections (`routing`, `input`,
+//! `oracle`, `swarm`, `closed-loop`, `memory`); with none, all of them.
 //!
 //! Each figure is the best of several timed runs after one untimed warm-up (fewer runs
 //! for figures whose single run is slow; the count is printed). Importing and preparing
@@ -45,7 +48,7 @@ use kvroute_core::output::receipt::metrics_value;
 use kvroute_core::output::{jsonl, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::run_metrics;
-use kvroute_core::{parse_trace, replay_bytes, Policy};
+use kvroute_core::{parse_trace, read_trace, replay_bytes, Policy};
 use kvroute_harness::differential;
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::hint::black_box;
@@ -358,6 +361,44 @@ fn main() {
                     )
                 },
             });
+        }
+    }
+
+    if wants("input") {
+        // Reading a trace alone, on the core-versus-oracle trace: from bytes in memory
+        // (`parse_trace`, the figure the target is set on), streamed from a file as the
+        // CLI reads it (`read_trace`), and `replay_bytes` for scale. No oracle, so this
+        // section is quick to re-run while working on the input side.
+        println!();
+        println!("## Reading a trace (the core-versus-oracle trace, no oracle)");
+        let trace_bytes = oracle_trace_bytes(&mooncake);
+        let path =
+            std::env::temp_dir().join(format!("kvroute-bench-input-{}.json", std::process::id()));
+        std::fs::write(&path, &trace_bytes).expect("the trace is written");
+        let parse = measure(|| parse_trace(black_box(&trace_bytes)).map(|t| t.events.len())).0;
+        let streamed = measure(|| {
+            let file = std::fs::File::open(&path).expect("the trace file is readable");
+            read_trace(file).map(|t| t.events.len()).expect("validates")
+        })
+        .0;
+        let replay = measure(|| replay_bytes(black_box(&trace_bytes))).0;
+        let _ = std::fs::remove_file(&path);
+        let mb = trace_bytes.len() as f64 / 1e6;
+        println!(
+            "{:<58} {:>10} {:>8} {:>4}",
+            "", "elapsed_ms", "MB/s", "runs"
+        );
+        for (label, m) in [
+            ("parse_trace (bytes in memory)", parse),
+            ("read_trace (streamed from a file)", streamed),
+            ("replay_bytes (parse + 4 policies + receipt)", replay),
+        ] {
+            println!(
+                "{label:<58} {:>10.1} {:>8.1} {:>4}",
+                m.elapsed_ms(),
+                mb / m.best.as_secs_f64(),
+                m.runs
+            );
         }
     }
 
@@ -696,9 +737,13 @@ fn peak_memory_bytes(args: &[&str]) -> Option<u64> {
 /// The child: one workload, nothing else, then its `VmHWM`. `closed-loop` is the
 /// closed loop end to end; `validate FILE`, `jsonl FILE` and `json FILE OUT` do what
 /// `kvroute validate`, `kvroute replay --format jsonl` and `kvroute replay --format
-/// json --out OUT` do (read the file, validate, digest, write).
+/// json --out OUT` do (stream the file through `read_trace`, digest, write).
 fn peak_memory_child(args: &[String]) {
-    let file = || std::fs::read(&args[1]).expect("the child's trace file is readable");
+    // As the CLI reads a trace: streamed from the file, never held as text.
+    let file = || {
+        let file = std::fs::File::open(&args[1]).expect("the child's trace file is readable");
+        read_trace(file).expect("the trace validates")
+    };
     match args.first().map(String::as_str) {
         Some("closed-loop") => {
             let mooncake = mooncake_bytes();
@@ -709,17 +754,17 @@ fn peak_memory_child(args: &[String]) {
             black_box(simulate_all(black_box(&compiled)));
         }
         Some("validate") => {
-            let trace = parse_trace(&file()).expect("the trace validates");
+            let trace = file();
             black_box(trace_digest(&trace));
         }
         Some("jsonl") => {
-            let trace = parse_trace(&file()).expect("the trace validates");
+            let trace = file();
             let digest = trace_digest(&trace);
             let mut out = std::io::BufWriter::new(std::io::sink());
             jsonl::write_jsonl(&Compiled::new(&trace), &digest, &mut out).expect("sink");
         }
         Some("json") => {
-            let trace = parse_trace(&file()).expect("the trace validates");
+            let trace = file();
             let digest = trace_digest(&trace);
             let out = std::fs::File::create(&args[2]).expect("the child's output is writable");
             let mut out = std::io::BufWriter::new(out);

@@ -11,13 +11,22 @@
 //! range. So before serde_json parses, [`mask_numbers`] copies each literal's text aside
 //! and writes `0` padded with spaces in its place: same length, so every later syntax
 //! error keeps its line and column, and the `n`-th number serde_json visits is the `n`-th
-//! literal of the document.
+//! literal of the document. [`MaskingReader`] runs the same masking on a stream, so a
+//! trace read from a file or stdin is never held as text (SPEC.md §2.2 is unchanged:
+//! the literals reach validation exactly as written).
 
 use crate::input::limits::JSON_INTEGER_MAX;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::io::{self, Read};
+use std::rc::Rc;
+
+/// The texts of masked number literals not yet visited, in document order: filled by
+/// the masking (all at once for a slice, as it streams for a reader) and drained by
+/// [`NodeSeed`] as serde_json visits each masked `0`.
+pub type Literals = RefCell<VecDeque<Box<str>>>;
 
 /// One JSON value, objects as ordered member lists (repeats kept).
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +57,7 @@ pub fn parse(bytes: &[u8]) -> Result<Node, String> {
 /// a syntax error. Number literals are never the error, whatever their size.
 pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
     let (masked, literals) = mask_numbers(bytes);
-    let literals = RefCell::new(literals.into_iter());
+    let literals = RefCell::new(VecDeque::from(literals));
     let mut de = serde_json::Deserializer::from_slice(&masked);
     let node = NodeSeed {
         literals: &literals,
@@ -135,6 +144,124 @@ fn is_number_literal(text: &[u8]) -> bool {
         rest = &exponent[n..];
     }
     rest.is_empty()
+}
+
+/// How many bytes [`MaskingReader`] reads from its source at a time.
+const MASK_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A [`Read`] adapter that does what [`mask_numbers`] does, as the bytes stream by: the
+/// bytes it yields are the source's with each well-formed number literal outside
+/// strings replaced by `0` and spaces, and each literal's text is queued on `literals`
+/// before its `0` is yielded. It holds one chunk and the number run in progress (a
+/// literal has to end before it is known to be well formed), never the document.
+pub struct MaskingReader<R> {
+    source: R,
+    literals: Rc<Literals>,
+    /// Masked bytes ready to yield, from `out_start`.
+    out: Vec<u8>,
+    out_start: usize,
+    chunk: Vec<u8>,
+    /// The number-character run not yet ended (it may span chunks).
+    run: Vec<u8>,
+    in_string: bool,
+    /// The previous byte was a backslash inside a string.
+    escaped: bool,
+    at_end: bool,
+}
+
+impl<R: Read> MaskingReader<R> {
+    pub fn new(source: R, literals: Rc<Literals>) -> Self {
+        MaskingReader {
+            source,
+            literals,
+            out: Vec::with_capacity(MASK_CHUNK_BYTES),
+            out_start: 0,
+            chunk: vec![0; MASK_CHUNK_BYTES],
+            run: Vec::new(),
+            in_string: false,
+            escaped: false,
+            at_end: false,
+        }
+    }
+
+    /// Ends the number run in progress: masked if it is a literal, else as written.
+    fn end_run(&mut self) {
+        if self.run.is_empty() {
+            return;
+        }
+        if is_number_literal(&self.run) {
+            self.literals
+                .borrow_mut()
+                .push_back(String::from_utf8_lossy(&self.run).into());
+            self.out.push(b'0');
+            self.out.resize(self.out.len() + self.run.len() - 1, b' ');
+        } else {
+            self.out.extend_from_slice(&self.run);
+        }
+        self.run.clear();
+    }
+
+    /// Reads and masks the next chunk; at the source's end, ends the last run.
+    fn fill(&mut self) -> io::Result<()> {
+        self.out.clear();
+        self.out_start = 0;
+        while self.out.is_empty() && !self.at_end {
+            let n = loop {
+                match self.source.read(&mut self.chunk) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if n == 0 {
+                self.at_end = true;
+                self.end_run();
+                break;
+            }
+            for i in 0..n {
+                let b = self.chunk[i];
+                if self.in_string {
+                    if self.escaped {
+                        self.escaped = false;
+                    } else if b == b'\\' {
+                        self.escaped = true;
+                    } else if b == b'"' {
+                        self.in_string = false;
+                    }
+                    self.out.push(b);
+                    continue;
+                }
+                let number_char = matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E');
+                // A run starts only at `-` or a digit, as in `mask_numbers`.
+                if !self.run.is_empty() && number_char {
+                    self.run.push(b);
+                    continue;
+                }
+                self.end_run();
+                if matches!(b, b'-' | b'0'..=b'9') {
+                    self.run.push(b);
+                    continue;
+                }
+                if b == b'"' {
+                    self.in_string = true;
+                }
+                self.out.push(b);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for MaskingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.out_start == self.out.len() {
+            self.fill()?;
+        }
+        let n = buf.len().min(self.out.len() - self.out_start);
+        buf[..n].copy_from_slice(&self.out[self.out_start..self.out_start + n]);
+        self.out_start += n;
+        Ok(n)
+    }
 }
 
 impl Node {
@@ -280,8 +407,8 @@ impl Quote {
 
 /// Deserializes one [`Node`], taking each number's text from the masked literals.
 #[derive(Clone, Copy)]
-struct NodeSeed<'l> {
-    literals: &'l RefCell<std::vec::IntoIter<Box<str>>>,
+pub struct NodeSeed<'l> {
+    pub literals: &'l Literals,
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
@@ -298,7 +425,7 @@ impl NodeSeed<'_> {
         Node::Number(
             self.literals
                 .borrow_mut()
-                .next()
+                .pop_front()
                 .unwrap_or_else(|| placeholder.into_boxed_str()),
         )
     }
@@ -339,14 +466,16 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
         Ok(Node::String(v))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-        let mut items = Vec::new();
+        // Most arrays and objects of a trace are short; starting at 4 skips the first
+        // two regrowths of every one.
+        let mut items = Vec::with_capacity(4);
         while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Node::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(4);
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self)?;
             members.push((key, value));

@@ -6,6 +6,7 @@
 //! belongs here: shapes, value rules, cross-references, limits, overflow. What must not:
 //! anything about routing; this folder imports nothing from the others.
 
+mod document;
 pub mod json;
 pub mod limits;
 pub mod mooncake;

@@ -5,12 +5,17 @@
 //! limits, then the overflow bound. Paths index the input arrays as given. Nothing in
 //! here panics on any input: every value is checked before it is used.
 
-use crate::input::json::{self, quote_str, Node};
+use crate::input::document::{self, Path};
+use crate::input::json::{self, quote_str, Node, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::*;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::fmt;
+use std::io::{self, Read};
+use std::rc::Rc;
 
 /// Why a trace was rejected: the first [`ERROR_LINES_MAX`] `PATH: reason` lines in
 /// report order, and how many more there were. Only the printed lines are kept, so a
@@ -41,6 +46,18 @@ impl ValidationErrors {
         } else {
             self.more += 1;
         }
+    }
+
+    /// Appends `other`'s errors after these, as if each had been pushed here.
+    fn append(&mut self, other: ValidationErrors) {
+        for line in other.errors {
+            if self.errors.len() < ERROR_LINES_MAX {
+                self.errors.push(line);
+            } else {
+                self.more += 1;
+            }
+        }
+        self.more += other.more;
     }
 
     /// Whether no error was found.
@@ -105,10 +122,94 @@ pub const PATH_CUT_MARKER: &str = "[...]";
 
 /// Parses and validates trace bytes.
 pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
-    let node = json::parse(bytes)
-        .map_err(|message| ValidationErrors::one(format!("$: invalid JSON: {message}")))?;
+    if bytes.starts_with(BYTE_ORDER_MARK) {
+        return Err(invalid_json(BYTE_ORDER_MARK_MESSAGE));
+    }
+    let (masked, literals) = json::mask_numbers(bytes);
+    let literals = RefCell::new(VecDeque::from(literals));
+    let mut de = serde_json::Deserializer::from_slice(&masked);
+    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
+        de.end()?;
+        Ok(read)
+    });
+    match read {
+        Ok(read) => validated(read),
+        Err(e) => Err(invalid_json(&e.to_string())),
+    }
+}
+
+/// Why [`read_trace`] failed: the source could not be read, or what it held is not a
+/// valid trace.
+#[derive(Debug)]
+pub enum ReadTraceError {
+    Io(io::Error),
+    Invalid(ValidationErrors),
+}
+
+impl fmt::Display for ReadTraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadTraceError::Io(e) => e.fmt(f),
+            ReadTraceError::Invalid(errors) => errors.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadTraceError {}
+
+/// Reads and validates a trace from a stream (a file, stdin) in one pass, holding
+/// neither its text nor a tree of it: the same trace, or the same errors, as
+/// [`parse_trace`] of the same bytes.
+pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
+    // The byte order mark is refused before parsing (SPEC.md §2.2), so look at the
+    // first three bytes, then hand them on ahead of the rest.
+    let mut head = Vec::with_capacity(BYTE_ORDER_MARK.len());
+    (&mut source)
+        .take(BYTE_ORDER_MARK.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(ReadTraceError::Io)?;
+    if head == BYTE_ORDER_MARK {
+        return Err(ReadTraceError::Invalid(invalid_json(
+            BYTE_ORDER_MARK_MESSAGE,
+        )));
+    }
+    let literals = Rc::new(RefCell::new(VecDeque::new()));
+    let masked = json::MaskingReader::new(io::Cursor::new(head).chain(source), literals.clone());
+    let mut de = serde_json::Deserializer::from_reader(io::BufReader::new(masked));
+    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
+        de.end()?;
+        Ok(read)
+    });
+    match read {
+        Ok(read) => validated(read).map_err(ReadTraceError::Invalid),
+        Err(e) if e.is_io() => Err(ReadTraceError::Io(e.into())),
+        Err(e) => Err(ReadTraceError::Invalid(invalid_json(&e.to_string()))),
+    }
+}
+
+const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
+
+const ITEM_FNS: document::ItemFns<Walk> = document::ItemFns {
+    grant: Walk::grant,
+    worker: Walk::worker,
+    event: Walk::event,
+};
+
+/// The one error of a document that is not JSON (stage 1).
+fn invalid_json(reason: &str) -> ValidationErrors {
+    ValidationErrors::one(format!("$: invalid JSON: {reason}"))
+}
+
+/// Stages 2 to 5 on a document that was JSON.
+fn validated(read: document::Read<Walk>) -> Result<Trace, ValidationErrors> {
     let mut walk = Walk::default();
-    let trace = walk.trace(&node);
+    let trace = match read {
+        document::Read::Object(doc) => walk.trace(doc),
+        document::Read::Other(node) => {
+            walk.object(&Path::Root, &node);
+            None
+        }
+    };
     let trace = match trace {
         Some(trace) if walk.errors.is_empty() => trace,
         _ => return Err(walk.errors),
@@ -127,79 +228,74 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
     Ok(trace)
 }
 
-/// The path of member `name` of the object at `path` (SPEC.md §2.1).
-fn child(path: &str, name: &str) -> String {
-    let plain = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !plain {
-        format!("{path}[{}]", serde_json::Value::String(name.to_owned()))
-    } else if path == "$" {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
-}
-
-fn index(path: &str, i: usize) -> String {
-    format!("{path}[{i}]")
-}
-
 /// The members of one JSON object, for checking required, unknown and repeated names.
-struct Members<'n> {
-    path: String,
+struct Members<'p, 'n> {
+    path: Path<'p>,
     members: &'n [(String, Node)],
 }
 
-impl<'n> Members<'n> {
+impl<'p, 'n> Members<'p, 'n> {
     fn get(&self, name: &str) -> Option<&'n Node> {
         self.members.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 
-    fn required(&self, walk: &mut Walk, name: &str) -> Option<(String, &'n Node)> {
+    fn required<'s>(&'s self, walk: &mut Walk, name: &'s str) -> Option<(Path<'s>, &'n Node)> {
         match self.get(name) {
-            Some(node) => Some((child(&self.path, name), node)),
+            Some(node) => Some((self.path.member(name), node)),
             None => {
                 walk.err(
-                    &child(&self.path, name),
-                    format!("missing required member {}", quote_str(name)),
+                    &self.path.member(name),
+                    format_args!("missing required member {}", quote_str(name)),
                 );
                 None
             }
         }
     }
 
-    fn optional(&self, name: &str) -> Option<(String, &'n Node)> {
-        self.get(name).map(|node| (child(&self.path, name), node))
+    fn optional<'s>(&'s self, name: &'s str) -> Option<(Path<'s>, &'n Node)> {
+        self.get(name).map(|node| (self.path.member(name), node))
     }
 
-    /// Reports unknown and repeated members, in document order.
+    /// Reports unknown and repeated members, in document order. `expected` has at most
+    /// 64 names (an event has 10), so the names seen so far are one bit each.
     fn finish(&self, walk: &mut Walk, expected: &[&str]) {
-        let mut seen = BTreeSet::new();
+        let mut seen = 0u64;
         for (name, _) in self.members {
-            let path = child(&self.path, name);
-            if !expected.contains(&name.as_str()) {
-                walk.err(&path, format!("unknown member {}", quote_str(name)));
-            } else if !seen.insert(name.as_str()) {
-                walk.err(&path, format!("repeated member {}", quote_str(name)));
+            match expected.iter().position(|e| e == name) {
+                None => walk.err(
+                    &self.path.member(name),
+                    format_args!("unknown member {}", quote_str(name)),
+                ),
+                Some(at) if seen & (1 << at) != 0 => walk.err(
+                    &self.path.member(name),
+                    format_args!("repeated member {}", quote_str(name)),
+                ),
+                Some(at) => seen |= 1 << at,
             }
         }
     }
 }
 
 #[derive(Default)]
-struct Walk {
+pub(super) struct Walk {
     errors: ValidationErrors,
 }
 
+impl document::Check for Walk {
+    fn expected_array(&mut self, path: &Path, node: &Node) {
+        self.array(path, node);
+    }
+}
+
 impl Walk {
-    fn err(&mut self, path: &str, reason: impl fmt::Display) {
-        self.errors.push_with(|| (path, reason));
+    fn err(&mut self, path: &Path, reason: impl fmt::Display) {
+        self.errors.push_with(|| (path.to_string(), reason));
     }
 
-    fn object<'n>(&mut self, path: &str, node: &'n Node) -> Option<Members<'n>> {
+    fn object<'p, 'n>(&mut self, path: &Path<'p>, node: &'n Node) -> Option<Members<'p, 'n>> {
         match node {
             Node::Object(members) => Some(Members {
-                path: path.to_owned(),
+                path: *path,
                 members,
             }),
             other => {
@@ -212,7 +308,7 @@ impl Walk {
         }
     }
 
-    fn array<'n>(&mut self, path: &str, node: &'n Node) -> Option<&'n [Node]> {
+    fn array<'n>(&mut self, path: &Path, node: &'n Node) -> Option<&'n [Node]> {
         match node {
             Node::Array(items) => Some(items),
             other => {
@@ -222,7 +318,7 @@ impl Walk {
         }
     }
 
-    fn integer(&mut self, path: &str, node: &Node) -> Option<u64> {
+    fn integer(&mut self, path: &Path, node: &Node) -> Option<u64> {
         if let Some(v) = node.integer() {
             return Some(v);
         }
@@ -233,7 +329,7 @@ impl Walk {
         None
     }
 
-    fn nullable_integer(&mut self, path: &str, node: &Node) -> Option<Option<u64>> {
+    fn nullable_integer(&mut self, path: &Path, node: &Node) -> Option<Option<u64>> {
         match node {
             Node::Null => return Some(None),
             node => {
@@ -255,7 +351,7 @@ impl Walk {
     /// `policy.dynamo_block_tokens`: a block of zero tokens has no meaning, so unlike
     /// the other nullable members it must be at least 1 (SPEC.md §2.2: one reason for
     /// `0` and for every other wrong value).
-    fn block_tokens(&mut self, path: &str, node: &Node) -> Option<Option<u64>> {
+    fn block_tokens(&mut self, path: &Path, node: &Node) -> Option<Option<u64>> {
         match node {
             Node::Null => return Some(None),
             node => {
@@ -274,7 +370,7 @@ impl Walk {
         None
     }
 
-    fn rate(&mut self, path: &str, node: &Node) -> Option<u64> {
+    fn rate(&mut self, path: &Path, node: &Node) -> Option<u64> {
         match self.integer(path, node)? {
             0 => {
                 self.err(path, "expected a positive integer, found 0");
@@ -284,7 +380,7 @@ impl Walk {
         }
     }
 
-    fn string(&mut self, path: &str, node: &Node) -> Option<String> {
+    fn string(&mut self, path: &Path, node: &Node) -> Option<String> {
         match node {
             Node::String(s) if !s.is_empty() => Some(s.clone()),
             other => {
@@ -312,12 +408,12 @@ impl Walk {
         self.string(&path, node)
     }
 
-    fn string_list(&mut self, path: &str, node: &Node) -> Option<Vec<String>> {
+    fn string_list(&mut self, path: &Path, node: &Node) -> Option<Vec<String>> {
         let items = self.array(path, node)?;
         let parsed: Vec<Option<String>> = items
             .iter()
             .enumerate()
-            .map(|(i, item)| self.string(&index(path, i), item))
+            .map(|(i, item)| self.string(&path.index(i), item))
             .collect();
         parsed.into_iter().collect()
     }
@@ -330,15 +426,15 @@ impl Walk {
     /// A list whose items each parse with `item`; `None` if any item failed.
     fn list<T>(
         &mut self,
-        path: &str,
+        path: &Path,
         node: &Node,
-        mut item: impl FnMut(&mut Self, &str, &Node) -> Option<T>,
+        mut item: impl FnMut(&mut Self, &Path, &Node) -> Option<T>,
     ) -> Option<Vec<T>> {
         let items = self.array(path, node)?;
         let mut parsed = Vec::with_capacity(items.len());
         let mut all_ok = true;
         for (i, node) in items.iter().enumerate() {
-            match item(self, &index(path, i), node) {
+            match item(self, &path.index(i), node) {
                 Some(v) => parsed.push(v),
                 None => all_ok = false,
             }
@@ -357,8 +453,14 @@ impl Walk {
         })
     }
 
-    fn trace(&mut self, node: &Node) -> Option<Trace> {
-        let obj = self.object("$", node)?;
+    /// The top-level object, read by [`document::read`]: the small members are here as
+    /// nodes, the three arrays were checked element by element as they streamed by, and
+    /// their errors are put where the walk of a whole tree reported them.
+    fn trace(&mut self, doc: document::Document<Walk>) -> Option<Trace> {
+        let obj = Members {
+            path: Path::Root,
+            members: &doc.members,
+        };
         let format_ok = match obj.required(self, "format") {
             Some((path, node)) => {
                 if matches!(node, Node::String(s) if s == "kvroute-trace/1") {
@@ -389,16 +491,18 @@ impl Walk {
             None => Some(PolicyParams::default()),
             Some((path, node)) => self.policy(&path, node),
         };
-        let sharing = match obj.optional("sharing") {
+        let sharing = match doc.sharing {
             None => Some(Vec::new()),
-            Some((path, node)) => self.list(&path, node, Walk::grant),
+            Some(listed) => self.listed(listed),
         };
         let workers = obj
             .required(self, "workers")
-            .and_then(|(path, node)| self.list(&path, node, Walk::worker));
+            .and(doc.workers)
+            .and_then(|listed| self.listed(listed));
         let events = obj
             .required(self, "events")
-            .and_then(|(path, node)| self.list(&path, node, Walk::event));
+            .and(doc.events)
+            .and_then(|listed| self.listed(listed));
         obj.finish(
             self,
             &["format", "limits", "policy", "sharing", "workers", "events"],
@@ -415,7 +519,13 @@ impl Walk {
         })
     }
 
-    fn policy(&mut self, path: &str, node: &Node) -> Option<PolicyParams> {
+    /// A streamed array's items, its errors reported here, in their place.
+    fn listed<T>(&mut self, listed: document::Listed<T, Walk>) -> Option<Vec<T>> {
+        self.errors.append(listed.walk.errors);
+        listed.items
+    }
+
+    fn policy(&mut self, path: &Path, node: &Node) -> Option<PolicyParams> {
         let obj = self.object(path, node)?;
         let defaults = PolicyParams::default();
         let decode_weight_milli = match obj.optional("decode_weight_milli") {
@@ -489,7 +599,7 @@ impl Walk {
     /// whatever its JSON type, is reported with the list of allowed spellings.
     fn named_choice<T>(
         &mut self,
-        path: &str,
+        path: &Path,
         node: &Node,
         from_name: impl Fn(&str) -> Option<T>,
         allowed: &str,
@@ -503,7 +613,7 @@ impl Walk {
         None
     }
 
-    fn grant(&mut self, path: &str, node: &Node) -> Option<Grant> {
+    fn grant(&mut self, path: &Path, node: &Node) -> Option<Grant> {
         let obj = self.object(path, node)?;
         let model = self.req_string(&obj, "model");
         let adapter = self.req_string(&obj, "adapter");
@@ -516,7 +626,7 @@ impl Walk {
         })
     }
 
-    fn worker(&mut self, path: &str, node: &Node) -> Option<WorkerSpec> {
+    fn worker(&mut self, path: &Path, node: &Node) -> Option<WorkerSpec> {
         let obj = self.object(path, node)?;
         let id = self.req_string(&obj, "id");
         let model = self.req_string(&obj, "model");
@@ -559,7 +669,7 @@ impl Walk {
         })
     }
 
-    fn cache_entry(&mut self, path: &str, node: &Node) -> Option<CacheEntry> {
+    fn cache_entry(&mut self, path: &Path, node: &Node) -> Option<CacheEntry> {
         let obj = self.object(path, node)?;
         let namespace = self.namespace(&obj);
         let key = self.req_string(&obj, "key");
@@ -572,7 +682,7 @@ impl Walk {
         })
     }
 
-    fn segment(&mut self, path: &str, node: &Node) -> Option<Segment> {
+    fn segment(&mut self, path: &Path, node: &Node) -> Option<Segment> {
         let obj = self.object(path, node)?;
         let key = self.req_string(&obj, "key");
         let tokens = self.req_integer(&obj, "tokens");
@@ -583,7 +693,7 @@ impl Walk {
         })
     }
 
-    fn event(&mut self, path: &str, node: &Node) -> Option<Event> {
+    fn event(&mut self, path: &Path, node: &Node) -> Option<Event> {
         let obj = self.object(path, node)?;
         let seq = self.req_integer(&obj, "seq");
         let tick = self.req_integer(&obj, "tick");
@@ -730,7 +840,9 @@ impl Walk {
 }
 
 /// Stage 3: duplicates, dangling references, future observations, over-long prefixes
-/// and the static limits of the profile, in the order SPEC.md §2.3 fixes.
+/// and the static limits of the profile, in the order SPEC.md §2.3 fixes. The sets are
+/// hash sets only asked whether they already hold a value, never iterated, so their
+/// order cannot reach an error.
 fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
     let mut errors = ValidationErrors::default();
     let profile = trace.limits;
@@ -750,7 +862,8 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
-    let mut worker_ids = BTreeSet::new();
+    let mut worker_ids =
+        FxHashSet::with_capacity_and_hasher(trace.workers.len(), Default::default());
     for (i, worker) in trace.workers.iter().enumerate() {
         if !worker_ids.insert(worker.id.as_str()) {
             errors.push_with(|| {
@@ -773,7 +886,8 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
                 )
             });
         }
-        let mut entries = BTreeSet::new();
+        let mut entries =
+            FxHashSet::with_capacity_and_hasher(worker.cache.len(), Default::default());
         for (j, entry) in worker.cache.iter().enumerate() {
             if !entries.insert((&entry.namespace, entry.key.as_str())) {
                 errors.push_with(|| {
@@ -798,8 +912,8 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
-    let mut seqs = BTreeSet::new();
-    let mut request_ids = BTreeSet::new();
+    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
+    let mut request_ids = FxHashSet::default();
     for (i, event) in trace.events.iter().enumerate() {
         if !seqs.insert(event.seq) {
             errors.push_with(|| {
@@ -953,13 +1067,13 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
     let mut errors = ValidationErrors::default();
     let profile = trace.limits;
     let max = profile.cache_entries_per_worker_max() as usize;
-    let index_of: BTreeMap<&str, usize> = trace
+    let index_of: FxHashMap<&str, usize> = trace
         .workers
         .iter()
         .enumerate()
         .map(|(w, worker)| (worker.id.as_str(), w))
         .collect();
-    let mut resident: Vec<BTreeSet<(&Namespace, &str)>> = trace
+    let mut resident: Vec<FxHashSet<(&Namespace, &str)>> = trace
         .workers
         .iter()
         .map(|worker| {

@@ -16,7 +16,7 @@
 use crate::input::trace::{
     CacheOp, Event, EventKind, Grant, Namespace, OpKind, Request, Segment, Trace, WorkerSpec,
 };
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// An interned prefix key.
 pub type KeyId = u32;

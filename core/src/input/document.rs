@@ -1,0 +1,366 @@
+//! The trace document read in one pass without a tree of it (SPEC.md §2.3, stages 1–2).
+//!
+//! A trace is mostly its `events` array (and, for a large fleet, `workers`), so a tree
+//! of the whole document cost about 40 bytes of memory per byte of text. Here serde
+//! visits the top-level object member by member: `format`, `limits` and `policy` are
+//! small and kept as [`Node`]s; each element of `sharing`, `workers` and `events` is
+//! read as a `Node`, shape-checked at its path by the per-member functions of
+//! [`crate::input::validate`], turned into its typed form and dropped; unknown and
+//! repeated members are parsed (the document must still be JSON) and only their names
+//! kept. Shape errors are collected per top-level member and put in the order the
+//! tree walk reported them in (`format`, `limits`, `policy`, `sharing`, `workers`,
+//! `events`, then unknown and repeated members) whatever order the document has.
+
+use crate::input::json::{Literals, Node, NodeSeed};
+use crate::input::trace::{Event, Grant, WorkerSpec};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+/// A JSON path (SPEC.md §2.1), built as a chain of borrowed steps and only written out
+/// when an error is reported: formatting the path of every member of every event, as
+/// validation once did, was a third of its time on a valid trace.
+#[derive(Clone, Copy, Debug)]
+pub enum Path<'a> {
+    /// `$`, the document.
+    Root,
+    /// Member `name` of the object at the parent path.
+    Member(&'a Path<'a>, &'a str),
+    /// Element `i` of the array at the parent path.
+    Index(&'a Path<'a>, usize),
+}
+
+impl<'a> Path<'a> {
+    pub fn member(&'a self, name: &'a str) -> Path<'a> {
+        Path::Member(self, name)
+    }
+
+    pub fn index(&'a self, i: usize) -> Path<'a> {
+        Path::Index(self, i)
+    }
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Path::Root => f.write_str("$"),
+            Path::Member(parent, name) => {
+                let plain = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !plain {
+                    write!(
+                        f,
+                        "{parent}[{}]",
+                        serde_json::Value::String(name.to_owned())
+                    )
+                } else if matches!(parent, Path::Root) {
+                    f.write_str(name)
+                } else {
+                    write!(f, "{parent}.{name}")
+                }
+            }
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
+/// What collects one streamed array's shape errors (validation's walk).
+pub(super) trait Check: Default {
+    /// Reports that the array at `path` is `node`, which is not an array.
+    fn expected_array(&mut self, path: &Path, node: &Node);
+}
+
+/// One streamed top-level array: its items when every one was valid, and its errors.
+pub(super) struct Listed<T, W> {
+    pub items: Option<Vec<T>>,
+    pub walk: W,
+}
+
+/// The top-level object as read: its members in document order, the three streamed
+/// arrays (first occurrence only) standing as `null` among them.
+pub(super) struct Document<W> {
+    pub members: Vec<(String, Node)>,
+    pub sharing: Option<Listed<Grant, W>>,
+    pub workers: Option<Listed<WorkerSpec, W>>,
+    pub events: Option<Listed<Event, W>>,
+}
+
+/// What the document turned out to be.
+pub(super) enum Read<W> {
+    Object(Document<W>),
+    /// Not an object: the value, for the error to quote.
+    Other(Node),
+}
+
+/// How one element of a streamed array is checked and typed.
+pub(super) type ItemFn<T, W> = fn(&mut W, &Path, &Node) -> Option<T>;
+
+/// The item functions of the three streamed members.
+pub(super) struct ItemFns<W> {
+    pub grant: ItemFn<Grant, W>,
+    pub worker: ItemFn<WorkerSpec, W>,
+    pub event: ItemFn<Event, W>,
+}
+
+/// Reads one trace document from `de` (the caller checks the end of input).
+pub(super) fn read<'de, D: Deserializer<'de>, W: Check>(
+    de: D,
+    literals: &Literals,
+    items: &ItemFns<W>,
+) -> Result<Read<W>, D::Error> {
+    de.deserialize_any(DocumentVisitor { literals, items })
+}
+
+struct DocumentVisitor<'a, W> {
+    literals: &'a Literals,
+    items: &'a ItemFns<W>,
+}
+
+impl<W> DocumentVisitor<'_, W> {
+    fn node(&self) -> NodeSeed<'_> {
+        NodeSeed {
+            literals: self.literals,
+        }
+    }
+}
+
+/// Every visit but `visit_map` builds the value, for the error to quote.
+macro_rules! other_values {
+    ($value:ty, $wrap:expr) => {
+        fn visit_unit<E: serde::de::Error>(self) -> Result<$value, E> {
+            self.node().visit_unit().map($wrap)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<$value, E> {
+            self.node().visit_none().map($wrap)
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<$value, E> {
+            self.node().visit_bool(v).map($wrap)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<$value, E> {
+            self.node().visit_u64(v).map($wrap)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$value, E> {
+            self.node().visit_i64(v).map($wrap)
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<$value, E> {
+            self.node().visit_f64(v).map($wrap)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$value, E> {
+            self.node().visit_str(v).map($wrap)
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<$value, E> {
+            self.node().visit_string(v).map($wrap)
+        }
+    };
+}
+
+impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
+    type Value = Read<W>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a trace document")
+    }
+
+    other_values!(Read<W>, Read::Other);
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Read<W>, A::Error> {
+        self.node().visit_seq(seq).map(Read::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read<W>, A::Error> {
+        let mut document = Document {
+            members: Vec::new(),
+            sharing: None,
+            workers: None,
+            events: None,
+        };
+        while let Some(name) = map.next_key::<String>()? {
+            let first = !document.members.iter().any(|(seen, _)| *seen == name);
+            let value = match name.as_str() {
+                "sharing" if first => {
+                    document.sharing =
+                        Some(map.next_value_seed(self.list("sharing", self.items.grant))?);
+                    Node::Null
+                }
+                "workers" if first => {
+                    document.workers =
+                        Some(map.next_value_seed(self.list("workers", self.items.worker))?);
+                    Node::Null
+                }
+                "events" if first => {
+                    document.events =
+                        Some(map.next_value_seed(self.list("events", self.items.event))?);
+                    Node::Null
+                }
+                "format" | "limits" | "policy" if first => map.next_value_seed(self.node())?,
+                // Unknown or repeated: only its name is reported, its value never read.
+                _ => {
+                    map.next_value_seed(Discard {
+                        literals: self.literals,
+                    })?;
+                    Node::Null
+                }
+            };
+            document.members.push((name, value));
+        }
+        Ok(Read::Object(document))
+    }
+}
+
+impl<'a, W> DocumentVisitor<'a, W> {
+    fn list<T>(&self, name: &'static str, item: ItemFn<T, W>) -> ListSeed<'a, T, W> {
+        ListSeed {
+            literals: self.literals,
+            name,
+            item,
+        }
+    }
+}
+
+/// One top-level array, element by element.
+struct ListSeed<'a, T, W> {
+    literals: &'a Literals,
+    name: &'static str,
+    item: ItemFn<T, W>,
+}
+
+impl<T, W: Check> ListSeed<'_, T, W> {
+    fn node(&self) -> NodeSeed<'_> {
+        NodeSeed {
+            literals: self.literals,
+        }
+    }
+
+    /// Not an array: the error the tree walk reported.
+    fn not_array(&self, node: Node) -> Listed<T, W> {
+        let mut walk = W::default();
+        let root = Path::Root;
+        walk.expected_array(&root.member(self.name), &node);
+        Listed { items: None, walk }
+    }
+}
+
+impl<'de, T, W: Check> DeserializeSeed<'de> for ListSeed<'_, T, W> {
+    type Value = Listed<T, W>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, T, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
+    type Value = Listed<T, W>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(self.not_array(Node::Null))
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(self.not_array(Node::Null))
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(self.not_array(Node::Bool(v)))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        let node = self.node().visit_u64(v)?;
+        Ok(self.not_array(node))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        let node = self.node().visit_i64(v)?;
+        Ok(self.not_array(node))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        let node = self.node().visit_f64(v)?;
+        Ok(self.not_array(node))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.not_array(Node::String(v.to_owned())))
+    }
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(self.not_array(Node::String(v)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let node = self.node().visit_map(map)?;
+        Ok(self.not_array(node))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut walk = W::default();
+        let root = Path::Root;
+        let path = root.member(self.name);
+        let mut items = Some(Vec::new());
+        let mut i = 0;
+        while let Some(node) = seq.next_element_seed(self.node())? {
+            match (self.item)(&mut walk, &path.index(i), &node) {
+                Some(item) => {
+                    if let Some(items) = &mut items {
+                        items.push(item);
+                    }
+                }
+                // The list is rejected whole: stop holding the items before it.
+                None => items = None,
+            }
+            i += 1;
+        }
+        Ok(Listed { items, walk })
+    }
+}
+
+/// Parses a value and keeps nothing of it, taking its literals off the queue so the
+/// ones after it stay aligned.
+#[derive(Clone, Copy)]
+struct Discard<'a> {
+    literals: &'a Literals,
+}
+
+impl<'de> DeserializeSeed<'de> for Discard<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Discard<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        self.literals.borrow_mut().pop_front();
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        self.literals.borrow_mut().pop_front();
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        self.literals.borrow_mut().pop_front();
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+}

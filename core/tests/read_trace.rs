@@ -1,0 +1,193 @@
+//! `read_trace` (a stream) and `parse_trace` (bytes) are one contract: on every input
+//! the same trace or the same error lines, however the stream is cut into reads. The
+//! corpus is every fixture plus documents written to hit what streaming changes:
+//! members in any order, repeated and unknown members, literals and escapes across read
+//! boundaries, syntax errors after shape errors, a byte order mark, a failing source.
+
+use kvroute_core::{parse_trace, read_trace, ReadTraceError, Trace, ValidationErrors};
+use std::io::{self, Read};
+use std::path::Path;
+
+/// A source that hands out at most `step` bytes per read, so every chunk boundary of
+/// the masking reader falls at every position of the document for `step` 1.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    step: usize,
+}
+
+impl Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+fn streamed(bytes: &[u8], step: usize) -> Result<Trace, ValidationErrors> {
+    match read_trace(Trickle { bytes, step }) {
+        Ok(trace) => Ok(trace),
+        Err(ReadTraceError::Invalid(errors)) => Err(errors),
+        Err(ReadTraceError::Io(e)) => panic!("an in-memory source cannot fail: {e}"),
+    }
+}
+
+fn assert_same(name: &str, bytes: &[u8]) {
+    let whole = parse_trace(bytes);
+    for step in [1, 7, 4096, usize::MAX] {
+        assert_eq!(
+            streamed(bytes, step),
+            whole,
+            "{name}, reads of {step} bytes"
+        );
+    }
+}
+
+fn fixture_traces() -> Vec<(String, Vec<u8>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    let mut traces = Vec::new();
+    for dir in [root.clone(), root.join("invalid")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path().join("trace.json");
+            if let Ok(bytes) = std::fs::read(&path) {
+                traces.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    assert!(traces.len() > 20, "the fixtures were found");
+    traces
+}
+
+const LAB: &str = kvroute_core::LAB_TRACE_JSON;
+
+/// The lab trace with its first `old` replaced by `new`.
+fn lab_with(old: &str, new: &str) -> Vec<u8> {
+    assert!(LAB.contains(old), "{old:?} is in the lab trace");
+    LAB.replacen(old, new, 1).into_bytes()
+}
+
+#[test]
+fn every_fixture_reads_the_same_as_a_stream() {
+    for (name, bytes) in fixture_traces() {
+        assert_same(&name, &bytes);
+    }
+}
+
+#[test]
+fn hostile_documents_read_the_same_as_a_stream() {
+    let lab: serde_json::Value = serde_json::from_str(LAB).unwrap();
+    // `workers` after `events`, `sharing` last, with errors in each, so the per-member
+    // error lists must be put back in the tree walk's order.
+    let reordered = r#"{"events":[{"seq":1.0},{"seq":2,"tick":3,"type":"load"}],"colour":1,"format":"kvroute-trace/1","workers":[{"id":""},7],"limits":"lab","sharing":[{"model":1}],"limits":"scale"}"#;
+    let many_errors = format!(
+        r#"{{"format":"kvroute-trace/1","events":[{}],"workers":[{}]}}"#,
+        vec![r#"{"seq":-1}"#; 80].join(","),
+        vec!["1"; 80].join(",")
+    );
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("reordered members", reordered.as_bytes().to_vec()),
+        (
+            "errors over the cap across members",
+            many_errors.into_bytes(),
+        ),
+        ("the lab in JCS order", serde_json::to_vec(&lab).unwrap()),
+        (
+            "repeated events",
+            lab_with(r#""events": ["#, r#""events": 5, "events": ["#),
+        ),
+        (
+            "repeated events after",
+            lab_with(r#""format""#, r#""events": [{"seq": 1e400}], "format""#),
+        ),
+        (
+            "events not an array",
+            lab_with(r#""events": ["#, r#""events": {"a": [1e3, "x"]}, "x": ["#),
+        ),
+        (
+            "workers a number",
+            lab_with(r#""workers": ["#, r#""workers": -0.5E+2, "w": ["#),
+        ),
+        (
+            "huge literal",
+            lab_with(
+                r#""queued_prefill": 0"#,
+                &format!(r#""queued_prefill": {}"#, "9".repeat(5000)),
+            ),
+        ),
+        (
+            "escapes",
+            lab_with(r#""format""#, r#""a\"b\\": "\\\"1e5\\", "format""#),
+        ),
+        (
+            "malformed number",
+            lab_with(r#""queued_prefill": 0"#, r#""queued_prefill": 01"#),
+        ),
+        (
+            "bare minus",
+            lab_with(r#""queued_prefill": 0"#, r#""queued_prefill": -"#),
+        ),
+        ("syntax error after shape errors", {
+            let mut bytes = lab_with(r#""format": "kvroute-trace/1""#, r#""format": 2"#);
+            bytes.truncate(bytes.len() - 3);
+            bytes
+        }),
+        ("trailing garbage", format!("{LAB} x").into_bytes()),
+        ("trailing literal", format!("{LAB} 1").into_bytes()),
+        ("empty", Vec::new()),
+        ("whitespace", b" \n\t".to_vec()),
+        ("not an object", b"[1, 2.5, {\"a\": null}]".to_vec()),
+        ("a number", b"1e400".to_vec()),
+        (
+            "byte order mark",
+            [b"\xEF\xBB\xBF".as_slice(), LAB.as_bytes()].concat(),
+        ),
+        ("byte order mark alone", b"\xEF\xBB\xBF".to_vec()),
+        ("two bytes of a mark", b"\xEF\xBB".to_vec()),
+        (
+            "deep nesting",
+            format!("{{\"format\":{}", "[".repeat(200)).into_bytes(),
+        ),
+        ("invalid utf-8", b"{\"format\": \"\xC3\x28\"}".to_vec()),
+    ];
+    // Past one 64 KiB chunk of the masking reader, with a literal and an escape at
+    // every offset around the boundary.
+    for pad in 65_520..65_540 {
+        let padded = format!(
+            r#"{{"pad":"{}\"","x":12345.5e-3,{}"#,
+            "p".repeat(pad),
+            &LAB[1..]
+        );
+        cases.push(("padded", padded.into_bytes()));
+    }
+    for (name, bytes) in cases {
+        assert_same(name, &bytes);
+    }
+}
+
+/// A source that yields the lab trace's first `ok` bytes, then fails.
+struct Failing {
+    ok: usize,
+    at: usize,
+}
+
+impl Read for Failing {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.ok {
+            return Err(io::Error::other("the disk went away"));
+        }
+        let n = (self.ok - self.at).min(buf.len());
+        buf[..n].copy_from_slice(&LAB.as_bytes()[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_failing_source_is_a_read_error_not_an_invalid_trace() {
+    for ok in [0, 2, 100, 1000] {
+        match read_trace(Failing { ok, at: 0 }) {
+            Err(ReadTraceError::Io(e)) => assert_eq!(e.to_string(), "the disk went away"),
+            other => panic!("after {ok} bytes: {other:?}"),
+        }
+    }
+}
