@@ -16,6 +16,7 @@ pub mod compare;
 pub mod dynamo;
 pub mod generate;
 pub mod kvroute;
+pub mod selector;
 pub mod shrink;
 pub mod sweep;
 
