@@ -13,7 +13,7 @@
 use crate::chains::ChainMap;
 use crate::dynamo::{full_block_count, DynamoIndex, DynamoKind};
 use crate::kvroute::KvrouteIndex;
-use crate::{Applied, Peer};
+use crate::{densify, Applied, Peer};
 use kvroute_core::input::trace::{CacheOp, EventKind, Trace};
 use kvroute_core::route::compiled::{Compiled, KeyId, NsId, Op, Req, Seg, Step};
 use std::collections::HashSet;
@@ -344,6 +344,7 @@ pub fn compare(trace: &Trace, options: Options) -> Report {
         .collect();
     let mut first = Vec::new();
     let mut requests = 0;
+    let mut sparse = Vec::new();
     let mut reference = vec![0u64; workers];
     let mut answers = vec![vec![0u64; workers]; dynamo.len()];
 
@@ -377,9 +378,11 @@ pub fn compare(trace: &Trace, options: Options) -> Report {
             Step::Load { .. } => {}
             Step::Request(request) => {
                 requests += 1;
-                kvroute.reuse_tokens(request, &mut reference);
+                kvroute.reuse_tokens(request, &mut sparse);
+                densify(&sparse, &mut reference);
                 for (peer, answer) in dynamo.iter_mut().zip(&mut answers) {
-                    peer.reuse_tokens(request, answer);
+                    peer.reuse_tokens(request, &mut sparse);
+                    densify(&sparse, answer);
                 }
                 let row = RowContext {
                     compiled: &compiled,

@@ -237,8 +237,8 @@ impl Peer for DynamoIndex {
         first_failure
     }
 
-    fn reuse_tokens(&mut self, request: &Req, reuse_tokens: &mut [u64]) {
-        reuse_tokens.fill(0);
+    fn reuse_tokens(&mut self, request: &Req, answer: &mut Vec<(u32, u64)>) {
+        answer.clear();
         self.query = query_blocks(&self.chains, request, self.block_tokens);
         if self.query.is_empty() {
             return;
@@ -247,16 +247,16 @@ impl Peer for DynamoIndex {
             Backend::Radix(tree) => tree.find_matches(self.query.clone(), false),
             Backend::Positional(indexer, _) => indexer.find_matches(&self.query, false),
         };
-        for (worker, &blocks) in &scores.scores {
-            let w = worker.worker_id as usize;
-            if w < reuse_tokens.len() {
-                let tokens: u64 = request.prefix[..blocks as usize]
-                    .iter()
-                    .map(|s| s.tokens)
-                    .sum();
-                reuse_tokens[w] = tokens.min(request.prompt_tokens);
-            }
-        }
+        // Dynamo answers only for the workers that match, in hash-map order.
+        answer.extend(scores.scores.iter().filter_map(|(worker, &blocks)| {
+            let tokens: u64 = request.prefix[..blocks as usize]
+                .iter()
+                .map(|s| s.tokens)
+                .sum();
+            let tokens = tokens.min(request.prompt_tokens);
+            (tokens > 0).then_some((worker.worker_id as u32, tokens))
+        }));
+        answer.sort_unstable();
     }
 }
 

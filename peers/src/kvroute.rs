@@ -15,6 +15,8 @@ pub struct KvrouteIndex<'t> {
     tables: Tables<'t>,
     rule: NamespaceRule<'t>,
     scratch: WalkScratch,
+    /// Each worker's reuse as the walk sums it; only the last walk's workers are not 0.
+    reuse: Vec<u64>,
     /// Boundary reasons the walk records; the peer question does not ask for them.
     boundary: Vec<Reasons>,
 }
@@ -27,7 +29,14 @@ impl<'t> KvrouteIndex<'t> {
             state: RouterState::initial(compiled),
             tables: compiled.tables.clone(),
             rule: NamespaceRule::new(Sharing::new(compiled.sharing)),
-            scratch: WalkScratch::new(workers),
+            scratch: {
+                let mut scratch = WalkScratch::new(workers);
+                for w in 0..workers {
+                    scratch.set_walking(w, true);
+                }
+                scratch
+            },
+            reuse: vec![0; workers],
             boundary: vec![Reasons::default(); workers],
         }
     }
@@ -54,13 +63,17 @@ impl Peer for KvrouteIndex<'_> {
         }
     }
 
-    fn reuse_tokens(&mut self, request: &Req, reuse_tokens: &mut [u64]) {
-        // Every worker is walked: eligibility and freshness are routing questions, not
-        // residency ones, and a peer indexer has neither.
-        for (w, reuse) in reuse_tokens.iter_mut().enumerate() {
-            self.scratch.set_walking(w, true);
-            *reuse = 0;
+    fn reuse_tokens(&mut self, request: &Req, answer: &mut Vec<(u32, u64)>) {
+        // Every worker is walked (eligibility and freshness are routing questions, not
+        // residency ones, and a peer indexer has neither), but only the workers the last
+        // walk changed need resetting: every other one is still walking at depth 0 with
+        // reuse 0 and no boundary reason (`WalkScratch::walked`). So a request costs
+        // O(holders), as a radix tree's `find_matches` does, not O(workers).
+        for i in 0..self.scratch.walked().len() {
+            let w = self.scratch.walked()[i] as usize;
+            self.reuse[w] = 0;
             self.boundary[w] = Reasons::default();
+            self.scratch.set_walking(w, true);
         }
         reuse_walk(
             request,
@@ -68,11 +81,14 @@ impl Peer for KvrouteIndex<'_> {
             &self.tables,
             &mut self.rule,
             &mut self.scratch,
-            reuse_tokens,
+            &mut self.reuse,
             &mut self.boundary,
         );
-        for reuse in reuse_tokens.iter_mut() {
-            *reuse = (*reuse).min(request.prompt_tokens);
-        }
+        answer.clear();
+        answer.extend(self.scratch.walked().iter().filter_map(|&w| {
+            let tokens = self.reuse[w as usize].min(request.prompt_tokens);
+            (tokens > 0).then_some((w, tokens))
+        }));
+        answer.sort_unstable();
     }
 }

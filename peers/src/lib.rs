@@ -16,6 +16,7 @@ pub mod compare;
 pub mod dynamo;
 pub mod generate;
 pub mod kvroute;
+pub mod selector;
 pub mod shrink;
 pub mod sweep;
 
@@ -44,7 +45,19 @@ pub trait Peer {
     /// Applies one cache event of worker `worker` (an index in worker-id byte order).
     fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Applied;
 
-    /// Writes each worker's reusable tokens for `request` into `reuse_tokens` (one slot
-    /// per worker, overwritten), capped at the prompt length.
-    fn reuse_tokens(&mut self, request: &Req, reuse_tokens: &mut [u64]);
+    /// Replaces `answer` with the workers that can reuse some of `request`'s prompt, as
+    /// `(worker, tokens)` pairs: tokens above 0, capped at the prompt length, each worker
+    /// once, in ascending worker order. A worker not listed reuses 0. The answer is
+    /// sparse because an indexer finds the holders of a prefix, not every worker: a
+    /// dense slot per worker would make each request cost O(workers) whatever the index
+    /// does (the comparison densifies where it compares every row).
+    fn reuse_tokens(&mut self, request: &Req, answer: &mut Vec<(u32, u64)>);
+}
+
+/// Writes a sparse [`Peer::reuse_tokens`] answer into one slot per worker (all others 0).
+pub fn densify(answer: &[(u32, u64)], reuse_tokens: &mut [u64]) {
+    reuse_tokens.fill(0);
+    for &(worker, tokens) in answer {
+        reuse_tokens[worker as usize] = tokens;
+    }
 }

@@ -195,3 +195,99 @@ fn a_key_reached_from_two_parents_is_a_fork() {
         .all(|(c, _)| matches!(c, Cause::ChainFork | Cause::OrphanStore)));
     assert_eq!(report.tally(CROSS).rows_compared, 2);
 }
+
+/// kvroute's answers from a walk over a scratch reset for every worker (what the adapter
+/// did before it reset only the workers its last walk changed), as a sparse answer.
+fn fully_reset_answers(trace: &kvroute_core::Trace) -> Vec<Vec<(u32, u64)>> {
+    use kvroute_core::route::compiled::{Compiled, Step};
+    use kvroute_core::route::reason::Reasons;
+    use kvroute_core::route::reuse::{reuse_walk, WalkScratch};
+    use kvroute_core::route::state::RouterState;
+    use kvroute_core::route::tenant::{NamespaceRule, Sharing};
+    let compiled = Compiled::new(trace);
+    let n = compiled.worker_count();
+    let mut state = RouterState::initial(&compiled);
+    let mut rule = NamespaceRule::new(Sharing::new(compiled.sharing));
+    let mut answers = Vec::new();
+    for event in &compiled.events {
+        match &event.step {
+            Step::Cache { worker, epoch, op } => {
+                state.apply_cache_event(*worker, event.tick, *epoch, op);
+            }
+            Step::Load { .. } => {}
+            Step::Request(request) => {
+                let mut scratch = WalkScratch::new(n);
+                for w in 0..n {
+                    scratch.set_walking(w, true);
+                }
+                let mut reuse = vec![0u64; n];
+                let mut boundary = vec![Reasons::default(); n];
+                reuse_walk(
+                    request,
+                    &state.cache,
+                    &compiled.tables,
+                    &mut rule,
+                    &mut scratch,
+                    &mut reuse,
+                    &mut boundary,
+                );
+                answers.push(
+                    (0..n as u32)
+                        .map(|w| (w, reuse[w as usize].min(request.prompt_tokens)))
+                        .filter(|&(_, tokens)| tokens > 0)
+                        .collect(),
+                );
+            }
+        }
+    }
+    answers
+}
+
+fn adapter_answers(trace: &kvroute_core::Trace) -> Vec<Vec<(u32, u64)>> {
+    use kvroute_core::route::compiled::{Compiled, Step};
+    use kvroute_peers::kvroute::KvrouteIndex;
+    use kvroute_peers::Peer;
+    let compiled = Compiled::new(trace);
+    let mut index = KvrouteIndex::new(&compiled);
+    let mut answers = Vec::new();
+    for event in &compiled.events {
+        match &event.step {
+            Step::Cache { worker, epoch, op } => {
+                index.apply_cache_event(*worker, event.tick, *epoch, op);
+            }
+            Step::Load { .. } => {}
+            Step::Request(request) => {
+                let mut answer = vec![(99, 99)];
+                index.reuse_tokens(request, &mut answer);
+                answers.push(answer);
+            }
+        }
+    }
+    answers
+}
+
+/// The kvroute adapter resets only the workers its previous walk changed, so a request
+/// costs O(holders), not O(workers). On the sweep's chain traces and on the harness's
+/// generated traces (tenant boundaries, 0-token segments, partial blocks), every answer
+/// is the one a walk over a fully reset scratch gives.
+#[test]
+fn the_kvroute_adapter_resetting_only_walked_workers_answers_as_a_full_reset() {
+    let mut traces: Vec<kvroute_core::Trace> =
+        (0..200).map(kvroute_peers::sweep::trace_of).collect();
+    for seed in 0..200 {
+        let doc = kvroute_harness::generators::TraceRecipe::from_seed(seed).build();
+        traces.push(kvroute_core::parse_trace(doc.to_string().as_bytes()).expect("valid"));
+    }
+    let (mut requests, mut holders) = (0, 0);
+    for (i, trace) in traces.iter().enumerate() {
+        let expected = fully_reset_answers(trace);
+        let answers = adapter_answers(trace);
+        assert_eq!(answers, expected, "trace {i}");
+        requests += answers.len();
+        holders += answers.iter().filter(|a| !a.is_empty()).count();
+    }
+    assert!(
+        requests > 5_000 && holders > 2_000,
+        "{requests} requests, {holders} with reuse"
+    );
+}

@@ -25,6 +25,11 @@ pub struct WalkScratch {
     pending: Vec<Reasons>,
     touched: Vec<u32>,
     visit: u64,
+    /// Per worker, the walk it was last changed in, so [`WalkScratch::walked`] lists a
+    /// worker once.
+    walked_in: Vec<u64>,
+    walked: Vec<u32>,
+    walk: u64,
 }
 
 /// The depth of a worker whose cache is not walked.
@@ -39,12 +44,31 @@ impl WalkScratch {
             pending: vec![Reasons::default(); worker_count],
             touched: Vec::with_capacity(worker_count),
             visit: 0,
+            walked_in: vec![0; worker_count],
+            walked: Vec::new(),
+            walk: 0,
         }
     }
 
     /// Marks whether worker `w`'s cache is walked for the next request.
     pub fn set_walking(&mut self, w: usize, walking: bool) {
         self.depth[w] = if walking { 0 } else { NOT_WALKING };
+    }
+
+    /// The workers whose depth, `reuse` or `boundary` the last [`reuse_walk`] changed,
+    /// each once, in the order it first reached them. Every other walking worker still
+    /// has depth 0, reuse 0 and no boundary reason, so a caller that walks every worker
+    /// for each request resets only these (O(holders), not O(workers)) before the next
+    /// walk: `reuse` and `boundary` to zero and empty, and `set_walking(w, true)`.
+    pub fn walked(&self) -> &[u32] {
+        &self.walked
+    }
+
+    fn note_walked(&mut self, w: usize) {
+        if self.walked_in[w] != self.walk {
+            self.walked_in[w] = self.walk;
+            self.walked.push(w as u32);
+        }
     }
 }
 
@@ -66,6 +90,8 @@ pub fn reuse_walk(
 ) {
     // The mutant keeps walking past a partially resident segment.
     let past_partial = crate::mutant::active("mutant-reuse-past-partial");
+    scratch.walk += 1;
+    scratch.walked.clear();
     for (i, segment) in request.prefix.iter().enumerate() {
         let i = i as u32;
         scratch.visit += 1;
@@ -83,6 +109,7 @@ pub fn reuse_walk(
                 scratch.best[w] = 0;
                 scratch.pending[w] = Reasons::default();
                 scratch.touched.push(holder.worker);
+                scratch.note_walked(w);
             }
             match rule.verdict(tables, request.ns, holder.ns) {
                 None => scratch.best[w] = scratch.best[w].max(holder.tokens),
@@ -107,9 +134,12 @@ pub fn reuse_walk(
         // A segment of 0 tokens is fully resident everywhere (`0 < 0` does not stop a
         // walk), so every worker still matching passes it, holder or not.
         if segment.tokens == 0 {
-            for depth in scratch.depth.iter_mut().filter(|d| **d == i) {
-                *depth = i + 1;
-                advanced = true;
+            for w in 0..scratch.depth.len() {
+                if scratch.depth[w] == i {
+                    scratch.depth[w] = i + 1;
+                    scratch.note_walked(w);
+                    advanced = true;
+                }
             }
         }
         // Under the mutant every walking worker visits every segment.

@@ -5,20 +5,28 @@
 //! in-process (cache_plus_load, lag 10, no jitter: `kvroute simulate --events-out`'s
 //! stream). Each stream is translated once, outside the timings, into what each side
 //! consumes: kvroute's compiled events, Dynamo's `RouterEvent`s and block queries. Then
-//! each side replays it from an empty index, best of `--repeats` runs:
+//! each side replays it from an empty index, best of `--repeats` runs (the sides take
+//! turns, one run each per round):
 //! - **kvroute index**: the epoch rule, cache index and reuse walk for every worker;
 //! - **RadixTree** and **PositionalIndexer**: `apply_event` and
 //!   `find_matches(early_exit = false)`;
 //! - **kvroute decision**: a whole cache_plus_load run (every candidate row, cost and
-//!   choice, no receipt).
-//!
-//! Dynamo's default selector is compiled only under its `bench` feature and was not
-//! wired in (docs/peers.md); "Dynamo index" below is the index alone, a lower bound on
-//! index plus selector, so a decision ratio ≥ 1 against it meets the target too.
+//!   choice, no receipt);
+//! - **Dynamo index + selector**: `RadixTree` as above, and for every request its
+//!   `find_matches` scores put to Dynamo's `DefaultWorkerSelector` (temperature 0,
+//!   default configuration, 512-token blocks, compiled under the crate's `bench`
+//!   feature) over every worker with its load: the stream's load observations as
+//!   `WorkerLoadProjection`s, and each request's prompt added to its chosen worker's
+//!   prefill backlog, as kvroute places it. One `SchedulingRequest` is kept and updated
+//!   in place, as the cheapest way to drive Dynamo's selector.
 
 use dynamo_kv_router::indexer::positional::{LevelIndex, SearchMode};
+use dynamo_kv_router::protocols::WorkerId;
 use dynamo_kv_router::protocols::{KvCacheEvent, LocalBlockHash, RouterEvent, WorkerWithDpRank};
-use dynamo_kv_router::{PositionalIndexer, RadixTree, SyncIndexer};
+use dynamo_kv_router::{
+    DefaultWorkerSelector, PositionalIndexer, RadixTree, SyncIndexer, WorkerSelectionInput,
+    WorkerSelector,
+};
 use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::route::compiled::{Compiled, Step};
 use kvroute_core::route::engine::Runner;
@@ -27,13 +35,30 @@ use kvroute_core::Policy;
 use kvroute_peers::chains::ChainMap;
 use kvroute_peers::dynamo::{dynamo_events, query_blocks};
 use kvroute_peers::kvroute::KvrouteIndex;
+use kvroute_peers::selector::{
+    dynamo_worker, load_projection, scheduling_request, selector_config, FleetWorker, WORKER_TYPE,
+};
 use kvroute_peers::Peer;
 use rustc_hash::FxHashMap;
+use std::collections::HashMap;
 use std::time::Instant;
 
+/// The Mooncake import's block size: Dynamo's query blocks and its selector's.
+const BLOCK_TOKENS: u64 = 512;
+
+#[derive(Clone)]
 enum Action {
     Event(RouterEvent),
-    Query(Vec<LocalBlockHash>),
+    /// A load observation: only the selector reads it.
+    Load {
+        worker: u32,
+        queued_prefill: u64,
+        active_decode: u64,
+    },
+    Query {
+        blocks: Vec<LocalBlockHash>,
+        prompt_tokens: u64,
+    },
 }
 
 fn main() {
@@ -46,7 +71,9 @@ fn main() {
     let mooncake = value("--mooncake")
         .or_else(|| std::env::var("KVROUTE_MOONCAKE").ok())
         .unwrap_or_else(|| "../shared/traces/mooncake-conversation.jsonl".into());
-    let repeats: usize = value("--repeats").and_then(|r| r.parse().ok()).unwrap_or(3);
+    let repeats: usize = value("--repeats")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10);
     let sizes: Vec<u32> = value("--workers")
         .map(|w| w.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![8, 64, 512]);
@@ -66,16 +93,18 @@ fn main() {
     };
     println!("peers-bench: Mooncake conversation trace, cache_plus_load stream, best of {repeats}");
     println!(
-        "{:>7} {:>8} {:>13} {:>13} {:>13} {:>13} {:>9} {:>9} {:>9}",
+        "{:>7} {:>8} {:>13} {:>13} {:>13} {:>13} {:>13} {:>9} {:>9} {:>9} {:>9}",
         "workers",
         "items",
         "kvroute_idx/s",
         "radix/s",
         "positional/s",
         "kv_decide/s",
+        "radix+sel/s",
         "idx/radix",
         "idx/pos",
-        "dec/radix"
+        "dec/radix",
+        "dec/r+sel"
     );
     for workers in sizes {
         let (sim, _) = simulation_trace(&imported, Some(workers)).expect("a valid fleet size");
@@ -111,14 +140,26 @@ fn main() {
                 }
                 Step::Request(request) => {
                     items += 1;
-                    actions.push(Action::Query(query_blocks(&chains, request, 512)));
+                    actions.push(Action::Query {
+                        blocks: query_blocks(&chains, request, BLOCK_TOKENS),
+                        prompt_tokens: request.prompt_tokens,
+                    });
                 }
-                Step::Load { .. } => {}
+                Step::Load {
+                    worker,
+                    queued_prefill,
+                    active_decode,
+                    ..
+                } => actions.push(Action::Load {
+                    worker: *worker,
+                    queued_prefill: *queued_prefill,
+                    active_decode: *active_decode,
+                }),
             }
         }
-        let kvroute = best(repeats, || {
+        let kvroute_run = || {
             let mut index = KvrouteIndex::new(&compiled);
-            let mut reuse = vec![0u64; compiled.worker_count()];
+            let mut reuse = Vec::new();
             let started = Instant::now();
             let mut checksum = 0u64;
             for event in &compiled.events {
@@ -128,16 +169,16 @@ fn main() {
                     }
                     Step::Request(request) => {
                         index.reuse_tokens(request, &mut reuse);
-                        checksum = checksum.wrapping_add(reuse.iter().sum::<u64>());
+                        checksum = checksum.wrapping_add(reuse.iter().map(|&(_, t)| t).sum());
                     }
                     Step::Load { .. } => {}
                 }
             }
             (started.elapsed().as_secs_f64(), checksum)
-        });
-        let radix = best(repeats, || {
+        };
+        let radix_run = || {
             let mut tree = RadixTree::new();
-            let owned = clone_actions(&actions);
+            let owned = actions.clone();
             let started = Instant::now();
             let mut checksum = 0u64;
             for action in owned {
@@ -145,19 +186,20 @@ fn main() {
                     Action::Event(e) => {
                         let _ = tree.apply_event(e);
                     }
-                    Action::Query(q) => {
-                        let scores = tree.find_matches(q, false);
+                    Action::Load { .. } => {}
+                    Action::Query { blocks, .. } => {
+                        let scores = tree.find_matches(blocks, false);
                         checksum =
                             checksum.wrapping_add(scores.scores.values().map(|&v| v as u64).sum());
                     }
                 }
             }
             (started.elapsed().as_secs_f64(), checksum)
-        });
-        let positional = best(repeats, || {
+        };
+        let positional_run = || {
             let indexer = PositionalIndexer::new_with_mode(8, SearchMode::Strided);
             let mut worker_blocks: FxHashMap<WorkerWithDpRank, LevelIndex> = FxHashMap::default();
-            let owned = clone_actions(&actions);
+            let owned = actions.clone();
             let started = Instant::now();
             let mut checksum = 0u64;
             for action in owned {
@@ -165,16 +207,78 @@ fn main() {
                     Action::Event(e) => {
                         let _ = indexer.apply_event(&mut worker_blocks, e, None);
                     }
-                    Action::Query(q) => {
-                        let scores = indexer.find_matches(&q, false);
+                    Action::Load { .. } => {}
+                    Action::Query { blocks, .. } => {
+                        let scores = indexer.find_matches(&blocks, false);
                         checksum =
                             checksum.wrapping_add(scores.scores.values().map(|&v| v as u64).sum());
                     }
                 }
             }
             (started.elapsed().as_secs_f64(), checksum)
-        });
-        let decide = best(repeats, || {
+        };
+        let radix_selector_run = || {
+            let mut tree = RadixTree::new();
+            let selector = DefaultWorkerSelector::new(Some(selector_config()), WORKER_TYPE);
+            let fleet: HashMap<WorkerId, FleetWorker> = (0..compiled.worker_count() as u32)
+                .map(|w| (w as WorkerId, FleetWorker::default()))
+                .collect();
+            let mut request = scheduling_request(0);
+            for (w, worker) in compiled.workers.iter().enumerate() {
+                request.worker_loads.insert(
+                    dynamo_worker(w as u32),
+                    load_projection(worker.queued_prefill, worker.active_decode, BLOCK_TOKENS),
+                );
+            }
+            let owned = actions.clone();
+            let started = Instant::now();
+            // Dynamo breaks ties at random, so the checksum counts decisions, not picks.
+            let mut decisions = 0u64;
+            for action in owned {
+                match action {
+                    Action::Event(e) => {
+                        let _ = tree.apply_event(e);
+                    }
+                    Action::Load {
+                        worker,
+                        queued_prefill,
+                        active_decode,
+                    } => {
+                        request.worker_loads.insert(
+                            dynamo_worker(worker),
+                            load_projection(queued_prefill, active_decode, BLOCK_TOKENS),
+                        );
+                    }
+                    Action::Query {
+                        blocks,
+                        prompt_tokens,
+                    } => {
+                        let scores = tree.find_matches(blocks, false);
+                        let overlap = &mut request.overlap.effective_overlap_blocks;
+                        overlap.clear();
+                        overlap.extend(scores.scores.iter().map(|(&w, &b)| (w, b as f64)));
+                        request.isl_tokens = prompt_tokens as usize;
+                        let chosen = selector
+                            .select_worker(WorkerSelectionInput::configured(
+                                &fleet,
+                                &request,
+                                request.eligibility(),
+                                BLOCK_TOKENS as u32,
+                            ))
+                            .expect("a fleet of idle-or-busy workers always yields a pick")
+                            .worker;
+                        request
+                            .worker_loads
+                            .entry(chosen)
+                            .or_default()
+                            .active_prefill_tokens += prompt_tokens as usize;
+                        decisions += 1;
+                    }
+                }
+            }
+            (started.elapsed().as_secs_f64(), decisions)
+        };
+        let decide_run = || {
             let mut runner = Runner::new(&compiled, Policy::CachePlusLoad);
             let started = Instant::now();
             let mut placed = 0u64;
@@ -184,42 +288,55 @@ fn main() {
                 }
             }
             (started.elapsed().as_secs_f64(), placed)
-        });
+        };
+        let [kvroute, radix, positional, radix_selector, decide] = best_interleaved(
+            repeats,
+            [
+                Box::new(kvroute_run),
+                Box::new(radix_run),
+                Box::new(positional_run),
+                Box::new(radix_selector_run),
+                Box::new(decide_run),
+            ],
+        );
         let rate = |seconds: f64| items as f64 / seconds;
         println!(
-            "{:>7} {:>8} {:>13.0} {:>13.0} {:>13.0} {:>13.0} {:>8.2}x {:>8.2}x {:>8.2}x",
+            "{:>7} {:>8} {:>13.0} {:>13.0} {:>13.0} {:>13.0} {:>13.0} {:>8.2}x {:>8.2}x {:>8.2}x {:>8.2}x",
             workers,
             items,
             rate(kvroute),
             rate(radix),
             rate(positional),
             rate(decide),
+            rate(radix_selector),
             radix / kvroute,
             positional / kvroute,
             radix / decide,
+            radix_selector / decide,
         );
     }
-    println!("targets: idx/radix >= 3x at every size; dec/radix (kvroute decision vs Dynamo index alone) >= 1x");
+    println!(
+        "targets: idx/radix >= 3x at every size; dec/r+sel (kvroute's whole decision vs \
+         Dynamo's RadixTree + DefaultWorkerSelector) >= 1x; dec/radix is against the index alone"
+    );
 }
 
-fn clone_actions(actions: &[Action]) -> Vec<Action> {
-    actions
-        .iter()
-        .map(|a| match a {
-            Action::Event(e) => Action::Event(e.clone()),
-            Action::Query(q) => Action::Query(q.clone()),
-        })
-        .collect()
-}
-
-/// The shortest of `repeats` timed runs, in seconds; the runs' checksums must agree.
-fn best(repeats: usize, mut run: impl FnMut() -> (f64, u64)) -> f64 {
-    let mut shortest = f64::INFINITY;
-    let mut first_checksum = None;
+/// Each side's shortest of `repeats` timed runs, in seconds; a side's runs must agree
+/// on their checksum. The sides take turns, one run each per round, so a burst of load
+/// on a shared machine is as likely to fall on either side of a ratio, instead of on
+/// the whole series of one side.
+fn best_interleaved<const N: usize>(
+    repeats: usize,
+    mut sides: [Box<dyn FnMut() -> (f64, u64) + '_>; N],
+) -> [f64; N] {
+    let mut shortest = [f64::INFINITY; N];
+    let mut checksums = [None; N];
     for _ in 0..repeats.max(1) {
-        let (seconds, checksum) = run();
-        assert_eq!(*first_checksum.get_or_insert(checksum), checksum);
-        shortest = shortest.min(seconds);
+        for (side, run) in sides.iter_mut().enumerate() {
+            let (seconds, checksum) = run();
+            assert_eq!(*checksums[side].get_or_insert(checksum), checksum);
+            shortest[side] = shortest[side].min(seconds);
+        }
     }
     shortest
 }
