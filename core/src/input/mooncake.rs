@@ -317,7 +317,7 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
     }
     let mut seen = Vec::with_capacity(FIELDS.len());
     for (name, _) in members {
-        if !FIELDS.contains(&name.as_str()) {
+        if !FIELDS.contains(&&**name) {
             reasons.push(format!("unknown field {}", quote_name(name)));
         } else if seen.contains(&name) {
             reasons.push(format!("repeated field {}", quote_name(name)));

@@ -6,7 +6,7 @@
 //! here panics on any input: every value is checked before it is used.
 
 use crate::input::document::{self, Path};
-use crate::input::json::{self, quote_str, Node, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::json::{self, quote_str, MemberName, Node, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::*;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -232,7 +232,7 @@ fn validated(read: document::Read<Walk>) -> Result<Trace, ValidationErrors> {
 /// The members of one JSON object, for checking required, unknown and repeated names.
 struct Members<'p, 'n> {
     path: Path<'p>,
-    members: &'n [(String, Node)],
+    members: &'n [(MemberName, Node)],
 }
 
 impl<'p, 'n> Members<'p, 'n> {
