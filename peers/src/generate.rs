@@ -18,6 +18,7 @@ use kvroute_core::input::trace::{
     CacheOp, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
 };
 use proptest::test_runner::{RngAlgorithm, TestRng};
+use std::sync::Arc;
 
 /// A source of bounded choices.
 pub trait Draw {
@@ -107,7 +108,7 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
     let worker_count = 1 + draw.below(WORKERS_MAX) as usize;
     let workers: Vec<WorkerSpec> = (0..worker_count)
         .map(|w| WorkerSpec {
-            id: format!("w{w}"),
+            id: format!("w{w}").into(),
             model: "m".into(),
             adapters: vec![],
             prefill_rate: 16,
@@ -139,20 +140,20 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
             let mut prefix: Vec<Segment> = chain
                 .iter()
                 .map(|&k| Segment {
-                    key: key(k),
+                    key: key(k).into(),
                     tokens: BLOCK_TOKENS,
                 })
                 .collect();
             if draw.chance(30) {
                 // A partial tail: a block of its own, never whole.
                 prefix.push(Segment {
-                    key: format!("t{node}"),
+                    key: format!("t{node}").into(),
                     tokens: 1 + draw.below(BLOCK_TOKENS - 1),
                 });
             }
             let prefix_tokens: u64 = prefix.iter().map(|s| s.tokens).sum();
             EventKind::Request(Request {
-                id: format!("r{seq}"),
+                id: format!("r{seq}").into(),
                 namespace: ns,
                 prefix,
                 prompt_tokens: prefix_tokens + draw.below(BLOCK_TOKENS),
@@ -170,7 +171,7 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
                 let mut segments: Vec<Segment> = chain[start..]
                     .iter()
                     .map(|&k| Segment {
-                        key: key(k),
+                        key: key(k).into(),
                         tokens: BLOCK_TOKENS,
                     })
                     .collect();
@@ -179,7 +180,7 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
                 }
                 if draw.chance(20) {
                     segments.push(Segment {
-                        key: format!("t{node}"),
+                        key: format!("t{node}").into(),
                         tokens: 1 + draw.below(BLOCK_TOKENS - 1),
                     });
                 }
@@ -191,12 +192,13 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
                 // The tail of the chain, tail first as an LRU evicts it; sometimes with
                 // the partial tail, sometimes only a block in the middle.
                 let from = draw.below(chain.len() as u64) as usize;
-                let mut keys: Vec<String> = chain[from..].iter().rev().map(|&k| key(k)).collect();
+                let mut keys: Vec<Arc<str>> =
+                    chain[from..].iter().rev().map(|&k| key(k).into()).collect();
                 if draw.chance(25) {
-                    keys.insert(0, format!("t{node}"));
+                    keys.insert(0, format!("t{node}").into());
                 }
                 if draw.chance(10) {
-                    keys = vec![key(chain[from])];
+                    keys = vec![key(chain[from]).into()];
                 }
                 // An evict's keys are a set: the canonical trace (what `simulate
                 // --events-out` writes, and what a reproduction is saved as) lists them
@@ -216,7 +218,7 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
                 seq,
                 tick: delivered,
                 kind: EventKind::Cache {
-                    worker: format!("w{w}"),
+                    worker: format!("w{w}").into(),
                     epoch: epochs[w],
                     op,
                 },

@@ -10,8 +10,9 @@
 use crate::compare::{compare, Cause, Difference, Options};
 use kvroute_core::input::trace::{CacheOp, EventKind, Namespace, Trace};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-type NsKey = (Namespace, String);
+type NsKey = (Namespace, Arc<str>);
 
 /// The part of `trace` that the differing row `difference` depends on: its worker's
 /// events when `own_worker_only` (kvroute and `RadixTree` answer per worker), else
@@ -21,7 +22,7 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
     let mut order: Vec<usize> = (0..trace.events.len()).collect();
     order.sort_by_key(|&i| (trace.events[i].tick, trace.events[i].seq));
     // First request naming each key, and the key before it there (its chain parent).
-    let mut first: HashMap<NsKey, (usize, Option<String>)> = HashMap::new();
+    let mut first: HashMap<NsKey, (usize, Option<Arc<str>>)> = HashMap::new();
     for &i in &order {
         if let EventKind::Request(request) = &trace.events[i].kind {
             let mut parent = None;
@@ -42,7 +43,7 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
             break;
         }
         match &event.kind {
-            EventKind::Cache { worker: w, op, .. } if w == worker || !own_worker_only => {
+            EventKind::Cache { worker: w, op, .. } if **w == **worker || !own_worker_only => {
                 keep.insert(i);
                 match op {
                     CacheOp::Store {
@@ -55,7 +56,7 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
                     CacheOp::Clear => {}
                 }
             }
-            EventKind::Request(r) if r.id == difference.request_id => {
+            EventKind::Request(r) if *r.id == *difference.request_id => {
                 keep.insert(i);
             }
             _ => {}
@@ -64,7 +65,7 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
     let mut workers: Vec<_> = trace
         .workers
         .iter()
-        .filter(|w| &w.id == worker || !own_worker_only)
+        .filter(|w| *w.id == **worker || !own_worker_only)
         .cloned()
         .collect();
     for w in &workers {
@@ -163,7 +164,7 @@ pub fn shrink(mut trace: Trace, holds: impl Fn(&Trace) -> bool, budget: usize) -
                 }
             }
         }
-        let named: HashSet<String> = trace
+        let named: HashSet<Arc<str>> = trace
             .events
             .iter()
             .filter_map(|e| match &e.kind {

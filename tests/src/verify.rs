@@ -9,7 +9,7 @@
 //! dominance (one id and a count) is what its decision's rows give, and finally it
 //! equals, byte for byte, what the oracle recomputes from the trace.
 
-use kvroute_core::input::json::{self, Node};
+use kvroute_core::input::json::{self, MemberName, Node};
 use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
 use kvroute_core::output::ids::keyed_id;
 use serde_json::Value;
@@ -435,7 +435,7 @@ fn check_kind(path: &str, node: &Node, kind: Kind) -> Result<(), String> {
 /// of its kind.
 fn check_members(
     path: &str,
-    members: &[(String, Node)],
+    members: &[(MemberName, Node)],
     table: &[(&str, Kind)],
 ) -> Result<(), String> {
     for &(name, kind) in table {
@@ -448,7 +448,7 @@ fn check_members(
     Ok(())
 }
 
-fn member<'n>(members: &'n [(String, Node)], name: &str) -> &'n Node {
+fn member<'n>(members: &'n [(MemberName, Node)], name: &str) -> &'n Node {
     members
         .iter()
         .find(|(k, _)| k == name)
@@ -459,10 +459,10 @@ fn member<'n>(members: &'n [(String, Node)], name: &str) -> &'n Node {
 /// Each item of the array member `name` is an object with `table`'s members.
 fn check_items(
     path: &str,
-    members: &[(String, Node)],
+    members: &[(MemberName, Node)],
     name: &str,
     table: &[(&str, Kind)],
-    mut inner: impl FnMut(&str, &[(String, Node)]) -> Result<(), String>,
+    mut inner: impl FnMut(&str, &[(MemberName, Node)]) -> Result<(), String>,
 ) -> Result<(), String> {
     let Node::Array(items) = member(members, name) else {
         unreachable!("checked an array")
@@ -481,7 +481,7 @@ fn check_items(
 }
 
 /// The receipt's shape (SPEC.md §7): every member §6 lists, with its type.
-fn receipt_shape(members: &[(String, Node)]) -> Result<(), String> {
+fn receipt_shape(members: &[(MemberName, Node)]) -> Result<(), String> {
     check_members("$", members, &RECEIPT_MEMBERS)?;
     check_items("$", members, "runs", &RUN_MEMBERS, |run_path, run| {
         check_items(

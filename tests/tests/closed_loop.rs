@@ -80,7 +80,7 @@ fn lab_and_generated_loops_replay_open_loop_to_the_same_runs() {
 fn replacing_the_workers_copies_the_first_and_pads_ids() {
     let trace = mooncake(10, 3);
     let (sim, _) = simulation_trace(&trace, Some(12)).unwrap();
-    let ids: Vec<&str> = sim.workers.iter().map(|w| w.id.as_str()).collect();
+    let ids: Vec<&str> = sim.workers.iter().map(|w| &*w.id).collect();
     assert_eq!(ids.first(), Some(&"w00"));
     assert_eq!(ids.last(), Some(&"w11"));
     assert!(sim

@@ -138,10 +138,10 @@ impl TraceFacts {
             .iter()
             .filter_map(|event| match &event.kind {
                 EventKind::Request(request) => Some((
-                    request.id.clone(),
+                    request.id.to_string(),
                     (
-                        request.namespace.model.clone(),
-                        request.namespace.adapter.clone(),
+                        request.namespace.model.to_string(),
+                        request.namespace.adapter.to_string(),
                     ),
                 )),
                 _ => None,
@@ -150,7 +150,7 @@ impl TraceFacts {
         let prefill_rate_of_worker = trace
             .workers
             .iter()
-            .map(|w| (w.id.clone(), w.prefill_rate))
+            .map(|w| (w.id.to_string(), w.prefill_rate))
             .collect();
         TraceFacts {
             cohort_of_request,

@@ -11,7 +11,7 @@
 //! tree walk reported them in (`format`, `limits`, `policy`, `sharing`, `workers`,
 //! `events`, then unknown and repeated members) whatever order the document has.
 
-use crate::input::json::{Literals, Node, NodeSeed};
+use crate::input::json::{Literals, MemberName, Node, NodeSeed};
 use crate::input::trace::{Event, Grant, WorkerSpec};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
@@ -78,7 +78,7 @@ pub(super) struct Listed<T, W> {
 /// The top-level object as read: its members in document order, the three streamed
 /// arrays (first occurrence only) standing as `null` among them.
 pub(super) struct Document<W> {
-    pub members: Vec<(String, Node)>,
+    pub members: Vec<(MemberName, Node)>,
     pub sharing: Option<Listed<Grant, W>>,
     pub workers: Option<Listed<WorkerSpec, W>>,
     pub events: Option<Listed<Event, W>>,
@@ -200,7 +200,7 @@ impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
                     Node::Null
                 }
             };
-            document.members.push((name, value));
+            document.members.push((name.into(), value));
         }
         Ok(Read::Object(document))
     }

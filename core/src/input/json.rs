@@ -17,6 +17,7 @@
 
 use crate::input::limits::JSON_INTEGER_MAX;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -37,7 +38,89 @@ pub enum Node {
     Number(Box<str>),
     String(String),
     Array(Vec<Node>),
-    Object(Vec<(String, Node)>),
+    Object(Vec<(MemberName, Node)>),
+}
+
+/// A member name as read: the contract's own names borrow a `'static` copy, so reading
+/// an event allocates for none of its ten or so names; any other name is owned.
+pub type MemberName = Cow<'static, str>;
+
+/// Every member name of a `kvroute-trace/1` document (SPEC.md §1) and of a Mooncake
+/// line (§10), as `'static` strings.
+const KNOWN_MEMBER_NAMES: [&str; 43] = [
+    "format",
+    "limits",
+    "policy",
+    "sharing",
+    "workers",
+    "events",
+    "decode_weight_milli",
+    "imbalance_penalty_milli",
+    "freshness_ticks",
+    "max_queued_work",
+    "stale_rule",
+    "epochs",
+    "cold_reserve_milli",
+    "dynamo_block_tokens",
+    "model",
+    "adapter",
+    "tenants",
+    "id",
+    "adapters",
+    "prefill_rate",
+    "decode_rate",
+    "queued_prefill",
+    "active_decode",
+    "observed_tick",
+    "epoch",
+    "cache",
+    "tenant",
+    "key",
+    "tokens",
+    "seq",
+    "tick",
+    "type",
+    "op",
+    "worker",
+    "segments",
+    "keys",
+    "prefix",
+    "prompt_tokens",
+    "decode_tokens",
+    "timestamp",
+    "input_length",
+    "output_length",
+    "hash_ids",
+];
+
+/// `name` as a [`MemberName`]: borrowed when it is one of [`KNOWN_MEMBER_NAMES`].
+fn member_name(name: &str) -> MemberName {
+    match KNOWN_MEMBER_NAMES.iter().find(|known| **known == name) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(name.to_owned()),
+    }
+}
+
+/// Reads one member name through [`member_name`].
+struct MemberNameSeed;
+
+impl<'de> DeserializeSeed<'de> for MemberNameSeed {
+    type Value = MemberName;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<MemberName, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MemberNameSeed {
+    type Value = MemberName;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<MemberName, E> {
+        Ok(member_name(v))
+    }
 }
 
 /// The reason a trace starting with a byte order mark is rejected (SPEC.md §2.2).
@@ -376,7 +459,7 @@ impl Quote {
                 // Byte order of names, a repeated name once with its last value: what
                 // serde_json's map printed before numbers were kept as written.
                 let sorted: BTreeMap<&str, &Node> =
-                    members.iter().map(|(k, v)| (k.as_str(), v)).collect();
+                    members.iter().map(|(k, v)| (&**k, v)).collect();
                 self.push('{');
                 for (i, (name, value)) in sorted.into_iter().enumerate() {
                     if self.full() {
@@ -476,7 +559,7 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
         let mut members = Vec::with_capacity(4);
-        while let Some(key) = map.next_key::<String>()? {
+        while let Some(key) = map.next_key_seed(MemberNameSeed)? {
             let value = map.next_value_seed(self)?;
             members.push((key, value));
         }
@@ -487,6 +570,27 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_member_names_are_borrowed_and_others_owned() {
+        let node = parse(br#"{"seq":1,"hash_ids":[],"se\u0071":2,"zzz":3}"#).unwrap();
+        let Node::Object(members) = node else {
+            panic!("expected an object")
+        };
+        let names: Vec<(&str, bool)> = members
+            .iter()
+            .map(|(name, _)| (&**name, matches!(name, Cow::Borrowed(_))))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("seq", true),
+                ("hash_ids", true),
+                ("seq", true),
+                ("zzz", false)
+            ]
+        );
+    }
 
     #[test]
     fn repeated_members_are_kept() {

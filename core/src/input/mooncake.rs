@@ -15,8 +15,10 @@ use crate::input::limits::{CostBound, LimitsProfile, ERROR_LINES_MAX, JSON_INTEG
 use crate::input::trace::{
     fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
 };
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::io::BufRead;
+use std::sync::Arc;
 
 /// Prefill tokens per tick (1 tick = 1 ms) of every imported worker: 16,000 tokens/s,
 /// about what one current GPU prefills for a mid-sized model.
@@ -98,11 +100,12 @@ pub fn import_mooncake(
         return Err(report.finish());
     }
     let namespace = Namespace {
-        tenant: options.tenant.clone(),
-        model: options.model.clone(),
-        adapter: "base".to_owned(),
+        tenant: options.tenant.as_str().into(),
+        model: options.model.as_str().into(),
+        adapter: "base".into(),
     };
     let mut events = Vec::new();
+    let mut block_keys = BlockKeys::default();
     let mut totals = Totals::default();
     let mut previous_timestamp: Option<(u64, usize)> = None;
     let mut line_bytes = Vec::new();
@@ -163,9 +166,14 @@ pub fn import_mooncake(
             seq,
             tick: timestamp,
             kind: EventKind::Request(Request {
-                id: format!("r{seq}"),
+                id: format!("r{seq}").into(),
                 namespace: namespace.clone(),
-                prefix: prefix(&hash_ids, prompt_tokens, options.block_tokens),
+                prefix: prefix(
+                    &hash_ids,
+                    prompt_tokens,
+                    options.block_tokens,
+                    &mut block_keys,
+                ),
                 prompt_tokens,
                 decode_tokens,
             }),
@@ -179,8 +187,8 @@ pub fn import_mooncake(
     }
     let workers = (0..options.workers)
         .map(|index| WorkerSpec {
-            id: fleet_worker_id(index, options.workers),
-            model: options.model.clone(),
+            id: fleet_worker_id(index, options.workers).into(),
+            model: Arc::clone(&namespace.model),
             adapters: Vec::new(),
             prefill_rate: DEFAULT_PREFILL_RATE,
             decode_rate: DEFAULT_DECODE_RATE,
@@ -309,7 +317,7 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
     }
     let mut seen = Vec::with_capacity(FIELDS.len());
     for (name, _) in members {
-        if !FIELDS.contains(&name.as_str()) {
+        if !FIELDS.contains(&&**name) {
             reasons.push(format!("unknown field {}", quote_name(name)));
         } else if seen.contains(&name) {
             reasons.push(format!("repeated field {}", quote_name(name)));
@@ -409,7 +417,30 @@ fn request_checks(
 
 /// One segment per hash id, keyed `b<id>`: full blocks, then the partial remainder.
 /// Only called once [`request_checks`] accepted the figures.
-fn prefix(hash_ids: &[u64], prompt_tokens: u64, block_tokens: u64) -> Vec<Segment> {
+/// The key of each hash id seen so far (`b` and the id), one shared copy each: requests
+/// of a Mooncake trace share most of their blocks, so a repeated block costs a pointer.
+/// Only looked up, never iterated.
+#[derive(Default)]
+struct BlockKeys {
+    by_hash_id: FxHashMap<u64, Arc<str>>,
+}
+
+impl BlockKeys {
+    fn key(&mut self, hash_id: u64) -> Arc<str> {
+        Arc::clone(
+            self.by_hash_id
+                .entry(hash_id)
+                .or_insert_with(|| format!("b{hash_id}").into()),
+        )
+    }
+}
+
+fn prefix(
+    hash_ids: &[u64],
+    prompt_tokens: u64,
+    block_tokens: u64,
+    block_keys: &mut BlockKeys,
+) -> Vec<Segment> {
     let mut remaining_tokens = prompt_tokens;
     hash_ids
         .iter()
@@ -417,7 +448,7 @@ fn prefix(hash_ids: &[u64], prompt_tokens: u64, block_tokens: u64) -> Vec<Segmen
             let tokens = remaining_tokens.min(block_tokens);
             remaining_tokens -= tokens;
             Segment {
-                key: format!("b{id}"),
+                key: block_keys.key(*id),
                 tokens,
             }
         })
@@ -494,7 +525,7 @@ mod tests {
 
     fn segment(key: &str, tokens: u64) -> Segment {
         Segment {
-            key: key.to_owned(),
+            key: key.into(),
             tokens,
         }
     }
@@ -504,11 +535,11 @@ mod tests {
             seq,
             tick,
             kind: EventKind::Request(Request {
-                id: format!("r{seq}"),
+                id: format!("r{seq}").into(),
                 namespace: Namespace {
-                    tenant: "mooncake".to_owned(),
-                    model: "mooncake-model".to_owned(),
-                    adapter: "base".to_owned(),
+                    tenant: "mooncake".into(),
+                    model: "mooncake-model".into(),
+                    adapter: "base".into(),
                 },
                 prefix,
                 prompt_tokens: prompt,
@@ -546,13 +577,13 @@ mod tests {
         assert_eq!(trace.limits, LimitsProfile::Scale);
         assert_eq!(trace.policy, PolicyParams::default());
         assert!(trace.sharing.is_empty());
-        let ids: Vec<&str> = trace.workers.iter().map(|w| w.id.as_str()).collect();
+        let ids: Vec<&str> = trace.workers.iter().map(|w| &*w.id).collect();
         assert_eq!(ids, ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"]);
         assert_eq!(
             trace.workers[3],
             WorkerSpec {
-                id: "w3".to_owned(),
-                model: "mooncake-model".to_owned(),
+                id: "w3".into(),
+                model: "mooncake-model".into(),
                 adapters: vec![],
                 prefill_rate: 16,
                 decode_rate: 4,
@@ -609,14 +640,14 @@ mod tests {
             .collect();
         let trace = import_mooncake(first_and_last.as_bytes(), &options).unwrap();
         assert_eq!(trace.workers.len(), 12);
-        assert_eq!(trace.workers[0].id, "w00");
-        assert_eq!(trace.workers[11].id, "w11");
-        assert!(trace.workers.iter().all(|w| w.model == "m"));
+        assert_eq!(&*trace.workers[0].id, "w00");
+        assert_eq!(&*trace.workers[11].id, "w11");
+        assert!(trace.workers.iter().all(|w| &*w.model == "m"));
         let EventKind::Request(request) = &trace.events[0].kind else {
             panic!("expected a request");
         };
-        assert_eq!(request.namespace.tenant, "t");
-        assert_eq!(request.namespace.model, "m");
+        assert_eq!(&*request.namespace.tenant, "t");
+        assert_eq!(&*request.namespace.model, "m");
         assert_eq!(
             request.prefix,
             vec![segment("b0", 400), segment("b1", 400), segment("b7", 300)]
@@ -841,7 +872,7 @@ mod tests {
             ..MooncakeOptions::default()
         };
         let trace = import_mooncake(THREE_LINES.as_bytes(), &options).unwrap();
-        assert_eq!(trace.workers[4095].id, "w4095");
+        assert_eq!(&*trace.workers[4095].id, "w4095");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the order they had in the input; the engine and the canonical form sort what they need.
 
 pub use crate::input::limits::LimitsProfile;
+use std::sync::Arc;
 
 /// Routing parameters (the `policy` member).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,35 +99,40 @@ impl EpochsMode {
 }
 
 /// The namespace a cache entry lives in: whose prefix, under which token meaning.
+///
+/// The strings of a trace are `Arc<str>`, not `String`: a trace names the same few
+/// tenants, models, adapters, workers and prefix keys over and over, and the reader
+/// hands out one shared copy of each (SPEC.md is unaffected: only equality and bytes
+/// are ever read), so a repeated name costs a pointer, not an allocation.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Namespace {
-    pub tenant: String,
-    pub model: String,
-    pub adapter: String,
+    pub tenant: Arc<str>,
+    pub model: Arc<str>,
+    pub adapter: Arc<str>,
 }
 
 /// A sharing grant: these tenants count as one for this model and adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    pub model: String,
-    pub adapter: String,
-    pub tenants: Vec<String>,
+    pub model: Arc<str>,
+    pub adapter: Arc<str>,
+    pub tenants: Vec<Arc<str>>,
 }
 
 /// One resident prefix block in a worker's initial cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheEntry {
     pub namespace: Namespace,
-    pub key: String,
+    pub key: Arc<str>,
     pub tokens: u64,
 }
 
 /// A worker and the router's initial view of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSpec {
-    pub id: String,
-    pub model: String,
-    pub adapters: Vec<String>,
+    pub id: Arc<str>,
+    pub model: Arc<str>,
+    pub adapters: Vec<Arc<str>>,
     pub prefill_rate: u64,
     pub decode_rate: u64,
     pub queued_prefill: u64,
@@ -139,7 +145,7 @@ pub struct WorkerSpec {
 /// A prefix block reference: an opaque key and its token count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
-    pub key: String,
+    pub key: Arc<str>,
     pub tokens: u64,
 }
 
@@ -152,7 +158,7 @@ pub enum CacheOp {
     },
     Evict {
         namespace: Namespace,
-        keys: Vec<String>,
+        keys: Vec<Arc<str>>,
     },
     Clear,
 }
@@ -189,7 +195,9 @@ impl CacheOp {
 /// A request to be routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
-    pub id: String,
+    /// Unique within a trace, so never shared; `Arc<str>` like the others all the same,
+    /// so that every string of the trace is built and compared the same way.
+    pub id: Arc<str>,
     pub namespace: Namespace,
     pub prefix: Vec<Segment>,
     pub prompt_tokens: u64,
@@ -200,12 +208,12 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
     Cache {
-        worker: String,
+        worker: Arc<str>,
         epoch: u64,
         op: CacheOp,
     },
     Load {
-        worker: String,
+        worker: Arc<str>,
         observed_tick: u64,
         queued_prefill: u64,
         active_decode: u64,

@@ -6,7 +6,7 @@
 //! here panics on any input: every value is checked before it is used.
 
 use crate::input::document::{self, Path};
-use crate::input::json::{self, quote_str, Node, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::json::{self, quote_str, MemberName, Node, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::*;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// Why a trace was rejected: the first [`ERROR_LINES_MAX`] `PATH: reason` lines in
 /// report order, and how many more there were. Only the printed lines are kept, so a
@@ -231,7 +232,7 @@ fn validated(read: document::Read<Walk>) -> Result<Trace, ValidationErrors> {
 /// The members of one JSON object, for checking required, unknown and repeated names.
 struct Members<'p, 'n> {
     path: Path<'p>,
-    members: &'n [(String, Node)],
+    members: &'n [(MemberName, Node)],
 }
 
 impl<'p, 'n> Members<'p, 'n> {
@@ -279,6 +280,28 @@ impl<'p, 'n> Members<'p, 'n> {
 #[derive(Default)]
 pub(super) struct Walk {
     errors: ValidationErrors,
+    strings: SharedStrings,
+}
+
+/// The strings handed out so far, one shared copy each: a trace repeats a few names
+/// and keys millions of times, and each repeat then costs a pointer, not a `String`
+/// (issue 11). Each streamed array is read by its own `Walk`, so a name used in both
+/// `workers` and `events` is kept twice at most. Only asked whether it holds a string,
+/// never iterated, so its order cannot reach a trace or an error.
+#[derive(Default)]
+struct SharedStrings {
+    seen: FxHashSet<Arc<str>>,
+}
+
+impl SharedStrings {
+    fn share(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.seen.get(s) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.seen.insert(Arc::clone(&shared));
+        shared
+    }
 }
 
 impl document::Check for Walk {
@@ -380,9 +403,21 @@ impl Walk {
         }
     }
 
-    fn string(&mut self, path: &Path, node: &Node) -> Option<String> {
+    /// A non-empty string, shared with every earlier occurrence of the same text.
+    fn string(&mut self, path: &Path, node: &Node) -> Option<Arc<str>> {
+        let text = self.text(path, node)?;
+        Some(self.strings.share(text))
+    }
+
+    /// A non-empty string that is unique in a valid trace (a request id): not worth
+    /// remembering, so it gets its own copy.
+    fn unique_string(&mut self, path: &Path, node: &Node) -> Option<Arc<str>> {
+        self.text(path, node).map(Arc::from)
+    }
+
+    fn text<'n>(&mut self, path: &Path, node: &'n Node) -> Option<&'n str> {
         match node {
-            Node::String(s) if !s.is_empty() => Some(s.clone()),
+            Node::String(s) if !s.is_empty() => Some(s),
             other => {
                 self.err(
                     path,
@@ -403,14 +438,14 @@ impl Walk {
         self.rate(&path, node)
     }
 
-    fn req_string(&mut self, obj: &Members, name: &str) -> Option<String> {
+    fn req_string(&mut self, obj: &Members, name: &str) -> Option<Arc<str>> {
         let (path, node) = obj.required(self, name)?;
         self.string(&path, node)
     }
 
-    fn string_list(&mut self, path: &Path, node: &Node) -> Option<Vec<String>> {
+    fn string_list(&mut self, path: &Path, node: &Node) -> Option<Vec<Arc<str>>> {
         let items = self.array(path, node)?;
-        let parsed: Vec<Option<String>> = items
+        let parsed: Vec<Option<Arc<str>>> = items
             .iter()
             .enumerate()
             .map(|(i, item)| self.string(&path.index(i), item))
@@ -418,7 +453,7 @@ impl Walk {
         parsed.into_iter().collect()
     }
 
-    fn req_string_list(&mut self, obj: &Members, name: &str) -> Option<Vec<String>> {
+    fn req_string_list(&mut self, obj: &Members, name: &str) -> Option<Vec<Arc<str>>> {
         let (path, node) = obj.required(self, name)?;
         self.string_list(&path, node)
     }
@@ -807,7 +842,9 @@ impl Walk {
     }
 
     fn request_event(&mut self, obj: &Members) -> Option<EventKind> {
-        let id = self.req_string(obj, "id");
+        let id = obj
+            .required(self, "id")
+            .and_then(|(path, node)| self.unique_string(&path, node));
         let namespace = self.namespace(obj);
         let prefix = obj
             .required(self, "prefix")
@@ -865,7 +902,7 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
     let mut worker_ids =
         FxHashSet::with_capacity_and_hasher(trace.workers.len(), Default::default());
     for (i, worker) in trace.workers.iter().enumerate() {
-        if !worker_ids.insert(worker.id.as_str()) {
+        if !worker_ids.insert(&*worker.id) {
             errors.push_with(|| {
                 (
                     format!("workers[{i}].id"),
@@ -889,7 +926,7 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
         let mut entries =
             FxHashSet::with_capacity_and_hasher(worker.cache.len(), Default::default());
         for (j, entry) in worker.cache.iter().enumerate() {
-            if !entries.insert((&entry.namespace, entry.key.as_str())) {
+            if !entries.insert((&entry.namespace, &*entry.key)) {
                 errors.push_with(|| {
                     (
                         format!("workers[{i}].cache[{j}]"),
@@ -928,7 +965,7 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             EventKind::Request(_) => None,
         };
         if let EventKind::Request(request) = &event.kind {
-            if !request_ids.insert(request.id.as_str()) {
+            if !request_ids.insert(&*request.id) {
                 errors.push_with(|| {
                     (
                         format!("events[{i}].id"),
@@ -938,7 +975,7 @@ fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             }
         }
         if let Some(worker) = worker {
-            if !worker_ids.contains(worker.as_str()) {
+            if !worker_ids.contains(&**worker) {
                 errors.push_with(|| {
                     (
                         format!("events[{i}].worker"),
@@ -1071,7 +1108,7 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
         .workers
         .iter()
         .enumerate()
-        .map(|(w, worker)| (worker.id.as_str(), w))
+        .map(|(w, worker)| (&*worker.id, w))
         .collect();
     let mut resident: Vec<FxHashSet<(&Namespace, &str)>> = trace
         .workers
@@ -1081,7 +1118,7 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
                 .cache
                 .iter()
                 .filter(|entry| entry.tokens > 0)
-                .map(|entry| (&entry.namespace, entry.key.as_str()))
+                .map(|entry| (&entry.namespace, &*entry.key))
                 .collect()
         })
         .collect();
@@ -1093,7 +1130,7 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
         let EventKind::Cache { worker, epoch, op } = &trace.events[i].kind else {
             continue;
         };
-        let Some(&w) = index_of.get(worker.as_str()) else {
+        let Some(&w) = index_of.get(&**worker) else {
             continue;
         };
         if *epoch <= last_epoch[w] {
@@ -1108,9 +1145,9 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
             } => {
                 for segment in segments {
                     if segment.tokens > 0 {
-                        entries.insert((namespace, segment.key.as_str()));
+                        entries.insert((namespace, &*segment.key));
                     } else {
-                        entries.remove(&(namespace, segment.key.as_str()));
+                        entries.remove(&(namespace, &*segment.key));
                     }
                 }
                 if entries.len() > max && !reported[w] {
@@ -1130,7 +1167,7 @@ fn residency_errors(trace: &Trace) -> ValidationErrors {
             }
             CacheOp::Evict { namespace, keys } => {
                 for key in keys {
-                    entries.remove(&(namespace, key.as_str()));
+                    entries.remove(&(namespace, &**key));
                 }
             }
             CacheOp::Clear => entries.clear(),

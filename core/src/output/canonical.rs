@@ -11,6 +11,7 @@ pub use crate::output::json_text::digest_tag;
 use crate::output::json_text::{push_str, push_u64};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
 /// RFC 8785 bytes of a JSON value.
 pub fn jcs_bytes(value: &Value) -> Vec<u8> {
@@ -24,8 +25,8 @@ pub fn sha256_tag(bytes: &[u8]) -> String {
     digest_tag(&Sha256::digest(bytes))
 }
 
-fn sorted_strings(items: &[String]) -> Vec<String> {
-    let mut items = items.to_vec();
+fn sorted_strings(items: &[Arc<str>]) -> Vec<&str> {
+    let mut items: Vec<&str> = items.iter().map(|s| &**s).collect();
     items.sort();
     items
 }
@@ -41,7 +42,7 @@ fn segments_value(segments: &[Segment]) -> Value {
     Value::Array(
         segments
             .iter()
-            .map(|s| json!({ "key": s.key, "tokens": s.tokens }))
+            .map(|s| json!({ "key": &*s.key, "tokens": s.tokens }))
             .collect(),
     )
 }
@@ -51,7 +52,7 @@ fn event_value(event: &Event) -> Value {
         EventKind::Cache { worker, epoch, op } => {
             let mut value = json!({
                 "seq": event.seq, "tick": event.tick, "type": "cache",
-                "op": op.kind().name(), "worker": worker, "epoch": epoch,
+                "op": op.kind().name(), "worker": &**worker, "epoch": epoch,
             });
             let fields = value.as_object_mut().expect("built as an object");
             match op {
@@ -59,15 +60,15 @@ fn event_value(event: &Event) -> Value {
                     namespace,
                     segments,
                 } => {
-                    fields.insert("tenant".into(), json!(namespace.tenant));
-                    fields.insert("model".into(), json!(namespace.model));
-                    fields.insert("adapter".into(), json!(namespace.adapter));
+                    fields.insert("tenant".into(), json!(&*namespace.tenant));
+                    fields.insert("model".into(), json!(&*namespace.model));
+                    fields.insert("adapter".into(), json!(&*namespace.adapter));
                     fields.insert("segments".into(), segments_value(segments));
                 }
                 CacheOp::Evict { namespace, keys } => {
-                    fields.insert("tenant".into(), json!(namespace.tenant));
-                    fields.insert("model".into(), json!(namespace.model));
-                    fields.insert("adapter".into(), json!(namespace.adapter));
+                    fields.insert("tenant".into(), json!(&*namespace.tenant));
+                    fields.insert("model".into(), json!(&*namespace.model));
+                    fields.insert("adapter".into(), json!(&*namespace.adapter));
                     fields.insert("keys".into(), json!(sorted_strings(keys)));
                 }
                 CacheOp::Clear => {}
@@ -80,14 +81,14 @@ fn event_value(event: &Event) -> Value {
             queued_prefill,
             active_decode,
         } => json!({
-            "seq": event.seq, "tick": event.tick, "type": "load", "worker": worker,
+            "seq": event.seq, "tick": event.tick, "type": "load", "worker": &**worker,
             "observed_tick": observed_tick, "queued_prefill": queued_prefill,
             "active_decode": active_decode,
         }),
         EventKind::Request(request) => json!({
-            "seq": event.seq, "tick": event.tick, "type": "request", "id": request.id,
-            "tenant": request.namespace.tenant, "model": request.namespace.model,
-            "adapter": request.namespace.adapter, "prefix": segments_value(&request.prefix),
+            "seq": event.seq, "tick": event.tick, "type": "request", "id": &*request.id,
+            "tenant": &*request.namespace.tenant, "model": &*request.namespace.model,
+            "adapter": &*request.namespace.adapter, "prefix": segments_value(&request.prefix),
             "prompt_tokens": request.prompt_tokens, "decode_tokens": request.decode_tokens,
         }),
     }
@@ -99,13 +100,13 @@ fn worker_value(worker: &WorkerSpec) -> Value {
         .iter()
         .map(|e| {
             json!({
-                "tenant": e.namespace.tenant, "model": e.namespace.model,
-                "adapter": e.namespace.adapter, "key": e.key, "tokens": e.tokens,
+                "tenant": &*e.namespace.tenant, "model": &*e.namespace.model,
+                "adapter": &*e.namespace.adapter, "key": &*e.key, "tokens": e.tokens,
             })
         })
         .collect();
     json!({
-        "id": worker.id, "model": worker.model, "adapters": sorted_strings(&worker.adapters),
+        "id": &*worker.id, "model": &*worker.model, "adapters": sorted_strings(&worker.adapters),
         "prefill_rate": worker.prefill_rate, "decode_rate": worker.decode_rate,
         "queued_prefill": worker.queued_prefill, "active_decode": worker.active_decode,
         "observed_tick": worker.observed_tick, "epoch": worker.epoch,
@@ -145,7 +146,7 @@ fn canonical_head_value(trace: &Trace) -> Value {
     let grants = trace
         .sharing
         .iter()
-        .map(|g| json!({ "model": g.model, "adapter": g.adapter, "tenants": sorted_strings(&g.tenants) }))
+        .map(|g| json!({ "model": &*g.model, "adapter": &*g.adapter, "tenants": sorted_strings(&g.tenants) }))
         .collect();
     let mut head = json!({
         "format": "kvroute-trace/1",
@@ -256,8 +257,8 @@ fn push_optional(out: &mut Vec<u8>, value: Option<u64>) {
 }
 
 /// A JSON array of strings in byte order (what JCS's sorted arrays here mean).
-fn push_sorted_strings(out: &mut Vec<u8>, items: &[String]) {
-    let mut sorted: Vec<&String> = items.iter().collect();
+fn push_sorted_strings(out: &mut Vec<u8>, items: &[Arc<str>]) {
+    let mut sorted: Vec<&str> = items.iter().map(|s| &**s).collect();
     sorted.sort();
     out.push(b'[');
     for (i, item) in sorted.into_iter().enumerate() {

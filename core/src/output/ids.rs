@@ -32,7 +32,7 @@ pub fn keyed_id(key: &[u8], id: &str) -> String {
 pub fn key_request_ids(trace: &mut Trace, key: &[u8]) {
     for event in &mut trace.events {
         if let EventKind::Request(request) = &mut event.kind {
-            request.id = keyed_id(key, &request.id);
+            request.id = keyed_id(key, &request.id).into();
         }
     }
 }

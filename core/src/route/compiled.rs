@@ -215,7 +215,7 @@ impl<'t> Compiled<'t> {
         let worker_index: HashMap<&str, u32> = specs
             .iter()
             .enumerate()
-            .map(|(i, w)| (w.id.as_str(), i as u32))
+            .map(|(i, w)| (&*w.id, i as u32))
             .collect();
         let workers = specs
             .iter()
@@ -255,7 +255,7 @@ impl<'t> Compiled<'t> {
             .map(|e| {
                 let step = match &e.kind {
                     EventKind::Cache { worker, epoch, op } => Step::Cache {
-                        worker: worker_index[worker.as_str()],
+                        worker: worker_index[&**worker],
                         epoch: *epoch,
                         op: match op {
                             CacheOp::Store {
@@ -278,7 +278,7 @@ impl<'t> Compiled<'t> {
                         queued_prefill,
                         active_decode,
                     } => Step::Load {
-                        worker: worker_index[worker.as_str()],
+                        worker: worker_index[&**worker],
                         observed_tick: *observed_tick,
                         queued_prefill: *queued_prefill,
                         active_decode: *active_decode,
@@ -294,7 +294,7 @@ impl<'t> Compiled<'t> {
             .collect();
         Compiled {
             trace,
-            worker_ids: specs.iter().map(|w| w.id.as_str()).collect(),
+            worker_ids: specs.iter().map(|w| &*w.id).collect(),
             workers,
             events,
             tables,

@@ -27,10 +27,10 @@ impl<'t> Sharing<'t> {
     pub fn shares(&self, model: &str, adapter: &str, a: &str, b: &str) -> bool {
         a == b
             || self.grants.iter().any(|g| {
-                g.model == model
-                    && g.adapter == adapter
-                    && g.tenants.iter().any(|t| t == a)
-                    && g.tenants.iter().any(|t| t == b)
+                *g.model == *model
+                    && *g.adapter == *adapter
+                    && g.tenants.iter().any(|t| **t == *a)
+                    && g.tenants.iter().any(|t| **t == *b)
             })
     }
 

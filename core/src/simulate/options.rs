@@ -90,7 +90,7 @@ pub fn simulation_trace(
         first.cache.clear();
         sim.workers = (0..count)
             .map(|i| WorkerSpec {
-                id: fleet_worker_id(i, count),
+                id: fleet_worker_id(i, count).into(),
                 ..first.clone()
             })
             .collect();

@@ -3,6 +3,7 @@
 
 use crate::input::trace::{CacheOp, Event, EventKind, Segment};
 use crate::route::compiled::{CEvent, Compiled, KeyId, NsId, Op, Step};
+use std::sync::Arc;
 
 /// A generated event in the trace's own terms.
 pub fn to_trace_event(compiled: &Compiled, event: &CEvent) -> Event {
@@ -11,7 +12,7 @@ pub fn to_trace_event(compiled: &Compiled, event: &CEvent) -> Event {
     };
     let tables = &compiled.tables;
     let namespace = |ns: &NsId| tables.namespaces[*ns as usize].clone();
-    let key = |k: &KeyId| tables.keys.name(*k).to_owned();
+    let key = |k: &KeyId| -> Arc<str> { Arc::from(tables.keys.name(*k)) };
     let op = match op {
         Op::Store { ns, segments } => CacheOp::Store {
             namespace: namespace(ns),
@@ -33,7 +34,7 @@ pub fn to_trace_event(compiled: &Compiled, event: &CEvent) -> Event {
         seq: event.seq,
         tick: event.tick,
         kind: EventKind::Cache {
-            worker: compiled.worker_ids[*worker as usize].to_owned(),
+            worker: Arc::from(compiled.worker_ids[*worker as usize]),
             epoch: *epoch,
             op,
         },
