@@ -140,7 +140,6 @@ pub fn parse(bytes: &[u8]) -> Result<Node, String> {
 /// a syntax error. Number literals are never the error, whatever their size.
 pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
     let (masked, literals) = mask_numbers(bytes);
-    let literals = RefCell::new(VecDeque::from(literals));
     let mut de = serde_json::Deserializer::from_slice(&masked);
     let node = NodeSeed {
         literals: &literals,
@@ -153,48 +152,15 @@ pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
 /// Copies `bytes` with every number literal outside strings that matches JSON's number
 /// grammar replaced by `0` and spaces, and returns the literals' texts in document
 /// order. A run of number characters that does not match the grammar (`01`, `1.`,
-/// `1e5e5`) is left as written, so serde_json reports it where it stands.
-pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Vec<Box<str>>) {
-    let mut masked = bytes.to_vec();
-    let mut literals = Vec::new();
-    let mut i = 0;
-    let mut in_string = false;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            match b {
-                b'\\' => i += 2,
-                b'"' => {
-                    in_string = false;
-                    i += 1
-                }
-                _ => i += 1,
-            }
-            continue;
-        }
-        match b {
-            b'"' => {
-                in_string = true;
-                i += 1;
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
-                while i < bytes.len()
-                    && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                {
-                    i += 1;
-                }
-                let literal = &bytes[start..i];
-                if is_number_literal(literal) {
-                    // Only ASCII was matched, so the text is valid UTF-8.
-                    literals.push(String::from_utf8_lossy(literal).into());
-                    masked[start] = b'0';
-                    masked[start + 1..i].fill(b' ');
-                }
-            }
-            _ => i += 1,
-        }
-    }
+/// `1e5e5`) is left as written, so serde_json reports it where it stands. The masking
+/// itself is [`MaskingReader`]'s: one state machine for bytes in memory and for streams.
+pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Literals) {
+    let literals = Rc::new(Literals::default());
+    let mut masked = Vec::with_capacity(bytes.len());
+    MaskingReader::new(bytes, Rc::clone(&literals))
+        .read_to_end(&mut masked)
+        .expect("reading from a byte slice cannot fail");
+    let literals = Rc::try_unwrap(literals).expect("the reader, and its clone, are dropped");
     (masked, literals)
 }
 
@@ -315,7 +281,7 @@ impl<R: Read> MaskingReader<R> {
                     continue;
                 }
                 let number_char = matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E');
-                // A run starts only at `-` or a digit, as in `mask_numbers`.
+                // A run starts only at `-` or a digit.
                 if !self.run.is_empty() && number_char {
                     self.run.push(b);
                     continue;

@@ -127,7 +127,6 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
         return Err(invalid_json(BYTE_ORDER_MARK_MESSAGE));
     }
     let (masked, literals) = json::mask_numbers(bytes);
-    let literals = RefCell::new(VecDeque::from(literals));
     let mut de = serde_json::Deserializer::from_slice(&masked);
     let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
         de.end()?;
