@@ -127,3 +127,57 @@ fn committed_fuzz_inputs_replay() {
         fuzz.display()
     );
 }
+
+/// The digest check cuts `receipt_digest` out of the canonical bytes instead of
+/// canonicalising a second time: the cut must be the canonical form of the object
+/// without the member, wherever the member sorts, and nothing when it is absent.
+#[test]
+fn cutting_a_member_from_canonical_bytes_is_the_canonical_form_without_it() {
+    use kvroute_core::output::canonical::jcs_bytes;
+    use serde_json::json;
+    let cases = [
+        json!({"format": "f", "receipt_digest": "d", "runs": [1, {"receipt_digest": 2}]}),
+        json!({"receipt_digest": "d", "z": 1}),
+        json!({"a": [], "receipt_digest": {"x": "y"}}),
+        json!({"receipt_digest": 7}),
+        json!({"a": "\u{e9}", "b": 1, "receipt_digest": null, "s": "receipt_digest"}),
+    ];
+    for case in cases {
+        let canonical = jcs_bytes(&case);
+        let mut expected = case.clone();
+        expected.as_object_mut().unwrap().remove("receipt_digest");
+        assert_eq!(
+            oracles::without_member(&case, &canonical, "receipt_digest").as_deref(),
+            Some(jcs_bytes(&expected).as_slice()),
+            "{case}"
+        );
+    }
+    let absent = json!({"format": "f", "runs": []});
+    assert_eq!(
+        oracles::without_member(&absent, &jcs_bytes(&absent), "receipt_digest"),
+        None
+    );
+}
+
+/// A receipt whose digest is not that of its body fails the canonical check, and so
+/// does one whose bytes are not canonical.
+#[test]
+fn the_canonical_receipt_check_rejects_a_wrong_digest_and_non_canonical_bytes() {
+    let genuine = kvroute_core::replay_bytes(&kvroute_harness::fixtures::trace_bytes("lab"))
+        .expect("the lab trace is valid");
+    oracles::assert_canonical_receipt(&genuine, "genuine");
+    let text = String::from_utf8(genuine.clone()).unwrap();
+    let at = text.find("\"sha256:").expect("a digest") + 8;
+    let flipped = if text.as_bytes()[at] == b'0' {
+        "1"
+    } else {
+        "0"
+    };
+    let wrong_digest = format!("{}{flipped}{}", &text[..at], &text[at + 1..]);
+    let spaced = text.replacen(",", ", ", 1);
+    for (bad, name) in [(wrong_digest, "wrong digest"), (spaced, "not canonical")] {
+        let caught =
+            std::panic::catch_unwind(|| oracles::assert_canonical_receipt(bad.as_bytes(), name));
+        assert!(caught.is_err(), "{name}: the check passed");
+    }
+}
