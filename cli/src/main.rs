@@ -420,18 +420,27 @@ fn validate(path: &Path) -> Result<(), Failure> {
 }
 
 /// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
+/// Imports without holding the input or the trace (issue 11): the canonical trace is
+/// written event by event as the lines are read. Written through a temporary file (a
+/// regular OUT), a rejected input leaves nothing behind however much was written, so
+/// one pass is enough. A FIFO or a device as OUT is written in place, so a first pass
+/// checks every line and nothing is written for a rejected input; its second pass reads
+/// a regular input file again from disk, and holds stdin, a FIFO or a device input in
+/// memory, since those cannot be read twice.
 fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result<(), Failure> {
     let progress = progress::Progress::start("import", "reading the Mooncake lines");
-    let input = read_input(file, "Mooncake trace")?;
-    progress.phase("converting the lines");
+    let check_first = !out::writes_through_temp_file(out);
+    let source = ImportSource::open(file, check_first)?;
+    let cannot_read = |e| cannot_read_mooncake(file, e);
+    let mut lines = source.lines().map_err(cannot_read)?;
     // An empty file and a file of one blank line are both no trace (SPEC.md §10.2).
-    if input.is_empty() {
+    if lines.fill_buf().map_err(cannot_read)?.is_empty() {
         return Err(Failure::invalid(vec![format!(
             "{}: no requests: the file is empty",
             file.display()
         )]));
     }
-    let trace = mooncake::import_mooncake(input.as_slice(), options).map_err(|errors| {
+    let rejected = |errors: Vec<mooncake::ImportError>| {
         Failure::invalid(
             errors
                 .iter()
@@ -441,29 +450,104 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
                 })
                 .collect(),
         )
-    })?;
-    let mut bytes = canonical::canonical_trace_bytes(&trace);
-    // `canonical::trace_digest(&trace)`, without serialising a large trace twice.
-    let digest = canonical::sha256_tag(&bytes);
-    bytes.push(b'\n');
-    progress.phase("writing the trace");
-    emit_with(Some(out), |w| progress.counting(w).write_all(&bytes))?;
+    };
+    if check_first {
+        mooncake::check_mooncake(lines, options).map_err(rejected)?;
+        progress.phase("writing the trace");
+        lines = source.lines().map_err(cannot_read)?;
+    }
+    let (mut requests, mut segments) = (0usize, 0usize);
+    let mut written = None;
+    let mut rejection = None;
+    let emitted = emit_with(Some(out), |w| {
+        let mut stream = canonical::CanonicalTraceStream::new(progress.counting(w))?;
+        let mut write_error = None;
+        let read = mooncake::import_mooncake_each(lines, options, |event| {
+            if write_error.is_some() {
+                return;
+            }
+            if let EventKind::Request(request) = &event.kind {
+                requests += 1;
+                segments += request.prefix.len();
+            }
+            if let Err(e) = stream.event(&event) {
+                write_error = Some(e);
+            }
+        });
+        if let Some(e) = write_error {
+            return Err(e);
+        }
+        match read {
+            Ok(head) => {
+                let (mut w, digest) = stream.finish(&head)?;
+                w.write_all(b"\n")?;
+                written = Some((head.workers.len(), digest));
+                Ok(())
+            }
+            Err(errors) => {
+                rejection = Some(errors);
+                // Abandons the temporary file; the rejection is what gets reported.
+                Err(std::io::Error::other("the input was rejected"))
+            }
+        }
+    });
+    if let Some(errors) = rejection {
+        return Err(rejected(errors));
+    }
+    emitted?;
     progress.finish();
-    let segments: usize = trace
-        .events
-        .iter()
-        .map(|event| match &event.kind {
-            EventKind::Request(request) => request.prefix.len(),
-            _ => 0,
-        })
-        .sum();
+    let (workers, digest) = written.expect("a successful write records the trace");
     note!(
-        "imported {} requests, {} workers, {segments} segments -> {} ({digest})",
-        trace.request_count(),
-        trace.workers.len(),
-        out.display()
+        "imported {requests} requests, {workers} workers, {segments} segments -> {} ({digest})",
+        out.display(),
     );
     Ok(())
+}
+
+/// Where an import's lines come from.
+enum ImportSource {
+    /// A regular file, opened again for each pass.
+    File(std::path::PathBuf),
+    /// Stdin, a FIFO or a device that is read twice: read once, kept for the second pass.
+    Bytes(Vec<u8>),
+    /// Stdin (`None`), a FIFO or a device, read once as it streams.
+    Stream(Option<std::path::PathBuf>),
+}
+
+fn cannot_read_mooncake(path: &Path, e: std::io::Error) -> Failure {
+    Failure::invalid(vec![format!(
+        "{}: cannot read Mooncake trace: {e}",
+        path.display()
+    )])
+}
+
+impl ImportSource {
+    fn open(path: &Path, read_twice: bool) -> Result<ImportSource, Failure> {
+        let stdin = path.as_os_str() == "-";
+        if !stdin {
+            let meta = std::fs::metadata(path).map_err(|e| cannot_read_mooncake(path, e))?;
+            if meta.is_file() {
+                return Ok(ImportSource::File(path.to_path_buf()));
+            }
+        }
+        if read_twice {
+            return read_bytes(path)
+                .map(ImportSource::Bytes)
+                .map_err(|e| cannot_read_mooncake(path, e));
+        }
+        Ok(ImportSource::Stream((!stdin).then(|| path.to_path_buf())))
+    }
+
+    /// The lines from the start (a stream: from where it is).
+    fn lines(&self) -> std::io::Result<Box<dyn std::io::BufRead + '_>> {
+        Ok(match self {
+            ImportSource::File(path) | ImportSource::Stream(Some(path)) => {
+                Box::new(std::io::BufReader::new(std::fs::File::open(path)?))
+            }
+            ImportSource::Bytes(bytes) => Box::new(bytes.as_slice()),
+            ImportSource::Stream(None) => Box::new(std::io::stdin().lock()),
+        })
+    }
 }
 
 /// Reads a whole input file; `-` is stdin.

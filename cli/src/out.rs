@@ -149,6 +149,13 @@ enum Target {
     InPlace,
 }
 
+/// Whether writing to `out` goes through a temporary file renamed into place, so that a
+/// write abandoned midway leaves nothing behind (`false` for a FIFO or a device, which
+/// are written in place, and for an `out` that cannot be written at all).
+pub fn writes_through_temp_file(out: &Path) -> bool {
+    matches!(resolve(out), Ok(Target::Replace { .. }))
+}
+
 fn resolve(out: &Path) -> Result<Target, String> {
     let link_meta = match fs::symlink_metadata(out) {
         Ok(meta) => meta,

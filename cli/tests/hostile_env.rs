@@ -488,6 +488,7 @@ fn check_after(
                 other => panic!("cases.txt:{}: stdout {other:?}", case.line),
             },
             "fifo-read" => outcome.fifo_bytes.is_some_and(|n| n > 0),
+            "fifo-unwritten" => outcome.fifo_bytes == Some(0),
             "only" => {
                 let mut names: Vec<String> = fs::read_dir(path())
                     .map(|d| {

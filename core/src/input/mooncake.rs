@@ -89,8 +89,46 @@ impl std::error::Error for ImportError {}
 /// line-0 entry `... and N more errors`. The whole input is read even after an error, so
 /// that every bad line is counted.
 pub fn import_mooncake(
+    input: impl BufRead,
+    options: &MooncakeOptions,
+) -> Result<Trace, Vec<ImportError>> {
+    let mut events = Vec::new();
+    let head = import_mooncake_each(input, options, |event| events.push(event))?;
+    Ok(Trace { events, ..head })
+}
+
+/// [`import_mooncake`] without holding the events: each request event is handed to
+/// `on_event` as its line is read, and the trace is returned without them. Memory is
+/// then one line and one shared key per distinct hash id, not the trace (issue 11), so
+/// an import of any length can be written as it is read.
+///
+/// The events arrive in `seq` order, which is the canonical `(tick, seq)` order of
+/// SPEC.md §6.1 because an accepted input's timestamps never decrease. Events are handed
+/// on only while no error has been found, but an error on a later line still rejects
+/// the input: a caller that must not act on a rejected input reads it twice, first with
+/// [`check_mooncake`], or discards what it did.
+pub fn import_mooncake_each(
+    input: impl BufRead,
+    options: &MooncakeOptions,
+    mut on_event: impl FnMut(Event),
+) -> Result<Trace, Vec<ImportError>> {
+    convert(input, options, Some(&mut on_event))
+}
+
+/// Every check of [`import_mooncake`], building no event: the first pass of an import
+/// that writes as it reads. The trace is returned without events.
+pub fn check_mooncake(
+    input: impl BufRead,
+    options: &MooncakeOptions,
+) -> Result<Trace, Vec<ImportError>> {
+    convert(input, options, None)
+}
+
+/// The conversion, handing each event to `on_event` when there is one.
+fn convert(
     mut input: impl BufRead,
     options: &MooncakeOptions,
+    mut on_event: Option<&mut dyn FnMut(Event)>,
 ) -> Result<Trace, Vec<ImportError>> {
     let mut report = Report::default();
     for reason in option_errors(options) {
@@ -104,7 +142,6 @@ pub fn import_mooncake(
         model: options.model.as_str().into(),
         adapter: "base".into(),
     };
-    let mut events = Vec::new();
     let mut block_keys = BlockKeys::default();
     let mut totals = Totals::default();
     let mut previous_timestamp: Option<(u64, usize)> = None;
@@ -161,8 +198,11 @@ pub fn import_mooncake(
         if !report.is_empty() || totals.requests > PROFILE.requests_max() {
             continue;
         }
+        let Some(on_event) = on_event.as_mut() else {
+            continue;
+        };
         let seq = line_number as u64;
-        events.push(Event {
+        on_event(Event {
             seq,
             tick: timestamp,
             kind: EventKind::Request(Request {
@@ -207,7 +247,7 @@ pub fn import_mooncake(
         },
         sharing: Vec::new(),
         workers,
-        events,
+        events: Vec::new(),
     })
 }
 

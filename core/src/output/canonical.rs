@@ -11,6 +11,7 @@ pub use crate::output::json_text::digest_tag;
 use crate::output::json_text::{push_str, push_u64};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::io::{self, Write};
 use std::sync::Arc;
 
 /// RFC 8785 bytes of a JSON value.
@@ -184,7 +185,7 @@ fn canonical_head_value(trace: &Trace) -> Value {
 /// object's members in JCS order too.
 pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
     let mut piece = Vec::new();
-    emit(br#"{"events":["#);
+    emit(EVENTS_OPEN);
     for (i, event) in sorted_events(trace).into_iter().enumerate() {
         piece.clear();
         if i > 0 {
@@ -193,7 +194,16 @@ pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
         push_event(&mut piece, event);
         emit(&piece);
     }
-    piece.clear();
+    canonical_pieces_after_events(trace, emit);
+}
+
+/// What the canonical trace bytes start with: the `events` member sorts first.
+const EVENTS_OPEN: &[u8] = br#"{"events":["#;
+
+/// The canonical trace bytes after the last event: every other member. `trace.events`
+/// is not read.
+fn canonical_pieces_after_events(trace: &Trace, mut emit: impl FnMut(&[u8])) {
+    let mut piece = Vec::new();
     piece.extend_from_slice(br#"],"format":"kvroute-trace/1","limits":"#);
     push_str(&mut piece, trace.limits.name());
     // Policy members in JCS order; the four added after contract version 1 only off
@@ -431,6 +441,74 @@ fn push_worker(out: &mut Vec<u8>, worker: &WorkerSpec) {
     out.extend_from_slice(br#","queued_prefill":"#);
     push_u64(out, worker.queued_prefill);
     out.push(b'}');
+}
+
+/// Writes the canonical trace bytes of a trace whose events arrive one at a time, and
+/// hashes them as they go, so a trace too large to hold (a long Mooncake import) is
+/// never held: memory is one event's bytes. The events must come in canonical
+/// `(tick, seq)` order (SPEC.md §6.1); one out of order is refused, since sorting would
+/// mean holding them all. The bytes equal [`canonical_trace_bytes`] of the whole trace.
+pub struct CanonicalTraceStream<W: Write> {
+    out: W,
+    hasher: Sha256,
+    piece: Vec<u8>,
+    /// `(tick, seq)` of the last event written.
+    last: Option<(u64, u64)>,
+}
+
+impl<W: Write> CanonicalTraceStream<W> {
+    /// Starts the document on `out`.
+    pub fn new(out: W) -> io::Result<Self> {
+        let mut stream = CanonicalTraceStream {
+            out,
+            hasher: Sha256::new(),
+            piece: Vec::new(),
+            last: None,
+        };
+        stream.write(EVENTS_OPEN)?;
+        Ok(stream)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.hasher.update(bytes);
+        self.out.write_all(bytes)
+    }
+
+    /// Writes the next event.
+    pub fn event(&mut self, event: &Event) -> io::Result<()> {
+        let at = (event.tick, event.seq);
+        if self.last.is_some_and(|last| last >= at) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "event seq {} at tick {} comes after seq {} at tick {}: not in (tick, seq) order",
+                    event.seq,
+                    event.tick,
+                    self.last.map_or(0, |l| l.1),
+                    self.last.map_or(0, |l| l.0)
+                ),
+            ));
+        }
+        let mut piece = std::mem::take(&mut self.piece);
+        piece.clear();
+        if self.last.is_some() {
+            piece.push(b',');
+        }
+        push_event(&mut piece, event);
+        self.last = Some(at);
+        let written = self.write(&piece);
+        self.piece = piece;
+        written
+    }
+
+    /// Writes every member after `events` from `head` (its own `events` are not read)
+    /// and returns the output and the trace digest of what was written.
+    pub fn finish(mut self, head: &Trace) -> io::Result<(W, String)> {
+        let mut tail = Vec::new();
+        canonical_pieces_after_events(head, |piece| tail.extend_from_slice(piece));
+        self.write(&tail)?;
+        Ok((self.out, digest_tag(&self.hasher.finalize())))
+    }
 }
 
 /// The canonical trace bytes.

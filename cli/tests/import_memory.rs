@@ -1,0 +1,77 @@
+//! `kvroute import mooncake` holds one line and one key per distinct block, not the
+//! input or the trace it writes (issue 11): it checks the lines in a first pass and
+//! writes the canonical trace event by event in a second. Reading the whole file, then
+//! building the trace and its canonical bytes, held the input plus several times it
+//! (the written trace spells each block out as a `{"key":..,"tokens":..}` segment).
+//!
+//! The peak is the child's `ru_maxrss` (`getrusage(RUSAGE_CHILDREN)`), the largest of
+//! every waited child of this process, so this file holds one test and runs one child.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+/// About `target_bytes` of Mooncake JSON Lines: non-decreasing timestamps, prompts of
+/// up to 16 blocks drawn from 61 prefix families (about a thousand distinct blocks).
+fn mooncake_lines(target_bytes: usize) -> String {
+    let mut out = String::new();
+    let mut line = 0u64;
+    while out.len() < target_bytes {
+        line += 1;
+        let family = line % 61;
+        let blocks = 1 + line % 16;
+        let ids: Vec<String> = (0..blocks)
+            .map(|b| (family * 100 + b).to_string())
+            .collect();
+        writeln!(
+            out,
+            r#"{{"timestamp": {}, "input_length": {}, "output_length": {}, "hash_ids": [{}]}}"#,
+            line / 3,
+            512 * blocks - line % 100,
+            1 + line % 300,
+            ids.join(", ")
+        )
+        .unwrap();
+    }
+    out
+}
+
+#[test]
+fn importing_a_long_mooncake_trace_holds_a_fraction_of_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("mooncake.jsonl");
+    let text = mooncake_lines(6_000_000);
+    std::fs::write(&input, &text).unwrap();
+    let input_bytes = text.len() as u64;
+    drop(text);
+    let out = dir.path().join("trace.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["import", "mooncake"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the import succeeds: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written_bytes = std::fs::metadata(&out).unwrap().len();
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value it is given.
+    let peak_bytes = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage), 0);
+        usage.ru_maxrss as u64 * 1024
+    };
+    // A quarter of the input plus the same fixed 16 MB allowance for the binary as the
+    // validate test: holding the input alone exceeds it.
+    let bound_bytes = input_bytes / 4 + 16_000_000;
+    eprintln!(
+        "import of {input_bytes} bytes of lines ({written_bytes} bytes of trace) peaked at \
+         {peak_bytes} bytes (bound {bound_bytes})"
+    );
+    assert!(
+        peak_bytes <= bound_bytes,
+        "import of {input_bytes} bytes of lines peaked at {peak_bytes} bytes, over {bound_bytes}"
+    );
+}
