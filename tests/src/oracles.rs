@@ -301,7 +301,10 @@ pub fn csv_export(recipe: &TraceRecipe) {
 /// block size and `--dynamo-block-tokens`, 0 included): the import never panics, and
 /// every trace it accepts validates.
 pub fn import_mooncake(data: &[u8]) {
-    use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
+    use kvroute_core::input::mooncake::{
+        check_mooncake, import_mooncake, import_mooncake_each, MooncakeOptions,
+    };
+    use kvroute_core::output::canonical::{canonical_trace_bytes, CanonicalTraceStream};
     let (options, input) = match data.split_first() {
         Some((&b, rest)) => (
             MooncakeOptions {
@@ -314,10 +317,40 @@ pub fn import_mooncake(data: &[u8]) {
         ),
         None => (MooncakeOptions::default(), data),
     };
-    if let Ok(trace) = import_mooncake(input, &options) {
-        let bytes = kvroute_core::output::canonical::canonical_trace_bytes(&trace);
-        if let Err(errors) = kvroute_core::parse_trace(&bytes) {
-            panic!("an imported trace does not validate: {errors}");
+    let whole = import_mooncake(input, &options);
+    // The CLI's import streams: its checking pass must agree with the whole import on
+    // acceptance and errors, and its writer must produce the same bytes.
+    let checked = check_mooncake(input, &options);
+    let mut stream = CanonicalTraceStream::new(Vec::new()).expect("writing into memory");
+    let streamed = import_mooncake_each(input, &options, |event| {
+        stream
+            .event(&event)
+            .expect("events come in canonical order")
+    });
+    match whole {
+        Ok(trace) => {
+            let bytes = canonical_trace_bytes(&trace);
+            if let Err(errors) = kvroute_core::parse_trace(&bytes) {
+                panic!("an imported trace does not validate: {errors}");
+            }
+            assert!(
+                checked.is_ok(),
+                "the checking pass rejects an accepted import"
+            );
+            let head = streamed.expect("the streamed import accepts it too");
+            let (streamed_bytes, _) = stream.finish(&head).expect("writing into memory");
+            assert!(
+                streamed_bytes == bytes,
+                "the streamed import writes other bytes"
+            );
+        }
+        Err(errors) => {
+            assert_eq!(checked.as_ref().err(), Some(&errors), "the checking pass");
+            assert_eq!(
+                streamed.as_ref().err(),
+                Some(&errors),
+                "the streamed import"
+            );
         }
     }
 }
