@@ -3,7 +3,9 @@
 //!
 //! A seed alone determines its trace (a ChaCha stream seeded with it feeds
 //! [`TraceRecipe`]), so results do not depend on thread count or scheduling. A divergent
-//! seed is shrunk to a smaller trace that still diverges and written to a file. Seeds are
+//! seed is shrunk to a smaller trace that still diverges and written to a file
+//! ([`first_divergence`] instead stops at the first divergent seed, for the mutant
+//! check, which only asks whether there is one). Seeds are
 //! streamed from their range, never listed, so a sweep of billions of seeds needs no more
 //! memory than a sweep of ten.
 
