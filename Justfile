@@ -33,6 +33,9 @@ soak:
     cargo run --release -- swarm --closed-loop --seeds 100000
     PROPTEST_CASES=20000 cargo test --release -p kvroute-harness --test properties
 
+# One build, then the killer tests' executables run directly, `--jobs` at a time (default:
+# every core; `cargo run --release -p mutants -- --jobs 1` runs them one by one). The
+# runner prints the time of the build, the baseline and the mutant runs.
 [doc("Planted bugs: every mutant must be caught by its intended killers.")]
 mutants:
     cargo run --release -p mutants

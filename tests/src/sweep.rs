@@ -3,7 +3,9 @@
 //!
 //! A seed alone determines its trace (a ChaCha stream seeded with it feeds
 //! [`TraceRecipe`]), so results do not depend on thread count or scheduling. A divergent
-//! seed is shrunk to a smaller trace that still diverges and written to a file. Seeds are
+//! seed is shrunk to a smaller trace that still diverges and written to a file
+//! ([`first_divergence`] instead stops at the first divergent seed, for the mutant
+//! check, which only asks whether there is one). Seeds are
 //! streamed from their range, never listed, so a sweep of billions of seeds needs no more
 //! memory than a sweep of ten.
 
@@ -273,6 +275,52 @@ pub fn run_mode(
         outcome_fingerprint,
         elapsed,
     })
+}
+
+/// The receipt sweep when only whether some seed diverges matters (the mutant check):
+/// it stops at the smallest divergent seed and shrinks nothing. A sweep with no
+/// divergence checks every seed, exactly as [`run`] does.
+pub fn first_divergence(
+    config: &SweepConfig,
+) -> Result<FirstFailure<Divergence>, SweepConfigError> {
+    first_failing_seed(config, check_seed)
+}
+
+/// [`first_divergence`] with the seed's check given, so that stopping early can be
+/// tested without a broken build. The answer is the smallest failing seed whatever the
+/// thread count: rayon's `find_map_first` keeps checking the seeds before a failure
+/// and skips the ones after it.
+pub fn first_failing_seed<E: Send>(
+    config: &SweepConfig,
+    check: impl Fn(u64) -> Result<(), E> + Sync,
+) -> Result<FirstFailure<E>, SweepConfigError> {
+    config.check()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(config.jobs)
+        .build()
+        .expect("a rayon pool with a positive thread count builds");
+    let checked = std::sync::atomic::AtomicU64::new(0);
+    let first = pool.install(|| {
+        (0..config.seed_count())
+            .into_par_iter()
+            .find_map_first(|i| {
+                let seed = config.nth_seed(i);
+                checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                check(seed).err().map(|e| (seed, e))
+            })
+    });
+    Ok(FirstFailure {
+        first,
+        seeds_checked: checked.into_inner(),
+    })
+}
+
+/// What [`first_failing_seed`] found: the smallest failing seed with its error, and
+/// how many seeds were checked.
+#[derive(Debug, Clone)]
+pub struct FirstFailure<E> {
+    pub first: Option<(u64, E)>,
+    pub seeds_checked: u64,
 }
 
 /// Greedily removes events, grants, workers, cache entries and prefix segments while

@@ -16,6 +16,20 @@ fn the_first_seeds_agree_with_the_oracle() {
         jobs: 2,
         shard: None,
     };
+    // The mutant check (`KVROUTE_MUTANT_RUN`) only asks whether some seed diverges, so
+    // it stops at the first divergent seed and shrinks nothing; with no divergence,
+    // which is every clean build, every seed still runs.
+    if std::env::var_os("KVROUTE_MUTANT_RUN").is_some() {
+        let found = sweep::first_divergence(&config).expect("a valid sweep");
+        if let Some((seed, divergence)) = found.first {
+            panic!(
+                "seed {seed} diverges (the first; later seeds not run): {divergence}\n  \
+                 reproduce: cargo run --release -- swarm --seeds 1 --start {seed}"
+            );
+        }
+        assert_eq!(found.seeds_checked, SEEDS);
+        return;
+    }
     let report = sweep::run(&config, || {}).expect("a valid sweep");
     assert_eq!(report.seeds_run, SEEDS);
     if let Some(first) = report.failures.first() {
@@ -28,6 +42,51 @@ fn the_first_seeds_agree_with_the_oracle() {
             first.shrunk_trace
         );
     }
+}
+
+#[test]
+fn the_first_failing_seed_stops_the_sweep_and_is_the_smallest() {
+    let config = SweepConfig {
+        start: 100,
+        seeds: 10_000,
+        jobs: 2,
+        shard: None,
+    };
+    // Seeds from 150 fail: on any thread count the answer is seed 150, and on one
+    // thread (left to right, so no other thread races ahead) most seeds are skipped.
+    let from_150 = |seed: u64| if seed >= 150 { Err(seed) } else { Ok(()) };
+    let found = sweep::first_failing_seed(&config, from_150).unwrap();
+    assert_eq!(found.first, Some((150, 150)));
+    assert!(found.seeds_checked >= 51, "{}", found.seeds_checked);
+    let one_thread = SweepConfig { jobs: 1, ..config };
+    let found = sweep::first_failing_seed(&one_thread, from_150).unwrap();
+    assert_eq!(found.first, Some((150, 150)));
+    assert!(found.seeds_checked < 1_000, "{}", found.seeds_checked);
+    // Nothing fails: every seed is checked.
+    let none = sweep::first_failing_seed(&config, |_| Ok::<(), u64>(())).unwrap();
+    assert_eq!((none.first, none.seeds_checked), (None, 10_000));
+    // A shard checks its own seeds only.
+    let shard = SweepConfig {
+        shard: Some((2, 3)),
+        ..config
+    };
+    let found = sweep::first_failing_seed(
+        &shard,
+        |seed| {
+            if seed % 3 == 0 {
+                Err(seed)
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(found.first, None);
+    assert_eq!(found.seeds_checked, shard.seed_count());
+    assert_eq!(
+        sweep::first_failing_seed(&SweepConfig { jobs: 0, ..config }, |_| Ok::<(), ()>(())).err(),
+        Some(SweepConfigError::NoJobs)
+    );
 }
 
 #[test]
