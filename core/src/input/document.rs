@@ -11,7 +11,7 @@
 //! tree walk reported them in (`format`, `limits`, `policy`, `sharing`, `workers`,
 //! `events`, then unknown and repeated members) whatever order the document has.
 
-use crate::input::json::{Literals, MemberName, Node, NodeSeed};
+use crate::input::json::{self, Literals, MemberName, Node, NodeSeed};
 use crate::input::trace::{Event, Grant, WorkerSpec};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
@@ -338,16 +338,17 @@ impl<'de> Visitor<'de> for Discard<'_> {
     fn visit_bool<E>(self, _: bool) -> Result<(), E> {
         Ok(())
     }
+    // Only a masked literal, visited as `-0.0`, has a text queued (see `NodeSeed`).
     fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        self.literals.borrow_mut().pop_front();
         Ok(())
     }
     fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        self.literals.borrow_mut().pop_front();
         Ok(())
     }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        self.literals.borrow_mut().pop_front();
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        if json::is_mask_marker(v) {
+            self.literals.borrow_mut().pop_front();
+        }
         Ok(())
     }
     fn visit_str<E>(self, _: &str) -> Result<(), E> {

@@ -8,12 +8,17 @@
 //!
 //! serde_json reads numbers as `u64`, `i64` or `f64` and fails on a literal whose value
 //! overflows an `f64` (`1e400`, a 5000-digit integer), although JSON's grammar has no
-//! range. So before serde_json parses, [`mask_numbers`] copies each literal's text aside
-//! and writes `0` padded with spaces in its place: same length, so every later syntax
-//! error keeps its line and column, and the `n`-th number serde_json visits is the `n`-th
-//! literal of the document. [`MaskingReader`] runs the same masking on a stream, so a
-//! trace read from a file or stdin is never held as text (SPEC.md §2.2 is unchanged:
-//! the literals reach validation exactly as written).
+//! range. So before serde_json parses, [`mask_numbers`] looks at each literal: a plain
+//! integer (digits without a leading zero, at most 19 of them, so exact in a `u64`) is
+//! left as written, and serde_json's `u64` is its value and, printed, its text. Every
+//! other literal (`-0`, `1.0`, `1e5`, `9007199254740992000000`) has its text copied
+//! aside and `-0` padded with spaces written in its place, which serde_json reports as
+//! the one number a plain integer never is, `-0.0`: same length, so every later syntax
+//! error keeps its line and column, and the `n`-th `-0.0` serde_json visits is the
+//! `n`-th masked literal. A trace's numbers are nearly all plain integers, so nearly
+//! none is copied. [`MaskingReader`] runs the same masking on a stream, so a trace read
+//! from a file or stdin is never held as text (SPEC.md §2.2 is unchanged: the literals
+//! reach validation exactly as written).
 
 use crate::input::limits::JSON_INTEGER_MAX;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -26,7 +31,7 @@ use std::rc::Rc;
 
 /// The texts of masked number literals not yet visited, in document order: filled by
 /// the masking (all at once for a slice, as it streams for a reader) and drained by
-/// [`NodeSeed`] as serde_json visits each masked `0`.
+/// [`NodeSeed`] as serde_json visits each masked `-0`.
 pub type Literals = RefCell<VecDeque<Box<str>>>;
 
 /// One JSON value, objects as ordered member lists (repeats kept).
@@ -34,11 +39,31 @@ pub type Literals = RefCell<VecDeque<Box<str>>>;
 pub enum Node {
     Null,
     Bool(bool),
-    /// A number's literal text, exactly as written (it matches JSON's number grammar).
-    Number(Box<str>),
+    /// A number, its literal text exactly as written.
+    Number(Number),
     String(String),
     Array(Vec<Node>),
     Object(Vec<(MemberName, Node)>),
+}
+
+/// A number literal as read: a plain integer as its value (its text is the value
+/// printed), anything else as its text. Either matches JSON's number grammar, except
+/// the placeholders of a literal serde_json rejects (see [`NodeSeed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Number {
+    /// Written as `0` or 1 to 19 digits without a leading zero.
+    Integer(u64),
+    /// Any other literal, exactly as written.
+    Literal(Box<str>),
+}
+
+impl fmt::Display for Number {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Number::Integer(v) => write!(f, "{v}"),
+            Number::Literal(text) => f.write_str(text),
+        }
+    }
 }
 
 /// A member name as read: the contract's own names borrow a `'static` copy, so reading
@@ -150,8 +175,8 @@ pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
 }
 
 /// Copies `bytes` with every number literal outside strings that matches JSON's number
-/// grammar replaced by `0` and spaces, and returns the literals' texts in document
-/// order. A run of number characters that does not match the grammar (`01`, `1.`,
+/// grammar and is not a plain integer ([`passes_unmasked`]) replaced by `-0` and
+/// spaces, and returns those literals' texts in document order. A run of number characters that does not match the grammar (`01`, `1.`,
 /// `1e5e5`) is left as written, so serde_json reports it where it stands. The masking
 /// itself is [`MaskingReader`]'s: one state machine for bytes in memory and for streams.
 pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Literals) {
@@ -195,12 +220,27 @@ fn is_number_literal(text: &[u8]) -> bool {
     rest.is_empty()
 }
 
+/// Whether a literal reaches serde_json as written: a plain integer, `0` or up to 19
+/// digits without a leading zero, is exact in a `u64` (`u64::MAX` has 20 digits), so
+/// its value alone gives back its text. Any other literal is masked.
+fn passes_unmasked(text: &[u8]) -> bool {
+    match text {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.len() < 19 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+/// What a masked literal becomes: `-0`, which serde_json visits as `-0.0`, a value no
+/// unmasked literal has (a plain integer is visited as a `u64`).
+const MASK_MARKER: &[u8] = b"-0";
+
 /// How many bytes [`MaskingReader`] reads from its source at a time.
 const MASK_CHUNK_BYTES: usize = 64 * 1024;
 
 /// A [`Read`] adapter that does what [`mask_numbers`] does, as the bytes stream by: the
 /// bytes it yields are the source's with each well-formed number literal outside
-/// strings replaced by `0` and spaces, and each literal's text is queued on `literals`
+/// strings that is not a plain integer replaced by `-0` and spaces, and each literal's text is queued on `literals`
 /// before its `0` is yielded. It holds one chunk and the number run in progress (a
 /// literal has to end before it is known to be well formed), never the document.
 pub struct MaskingReader<R> {
@@ -233,17 +273,23 @@ impl<R: Read> MaskingReader<R> {
         }
     }
 
-    /// Ends the number run in progress: masked if it is a literal, else as written.
+    /// Ends the number run in progress: masked if it is a literal other than a plain
+    /// integer, else as written.
     fn end_run(&mut self) {
         if self.run.is_empty() {
             return;
         }
-        if is_number_literal(&self.run) {
+        if passes_unmasked(&self.run) {
+            self.out.extend_from_slice(&self.run);
+        } else if is_number_literal(&self.run) {
+            // A one-byte literal is a digit, which passes unmasked: the marker fits.
+            debug_assert!(self.run.len() >= MASK_MARKER.len());
             self.literals
                 .borrow_mut()
                 .push_back(String::from_utf8_lossy(&self.run).into());
-            self.out.push(b'0');
-            self.out.resize(self.out.len() + self.run.len() - 1, b' ');
+            self.out.extend_from_slice(MASK_MARKER);
+            self.out
+                .resize(self.out.len() + self.run.len() - MASK_MARKER.len(), b' ');
         } else {
             self.out.extend_from_slice(&self.run);
         }
@@ -318,8 +364,11 @@ impl Node {
     /// written as `0` or digits without a leading zero, no sign, fraction or exponent,
     /// at most 2^53 - 1. Else `None`.
     pub fn integer(&self) -> Option<u64> {
-        let Node::Number(text) = self else {
-            return None;
+        let text = match self {
+            // At most 2^53 - 1: a plain integer of 17 to 19 digits is out of range.
+            Node::Number(Number::Integer(v)) => return Some(*v).filter(|&v| v <= JSON_INTEGER_MAX),
+            Node::Number(Number::Literal(text)) => text,
+            _ => return None,
         };
         let plain = text.bytes().all(|b| b.is_ascii_digit())
             && (text.as_ref() == "0" || !text.starts_with('0'));
@@ -406,7 +455,8 @@ impl Quote {
         match node {
             Node::Null => self.push_str("null"),
             Node::Bool(b) => self.push_str(if *b { "true" } else { "false" }),
-            Node::Number(text) => self.push_str(text),
+            Node::Number(Number::Integer(v)) => self.push_str(&v.to_string()),
+            Node::Number(Number::Literal(text)) => self.push_str(text),
             Node::String(s) => self.string(s),
             Node::Array(items) => {
                 self.push('[');
@@ -471,13 +521,19 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
 impl NodeSeed<'_> {
     /// The next masked literal's text, or `placeholder` past the last one.
     fn literal_or(&self, placeholder: String) -> Node {
-        Node::Number(
+        Node::Number(Number::Literal(
             self.literals
                 .borrow_mut()
                 .pop_front()
                 .unwrap_or_else(|| placeholder.into_boxed_str()),
-        )
+        ))
     }
+}
+
+/// Whether serde_json visited the mask marker: `-0.0` is what `-0` parses to, and no
+/// unmasked literal that serde_json accepts is `-0.0` (`-0` itself is masked).
+pub fn is_mask_marker(v: f64) -> bool {
+    v == 0.0 && v.is_sign_negative()
 }
 
 impl<'de> Visitor<'de> for NodeSeed<'_> {
@@ -495,18 +551,24 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
         Ok(Node::Bool(v))
     }
-    // Every well-formed literal was masked to `0`, so serde_json visits a `u64` for
-    // each, in order. A literal the scan left alone is malformed (`01`, `-01`), and
-    // serde_json reports its own syntax error right after visiting its first part;
-    // the placeholder only lets it get there, so its message is the one reported.
+    // A plain integer reaches serde_json as written, and its `u64` is its text; every
+    // other well-formed literal was masked to `-0`, visited as `-0.0`, its text next in
+    // the queue. Anything else comes from a run the scan left alone because it is
+    // malformed (`1-2`, `-0-`), and serde_json reports its own syntax error right after
+    // visiting its first part; the placeholder only lets it get there, so its message
+    // is the one reported.
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Node, E> {
-        Ok(self.literal_or(v.to_string()))
+        Ok(Node::Number(Number::Integer(v)))
     }
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Node, E> {
-        Ok(self.literal_or(v.to_string()))
+        Ok(Node::Number(Number::Literal(v.to_string().into())))
     }
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Node, E> {
-        Ok(self.literal_or(v.to_string()))
+        if is_mask_marker(v) {
+            Ok(self.literal_or("-0".to_owned()))
+        } else {
+            Ok(Node::Number(Number::Literal(v.to_string().into())))
+        }
     }
     fn visit_str<E>(self, v: &str) -> Result<Node, E> {
         Ok(Node::String(v.to_owned()))
@@ -580,6 +642,71 @@ mod tests {
     fn literals_keep_their_text() {
         let node = parse(br#"[1e400, "1e3 inside a string", -0.5E+2, 10]"#).unwrap();
         assert_eq!(node.quoted(), r#"[1e400,"1e3 inside a string",-0.5E+2,10]"#);
+    }
+
+    /// Every kind of literal the masking treats differently, each with its text as
+    /// validation must see it and whether it is a trace integer (SPEC.md §1.1).
+    const LITERAL_EDGES: [(&str, Option<u64>); 14] = [
+        ("0", Some(0)),
+        ("-0", None),
+        ("7", Some(7)),
+        ("1.0", None),
+        ("1e5", None),
+        ("-12", None),
+        ("9007199254740991", Some(9_007_199_254_740_991)),
+        ("9007199254740992", None),
+        ("1234567890123456789", None),
+        ("9999999999999999999", None),
+        ("18446744073709551615", None),
+        ("18446744073709551616", None),
+        ("123456789012345678901234567890", None),
+        ("0.5E-3", None),
+    ];
+
+    #[test]
+    fn plain_integers_pass_unmasked_and_the_rest_keep_their_text() {
+        for (literal, integer) in LITERAL_EDGES {
+            let doc = format!("[{literal}, {literal}]");
+            let node = parse(doc.as_bytes()).unwrap();
+            let Node::Array(items) = &node else {
+                panic!("expected an array")
+            };
+            for item in items {
+                assert_eq!(item.quoted(), literal);
+                assert_eq!(item.integer(), integer, "{literal}");
+            }
+            let unmasked = passes_unmasked(literal.as_bytes());
+            let (masked, literals) = mask_numbers(doc.as_bytes());
+            assert_eq!(masked.len(), doc.len(), "{literal}: lengths are kept");
+            let queued: Vec<Box<str>> = literals.into_inner().into();
+            if unmasked {
+                assert_eq!(masked, doc.as_bytes(), "{literal}");
+                assert!(queued.is_empty(), "{literal}");
+            } else {
+                let marker = format!("[-0{}", " ".repeat(literal.len() - 2));
+                assert!(masked.starts_with(marker.as_bytes()), "{literal}");
+                assert_eq!(queued, [literal.into(), literal.into()], "{literal}");
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_runs_are_still_syntax_errors_where_they_stand() {
+        for (doc, column) in [
+            ("[00]", 3),
+            ("[-00]", 4),
+            ("[01, 1.5]", 3),
+            ("[1.5, -0-]", 9),
+            ("[1e5, 1.]", 9),
+            ("[2, 1-2]", 6),
+        ] {
+            let error = parse_node(doc.as_bytes()).unwrap_err();
+            assert_eq!(
+                (error.line(), error.column()),
+                (1, column),
+                "{doc}: {error}"
+            );
+        }
     }
 
     #[test]
