@@ -34,16 +34,44 @@ use std::rc::Rc;
 /// [`NodeSeed`] as serde_json visits each masked `-0`.
 pub type Literals = RefCell<VecDeque<Box<str>>>;
 
-/// One JSON value, objects as ordered member lists (repeats kept).
+/// One JSON value, objects as ordered member lists (repeats kept). A string borrows
+/// from the text read when serde_json hands it over unescaped from a slice (`'s` is
+/// that text's lifetime), so a trace in memory is checked without a `String` per
+/// string value; otherwise it is owned.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Node {
+pub enum NodeOf<'s> {
     Null,
     Bool(bool),
     /// A number, its literal text exactly as written.
     Number(Number),
-    String(String),
-    Array(Vec<Node>),
-    Object(Vec<(MemberName, Node)>),
+    String(Cow<'s, str>),
+    Array(Vec<NodeOf<'s>>),
+    Object(Vec<(MemberName, NodeOf<'s>)>),
+}
+
+/// A [`NodeOf`] that owns all its text, as [`parse`] and [`parse_node`] return it.
+pub type Node = NodeOf<'static>;
+
+impl NodeOf<'_> {
+    /// The same value owning its strings. Arrays and objects are collected in place,
+    /// so only the borrowed strings are copied.
+    pub fn into_owned(self) -> Node {
+        match self {
+            NodeOf::Null => NodeOf::Null,
+            NodeOf::Bool(b) => NodeOf::Bool(b),
+            NodeOf::Number(n) => NodeOf::Number(n),
+            NodeOf::String(s) => NodeOf::String(Cow::Owned(s.into_owned())),
+            NodeOf::Array(items) => {
+                NodeOf::Array(items.into_iter().map(NodeOf::into_owned).collect())
+            }
+            NodeOf::Object(members) => NodeOf::Object(
+                members
+                    .into_iter()
+                    .map(|(name, value)| (name, value.into_owned()))
+                    .collect(),
+            ),
+        }
+    }
 }
 
 /// A number literal as read: a plain integer as its value (its text is the value
@@ -171,7 +199,7 @@ pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
     }
     .deserialize(&mut de)?;
     de.end()?;
-    Ok(node)
+    Ok(node.into_owned())
 }
 
 /// Copies `bytes` with every number literal outside strings that matches JSON's number
@@ -359,15 +387,17 @@ impl<R: Read> Read for MaskingReader<R> {
     }
 }
 
-impl Node {
+impl NodeOf<'_> {
     /// The node's value when it is an integer literal a trace may carry (SPEC.md §1.1):
     /// written as `0` or digits without a leading zero, no sign, fraction or exponent,
     /// at most 2^53 - 1. Else `None`.
     pub fn integer(&self) -> Option<u64> {
         let text = match self {
             // At most 2^53 - 1: a plain integer of 17 to 19 digits is out of range.
-            Node::Number(Number::Integer(v)) => return Some(*v).filter(|&v| v <= JSON_INTEGER_MAX),
-            Node::Number(Number::Literal(text)) => text,
+            NodeOf::Number(Number::Integer(v)) => {
+                return Some(*v).filter(|&v| v <= JSON_INTEGER_MAX)
+            }
+            NodeOf::Number(Number::Literal(text)) => text,
             _ => return None,
         };
         let plain = text.bytes().all(|b| b.is_ascii_digit())
@@ -448,17 +478,17 @@ impl Quote {
         self.push('"');
     }
 
-    fn node(&mut self, node: &Node) {
+    fn node(&mut self, node: &NodeOf) {
         if self.full() {
             return;
         }
         match node {
-            Node::Null => self.push_str("null"),
-            Node::Bool(b) => self.push_str(if *b { "true" } else { "false" }),
-            Node::Number(Number::Integer(v)) => self.push_str(&v.to_string()),
-            Node::Number(Number::Literal(text)) => self.push_str(text),
-            Node::String(s) => self.string(s),
-            Node::Array(items) => {
+            NodeOf::Null => self.push_str("null"),
+            NodeOf::Bool(b) => self.push_str(if *b { "true" } else { "false" }),
+            NodeOf::Number(Number::Integer(v)) => self.push_str(&v.to_string()),
+            NodeOf::Number(Number::Literal(text)) => self.push_str(text),
+            NodeOf::String(s) => self.string(s),
+            NodeOf::Array(items) => {
                 self.push('[');
                 for (i, item) in items.iter().enumerate() {
                     if self.full() {
@@ -471,10 +501,10 @@ impl Quote {
                 }
                 self.push(']');
             }
-            Node::Object(members) => {
+            NodeOf::Object(members) => {
                 // Byte order of names, a repeated name once with its last value: what
                 // serde_json's map printed before numbers were kept as written.
-                let sorted: BTreeMap<&str, &Node> =
+                let sorted: BTreeMap<&str, &NodeOf> =
                     members.iter().map(|(k, v)| (&**k, v)).collect();
                 self.push('{');
                 for (i, (name, value)) in sorted.into_iter().enumerate() {
@@ -511,17 +541,17 @@ pub struct NodeSeed<'l> {
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
-    type Value = Node;
+    type Value = NodeOf<'de>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<NodeOf<'de>, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl NodeSeed<'_> {
     /// The next masked literal's text, or `placeholder` past the last one.
-    fn literal_or(&self, placeholder: String) -> Node {
-        Node::Number(Number::Literal(
+    fn literal_or<'de>(&self, placeholder: String) -> NodeOf<'de> {
+        NodeOf::Number(Number::Literal(
             self.literals
                 .borrow_mut()
                 .pop_front()
@@ -537,19 +567,19 @@ pub fn is_mask_marker(v: f64) -> bool {
 }
 
 impl<'de> Visitor<'de> for NodeSeed<'_> {
-    type Value = Node;
+    type Value = NodeOf<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_unit<E>(self) -> Result<Node, E> {
-        Ok(Node::Null)
+    fn visit_unit<E>(self) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Null)
     }
-    fn visit_none<E>(self) -> Result<Node, E> {
-        Ok(Node::Null)
+    fn visit_none<E>(self) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Null)
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v))
+    fn visit_bool<E>(self, v: bool) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Bool(v))
     }
     // A plain integer reaches serde_json as written, and its `u64` is its text; every
     // other well-formed literal was masked to `-0`, visited as `-0.0`, its text next in
@@ -557,41 +587,44 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     // malformed (`1-2`, `-0-`), and serde_json reports its own syntax error right after
     // visiting its first part; the placeholder only lets it get there, so its message
     // is the one reported.
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Node, E> {
-        Ok(Node::Number(Number::Integer(v)))
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Number(Number::Integer(v)))
     }
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Node, E> {
-        Ok(Node::Number(Number::Literal(v.to_string().into())))
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Number(Number::Literal(v.to_string().into())))
     }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Node, E> {
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<NodeOf<'de>, E> {
         if is_mask_marker(v) {
             Ok(self.literal_or("-0".to_owned()))
         } else {
-            Ok(Node::Number(Number::Literal(v.to_string().into())))
+            Ok(NodeOf::Number(Number::Literal(v.to_string().into())))
         }
     }
-    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::String(v.to_owned()))
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::String(Cow::Borrowed(v)))
     }
-    fn visit_string<E>(self, v: String) -> Result<Node, E> {
-        Ok(Node::String(v))
+    fn visit_str<E>(self, v: &str) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::String(Cow::Owned(v.to_owned())))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+    fn visit_string<E>(self, v: String) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::String(Cow::Owned(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NodeOf<'de>, A::Error> {
         // Most arrays and objects of a trace are short; starting at 4 skips the first
         // two regrowths of every one.
         let mut items = Vec::with_capacity(4);
         while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
-        Ok(Node::Array(items))
+        Ok(NodeOf::Array(items))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeOf<'de>, A::Error> {
         let mut members = Vec::with_capacity(4);
         while let Some(key) = map.next_key_seed(MemberNameSeed)? {
             let value = map.next_value_seed(self)?;
             members.push((key, value));
         }
-        Ok(Node::Object(members))
+        Ok(NodeOf::Object(members))
     }
 }
 
@@ -618,6 +651,24 @@ mod tests {
                 ("zzz", false)
             ]
         );
+    }
+
+    #[test]
+    fn strings_borrow_from_a_slice_unless_escaped() {
+        let (masked, literals) = mask_numbers(br#"["plain", "esc\u0061ped", 1.5]"#);
+        let mut de = serde_json::Deserializer::from_slice(&masked);
+        let node = NodeSeed {
+            literals: &literals,
+        }
+        .deserialize(&mut de)
+        .unwrap();
+        let NodeOf::Array(items) = &node else {
+            panic!("expected an array")
+        };
+        assert!(matches!(&items[0], NodeOf::String(Cow::Borrowed("plain"))));
+        assert!(matches!(&items[1], NodeOf::String(Cow::Owned(s)) if s == "escaped"));
+        assert_eq!(node.clone().into_owned(), node);
+        assert_eq!(node.quoted(), r#"["plain","escaped",1.5]"#);
     }
 
     #[test]

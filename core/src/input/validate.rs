@@ -6,7 +6,7 @@
 //! here panics on any input: every value is checked before it is used.
 
 use crate::input::document::{self, Path};
-use crate::input::json::{self, quote_str, MemberName, Node, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::json::{self, quote_str, MemberName, NodeOf as Node, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
 use crate::input::trace::*;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -201,7 +201,7 @@ fn invalid_json(reason: &str) -> ValidationErrors {
 }
 
 /// Stages 2 to 5 on a document that was JSON.
-fn validated(read: document::Read<Walk>) -> Result<Trace, ValidationErrors> {
+fn validated(read: document::Read<'_, Walk>) -> Result<Trace, ValidationErrors> {
     let mut walk = Walk::default();
     let trace = match read {
         document::Read::Object(doc) => walk.trace(doc),
@@ -229,17 +229,17 @@ fn validated(read: document::Read<Walk>) -> Result<Trace, ValidationErrors> {
 }
 
 /// The members of one JSON object, for checking required, unknown and repeated names.
-struct Members<'p, 'n> {
+struct Members<'p, 'n, 'd> {
     path: Path<'p>,
-    members: &'n [(MemberName, Node)],
+    members: &'n [(MemberName, Node<'d>)],
 }
 
-impl<'p, 'n> Members<'p, 'n> {
-    fn get(&self, name: &str) -> Option<&'n Node> {
+impl<'p, 'n, 'd> Members<'p, 'n, 'd> {
+    fn get(&self, name: &str) -> Option<&'n Node<'d>> {
         self.members.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 
-    fn required<'s>(&'s self, walk: &mut Walk, name: &'s str) -> Option<(Path<'s>, &'n Node)> {
+    fn required<'s>(&'s self, walk: &mut Walk, name: &'s str) -> Option<(Path<'s>, &'n Node<'d>)> {
         match self.get(name) {
             Some(node) => Some((self.path.member(name), node)),
             None => {
@@ -252,7 +252,7 @@ impl<'p, 'n> Members<'p, 'n> {
         }
     }
 
-    fn optional<'s>(&'s self, name: &'s str) -> Option<(Path<'s>, &'n Node)> {
+    fn optional<'s>(&'s self, name: &'s str) -> Option<(Path<'s>, &'n Node<'d>)> {
         self.get(name).map(|node| (self.path.member(name), node))
     }
 
@@ -304,7 +304,7 @@ impl SharedStrings {
 }
 
 impl document::Check for Walk {
-    fn expected_array(&mut self, path: &Path, node: &Node) {
+    fn expected_array(&mut self, path: &Path, node: &Node<'_>) {
         self.array(path, node);
     }
 }
@@ -314,7 +314,11 @@ impl Walk {
         self.errors.push_with(|| (path.to_string(), reason));
     }
 
-    fn object<'p, 'n>(&mut self, path: &Path<'p>, node: &'n Node) -> Option<Members<'p, 'n>> {
+    fn object<'p, 'n, 'd>(
+        &mut self,
+        path: &Path<'p>,
+        node: &'n Node<'d>,
+    ) -> Option<Members<'p, 'n, 'd>> {
         match node {
             Node::Object(members) => Some(Members {
                 path: *path,
@@ -330,7 +334,7 @@ impl Walk {
         }
     }
 
-    fn array<'n>(&mut self, path: &Path, node: &'n Node) -> Option<&'n [Node]> {
+    fn array<'n, 'd>(&mut self, path: &Path, node: &'n Node<'d>) -> Option<&'n [Node<'d>]> {
         match node {
             Node::Array(items) => Some(items),
             other => {
@@ -414,7 +418,7 @@ impl Walk {
         self.text(path, node).map(Arc::from)
     }
 
-    fn text<'n>(&mut self, path: &Path, node: &'n Node) -> Option<&'n str> {
+    fn text<'n>(&mut self, path: &Path, node: &'n Node<'_>) -> Option<&'n str> {
         match node {
             Node::String(s) if !s.is_empty() => Some(s),
             other => {
@@ -490,7 +494,7 @@ impl Walk {
     /// The top-level object, read by [`document::read`]: the small members are here as
     /// nodes, the three arrays were checked element by element as they streamed by, and
     /// their errors are put where the walk of a whole tree reported them.
-    fn trace(&mut self, doc: document::Document<Walk>) -> Option<Trace> {
+    fn trace(&mut self, doc: document::Document<'_, Walk>) -> Option<Trace> {
         let obj = Members {
             path: Path::Root,
             members: &doc.members,
@@ -757,7 +761,7 @@ impl Walk {
     fn cache_event(&mut self, obj: &Members) -> Option<EventKind> {
         let (op_path, op_node) = obj.required(self, "op")?;
         let op_name = match op_node {
-            Node::String(s) if s == "store" || s == "evict" || s == "clear" => s.as_str(),
+            Node::String(s) if s == "store" || s == "evict" || s == "clear" => &**s,
             other => {
                 self.err(
                     &op_path,
