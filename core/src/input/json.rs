@@ -301,27 +301,12 @@ impl<R: Read> MaskingReader<R> {
         }
     }
 
-    /// Ends the number run in progress: masked if it is a literal other than a plain
-    /// integer, else as written.
+    /// Ends the number run in progress (see [`mask_run`]).
     fn end_run(&mut self) {
-        if self.run.is_empty() {
-            return;
+        if !self.run.is_empty() {
+            mask_run(&mut self.out, &self.literals, &self.run);
+            self.run.clear();
         }
-        if passes_unmasked(&self.run) {
-            self.out.extend_from_slice(&self.run);
-        } else if is_number_literal(&self.run) {
-            // A one-byte literal is a digit, which passes unmasked: the marker fits.
-            debug_assert!(self.run.len() >= MASK_MARKER.len());
-            self.literals
-                .borrow_mut()
-                .push_back(String::from_utf8_lossy(&self.run).into());
-            self.out.extend_from_slice(MASK_MARKER);
-            self.out
-                .resize(self.out.len() + self.run.len() - MASK_MARKER.len(), b' ');
-        } else {
-            self.out.extend_from_slice(&self.run);
-        }
-        self.run.clear();
     }
 
     /// Reads and masks the next chunk; at the source's end, ends the last run.
@@ -341,37 +326,105 @@ impl<R: Read> MaskingReader<R> {
                 self.end_run();
                 break;
             }
-            for i in 0..n {
-                let b = self.chunk[i];
-                if self.in_string {
-                    if self.escaped {
-                        self.escaped = false;
-                    } else if b == b'\\' {
-                        self.escaped = true;
-                    } else if b == b'"' {
-                        self.in_string = false;
-                    }
-                    self.out.push(b);
-                    continue;
-                }
-                let number_char = matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E');
-                // A run starts only at `-` or a digit.
-                if !self.run.is_empty() && number_char {
-                    self.run.push(b);
-                    continue;
-                }
-                self.end_run();
-                if matches!(b, b'-' | b'0'..=b'9') {
-                    self.run.push(b);
-                    continue;
-                }
-                if b == b'"' {
-                    self.in_string = true;
-                }
-                self.out.push(b);
-            }
+            self.mask_chunk(n);
         }
         Ok(())
+    }
+
+    /// Masks `chunk[..n]` onto `out`. Strings are copied a span at a time, up to the
+    /// next quote or backslash; a number run that ends inside the chunk is masked from
+    /// the chunk itself, and only one still open at its end is gathered in `run`.
+    fn mask_chunk(&mut self, n: usize) {
+        let chunk = &self.chunk[..n];
+        let mut i = 0;
+        while i < n {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                    self.out.push(chunk[i]);
+                    i += 1;
+                    continue;
+                }
+                // A trace's strings are names and keys of a few bytes: a plain scan
+                // beats a SIMD search's setup on them.
+                match chunk[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                    None => {
+                        self.out.extend_from_slice(&chunk[i..]);
+                        i = n;
+                    }
+                    Some(k) => {
+                        let end = i + k;
+                        self.out.extend_from_slice(&chunk[i..=end]);
+                        if chunk[end] == b'"' {
+                            self.in_string = false;
+                        } else {
+                            self.escaped = true;
+                        }
+                        i = end + 1;
+                    }
+                }
+                continue;
+            }
+            let run_end = |i: usize| {
+                i + chunk[i..]
+                    .iter()
+                    .take_while(|&&b| is_number_char(b))
+                    .count()
+            };
+            if !self.run.is_empty() {
+                let run_end = run_end(i);
+                // The run begun in an earlier chunk goes on to `run_end`.
+                self.run.extend_from_slice(&chunk[i..run_end]);
+                i = run_end;
+                if i == n {
+                    break;
+                }
+                mask_run(&mut self.out, &self.literals, &self.run);
+                self.run.clear();
+                continue;
+            }
+            let b = chunk[i];
+            // A run starts only at `-` or a digit.
+            if matches!(b, b'-' | b'0'..=b'9') {
+                let run_end = run_end(i);
+                if run_end == n {
+                    self.run.extend_from_slice(&chunk[i..]);
+                } else {
+                    mask_run(&mut self.out, &self.literals, &chunk[i..run_end]);
+                }
+                i = run_end;
+                continue;
+            }
+            if b == b'"' {
+                self.in_string = true;
+            }
+            self.out.push(b);
+            i += 1;
+        }
+    }
+}
+
+/// Whether `b` can be part of a number run: what JSON's number grammar is written in.
+fn is_number_char(b: u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+}
+
+/// Writes one ended number run to `out`: a plain integer as written, any other literal
+/// as the marker and spaces with its text queued, and a run that is no literal as
+/// written, for serde_json to reject where it stands.
+fn mask_run(out: &mut Vec<u8>, literals: &Literals, run: &[u8]) {
+    if passes_unmasked(run) {
+        out.extend_from_slice(run);
+    } else if is_number_literal(run) {
+        // A one-byte literal is a digit, which passes unmasked: the marker fits.
+        debug_assert!(run.len() >= MASK_MARKER.len());
+        literals
+            .borrow_mut()
+            .push_back(String::from_utf8_lossy(run).into());
+        out.extend_from_slice(MASK_MARKER);
+        out.resize(out.len() + run.len() - MASK_MARKER.len(), b' ');
+    } else {
+        out.extend_from_slice(run);
     }
 }
 
@@ -738,6 +791,42 @@ mod tests {
                 assert!(masked.starts_with(marker.as_bytes()), "{literal}");
                 assert_eq!(queued, [literal.into(), literal.into()], "{literal}");
             }
+        }
+    }
+
+    /// A source handing out `step` bytes per read, so runs, strings and escapes are
+    /// split across chunks at every offset.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn masking_is_the_same_however_the_source_is_cut() {
+        let doc =
+            br#"{"a\\":"1.5 \"-0\" \\","b":[-0,12,1.0e+5,-7,00,1-2,"x\\\\"],"c":184467440737095516160}"#;
+        let masked =
+            br#"{"a\\":"1.5 \"-0\" \\","b":[-0,12,-0    ,-0,00,1-2,"x\\\\"],"c":-0                   }"#;
+        let queued = ["-0", "1.0e+5", "-7", "184467440737095516160"];
+        for step in 1..=doc.len() {
+            let literals = Rc::new(Literals::default());
+            let mut out = Vec::new();
+            MaskingReader::new(Trickle(doc, step), Rc::clone(&literals))
+                .read_to_end(&mut out)
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(masked),
+                "{step}"
+            );
+            let texts: Vec<Box<str>> = literals.borrow().iter().cloned().collect();
+            assert_eq!(texts, queued.map(Box::from), "{step}");
         }
     }
 
