@@ -285,20 +285,41 @@ pub(super) struct Walk {
 /// The strings handed out so far, one shared copy each: a trace repeats a few names
 /// and keys millions of times, and each repeat then costs a pointer, not a `String`
 /// (issue 11). Each streamed array is read by its own `Walk`, so a name used in both
-/// `workers` and `events` is kept twice at most. Only asked whether it holds a string,
-/// never iterated, so its order cannot reach a trace or an error.
+/// `workers` and `events` is kept twice at most. Looked up by text, and by position
+/// only in the order strings were first seen, so no hash order can reach a trace or
+/// an error.
+///
+/// A probe of the hash map costs about three cache misses on a large trace (its
+/// control bytes, its slot, the shared string), and a trace names its prefix keys in
+/// runs that repeat: a store or evict lists the keys of a request's prefix in the
+/// order the request did. So the string first seen right after the last one shared
+/// is tried before the map; it sits next to it in `order` and, allocated just after
+/// it, in memory.
 #[derive(Default)]
 struct SharedStrings {
-    seen: FxHashSet<Arc<str>>,
+    /// Every string shared so far, in the order first seen.
+    order: Vec<Arc<str>>,
+    /// Each string's position in `order`.
+    position: FxHashMap<Arc<str>, usize>,
+    /// The position of the string shared last.
+    last: usize,
 }
 
 impl SharedStrings {
     fn share(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.seen.get(s) {
+        let next = self.last + 1;
+        if let Some(shared) = self.order.get(next).filter(|shared| ***shared == *s) {
+            self.last = next;
             return Arc::clone(shared);
         }
+        if let Some(&at) = self.position.get(s) {
+            self.last = at;
+            return Arc::clone(&self.order[at]);
+        }
         let shared: Arc<str> = Arc::from(s);
-        self.seen.insert(Arc::clone(&shared));
+        self.last = self.order.len();
+        self.position.insert(Arc::clone(&shared), self.last);
+        self.order.push(Arc::clone(&shared));
         shared
     }
 }
@@ -1210,4 +1231,48 @@ fn overflow_error(trace: &Trace) -> Option<String> {
                 JSON_INTEGER_MAX
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_strings_share_equal_text_only_in_any_order() {
+        let mut strings = SharedStrings::default();
+        let texts = [
+            "a".to_owned(),
+            "a\0".to_owned(),
+            "a\0\0".to_owned(),
+            "x".repeat(14),
+            "x".repeat(15),
+            "x".repeat(16),
+            "x".repeat(100),
+            "é".repeat(8),
+        ];
+        let first: Vec<Arc<str>> = texts.iter().map(|t| strings.share(t)).collect();
+        // In first-seen order (each the predicted next), backwards, and one at a
+        // time after an unrelated string (each found through the map).
+        let forwards = (0..texts.len()).collect::<Vec<_>>();
+        let backwards = forwards.iter().rev().copied().collect::<Vec<_>>();
+        for order in [forwards.clone(), backwards, forwards] {
+            for i in order {
+                let again = strings.share(&texts[i].clone());
+                assert_eq!(&*again, texts[i].as_str());
+                assert!(Arc::ptr_eq(&first[i], &again), "{:?} is shared", texts[i]);
+            }
+        }
+        for (i, text) in texts.iter().enumerate() {
+            strings.share(&texts[(i + 3) % texts.len()]);
+            assert!(
+                Arc::ptr_eq(&first[i], &strings.share(text)),
+                "{text:?} is shared"
+            );
+        }
+        for (i, a) in first.iter().enumerate() {
+            for b in &first[i + 1..] {
+                assert!(!Arc::ptr_eq(a, b), "{a:?} and {b:?} stay apart");
+            }
+        }
+    }
 }
