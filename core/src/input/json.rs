@@ -98,9 +98,23 @@ impl fmt::Display for Number {
 /// an event allocates for none of its ten or so names; any other name is owned.
 pub type MemberName = Cow<'static, str>;
 
-/// Every member name of a `kvroute-trace/1` document (SPEC.md §1) and of a Mooncake
-/// line (§10), as `'static` strings.
-const KNOWN_MEMBER_NAMES: [&str; 43] = [
+/// Defines [`known_member_name`] from one list of names: a `match`, which the compiler
+/// turns into a switch on the length and fixed-size compares, where a linear search
+/// of the list called `memcmp` for every name of the same length (issue 11).
+macro_rules! known_member_names {
+    ($($name:literal,)*) => {
+        /// `name` as the `'static` copy of itself when it is one of the member names
+        /// of a `kvroute-trace/1` document (SPEC.md §1) or of a Mooncake line (§10).
+        fn known_member_name(name: &str) -> Option<&'static str> {
+            match name {
+                $($name => Some($name),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+known_member_names! {
     "format",
     "limits",
     "policy",
@@ -144,11 +158,11 @@ const KNOWN_MEMBER_NAMES: [&str; 43] = [
     "input_length",
     "output_length",
     "hash_ids",
-];
+}
 
-/// `name` as a [`MemberName`]: borrowed when it is one of [`KNOWN_MEMBER_NAMES`].
+/// `name` as a [`MemberName`]: borrowed when it is a known member name.
 fn member_name(name: &str) -> MemberName {
-    match KNOWN_MEMBER_NAMES.iter().find(|known| **known == name) {
+    match known_member_name(name) {
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(name.to_owned()),
     }
