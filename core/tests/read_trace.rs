@@ -191,3 +191,50 @@ fn a_failing_source_is_a_read_error_not_an_invalid_trace() {
         }
     }
 }
+
+/// The literals the masking treats differently, each at `workers[0].queued_prefill`
+/// behind an unknown member full of masked literals (so the queue must stay aligned
+/// past a discarded value), read whole and in reads of 1 and 7 bytes so each literal
+/// is split across reads at every offset. A plain integer up to 2^53 - 1 is accepted;
+/// every other literal is reported as written (SPEC.md §1.1, §2.2).
+#[test]
+fn every_kind_of_literal_reaches_validation_as_written() {
+    let accepted = ["0", "7", "1234", "9007199254740991"];
+    let rejected = [
+        "-0",
+        "-7",
+        "1.0",
+        "1e5",
+        "1E+2",
+        "0.5e-3",
+        "9007199254740992",
+        "1234567890123456789",
+        "9999999999999999999",
+        "18446744073709551615",
+        "18446744073709551616",
+        "123456789012345678901234567890",
+    ];
+    let discarded = r#""zzz": [1.5, -0, 7, 1e3, {"q": -2.5e-1}, 18446744073709551616], "format""#;
+    for literal in accepted.iter().chain(&rejected) {
+        let bytes = lab_with(r#""format""#, discarded);
+        let text = String::from_utf8(bytes).unwrap().replacen(
+            r#""queued_prefill": 0"#,
+            &format!(r#""queued_prefill": {literal}"#),
+            1,
+        );
+        let bytes = text.into_bytes();
+        let expected: Vec<String> = if accepted.contains(literal) {
+            vec![r#"zzz: unknown member "zzz""#.to_owned()]
+        } else {
+            vec![
+                format!(
+                    "workers[0].queued_prefill: expected a non-negative integer, found {literal}"
+                ),
+                r#"zzz: unknown member "zzz""#.to_owned(),
+            ]
+        };
+        let whole = parse_trace(&bytes).expect_err("the unknown member is an error");
+        assert_eq!(whole.errors, expected, "{literal}");
+        assert_same(literal, &bytes);
+    }
+}

@@ -11,7 +11,7 @@
 //! tree walk reported them in (`format`, `limits`, `policy`, `sharing`, `workers`,
 //! `events`, then unknown and repeated members) whatever order the document has.
 
-use crate::input::json::{Literals, MemberName, Node, NodeSeed};
+use crate::input::json::{self, Literals, MemberName, NodeOf as Node, NodeSeed};
 use crate::input::trace::{Event, Grant, WorkerSpec};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
@@ -66,7 +66,7 @@ impl fmt::Display for Path<'_> {
 /// What collects one streamed array's shape errors (validation's walk).
 pub(super) trait Check: Default {
     /// Reports that the array at `path` is `node`, which is not an array.
-    fn expected_array(&mut self, path: &Path, node: &Node);
+    fn expected_array(&mut self, path: &Path, node: &Node<'_>);
 }
 
 /// One streamed top-level array: its items when every one was valid, and its errors.
@@ -77,22 +77,22 @@ pub(super) struct Listed<T, W> {
 
 /// The top-level object as read: its members in document order, the three streamed
 /// arrays (first occurrence only) standing as `null` among them.
-pub(super) struct Document<W> {
-    pub members: Vec<(MemberName, Node)>,
+pub(super) struct Document<'s, W> {
+    pub members: Vec<(MemberName, Node<'s>)>,
     pub sharing: Option<Listed<Grant, W>>,
     pub workers: Option<Listed<WorkerSpec, W>>,
     pub events: Option<Listed<Event, W>>,
 }
 
 /// What the document turned out to be.
-pub(super) enum Read<W> {
-    Object(Document<W>),
+pub(super) enum Read<'s, W> {
+    Object(Document<'s, W>),
     /// Not an object: the value, for the error to quote.
-    Other(Node),
+    Other(Node<'s>),
 }
 
 /// How one element of a streamed array is checked and typed.
-pub(super) type ItemFn<T, W> = fn(&mut W, &Path, &Node) -> Option<T>;
+pub(super) type ItemFn<T, W> = for<'s> fn(&mut W, &Path, &Node<'s>) -> Option<T>;
 
 /// The item functions of the three streamed members.
 pub(super) struct ItemFns<W> {
@@ -106,7 +106,7 @@ pub(super) fn read<'de, D: Deserializer<'de>, W: Check>(
     de: D,
     literals: &Literals,
     items: &ItemFns<W>,
-) -> Result<Read<W>, D::Error> {
+) -> Result<Read<'de, W>, D::Error> {
     de.deserialize_any(DocumentVisitor { literals, items })
 }
 
@@ -154,19 +154,19 @@ macro_rules! other_values {
 }
 
 impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
-    type Value = Read<W>;
+    type Value = Read<'de, W>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a trace document")
     }
 
-    other_values!(Read<W>, Read::Other);
+    other_values!(Read<'de, W>, Read::Other);
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Read<W>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Read<'de, W>, A::Error> {
         self.node().visit_seq(seq).map(Read::Other)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read<W>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read<'de, W>, A::Error> {
         let mut document = Document {
             members: Vec::new(),
             sharing: None,
@@ -231,7 +231,7 @@ impl<T, W: Check> ListSeed<'_, T, W> {
     }
 
     /// Not an array: the error the tree walk reported.
-    fn not_array(&self, node: Node) -> Listed<T, W> {
+    fn not_array(&self, node: Node<'_>) -> Listed<T, W> {
         let mut walk = W::default();
         let root = Path::Root;
         walk.expected_array(&root.member(self.name), &node);
@@ -276,10 +276,10 @@ impl<'de, T, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
         Ok(self.not_array(node))
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.not_array(Node::String(v.to_owned())))
+        Ok(self.not_array(Node::String(v.into())))
     }
     fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(self.not_array(Node::String(v)))
+        Ok(self.not_array(Node::String(v.into())))
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         let node = self.node().visit_map(map)?;
@@ -338,16 +338,17 @@ impl<'de> Visitor<'de> for Discard<'_> {
     fn visit_bool<E>(self, _: bool) -> Result<(), E> {
         Ok(())
     }
+    // Only a masked literal, visited as `-0.0`, has a text queued (see `NodeSeed`).
     fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        self.literals.borrow_mut().pop_front();
         Ok(())
     }
     fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        self.literals.borrow_mut().pop_front();
         Ok(())
     }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        self.literals.borrow_mut().pop_front();
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        if json::is_mask_marker(v) {
+            self.literals.borrow_mut().pop_front();
+        }
         Ok(())
     }
     fn visit_str<E>(self, _: &str) -> Result<(), E> {

@@ -8,12 +8,17 @@
 //!
 //! serde_json reads numbers as `u64`, `i64` or `f64` and fails on a literal whose value
 //! overflows an `f64` (`1e400`, a 5000-digit integer), although JSON's grammar has no
-//! range. So before serde_json parses, [`mask_numbers`] copies each literal's text aside
-//! and writes `0` padded with spaces in its place: same length, so every later syntax
-//! error keeps its line and column, and the `n`-th number serde_json visits is the `n`-th
-//! literal of the document. [`MaskingReader`] runs the same masking on a stream, so a
-//! trace read from a file or stdin is never held as text (SPEC.md §2.2 is unchanged:
-//! the literals reach validation exactly as written).
+//! range. So before serde_json parses, [`mask_numbers`] looks at each literal: a plain
+//! integer (digits without a leading zero, at most 19 of them, so exact in a `u64`) is
+//! left as written, and serde_json's `u64` is its value and, printed, its text. Every
+//! other literal (`-0`, `1.0`, `1e5`, `9007199254740992000000`) has its text copied
+//! aside and `-0` padded with spaces written in its place, which serde_json reports as
+//! the one number a plain integer never is, `-0.0`: same length, so every later syntax
+//! error keeps its line and column, and the `n`-th `-0.0` serde_json visits is the
+//! `n`-th masked literal. A trace's numbers are nearly all plain integers, so nearly
+//! none is copied. [`MaskingReader`] runs the same masking on a stream, so a trace read
+//! from a file or stdin is never held as text (SPEC.md §2.2 is unchanged: the literals
+//! reach validation exactly as written).
 
 use crate::input::limits::JSON_INTEGER_MAX;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -26,28 +31,90 @@ use std::rc::Rc;
 
 /// The texts of masked number literals not yet visited, in document order: filled by
 /// the masking (all at once for a slice, as it streams for a reader) and drained by
-/// [`NodeSeed`] as serde_json visits each masked `0`.
+/// [`NodeSeed`] as serde_json visits each masked `-0`.
 pub type Literals = RefCell<VecDeque<Box<str>>>;
 
-/// One JSON value, objects as ordered member lists (repeats kept).
+/// One JSON value, objects as ordered member lists (repeats kept). A string borrows
+/// from the text read when serde_json hands it over unescaped from a slice (`'s` is
+/// that text's lifetime), so a trace in memory is checked without a `String` per
+/// string value; otherwise it is owned.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Node {
+pub enum NodeOf<'s> {
     Null,
     Bool(bool),
-    /// A number's literal text, exactly as written (it matches JSON's number grammar).
-    Number(Box<str>),
-    String(String),
-    Array(Vec<Node>),
-    Object(Vec<(MemberName, Node)>),
+    /// A number, its literal text exactly as written.
+    Number(Number),
+    String(Cow<'s, str>),
+    Array(Vec<NodeOf<'s>>),
+    Object(Vec<(MemberName, NodeOf<'s>)>),
+}
+
+/// A [`NodeOf`] that owns all its text, as [`parse`] and [`parse_node`] return it.
+pub type Node = NodeOf<'static>;
+
+impl NodeOf<'_> {
+    /// The same value owning its strings. Arrays and objects are collected in place,
+    /// so only the borrowed strings are copied.
+    pub fn into_owned(self) -> Node {
+        match self {
+            NodeOf::Null => NodeOf::Null,
+            NodeOf::Bool(b) => NodeOf::Bool(b),
+            NodeOf::Number(n) => NodeOf::Number(n),
+            NodeOf::String(s) => NodeOf::String(Cow::Owned(s.into_owned())),
+            NodeOf::Array(items) => {
+                NodeOf::Array(items.into_iter().map(NodeOf::into_owned).collect())
+            }
+            NodeOf::Object(members) => NodeOf::Object(
+                members
+                    .into_iter()
+                    .map(|(name, value)| (name, value.into_owned()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// A number literal as read: a plain integer as its value (its text is the value
+/// printed), anything else as its text. Either matches JSON's number grammar, except
+/// the placeholders of a literal serde_json rejects (see [`NodeSeed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Number {
+    /// Written as `0` or 1 to 19 digits without a leading zero.
+    Integer(u64),
+    /// Any other literal, exactly as written.
+    Literal(Box<str>),
+}
+
+impl fmt::Display for Number {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Number::Integer(v) => write!(f, "{v}"),
+            Number::Literal(text) => f.write_str(text),
+        }
+    }
 }
 
 /// A member name as read: the contract's own names borrow a `'static` copy, so reading
 /// an event allocates for none of its ten or so names; any other name is owned.
 pub type MemberName = Cow<'static, str>;
 
-/// Every member name of a `kvroute-trace/1` document (SPEC.md §1) and of a Mooncake
-/// line (§10), as `'static` strings.
-const KNOWN_MEMBER_NAMES: [&str; 43] = [
+/// Defines [`known_member_name`] from one list of names: a `match`, which the compiler
+/// turns into a switch on the length and fixed-size compares, where a linear search
+/// of the list called `memcmp` for every name of the same length (issue 11).
+macro_rules! known_member_names {
+    ($($name:literal,)*) => {
+        /// `name` as the `'static` copy of itself when it is one of the member names
+        /// of a `kvroute-trace/1` document (SPEC.md §1) or of a Mooncake line (§10).
+        fn known_member_name(name: &str) -> Option<&'static str> {
+            match name {
+                $($name => Some($name),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+known_member_names! {
     "format",
     "limits",
     "policy",
@@ -91,11 +158,11 @@ const KNOWN_MEMBER_NAMES: [&str; 43] = [
     "input_length",
     "output_length",
     "hash_ids",
-];
+}
 
-/// `name` as a [`MemberName`]: borrowed when it is one of [`KNOWN_MEMBER_NAMES`].
+/// `name` as a [`MemberName`]: borrowed when it is a known member name.
 fn member_name(name: &str) -> MemberName {
-    match KNOWN_MEMBER_NAMES.iter().find(|known| **known == name) {
+    match known_member_name(name) {
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(name.to_owned()),
     }
@@ -146,12 +213,12 @@ pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
     }
     .deserialize(&mut de)?;
     de.end()?;
-    Ok(node)
+    Ok(node.into_owned())
 }
 
 /// Copies `bytes` with every number literal outside strings that matches JSON's number
-/// grammar replaced by `0` and spaces, and returns the literals' texts in document
-/// order. A run of number characters that does not match the grammar (`01`, `1.`,
+/// grammar and is not a plain integer ([`passes_unmasked`]) replaced by `-0` and
+/// spaces, and returns those literals' texts in document order. A run of number characters that does not match the grammar (`01`, `1.`,
 /// `1e5e5`) is left as written, so serde_json reports it where it stands. The masking
 /// itself is [`MaskingReader`]'s: one state machine for bytes in memory and for streams.
 pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Literals) {
@@ -198,12 +265,27 @@ fn is_number_literal(text: &[u8]) -> bool {
     rest.is_empty()
 }
 
+/// Whether a literal reaches serde_json as written: a plain integer, `0` or up to 19
+/// digits without a leading zero, is exact in a `u64` (`u64::MAX` has 20 digits), so
+/// its value alone gives back its text. Any other literal is masked.
+fn passes_unmasked(text: &[u8]) -> bool {
+    match text {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.len() < 19 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+/// What a masked literal becomes: `-0`, which serde_json visits as `-0.0`, a value no
+/// unmasked literal has (a plain integer is visited as a `u64`).
+const MASK_MARKER: &[u8] = b"-0";
+
 /// How many bytes [`MaskingReader`] reads from its source at a time.
 const MASK_CHUNK_BYTES: usize = 64 * 1024;
 
 /// A [`Read`] adapter that does what [`mask_numbers`] does, as the bytes stream by: the
 /// bytes it yields are the source's with each well-formed number literal outside
-/// strings replaced by `0` and spaces, and each literal's text is queued on `literals`
+/// strings that is not a plain integer replaced by `-0` and spaces, and each literal's text is queued on `literals`
 /// before its `0` is yielded. It holds one chunk and the number run in progress (a
 /// literal has to end before it is known to be well formed), never the document.
 pub struct MaskingReader<R> {
@@ -241,21 +323,12 @@ impl<R: Read> MaskingReader<R> {
         }
     }
 
-    /// Ends the number run in progress: masked if it is a literal, else as written.
+    /// Ends the number run in progress (see [`mask_run`]).
     fn end_run(&mut self) {
-        if self.run.is_empty() {
-            return;
+        if !self.run.is_empty() {
+            mask_run(&mut self.out, &self.literals, &self.run);
+            self.run.clear();
         }
-        if is_number_literal(&self.run) {
-            self.literals
-                .borrow_mut()
-                .push_back(String::from_utf8_lossy(&self.run).into());
-            self.out.push(b'0');
-            self.out.resize(self.out.len() + self.run.len() - 1, b' ');
-        } else {
-            self.out.extend_from_slice(&self.run);
-        }
-        self.run.clear();
     }
 
     /// Reads and masks the next chunk; at the source's end, ends the last run.
@@ -275,37 +348,105 @@ impl<R: Read> MaskingReader<R> {
                 self.end_run();
                 break;
             }
-            for i in 0..n {
-                let b = self.chunk[i];
-                if self.in_string {
-                    if self.escaped {
-                        self.escaped = false;
-                    } else if b == b'\\' {
-                        self.escaped = true;
-                    } else if b == b'"' {
-                        self.in_string = false;
-                    }
-                    self.out.push(b);
-                    continue;
-                }
-                let number_char = matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E');
-                // A run starts only at `-` or a digit.
-                if !self.run.is_empty() && number_char {
-                    self.run.push(b);
-                    continue;
-                }
-                self.end_run();
-                if matches!(b, b'-' | b'0'..=b'9') {
-                    self.run.push(b);
-                    continue;
-                }
-                if b == b'"' {
-                    self.in_string = true;
-                }
-                self.out.push(b);
-            }
+            self.mask_chunk(n);
         }
         Ok(())
+    }
+
+    /// Masks `chunk[..n]` onto `out`. Strings are copied a span at a time, up to the
+    /// next quote or backslash; a number run that ends inside the chunk is masked from
+    /// the chunk itself, and only one still open at its end is gathered in `run`.
+    fn mask_chunk(&mut self, n: usize) {
+        let chunk = &self.chunk[..n];
+        let mut i = 0;
+        while i < n {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                    self.out.push(chunk[i]);
+                    i += 1;
+                    continue;
+                }
+                // A trace's strings are names and keys of a few bytes: a plain scan
+                // beats a SIMD search's setup on them.
+                match chunk[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                    None => {
+                        self.out.extend_from_slice(&chunk[i..]);
+                        i = n;
+                    }
+                    Some(k) => {
+                        let end = i + k;
+                        self.out.extend_from_slice(&chunk[i..=end]);
+                        if chunk[end] == b'"' {
+                            self.in_string = false;
+                        } else {
+                            self.escaped = true;
+                        }
+                        i = end + 1;
+                    }
+                }
+                continue;
+            }
+            let run_end = |i: usize| {
+                i + chunk[i..]
+                    .iter()
+                    .take_while(|&&b| is_number_char(b))
+                    .count()
+            };
+            if !self.run.is_empty() {
+                let run_end = run_end(i);
+                // The run begun in an earlier chunk goes on to `run_end`.
+                self.run.extend_from_slice(&chunk[i..run_end]);
+                i = run_end;
+                if i == n {
+                    break;
+                }
+                mask_run(&mut self.out, &self.literals, &self.run);
+                self.run.clear();
+                continue;
+            }
+            let b = chunk[i];
+            // A run starts only at `-` or a digit.
+            if matches!(b, b'-' | b'0'..=b'9') {
+                let run_end = run_end(i);
+                if run_end == n {
+                    self.run.extend_from_slice(&chunk[i..]);
+                } else {
+                    mask_run(&mut self.out, &self.literals, &chunk[i..run_end]);
+                }
+                i = run_end;
+                continue;
+            }
+            if b == b'"' {
+                self.in_string = true;
+            }
+            self.out.push(b);
+            i += 1;
+        }
+    }
+}
+
+/// Whether `b` can be part of a number run: what JSON's number grammar is written in.
+fn is_number_char(b: u8) -> bool {
+    matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+}
+
+/// Writes one ended number run to `out`: a plain integer as written, any other literal
+/// as the marker and spaces with its text queued, and a run that is no literal as
+/// written, for serde_json to reject where it stands.
+fn mask_run(out: &mut Vec<u8>, literals: &Literals, run: &[u8]) {
+    if passes_unmasked(run) {
+        out.extend_from_slice(run);
+    } else if is_number_literal(run) {
+        // A one-byte literal is a digit, which passes unmasked: the marker fits.
+        debug_assert!(run.len() >= MASK_MARKER.len());
+        literals
+            .borrow_mut()
+            .push_back(String::from_utf8_lossy(run).into());
+        out.extend_from_slice(MASK_MARKER);
+        out.resize(out.len() + run.len() - MASK_MARKER.len(), b' ');
+    } else {
+        out.extend_from_slice(run);
     }
 }
 
@@ -321,13 +462,18 @@ impl<R: Read> Read for MaskingReader<R> {
     }
 }
 
-impl Node {
+impl NodeOf<'_> {
     /// The node's value when it is an integer literal a trace may carry (SPEC.md §1.1):
     /// written as `0` or digits without a leading zero, no sign, fraction or exponent,
     /// at most 2^53 - 1. Else `None`.
     pub fn integer(&self) -> Option<u64> {
-        let Node::Number(text) = self else {
-            return None;
+        let text = match self {
+            // At most 2^53 - 1: a plain integer of 17 to 19 digits is out of range.
+            NodeOf::Number(Number::Integer(v)) => {
+                return Some(*v).filter(|&v| v <= JSON_INTEGER_MAX)
+            }
+            NodeOf::Number(Number::Literal(text)) => text,
+            _ => return None,
         };
         let plain = text.bytes().all(|b| b.is_ascii_digit())
             && (text.as_ref() == "0" || !text.starts_with('0'));
@@ -407,16 +553,17 @@ impl Quote {
         self.push('"');
     }
 
-    fn node(&mut self, node: &Node) {
+    fn node(&mut self, node: &NodeOf) {
         if self.full() {
             return;
         }
         match node {
-            Node::Null => self.push_str("null"),
-            Node::Bool(b) => self.push_str(if *b { "true" } else { "false" }),
-            Node::Number(text) => self.push_str(text),
-            Node::String(s) => self.string(s),
-            Node::Array(items) => {
+            NodeOf::Null => self.push_str("null"),
+            NodeOf::Bool(b) => self.push_str(if *b { "true" } else { "false" }),
+            NodeOf::Number(Number::Integer(v)) => self.push_str(&v.to_string()),
+            NodeOf::Number(Number::Literal(text)) => self.push_str(text),
+            NodeOf::String(s) => self.string(s),
+            NodeOf::Array(items) => {
                 self.push('[');
                 for (i, item) in items.iter().enumerate() {
                     if self.full() {
@@ -429,10 +576,10 @@ impl Quote {
                 }
                 self.push(']');
             }
-            Node::Object(members) => {
+            NodeOf::Object(members) => {
                 // Byte order of names, a repeated name once with its last value: what
                 // serde_json's map printed before numbers were kept as written.
-                let sorted: BTreeMap<&str, &Node> =
+                let sorted: BTreeMap<&str, &NodeOf> =
                     members.iter().map(|(k, v)| (&**k, v)).collect();
                 self.push('{');
                 for (i, (name, value)) in sorted.into_iter().enumerate() {
@@ -469,75 +616,90 @@ pub struct NodeSeed<'l> {
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
-    type Value = Node;
+    type Value = NodeOf<'de>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<NodeOf<'de>, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl NodeSeed<'_> {
     /// The next masked literal's text, or `placeholder` past the last one.
-    fn literal_or(&self, placeholder: String) -> Node {
-        Node::Number(
+    fn literal_or<'de>(&self, placeholder: String) -> NodeOf<'de> {
+        NodeOf::Number(Number::Literal(
             self.literals
                 .borrow_mut()
                 .pop_front()
                 .unwrap_or_else(|| placeholder.into_boxed_str()),
-        )
+        ))
     }
 }
 
+/// Whether serde_json visited the mask marker: `-0.0` is what `-0` parses to, and no
+/// unmasked literal that serde_json accepts is `-0.0` (`-0` itself is masked).
+pub fn is_mask_marker(v: f64) -> bool {
+    v == 0.0 && v.is_sign_negative()
+}
+
 impl<'de> Visitor<'de> for NodeSeed<'_> {
-    type Value = Node;
+    type Value = NodeOf<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_unit<E>(self) -> Result<Node, E> {
-        Ok(Node::Null)
+    fn visit_unit<E>(self) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Null)
     }
-    fn visit_none<E>(self) -> Result<Node, E> {
-        Ok(Node::Null)
+    fn visit_none<E>(self) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Null)
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v))
+    fn visit_bool<E>(self, v: bool) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Bool(v))
     }
-    // Every well-formed literal was masked to `0`, so serde_json visits a `u64` for
-    // each, in order. A literal the scan left alone is malformed (`01`, `-01`), and
-    // serde_json reports its own syntax error right after visiting its first part;
-    // the placeholder only lets it get there, so its message is the one reported.
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Node, E> {
-        Ok(self.literal_or(v.to_string()))
+    // A plain integer reaches serde_json as written, and its `u64` is its text; every
+    // other well-formed literal was masked to `-0`, visited as `-0.0`, its text next in
+    // the queue. Anything else comes from a run the scan left alone because it is
+    // malformed (`1-2`, `-0-`), and serde_json reports its own syntax error right after
+    // visiting its first part; the placeholder only lets it get there, so its message
+    // is the one reported.
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Number(Number::Integer(v)))
     }
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Node, E> {
-        Ok(self.literal_or(v.to_string()))
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::Number(Number::Literal(v.to_string().into())))
     }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Node, E> {
-        Ok(self.literal_or(v.to_string()))
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<NodeOf<'de>, E> {
+        if is_mask_marker(v) {
+            Ok(self.literal_or("-0".to_owned()))
+        } else {
+            Ok(NodeOf::Number(Number::Literal(v.to_string().into())))
+        }
     }
-    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::String(v.to_owned()))
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::String(Cow::Borrowed(v)))
     }
-    fn visit_string<E>(self, v: String) -> Result<Node, E> {
-        Ok(Node::String(v))
+    fn visit_str<E>(self, v: &str) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::String(Cow::Owned(v.to_owned())))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+    fn visit_string<E>(self, v: String) -> Result<NodeOf<'de>, E> {
+        Ok(NodeOf::String(Cow::Owned(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NodeOf<'de>, A::Error> {
         // Most arrays and objects of a trace are short; starting at 4 skips the first
         // two regrowths of every one.
         let mut items = Vec::with_capacity(4);
         while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
-        Ok(Node::Array(items))
+        Ok(NodeOf::Array(items))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeOf<'de>, A::Error> {
         let mut members = Vec::with_capacity(4);
         while let Some(key) = map.next_key_seed(MemberNameSeed)? {
             let value = map.next_value_seed(self)?;
             members.push((key, value));
         }
-        Ok(Node::Object(members))
+        Ok(NodeOf::Object(members))
     }
 }
 
@@ -567,6 +729,24 @@ mod tests {
     }
 
     #[test]
+    fn strings_borrow_from_a_slice_unless_escaped() {
+        let (masked, literals) = mask_numbers(br#"["plain", "esc\u0061ped", 1.5]"#);
+        let mut de = serde_json::Deserializer::from_slice(&masked);
+        let node = NodeSeed {
+            literals: &literals,
+        }
+        .deserialize(&mut de)
+        .unwrap();
+        let NodeOf::Array(items) = &node else {
+            panic!("expected an array")
+        };
+        assert!(matches!(&items[0], NodeOf::String(Cow::Borrowed("plain"))));
+        assert!(matches!(&items[1], NodeOf::String(Cow::Owned(s)) if s == "escaped"));
+        assert_eq!(node.clone().into_owned(), node);
+        assert_eq!(node.quoted(), r#"["plain","escaped",1.5]"#);
+    }
+
+    #[test]
     fn repeated_members_are_kept() {
         let node = parse(br#"{"a":1,"a":2}"#).unwrap();
         let Node::Object(members) = node else {
@@ -588,6 +768,107 @@ mod tests {
     fn literals_keep_their_text() {
         let node = parse(br#"[1e400, "1e3 inside a string", -0.5E+2, 10]"#).unwrap();
         assert_eq!(node.quoted(), r#"[1e400,"1e3 inside a string",-0.5E+2,10]"#);
+    }
+
+    /// Every kind of literal the masking treats differently, each with its text as
+    /// validation must see it and whether it is a trace integer (SPEC.md §1.1).
+    const LITERAL_EDGES: [(&str, Option<u64>); 14] = [
+        ("0", Some(0)),
+        ("-0", None),
+        ("7", Some(7)),
+        ("1.0", None),
+        ("1e5", None),
+        ("-12", None),
+        ("9007199254740991", Some(9_007_199_254_740_991)),
+        ("9007199254740992", None),
+        ("1234567890123456789", None),
+        ("9999999999999999999", None),
+        ("18446744073709551615", None),
+        ("18446744073709551616", None),
+        ("123456789012345678901234567890", None),
+        ("0.5E-3", None),
+    ];
+
+    #[test]
+    fn plain_integers_pass_unmasked_and_the_rest_keep_their_text() {
+        for (literal, integer) in LITERAL_EDGES {
+            let doc = format!("[{literal}, {literal}]");
+            let node = parse(doc.as_bytes()).unwrap();
+            let Node::Array(items) = &node else {
+                panic!("expected an array")
+            };
+            for item in items {
+                assert_eq!(item.quoted(), literal);
+                assert_eq!(item.integer(), integer, "{literal}");
+            }
+            let unmasked = passes_unmasked(literal.as_bytes());
+            let (masked, literals) = mask_numbers(doc.as_bytes());
+            assert_eq!(masked.len(), doc.len(), "{literal}: lengths are kept");
+            let queued: Vec<Box<str>> = literals.into_inner().into();
+            if unmasked {
+                assert_eq!(masked, doc.as_bytes(), "{literal}");
+                assert!(queued.is_empty(), "{literal}");
+            } else {
+                let marker = format!("[-0{}", " ".repeat(literal.len() - 2));
+                assert!(masked.starts_with(marker.as_bytes()), "{literal}");
+                assert_eq!(queued, [literal.into(), literal.into()], "{literal}");
+            }
+        }
+    }
+
+    /// A source handing out `step` bytes per read, so runs, strings and escapes are
+    /// split across chunks at every offset.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn masking_is_the_same_however_the_source_is_cut() {
+        let doc =
+            br#"{"a\\":"1.5 \"-0\" \\","b":[-0,12,1.0e+5,-7,00,1-2,"x\\\\"],"c":184467440737095516160}"#;
+        let masked =
+            br#"{"a\\":"1.5 \"-0\" \\","b":[-0,12,-0    ,-0,00,1-2,"x\\\\"],"c":-0                   }"#;
+        let queued = ["-0", "1.0e+5", "-7", "184467440737095516160"];
+        for step in 1..=doc.len() {
+            let literals = Rc::new(Literals::default());
+            let mut out = Vec::new();
+            MaskingReader::new(Trickle(doc, step), Rc::clone(&literals))
+                .read_to_end(&mut out)
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(masked),
+                "{step}"
+            );
+            let texts: Vec<Box<str>> = literals.borrow().iter().cloned().collect();
+            assert_eq!(texts, queued.map(Box::from), "{step}");
+        }
+    }
+
+    #[test]
+    fn malformed_runs_are_still_syntax_errors_where_they_stand() {
+        for (doc, column) in [
+            ("[00]", 3),
+            ("[-00]", 4),
+            ("[01, 1.5]", 3),
+            ("[1.5, -0-]", 9),
+            ("[1e5, 1.]", 9),
+            ("[2, 1-2]", 6),
+        ] {
+            let error = parse_node(doc.as_bytes()).unwrap_err();
+            assert_eq!(
+                (error.line(), error.column()),
+                (1, column),
+                "{doc}: {error}"
+            );
+        }
     }
 
     #[test]
