@@ -10,6 +10,9 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
+#[path = "support/peak_rss.rs"]
+mod peak_rss;
+
 /// About `target_bytes` of Mooncake JSON Lines: non-decreasing timestamps, prompts of
 /// up to 16 blocks drawn from 61 prefix families (about a thousand distinct blocks).
 fn mooncake_lines(target_bytes: usize) -> String {
@@ -57,12 +60,7 @@ fn importing_a_long_mooncake_trace_holds_a_fraction_of_its_size() {
         String::from_utf8_lossy(&output.stderr)
     );
     let written_bytes = std::fs::metadata(&out).unwrap().len();
-    // SAFETY: `getrusage` writes one `rusage` into the zeroed value it is given.
-    let peak_bytes = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage), 0);
-        usage.ru_maxrss as u64 * 1024
-    };
+    let peak_bytes = peak_rss::waited_children_peak_bytes();
     // A quarter of the input plus the same fixed 16 MB allowance for the binary as the
     // validate test: holding the input alone exceeds it.
     let bound_bytes = input_bytes / 4 + 16_000_000;

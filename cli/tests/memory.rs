@@ -12,6 +12,9 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
+#[path = "support/peak_rss.rs"]
+mod peak_rss;
+
 /// About 24 MB of `scale` trace: 8 workers, requests with eight-segment prefixes from a
 /// small key space, a store every 16 events (the shape of bench-table's 200 MB trace).
 fn scale_trace(target_bytes: usize) -> String {
@@ -90,12 +93,7 @@ fn validating_a_large_trace_holds_less_than_one_and_a_half_bytes_per_byte_of_tra
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("ok: 8 workers"));
-    // SAFETY: `getrusage` writes one `rusage` into the zeroed value it is given.
-    let peak_bytes = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage), 0);
-        usage.ru_maxrss as u64 * 1024
-    };
+    let peak_bytes = peak_rss::waited_children_peak_bytes();
     let bound_bytes = 3 * trace_bytes / 2 + 16_000_000;
     eprintln!(
         "validate of a {trace_bytes}-byte trace peaked at {peak_bytes} bytes (bound {bound_bytes})"
