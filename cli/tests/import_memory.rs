@@ -1,8 +1,9 @@
-//! `kvroute import mooncake` holds one line and one key per distinct block, not the
-//! input or the trace it writes (issue 11): it checks the lines in a first pass and
-//! writes the canonical trace event by event in a second. Reading the whole file, then
-//! building the trace and its canonical bytes, held the input plus several times it
-//! (the written trace spells each block out as a `{"key":..,"tokens":..}` segment).
+//! `kvroute import mooncake` holds one line, not the input or the trace it writes
+//! (issue 11): it writes the canonical trace event by event as it reads the lines.
+//! Reading the whole file, then building the trace and its canonical bytes, held the
+//! input plus several times it (the written trace spells each block out as a
+//! `{"key":..,"tokens":..}` segment); sharing each distinct block's key while writing
+//! held a key per distinct block, which grows with the input as Mooncake's ids do.
 //!
 //! The peak is the child's `ru_maxrss` (`getrusage(RUSAGE_CHILDREN)`), the largest of
 //! every waited child of this process, so this file holds one test and runs one child.
@@ -14,17 +15,20 @@ use std::process::Command;
 mod peak_rss;
 
 /// About `target_bytes` of Mooncake JSON Lines: non-decreasing timestamps, prompts of
-/// up to 16 blocks drawn from 61 prefix families (about a thousand distinct blocks).
+/// up to 16 blocks, the first one of 61 shared prefixes and the rest new ids, as a
+/// Mooncake trace's ids keep growing (hundreds of thousands of distinct blocks).
 fn mooncake_lines(target_bytes: usize) -> String {
     let mut out = String::new();
     let mut line = 0u64;
+    let mut next_id = 1_000u64;
     while out.len() < target_bytes {
         line += 1;
-        let family = line % 61;
         let blocks = 1 + line % 16;
-        let ids: Vec<String> = (0..blocks)
-            .map(|b| (family * 100 + b).to_string())
-            .collect();
+        let mut ids = vec![(line % 61).to_string()];
+        for _ in 1..blocks {
+            ids.push(next_id.to_string());
+            next_id += 1;
+        }
         writeln!(
             out,
             r#"{{"timestamp": {}, "input_length": {}, "output_length": {}, "hash_ids": [{}]}}"#,

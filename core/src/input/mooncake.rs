@@ -93,14 +93,16 @@ pub fn import_mooncake(
     options: &MooncakeOptions,
 ) -> Result<Trace, Vec<ImportError>> {
     let mut events = Vec::new();
-    let head = import_mooncake_each(input, options, |event| events.push(event))?;
+    let mut keep = |event| events.push(event);
+    let head = convert(input, options, Some(&mut keep), BlockKeys::shared())?;
     Ok(Trace { events, ..head })
 }
 
 /// [`import_mooncake`] without holding the events: each request event is handed to
 /// `on_event` as its line is read, and the trace is returned without them. Memory is
-/// then one line and one shared key per distinct hash id, not the trace (issue 11), so
-/// an import of any length can be written as it is read.
+/// then one line, not the trace (issue 11), so an import of any length can be written
+/// as it is read: block keys are not shared here, since every event is gone once
+/// handed on and a table of shared keys would only keep every distinct key alive.
 ///
 /// The events arrive in `seq` order, which is the canonical `(tick, seq)` order of
 /// SPEC.md §6.1 because an accepted input's timestamps never decrease. Events are handed
@@ -112,7 +114,7 @@ pub fn import_mooncake_each(
     options: &MooncakeOptions,
     mut on_event: impl FnMut(Event),
 ) -> Result<Trace, Vec<ImportError>> {
-    convert(input, options, Some(&mut on_event))
+    convert(input, options, Some(&mut on_event), BlockKeys::unshared())
 }
 
 /// Every check of [`import_mooncake`], building no event: the first pass of an import
@@ -121,14 +123,16 @@ pub fn check_mooncake(
     input: impl BufRead,
     options: &MooncakeOptions,
 ) -> Result<Trace, Vec<ImportError>> {
-    convert(input, options, None)
+    convert(input, options, None, BlockKeys::unshared())
 }
 
-/// The conversion, handing each event to `on_event` when there is one.
+/// The conversion, handing each event to `on_event` when there is one, its keys from
+/// `block_keys`.
 fn convert(
     mut input: impl BufRead,
     options: &MooncakeOptions,
     mut on_event: Option<&mut dyn FnMut(Event)>,
+    mut block_keys: BlockKeys,
 ) -> Result<Trace, Vec<ImportError>> {
     let mut report = Report::default();
     for reason in option_errors(options) {
@@ -142,7 +146,6 @@ fn convert(
         model: options.model.as_str().into(),
         adapter: "base".into(),
     };
-    let mut block_keys = BlockKeys::default();
     let mut totals = Totals::default();
     let mut previous_timestamp: Option<(u64, usize)> = None;
     let mut line_bytes = Vec::new();
@@ -455,26 +458,37 @@ fn request_checks(
     good
 }
 
-/// One segment per hash id, keyed `b<id>`: full blocks, then the partial remainder.
-/// Only called once [`request_checks`] accepted the figures.
-/// The key of each hash id seen so far (`b` and the id), one shared copy each: requests
-/// of a Mooncake trace share most of their blocks, so a repeated block costs a pointer.
-/// Only looked up, never iterated.
-#[derive(Default)]
+/// The keys of block ids (`b` and the id). Shared for a trace that is kept: requests
+/// of a Mooncake trace share most of their blocks, so a repeated block then costs a
+/// pointer. Unshared for events that are written and dropped, where the table would be
+/// the only thing growing with the input. Only looked up, never iterated.
 struct BlockKeys {
-    by_hash_id: FxHashMap<u64, Arc<str>>,
+    /// Each hash id seen so far and its one shared key; `None` when not sharing.
+    by_hash_id: Option<FxHashMap<u64, Arc<str>>>,
 }
 
 impl BlockKeys {
+    fn shared() -> BlockKeys {
+        BlockKeys {
+            by_hash_id: Some(FxHashMap::default()),
+        }
+    }
+
+    fn unshared() -> BlockKeys {
+        BlockKeys { by_hash_id: None }
+    }
+
     fn key(&mut self, hash_id: u64) -> Arc<str> {
-        Arc::clone(
-            self.by_hash_id
-                .entry(hash_id)
-                .or_insert_with(|| format!("b{hash_id}").into()),
-        )
+        let new = || format!("b{hash_id}").into();
+        match &mut self.by_hash_id {
+            Some(shared) => Arc::clone(shared.entry(hash_id).or_insert_with(new)),
+            None => new(),
+        }
     }
 }
 
+/// One segment per hash id, keyed `b<id>`: full blocks, then the partial remainder.
+/// Only called once [`request_checks`] accepted the figures.
 fn prefix(
     hash_ids: &[u64],
     prompt_tokens: u64,
