@@ -506,12 +506,13 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
 
 /// Where an import's lines come from.
 enum ImportSource {
-    /// A regular file, opened again for each pass.
-    File(std::path::PathBuf),
-    /// Stdin, a FIFO or a device that is read twice: read once, kept for the second pass.
+    /// A file opened for each pass: a regular file, which can be read twice, or a FIFO
+    /// or device read once.
+    Path(std::path::PathBuf),
+    /// Stdin, a FIFO or a device that has to be read twice: read once, kept.
     Bytes(Vec<u8>),
-    /// Stdin (`None`), a FIFO or a device, read once as it streams.
-    Stream(Option<std::path::PathBuf>),
+    /// Stdin, read once as it streams.
+    Stdin,
 }
 
 fn cannot_read_mooncake(path: &Path, e: std::io::Error) -> Failure {
@@ -523,29 +524,35 @@ fn cannot_read_mooncake(path: &Path, e: std::io::Error) -> Failure {
 
 impl ImportSource {
     fn open(path: &Path, read_twice: bool) -> Result<ImportSource, Failure> {
-        let stdin = path.as_os_str() == "-";
-        if !stdin {
-            let meta = std::fs::metadata(path).map_err(|e| cannot_read_mooncake(path, e))?;
-            if meta.is_file() {
-                return Ok(ImportSource::File(path.to_path_buf()));
-            }
-        }
-        if read_twice {
-            return read_bytes(path)
+        let cannot_read = |e| cannot_read_mooncake(path, e);
+        let held = || {
+            read_bytes(path)
                 .map(ImportSource::Bytes)
-                .map_err(|e| cannot_read_mooncake(path, e));
+                .map_err(cannot_read)
+        };
+        if path.as_os_str() == "-" {
+            return if read_twice {
+                held()
+            } else {
+                Ok(ImportSource::Stdin)
+            };
         }
-        Ok(ImportSource::Stream((!stdin).then(|| path.to_path_buf())))
+        let regular = std::fs::metadata(path).map_err(cannot_read)?.is_file();
+        if regular || !read_twice {
+            Ok(ImportSource::Path(path.to_path_buf()))
+        } else {
+            held()
+        }
     }
 
     /// The lines from the start (a stream: from where it is).
     fn lines(&self) -> std::io::Result<Box<dyn std::io::BufRead + '_>> {
         Ok(match self {
-            ImportSource::File(path) | ImportSource::Stream(Some(path)) => {
+            ImportSource::Path(path) => {
                 Box::new(std::io::BufReader::new(std::fs::File::open(path)?))
             }
             ImportSource::Bytes(bytes) => Box::new(bytes.as_slice()),
-            ImportSource::Stream(None) => Box::new(std::io::stdin().lock()),
+            ImportSource::Stdin => Box::new(std::io::stdin().lock()),
         })
     }
 }

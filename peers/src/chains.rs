@@ -42,7 +42,7 @@ pub struct ChainMap {
 /// the LoRA name (`"base"` is none), tenant and model together are the cache namespace,
 /// length-prefixed so that no two `(tenant, model)` pairs share one.
 pub fn namespace_seed(namespace: &Namespace) -> u64 {
-    let lora = (namespace.adapter != "base".into()).then_some(&*namespace.adapter);
+    let lora = (&*namespace.adapter != "base").then_some(&*namespace.adapter);
     let cache_namespace = format!(
         "{}:{}{}",
         namespace.tenant.len(),

@@ -218,9 +218,10 @@ pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
 
 /// Copies `bytes` with every number literal outside strings that matches JSON's number
 /// grammar and is not a plain integer ([`passes_unmasked`]) replaced by `-0` and
-/// spaces, and returns those literals' texts in document order. A run of number characters that does not match the grammar (`01`, `1.`,
-/// `1e5e5`) is left as written, so serde_json reports it where it stands. The masking
-/// itself is [`MaskingReader`]'s: one state machine for bytes in memory and for streams.
+/// spaces, and returns those literals' texts in document order. A run of number
+/// characters that does not match the grammar (`01`, `1.`, `1e5e5`) is left as
+/// written, so serde_json reports it where it stands. The masking itself is
+/// [`MaskingReader`]'s: one state machine for bytes in memory and for streams.
 pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Literals) {
     let literals = Rc::new(Literals::default());
     let mut masked = Vec::with_capacity(bytes.len());
@@ -285,9 +286,10 @@ const MASK_CHUNK_BYTES: usize = 64 * 1024;
 
 /// A [`Read`] adapter that does what [`mask_numbers`] does, as the bytes stream by: the
 /// bytes it yields are the source's with each well-formed number literal outside
-/// strings that is not a plain integer replaced by `-0` and spaces, and each literal's text is queued on `literals`
-/// before its `0` is yielded. It holds one chunk and the number run in progress (a
-/// literal has to end before it is known to be well formed), never the document.
+/// strings that is not a plain integer replaced by `-0` and spaces, and each such
+/// literal's text is queued on `literals` before its `-0` is yielded. It holds one
+/// chunk and the number run in progress (a literal has to end before it is known to be
+/// well formed), never the document.
 pub struct MaskingReader<R> {
     source: R,
     literals: Rc<Literals>,
@@ -467,21 +469,14 @@ impl NodeOf<'_> {
     /// written as `0` or digits without a leading zero, no sign, fraction or exponent,
     /// at most 2^53 - 1. Else `None`.
     pub fn integer(&self) -> Option<u64> {
-        let text = match self {
+        match self {
             // At most 2^53 - 1: a plain integer of 17 to 19 digits is out of range.
-            NodeOf::Number(Number::Integer(v)) => {
-                return Some(*v).filter(|&v| v <= JSON_INTEGER_MAX)
-            }
-            NodeOf::Number(Number::Literal(text)) => text,
-            _ => return None,
-        };
-        let plain = text.bytes().all(|b| b.is_ascii_digit())
-            && (text.as_ref() == "0" || !text.starts_with('0'));
-        // 2^53 - 1 has 16 digits, so a longer literal is out of range unparsed.
-        if !plain || text.len() > 16 {
-            return None;
+            NodeOf::Number(Number::Integer(v)) => Some(*v).filter(|&v| v <= JSON_INTEGER_MAX),
+            // Every plain integer of up to 19 digits was read as its value
+            // ([`passes_unmasked`]), so a literal kept as text has a sign, a fraction, an
+            // exponent or 20 digits and more: none is an integer a trace may carry.
+            _ => None,
         }
-        text.parse::<u64>().ok().filter(|&v| v <= JSON_INTEGER_MAX)
     }
 
     /// Compact JSON of the value cut to 40 characters, as error reasons quote it.

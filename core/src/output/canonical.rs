@@ -477,28 +477,24 @@ impl<W: Write> CanonicalTraceStream<W> {
     /// Writes the next event.
     pub fn event(&mut self, event: &Event) -> io::Result<()> {
         let at = (event.tick, event.seq);
-        if self.last.is_some_and(|last| last >= at) {
+        if let Some((tick, seq)) = self.last.filter(|&last| last >= at) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "event seq {} at tick {} comes after seq {} at tick {}: not in (tick, seq) order",
-                    event.seq,
-                    event.tick,
-                    self.last.map_or(0, |l| l.1),
-                    self.last.map_or(0, |l| l.0)
+                    "event seq {} at tick {} comes after seq {seq} at tick {tick}: \
+                     not in (tick, seq) order",
+                    event.seq, event.tick
                 ),
             ));
         }
-        let mut piece = std::mem::take(&mut self.piece);
-        piece.clear();
+        self.piece.clear();
         if self.last.is_some() {
-            piece.push(b',');
+            self.piece.push(b',');
         }
-        push_event(&mut piece, event);
+        push_event(&mut self.piece, event);
         self.last = Some(at);
-        let written = self.write(&piece);
-        self.piece = piece;
-        written
+        self.hasher.update(&self.piece);
+        self.out.write_all(&self.piece)
     }
 
     /// Writes every member after `events` from `head` (its own `events` are not read)
