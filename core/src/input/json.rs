@@ -702,6 +702,53 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
 mod tests {
     use super::*;
 
+    /// The list of known member names is written once, as the literals a `match`
+    /// needs, apart from the rules that accept each name. A contract member missing
+    /// from it would still be read, only allocated for each time: so every name of
+    /// every valid fixture trace, and of the Mooncake fixture lines, must be borrowed.
+    #[test]
+    fn every_member_name_of_the_valid_fixtures_is_a_known_one() {
+        fn names<'n>(node: &'n Node, out: &mut Vec<&'n MemberName>) {
+            match node {
+                NodeOf::Array(items) => items.iter().for_each(|item| names(item, out)),
+                NodeOf::Object(members) => {
+                    for (name, value) in members {
+                        out.push(name);
+                        names(value, out);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let mut documents = vec![];
+        for entry in std::fs::read_dir(&fixtures).unwrap() {
+            let trace = entry.unwrap().path().join("trace.json");
+            if trace.is_file() {
+                documents.push(std::fs::read(trace).unwrap());
+            }
+        }
+        let lines = std::fs::read(fixtures.join("mooncake/three-lines.jsonl")).unwrap();
+        documents.extend(
+            lines
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(<[u8]>::to_vec),
+        );
+        assert!(documents.len() > 15, "{} documents", documents.len());
+        for document in &documents {
+            let node = parse(document).unwrap();
+            let mut found = Vec::new();
+            names(&node, &mut found);
+            for name in found {
+                assert!(
+                    matches!(name, Cow::Borrowed(_)),
+                    "{name:?} is not a known member name"
+                );
+            }
+        }
+    }
+
     #[test]
     fn known_member_names_are_borrowed_and_others_owned() {
         let node = parse(br#"{"seq":1,"hash_ids":[],"se\u0071":2,"zzz":3}"#).unwrap();
