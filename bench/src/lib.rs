@@ -13,8 +13,9 @@ use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_core::output::typed::push_decision_ref;
 use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::{run_with_sink, DecisionRef, RunSink};
+use kvroute_core::route::engine::run_with_sink;
 use kvroute_core::route::metrics::Metrics;
+use kvroute_core::route::record::{DecisionRef, RunSink};
 use kvroute_core::route::state::RouterState;
 use kvroute_core::simulate::{
     generated_trace, simulate_policy, simulation_trace, SimRun, SimulateOptions,

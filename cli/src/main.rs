@@ -12,7 +12,8 @@ use kvroute_cli::args::{
 };
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
-use kvroute_core::output::{canonical, csv, jsonl, table, typed};
+use kvroute_core::output::{canonical, csv, table};
+use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, Policy, ReadTraceError, Trace};
@@ -263,22 +264,22 @@ fn replay(
     match format {
         // Streamed: the receipt is never held in memory, whatever the trace's size.
         Format::Json => emit_with(out, |w| {
-            typed::write_json(&Compiled::new(&trace), &digest, &mut progress.counting(w))
+            replay::write_json(&Compiled::new(&trace), &digest, &mut progress.counting(w))
                 .map(|_| ())
         }),
         Format::Table => {
             // The digest is hashed as the receipt is produced, so a large trace never
             // holds its receipt in memory just to print a table.
-            let (receipt_digest, runs) = typed::stream_digest(&Compiled::new(&trace), &digest);
+            let (receipt_digest, runs) = replay::stream_digest(&Compiled::new(&trace), &digest);
             let table = table::summary_table_of(&runs, &digest, &receipt_digest);
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {
-            jsonl::write_jsonl(&Compiled::new(&trace), &digest, &mut progress.counting(w))
+            replay::write_jsonl(&Compiled::new(&trace), &digest, &mut progress.counting(w))
                 .map(|_| ())
         }),
         Format::Csv => emit_with(out, |w| {
-            csv::write_csv(&Compiled::new(&trace), &mut progress.counting(w), csv_ids)
+            replay::write_csv(&Compiled::new(&trace), &mut progress.counting(w), csv_ids)
                 .map(|_| ())
                 .map_err(out::csv_io)
         }),

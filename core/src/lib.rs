@@ -7,7 +7,7 @@
 //! `SPEC.md` at the repository root is the behaviour this crate implements.
 //!
 //! The folders follow SPEC.md's parts and depend one way only: [`input`] ← [`route`] ←
-//! [`output`] ← [`simulate`] (`core/tests/layout.rs` checks it). Where each rule lives:
+//! [`output`] ← [`replay`] ← [`simulate`] (`core/tests/layout.rs` checks it). Where each rule lives:
 //! - **limits** (profiles, integer literals, the per-request token limit, the overflow
 //!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
 //!   rules: [`input::validate`];
@@ -20,12 +20,13 @@
 //!   [`route::candidate`]; the reasons rows list: [`route::reason`];
 //! - the **policy rule** (cost score, ties, margins, the overload cap and the cold
 //!   reserve, route kind, which runs a trace has):
-//!   [`route::policy`]; the Dynamo cost of `dynamo_default`: [`route::candidate`]; the
-//!   run loop and clean runs: [`route::engine`];
+//!   [`route::policy`]; the Dynamo cost of `dynamo_default`: [`route::candidate`]; one
+//!   run's loop: [`route::engine`]; which runs, each from a clean state, into which
+//!   output: [`replay`];
 //! - **canonical bytes and digests**: [`output::canonical`] (integers, string escapes
 //!   and digest tags: [`output::json_text`]); the receipt:
 //!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:
-//!   [`output::jsonl`]; CSV: [`output::csv`];
+//!   [`output::jsonl`]; CSV: [`output::csv`] (each run into them by [`replay`]);
 //! - the **closed-loop engine model** (LRU, prefill, publication lag, jitter and loss,
 //!   re-query, residency error):
 //!   [`simulate`].
@@ -33,6 +34,7 @@
 pub mod input;
 pub mod mutant;
 pub mod output;
+pub mod replay;
 pub mod route;
 pub mod simulate;
 
@@ -49,7 +51,7 @@ pub const LAB_TRACE_JSON: &str = include_str!("../../fixtures/lab/trace.json");
 pub fn replay_bytes(trace_json: &[u8]) -> Result<Vec<u8>, ValidationErrors> {
     let trace = parse_trace(trace_json)?;
     let compiled = route::compiled::Compiled::new(&trace);
-    Ok(output::typed::receipt_bytes(
+    Ok(replay::receipt_bytes(
         &compiled,
         &output::canonical::trace_digest(&trace),
     ))

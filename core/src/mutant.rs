@@ -1,61 +1,120 @@
 //! The planted-bug switch of the mutant check (`mutants/MUTANTS.toml`).
 //!
-//! Every planted bug sits at its real decision site behind `mutant::active("mutant-…")`.
-//! In a normal build (no `mutants` feature) `active` is the constant `false`, so the bug
-//! branches compile away and nothing can switch them on. With `--features
-//! kvroute-core/mutants` — given only on the command line, never in a manifest — every
-//! bug is compiled in and stays off until the environment variable `KVROUTE_MUTANT`
-//! names exactly one of them. One build therefore serves the baseline and every
-//! mutant: the check compiles once instead of once per bug, which was most of its time.
-//! Two names at once (or a name this list does not know) would make a kill
-//! unattributable, so the first check refuses them and stops the process.
+//! Every planted bug sits at its real decision site behind `mutant::active(Mutant::…)`,
+//! so a misspelt bug does not compile. In a normal build (no `mutants` feature)
+//! `active` is the constant `false`, so the bug branches compile away and nothing can
+//! switch them on. With `--features kvroute-core/mutants` — given only on the command
+//! line, never in a manifest — every bug is compiled in and stays off until the
+//! environment variable `KVROUTE_MUTANT` names exactly one of them. One build therefore
+//! serves the baseline and every mutant: the check compiles once instead of once per
+//! bug, which was most of its time. Two names at once (or a name this list does not
+//! know) would make a kill unattributable, so the first check refuses them and stops
+//! the process.
 
-/// Every planted bug, by the name the catalogue and `KVROUTE_MUTANT` use.
-pub const NAMES: [&str; 20] = [
-    "mutant-tenant-scope-removed",
-    "mutant-stale-epochs-accepted",
-    "mutant-decode-ignored",
-    "mutant-shared-state",
-    "mutant-chosen-only-receipt",
-    "mutant-ties-to-last",
-    "mutant-freshness-ignored",
-    "mutant-reuse-past-partial",
-    "mutant-namespace-model-adapter-dropped",
-    "mutant-overload-cap-ignored",
-    "mutant-phantom-reversed",
-    "mutant-lru-refresh-ignored",
-    "mutant-publication-lag-dropped",
-    "mutant-key-epoch-as-worker",
-    "mutant-tombstones-forgotten",
-    "mutant-gap-ignored",
-    "mutant-reserve-on-cold",
-    "mutant-loss-after-delivery",
-    "mutant-missed-only-on-hits",
-    "mutant-dynamo-partial-blocks",
-];
+/// Every planted bug. [`Mutant::name`] is the name the catalogue and `KVROUTE_MUTANT`
+/// use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutant {
+    TenantScopeRemoved,
+    StaleEpochsAccepted,
+    DecodeIgnored,
+    SharedState,
+    ChosenOnlyReceipt,
+    TiesToLast,
+    FreshnessIgnored,
+    ReusePastPartial,
+    NamespaceModelAdapterDropped,
+    OverloadCapIgnored,
+    PhantomReversed,
+    LruRefreshIgnored,
+    PublicationLagDropped,
+    KeyEpochAsWorker,
+    TombstonesForgotten,
+    GapIgnored,
+    ReserveOnCold,
+    LossAfterDelivery,
+    MissedOnlyOnHits,
+    DynamoPartialBlocks,
+}
+
+impl Mutant {
+    /// Every planted bug, in catalogue order.
+    pub const ALL: [Mutant; 20] = [
+        Mutant::TenantScopeRemoved,
+        Mutant::StaleEpochsAccepted,
+        Mutant::DecodeIgnored,
+        Mutant::SharedState,
+        Mutant::ChosenOnlyReceipt,
+        Mutant::TiesToLast,
+        Mutant::FreshnessIgnored,
+        Mutant::ReusePastPartial,
+        Mutant::NamespaceModelAdapterDropped,
+        Mutant::OverloadCapIgnored,
+        Mutant::PhantomReversed,
+        Mutant::LruRefreshIgnored,
+        Mutant::PublicationLagDropped,
+        Mutant::KeyEpochAsWorker,
+        Mutant::TombstonesForgotten,
+        Mutant::GapIgnored,
+        Mutant::ReserveOnCold,
+        Mutant::LossAfterDelivery,
+        Mutant::MissedOnlyOnHits,
+        Mutant::DynamoPartialBlocks,
+    ];
+
+    /// The name the catalogue and `KVROUTE_MUTANT` use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mutant::TenantScopeRemoved => "mutant-tenant-scope-removed",
+            Mutant::StaleEpochsAccepted => "mutant-stale-epochs-accepted",
+            Mutant::DecodeIgnored => "mutant-decode-ignored",
+            Mutant::SharedState => "mutant-shared-state",
+            Mutant::ChosenOnlyReceipt => "mutant-chosen-only-receipt",
+            Mutant::TiesToLast => "mutant-ties-to-last",
+            Mutant::FreshnessIgnored => "mutant-freshness-ignored",
+            Mutant::ReusePastPartial => "mutant-reuse-past-partial",
+            Mutant::NamespaceModelAdapterDropped => "mutant-namespace-model-adapter-dropped",
+            Mutant::OverloadCapIgnored => "mutant-overload-cap-ignored",
+            Mutant::PhantomReversed => "mutant-phantom-reversed",
+            Mutant::LruRefreshIgnored => "mutant-lru-refresh-ignored",
+            Mutant::PublicationLagDropped => "mutant-publication-lag-dropped",
+            Mutant::KeyEpochAsWorker => "mutant-key-epoch-as-worker",
+            Mutant::TombstonesForgotten => "mutant-tombstones-forgotten",
+            Mutant::GapIgnored => "mutant-gap-ignored",
+            Mutant::ReserveOnCold => "mutant-reserve-on-cold",
+            Mutant::LossAfterDelivery => "mutant-loss-after-delivery",
+            Mutant::MissedOnlyOnHits => "mutant-missed-only-on-hits",
+            Mutant::DynamoPartialBlocks => "mutant-dynamo-partial-blocks",
+        }
+    }
+
+    /// The bug `name` names, if any.
+    pub fn named(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
 
 /// The environment variable that selects the one active bug in a `mutants` build.
 pub const SELECTOR_ENV: &str = "KVROUTE_MUTANT";
 
-/// Whether the planted bug `name` is active. Always `false` without the `mutants`
+/// Whether the planted bug `mutant` is active. Always `false` without the `mutants`
 /// feature.
 #[cfg(not(feature = "mutants"))]
 #[inline(always)]
-pub const fn active(_name: &str) -> bool {
+pub const fn active(_mutant: Mutant) -> bool {
     false
 }
 
-/// Whether the planted bug `name` is active: `KVROUTE_MUTANT` names it.
+/// Whether the planted bug `mutant` is active: `KVROUTE_MUTANT` names it.
 #[cfg(feature = "mutants")]
-pub fn active(name: &str) -> bool {
-    debug_assert!(NAMES.contains(&name), "{name} is not in mutant::NAMES");
-    selected() == Some(name)
+pub fn active(mutant: Mutant) -> bool {
+    selected() == Some(mutant)
 }
 
 /// The selected bug, read and checked once per process.
 #[cfg(feature = "mutants")]
-fn selected() -> Option<&'static str> {
-    static SELECTED: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+fn selected() -> Option<Mutant> {
+    static SELECTED: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
     *SELECTED.get_or_init(|| {
         let value = std::env::var(SELECTOR_ENV).ok()?;
         match parse_selection(&value) {
@@ -67,8 +126,8 @@ fn selected() -> Option<&'static str> {
     })
 }
 
-/// `""` selects nothing; otherwise exactly one name of [`NAMES`].
-pub fn parse_selection(value: &str) -> Result<Option<&'static str>, String> {
+/// `""` selects nothing; otherwise exactly one bug's name.
+pub fn parse_selection(value: &str) -> Result<Option<Mutant>, String> {
     let value = value.trim();
     if value.is_empty() {
         return Ok(None);
@@ -76,11 +135,10 @@ pub fn parse_selection(value: &str) -> Result<Option<&'static str>, String> {
     if value.contains([',', ' ', ';']) {
         return Err("names more than one planted bug; enable one at a time".to_owned());
     }
-    NAMES
-        .iter()
-        .find(|n| **n == value)
-        .map(|n| Some(*n))
-        .ok_or_else(|| format!("no planted bug is called that; known: {}", NAMES.join(", ")))
+    Mutant::named(value).map(Some).ok_or_else(|| {
+        let known: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
+        format!("no planted bug is called that; known: {}", known.join(", "))
+    })
 }
 
 #[cfg(test)]
@@ -92,9 +150,18 @@ mod tests {
         assert_eq!(parse_selection(""), Ok(None));
         assert_eq!(
             parse_selection("mutant-ties-to-last"),
-            Ok(Some("mutant-ties-to-last"))
+            Ok(Some(Mutant::TiesToLast))
         );
         assert!(parse_selection("mutant-ties-to-last,mutant-decode-ignored").is_err());
         assert!(parse_selection("mutant-nonexistent").is_err());
+    }
+
+    #[test]
+    fn every_bug_has_its_own_name_and_is_found_by_it() {
+        for (i, mutant) in Mutant::ALL.into_iter().enumerate() {
+            assert!(mutant.name().starts_with("mutant-"));
+            assert_eq!(Mutant::named(mutant.name()), Some(mutant));
+            assert!(Mutant::ALL[..i].iter().all(|m| m.name() != mutant.name()));
+        }
     }
 }

@@ -3,16 +3,17 @@
 //!
 //! The folders follow the parts of SPEC.md, and they may only depend on each other in
 //! one direction: `input` (reading and validating) ← `route` (the rules that decide) ←
-//! `output` (the bytes written) ← `simulate` (the closed loop, which drives routing and
-//! writes traces). No two files of core may import each other, directly or through
-//! others. `cargo test -p kvroute-core --test layout -- --nocapture` prints the figures
+//! `output` (the bytes written) ← `replay` (the driver: which runs, into which output)
+//! ← `simulate` (the closed loop, which drives routing and writes traces). No two files
+//! of core may import each other, directly or through others, and `output` only writes:
+//! none of its files imports the engine or runs a replay. `cargo test -p kvroute-core --test layout -- --nocapture` prints the figures
 //! (files per folder, the import graph's depth and its cycles).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The folders in dependency order: each may import only from itself and those before it.
-const LAYERS: [&str; 4] = ["input", "route", "output", "simulate"];
+const LAYERS: [&str; 5] = ["input", "route", "output", "replay", "simulate"];
 
 /// One source file of core: its module path (`route::candidate`) and its text.
 struct SourceFile {
@@ -409,4 +410,56 @@ fn the_path_reader_expands_groups_and_relative_paths() {
     let mut b = BTreeSet::new();
     b.insert(0);
     assert_eq!(cycles(&[a, b]).len(), 1);
+}
+
+/// What only the engine and the driver may call: a run, or the runner stepping one.
+const RUNNER_CALLS: [&str; 6] = [
+    "Runner::",
+    "run_with_sink(",
+    "run_events(",
+    "run_policy(",
+    "run_metrics(",
+    "replay_runs(",
+];
+
+#[test]
+fn output_writes_records_and_runs_nothing() {
+    let files = sources();
+    let edges = graph(&files);
+    let engine = files
+        .iter()
+        .position(|f| f.module == ["route", "engine"])
+        .expect("core/src/route/engine.rs exists");
+    let mut found = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        if file.module.first().map(String::as_str) != Some("output") {
+            continue;
+        }
+        if edges[i].contains(&engine) {
+            found.push(format!("{} imports route::engine", name(file)));
+        }
+        for call in RUNNER_CALLS {
+            if file.text.contains(call) {
+                found.push(format!("{} calls {call}", name(file)));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "output/ only turns records into bytes; the replay driver (core/src/replay.rs) runs \
+         them: {found:#?}"
+    );
+}
+
+#[test]
+fn the_output_rule_sees_an_engine_import_and_a_runner_call() {
+    let here = vec!["output".to_owned(), "csv".to_owned()];
+    let text =
+        "use crate::route::engine::run_with_sink;\nfn f() { run_with_sink(c, p, s, &mut ()); }";
+    assert!(named_paths(text, &here).contains(&vec![
+        "route".to_owned(),
+        "engine".to_owned(),
+        "run_with_sink".to_owned()
+    ]));
+    assert!(RUNNER_CALLS.iter().any(|c| text.contains(c)));
 }

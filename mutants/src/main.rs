@@ -26,6 +26,7 @@
 //! unless every mutant is caught.
 
 use clap::Parser;
+use kvroute_core::mutant::{Mutant as CoreMutant, SELECTOR_ENV};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -66,7 +67,7 @@ struct Catalogue {
 
 #[derive(Deserialize, Clone)]
 struct Mutant {
-    /// The name `KVROUTE_MUTANT` selects (one of `kvroute_core::mutant::NAMES`).
+    /// The name `KVROUTE_MUTANT` selects (one of `kvroute_core::mutant::Mutant::ALL`'s names).
     name: String,
     breaks: String,
     killers: Vec<String>,
@@ -104,49 +105,17 @@ struct TestExecutable {
 
 const HARNESS: &str = "kvroute-harness";
 
-/// Selects the active planted bug in a `mutants` build (`core/src/mutant.rs`).
-const SELECTOR_ENV: &str = "KVROUTE_MUTANT";
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let root = workspace_root();
     let catalogue_path = root.join(&args.catalogue);
-    let catalogue: Catalogue = match std::fs::read_to_string(&catalogue_path)
-        .map_err(|e| e.to_string())
-        .and_then(|text| toml::from_str(&text).map_err(|e| e.to_string()))
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{}: {e}", catalogue_path.display());
+    let catalogue = match read_catalogue(&catalogue_path) {
+        Ok(catalogue) => catalogue,
+        Err(message) => {
+            eprintln!("{}: {message}", catalogue_path.display());
             return ExitCode::from(2);
         }
     };
-    // A name core does not know would make every killer fail (core refuses the
-    // selection) and pass for a kill; a compiled-in bug with no entry is never checked.
-    let names: BTreeSet<&str> = catalogue.mutant.iter().map(|m| m.name.as_str()).collect();
-    let known: BTreeSet<&str> = kvroute_core::mutant::NAMES.into_iter().collect();
-    if names != known || names.len() != catalogue.mutant.len() {
-        eprintln!(
-            "{}: the catalogue must name each of core's planted bugs once \
-             (kvroute_core::mutant::NAMES); unknown: {:?}, missing: {:?}",
-            catalogue_path.display(),
-            names.difference(&known).collect::<Vec<_>>(),
-            known.difference(&names).collect::<Vec<_>>()
-        );
-        return ExitCode::from(2);
-    }
-    if let Some(killer) = catalogue
-        .mutant
-        .iter()
-        .flat_map(|m| &m.killers)
-        .find(|k| split_killer(k).is_none())
-    {
-        eprintln!(
-            "{}: killer {killer:?} is not `<test target>::<test name>`",
-            catalogue_path.display()
-        );
-        return ExitCode::from(2);
-    }
     let mutants: Vec<Mutant> = catalogue
         .mutant
         .iter()
@@ -168,17 +137,21 @@ fn main() -> ExitCode {
     let columns = killer_columns(&mutants);
     let parallelism = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     let jobs = args.jobs.map_or(parallelism, usize::from);
-    // Each run gets its share of the cores as libtest threads, at least one.
-    let test_threads = (parallelism / jobs).max(1);
-    let timeout = Duration::from_secs(args.timeout_secs);
+    let plan = Plan {
+        root: &root,
+        columns: &columns,
+        jobs,
+        // Each run gets its share of the cores as libtest threads, at least one.
+        test_threads: (parallelism / jobs).max(1),
+        timeout: Duration::from_secs(args.timeout_secs),
+    };
     let started = Instant::now();
-
     println!(
         "build: {} test targets, every planted bug compiled in",
         columns.len()
     );
     let targets: BTreeSet<&str> = columns.keys().map(String::as_str).collect();
-    let executables = match build_targets(&root, &targets, &args.profile, timeout) {
+    let executables = match build_targets(&root, &targets, &args.profile, plan.timeout) {
         Ok(executables) => executables,
         Err(failure) => {
             println!("build: {failure}; no mutant can be judged");
@@ -187,9 +160,86 @@ fn main() -> ExitCode {
     };
     let build_time = started.elapsed();
     println!("build: done in {:.1} s", build_time.as_secs_f64());
-
     let baseline_started = Instant::now();
-    let baseline_runs: Vec<Run> = columns
+    let Some(target_time) = run_baseline(&plan, &executables, &mutants) else {
+        return ExitCode::FAILURE;
+    };
+    let baseline_time = baseline_started.elapsed();
+    let mutant_started = Instant::now();
+    let (results, run_count) = run_mutants(&plan, &executables, &mutants, &target_time);
+    print_matrix(&results);
+    let times = Times {
+        total: started.elapsed(),
+        build: build_time,
+        baseline: baseline_time,
+        mutants: mutant_started.elapsed(),
+    };
+    print_summary(&results, &times, run_count, &plan);
+    if results.iter().all(|(_, v, _, _)| *v == Verdict::Caught) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Reads the catalogue and checks it: each of core's planted bugs named once, every
+/// killer a `<test target>::<test name>`.
+fn read_catalogue(path: &Path) -> Result<Catalogue, String> {
+    let catalogue: Catalogue = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| toml::from_str(&text).map_err(|e| e.to_string()))?;
+    // A name core does not know would make every killer fail (core refuses the
+    // selection) and pass for a kill; a compiled-in bug with no entry is never checked.
+    let names: BTreeSet<&str> = catalogue.mutant.iter().map(|m| m.name.as_str()).collect();
+    let known: BTreeSet<&str> = CoreMutant::ALL.iter().map(|m| m.name()).collect();
+    if names != known || names.len() != catalogue.mutant.len() {
+        return Err(format!(
+            "the catalogue must name each of core's planted bugs once \
+             (kvroute_core::mutant::Mutant::ALL); unknown: {:?}, missing: {:?}",
+            names.difference(&known).collect::<Vec<_>>(),
+            known.difference(&names).collect::<Vec<_>>()
+        ));
+    }
+    if let Some(killer) = catalogue
+        .mutant
+        .iter()
+        .flat_map(|m| &m.killers)
+        .find(|k| split_killer(k).is_none())
+    {
+        return Err(format!(
+            "killer {killer:?} is not `<test target>::<test name>`"
+        ));
+    }
+    Ok(catalogue)
+}
+
+/// What every run of the check shares.
+struct Plan<'a> {
+    root: &'a Path,
+    /// Per killer target, the killer tests it runs.
+    columns: &'a BTreeMap<String, BTreeSet<String>>,
+    jobs: usize,
+    test_threads: usize,
+    timeout: Duration,
+}
+
+/// How long each phase took.
+struct Times {
+    total: Duration,
+    build: Duration,
+    baseline: Duration,
+    mutants: Duration,
+}
+
+/// Runs every killer target with no bug selected; each must pass. Returns how long
+/// each target took, or `None` (reported) when the baseline fails.
+fn run_baseline<'a>(
+    plan: &Plan<'a>,
+    executables: &BTreeMap<String, TestExecutable>,
+    mutants: &[Mutant],
+) -> Option<BTreeMap<&'a str, Duration>> {
+    let baseline_runs: Vec<Run> = plan
+        .columns
         .iter()
         .map(|(target, tests)| Run {
             target,
@@ -200,10 +250,14 @@ fn main() -> ExitCode {
     let mut target_time: BTreeMap<&str, Duration> = BTreeMap::new();
     let mut baseline = TestResults::default();
     let mut baseline_timed_out = Vec::new();
+    let started = Instant::now();
     run_concurrently(
         &baseline_runs,
-        jobs,
-        |run| run_tests(&executables[run.target], run, &root, test_threads, timeout),
+        plan.jobs,
+        |run| {
+            let executable = &executables[run.target];
+            run_tests(executable, run, plan.root, plan.test_threads, plan.timeout)
+        },
         |i, (outcome, elapsed)| {
             let run = &baseline_runs[i];
             target_time.insert(run.target, elapsed);
@@ -213,22 +267,21 @@ fn main() -> ExitCode {
             }
         },
     );
-    let baseline_time = baseline_started.elapsed();
     if !baseline_timed_out.is_empty() {
         println!("baseline: timed out in {baseline_timed_out:?}");
-        return ExitCode::FAILURE;
+        return None;
     }
     if !baseline.failed.is_empty() {
         println!(
             "baseline: FAILED {:?}; no mutant can be judged",
             baseline.failed
         );
-        return ExitCode::FAILURE;
+        return None;
     }
     println!(
         "baseline: {} killer tests pass in {:.1} s",
         baseline.passed.len(),
-        baseline_time.as_secs_f64()
+        started.elapsed().as_secs_f64()
     );
     let missing: BTreeSet<&String> = mutants
         .iter()
@@ -239,8 +292,21 @@ fn main() -> ExitCode {
         // A killer that does not exist cannot kill: its mutants will be missed.
         println!("baseline: these killers do not exist or did not run: {missing:?}");
     }
+    Some(target_time)
+}
 
-    let mutant_started = Instant::now();
+/// One result row: the mutant, its verdict, the killer tests that failed, its time.
+type MutantResult = (Mutant, Verdict, BTreeSet<String>, Duration);
+
+/// Runs each mutant's own killer targets with that bug selected, printing each verdict
+/// as soon as its runs are done (in catalogue order); returns the rows and the number
+/// of runs.
+fn run_mutants(
+    plan: &Plan,
+    executables: &BTreeMap<String, TestExecutable>,
+    mutants: &[Mutant],
+    target_time: &BTreeMap<&str, Duration>,
+) -> (Vec<MutantResult>, usize) {
     // One run per (mutant, own killer target), every column of that target, so the
     // matrix still shows the target's other killers that fail too.
     let mut mutant_runs: Vec<(usize, Run)> = Vec::new();
@@ -255,7 +321,7 @@ fn main() -> ExitCode {
                 index,
                 Run {
                     target,
-                    tests: &columns[target],
+                    tests: &plan.columns[target],
                     mutant: Some(&mutant.name),
                 },
             ));
@@ -270,11 +336,14 @@ fn main() -> ExitCode {
     }
     let mut progress: Vec<MutantProgress> = vec![MutantProgress::default(); mutants.len()];
     let mut printer = InOrder::new(mutants.len());
-    let mut results: Vec<(Mutant, Verdict, BTreeSet<String>, Duration)> = Vec::new();
+    let mut results: Vec<MutantResult> = Vec::new();
     run_concurrently(
         &mutant_runs,
-        jobs,
-        |(_, run)| run_tests(&executables[run.target], run, &root, test_threads, timeout),
+        plan.jobs,
+        |(_, run)| {
+            let executable = &executables[run.target];
+            run_tests(executable, run, plan.root, plan.test_threads, plan.timeout)
+        },
         |i, (outcome, elapsed)| {
             let index = mutant_runs[i].0;
             let entry = &mut progress[index];
@@ -291,49 +360,48 @@ fn main() -> ExitCode {
                 let mutant = &mutants[ready];
                 let entry = std::mem::take(&mut progress[ready]);
                 let verdict = judge(mutant, &entry);
-                println!(
-                    "{:<40} {:<9} {:>6.1}s  {}",
-                    mutant.name,
-                    verdict_word(&verdict),
-                    entry.elapsed.as_secs_f64(),
-                    mutant.breaks
-                );
-                if let Verdict::Missed(survivors) = &verdict {
-                    println!(
-                        "    intended killers that did not fail (or did not run): {survivors:?}"
-                    );
-                }
+                print_verdict(mutant, &verdict, entry.elapsed);
                 results.push((mutant.clone(), verdict, entry.results.failed, entry.elapsed));
             }
         },
     );
-    let mutant_time = mutant_started.elapsed();
+    (results, mutant_runs.len())
+}
 
-    print_matrix(&results);
+fn print_verdict(mutant: &Mutant, verdict: &Verdict, elapsed: Duration) {
+    println!(
+        "{:<40} {:<9} {:>6.1}s  {}",
+        mutant.name,
+        verdict_word(verdict),
+        elapsed.as_secs_f64(),
+        mutant.breaks
+    );
+    if let Verdict::Missed(survivors) = verdict {
+        println!("    intended killers that did not fail (or did not run): {survivors:?}");
+    }
+}
+
+/// The closing line: how many were caught, missed or timed out, and where time went.
+fn print_summary(results: &[MutantResult], times: &Times, run_count: usize, plan: &Plan) {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, verdict, _, _) in &results {
+    for (_, verdict, _, _) in results {
         *counts.entry(verdict_word(verdict)).or_default() += 1;
     }
-    let all_caught = results.iter().all(|(_, v, _, _)| *v == Verdict::Caught);
     println!(
         "mutants: {} planted, {} caught, {} missed, {} timeout, in {:.0} s \
-         (build {:.1} s, baseline {:.1} s, mutant runs {:.1} s; {} runs, {jobs} at a time, \
-         {test_threads} test threads each)",
+         (build {:.1} s, baseline {:.1} s, mutant runs {:.1} s; {run_count} runs, {} at a time, \
+         {} test threads each)",
         results.len(),
         counts.get("caught").unwrap_or(&0),
         counts.get("missed").unwrap_or(&0),
         counts.get("timeout").unwrap_or(&0),
-        started.elapsed().as_secs_f64(),
-        build_time.as_secs_f64(),
-        baseline_time.as_secs_f64(),
-        mutant_time.as_secs_f64(),
-        mutant_runs.len(),
+        times.total.as_secs_f64(),
+        times.build.as_secs_f64(),
+        times.baseline.as_secs_f64(),
+        times.mutants.as_secs_f64(),
+        plan.jobs,
+        plan.test_threads,
     );
-    if all_caught {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }
 
 /// What a mutant's finished runs showed so far.
@@ -458,13 +526,13 @@ fn killer_columns(mutants: &[Mutant]) -> BTreeMap<String, BTreeSet<String>> {
 /// `K` an intended killer that failed, `-` an intended killer that passed (a miss),
 /// `x` another killer column that also failed, `.` passed and not intended, blank not
 /// run (a target the mutant has no killer in).
-fn print_matrix(results: &[(Mutant, Verdict, BTreeSet<String>, Duration)]) {
+fn print_matrix(results: &[MutantResult]) {
     println!();
     print!("{}", matrix(results));
     println!();
 }
 
-fn matrix(results: &[(Mutant, Verdict, BTreeSet<String>, Duration)]) -> String {
+fn matrix(results: &[MutantResult]) -> String {
     let columns: Vec<String> = results
         .iter()
         .flat_map(|(m, _, _, _)| m.killers.iter().cloned())

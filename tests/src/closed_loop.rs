@@ -4,9 +4,9 @@
 
 use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::output::canonical::canonical_trace_bytes;
-use kvroute_core::output::receipt;
+use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::CollectSink;
+use kvroute_core::route::record::CollectSink;
 use kvroute_core::simulate::{generated_trace, simulate_policy, SimRun, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
 use std::io::BufRead;
@@ -57,7 +57,7 @@ pub fn check_reproduction(sim: &Trace, options: &SimulateOptions, what: &str) ->
         let trace_bytes = canonical_trace_bytes(&generated_trace(sim, &run));
         let reparsed = parse_trace(&trace_bytes)
             .unwrap_or_else(|e| panic!("{what}: {}: generated trace invalid: {e}", policy.name()));
-        let open_loop = receipt::replay(&reparsed);
+        let open_loop = replay::receipt(&reparsed);
         let replayed = open_loop
             .runs
             .iter()

@@ -12,6 +12,7 @@ pub mod engine_model;
 pub mod fixtures;
 pub mod generators;
 pub mod oracles;
+pub mod receipt_tree;
 pub mod reorder;
 pub mod sweep;
 pub mod verify;

@@ -220,10 +220,11 @@ pub fn receipt_verify(case: &ReceiptCase) {
 pub fn csv_export(recipe: &TraceRecipe) {
     let trace =
         kvroute_core::parse_trace(&recipe.build_bytes()).expect("generated traces are valid");
-    let receipt = kvroute_core::output::receipt::replay(&trace);
+    let receipt = kvroute_core::replay::receipt(&trace);
     // Plain ids: this checks the CSV reads back into the receipt's own values.
     let csv_bytes =
-        kvroute_core::output::csv::csv_bytes(&receipt, CsvIds::Plain).expect("CSV into memory");
+        kvroute_core::output::csv::csv_bytes(&receipt.worker_ids, &receipt.runs, CsvIds::Plain)
+            .expect("CSV into memory");
     let json: Value =
         serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
 

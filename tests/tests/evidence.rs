@@ -6,7 +6,7 @@
 use kvroute_core::input::trace::{EpochsMode, StaleRule, Trace};
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::CollectSink;
+use kvroute_core::route::record::CollectSink;
 use kvroute_core::simulate::publication::is_lost;
 use kvroute_core::simulate::{simulate_policy, simulation_trace, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy};

@@ -85,7 +85,7 @@ proptest! {
     fn policy_runs_are_independent_of_order_and_threads(recipe in trace_recipes(), rotation in 0usize..4) {
         let trace = parse_trace(&recipe.build_bytes()).unwrap();
         let compiled = Compiled::new(&trace);
-        let expected = kvroute_core::output::receipt::replay(&trace).canonical_bytes();
+        let expected = kvroute_core::replay::receipt(&trace).canonical_bytes();
 
         // Sequentially, starting from a rotated policy.
         let mut order = Policy::runs_for(&trace.policy).to_vec();

@@ -7,15 +7,17 @@
 //! piece, must equal the JCS of the whole trace tree. Checked on every fixture and on
 //! generated traces.
 
-use kvroute_core::output::csv::{csv_bytes, write_csv, CsvIds};
-use kvroute_core::output::jsonl::{write_jsonl, STREAM_FORMAT};
-use kvroute_core::output::{canonical, receipt, typed};
+use kvroute_core::output::canonical;
+use kvroute_core::output::csv::{csv_bytes, CsvIds};
+use kvroute_core::output::jsonl::STREAM_FORMAT;
+use kvroute_core::replay::{self, write_csv, write_jsonl};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine;
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::fixtures;
 use kvroute_harness::generators::TraceRecipe;
 use kvroute_harness::oracles::assert_canonical_receipt;
+use kvroute_harness::receipt_tree;
 use serde_json::{json, Map, Value};
 
 /// Rebuilds the full receipt from its JSON Lines records.
@@ -72,7 +74,7 @@ fn check(trace_bytes: &[u8], what: &str) {
         whole,
         "{what}: trace"
     );
-    let receipt = receipt::replay(&trace);
+    let receipt = replay::receipt(&trace);
     let compiled = Compiled::new(&trace);
 
     let mut jsonl = Vec::new();
@@ -85,7 +87,11 @@ fn check(trace_bytes: &[u8], what: &str) {
             "{what}: a line is not canonical"
         );
     }
-    assert_eq!(reassemble(&jsonl), receipt.to_value(), "{what}: members");
+    assert_eq!(
+        reassemble(&jsonl),
+        receipt_tree::receipt_value(&receipt),
+        "{what}: members"
+    );
     assert_eq!(summary.receipt_digest, receipt.digest(), "{what}: digest");
     let metrics: Vec<_> = receipt
         .runs
@@ -104,23 +110,23 @@ fn check(trace_bytes: &[u8], what: &str) {
     let bytes = receipt.canonical_bytes();
     assert_eq!(
         bytes,
-        canonical::jcs_bytes(&receipt.to_value()),
+        canonical::jcs_bytes(&receipt_tree::receipt_value(&receipt)),
         "{what}: tree"
     );
     assert_canonical_receipt(&bytes, what);
     let digest = canonical::trace_digest(&trace);
     assert_eq!(
-        typed::receipt_bytes(&compiled, &digest),
+        replay::receipt_bytes(&compiled, &digest),
         bytes,
         "{what}: replayed"
     );
     let mut streamed = Vec::new();
-    let streamed_digest = typed::write_json(&compiled, &digest, &mut streamed).unwrap();
+    let streamed_digest = replay::write_json(&compiled, &digest, &mut streamed).unwrap();
     assert_eq!(streamed.pop(), Some(b'\n'), "{what}: one newline");
     assert_eq!(streamed, bytes, "{what}: streamed json");
     assert_eq!(streamed_digest, receipt.digest(), "{what}: streamed digest");
     assert_eq!(
-        typed::stream_digest(&compiled, &digest).0,
+        replay::stream_digest(&compiled, &digest).0,
         receipt.digest(),
         "{what}: digest only"
     );
@@ -128,7 +134,11 @@ fn check(trace_bytes: &[u8], what: &str) {
     for mode in [CsvIds::SpreadsheetSafe, CsvIds::Plain] {
         let mut csv = Vec::new();
         write_csv(&compiled, &mut csv, mode).unwrap();
-        assert_eq!(csv, csv_bytes(&receipt, mode).unwrap(), "{what}: csv");
+        assert_eq!(
+            csv,
+            csv_bytes(&receipt.worker_ids, &receipt.runs, mode).unwrap(),
+            "{what}: csv"
+        );
     }
 
     // Metrics-only runs (no rows materialised) agree with the full runs.
@@ -154,5 +164,30 @@ fn streams_match_the_in_memory_receipt_on_generated_traces() {
     for seed in 0..200 {
         let bytes = TraceRecipe::from_seed(seed).build_bytes();
         check(&bytes, &format!("seed {seed}"));
+    }
+}
+
+/// SPEC.md §3.5 in the streamed outputs: every run of the JSON Lines, CSV and
+/// digest-only replays starts from the trace's initial state, so its metrics are those
+/// of the policy replayed alone.
+#[test]
+fn every_streamed_run_starts_from_the_initial_state() {
+    for topic in fixtures::valid_topics() {
+        let trace = parse_trace(&fixtures::trace_bytes(&topic)).unwrap();
+        let compiled = Compiled::new(&trace);
+        let alone: Vec<_> = Policy::runs_for(&trace.policy)
+            .iter()
+            .map(|&p| (p, engine::run_metrics(&compiled, p)))
+            .collect();
+        let digest = canonical::trace_digest(&trace);
+        let jsonl = write_jsonl(&compiled, &digest, &mut std::io::sink()).unwrap();
+        assert_eq!(jsonl.runs, alone, "{topic}: jsonl");
+        let csv = write_csv(&compiled, &mut std::io::sink(), CsvIds::Plain).unwrap();
+        assert_eq!(csv, alone, "{topic}: csv");
+        assert_eq!(
+            replay::stream_digest(&compiled, &digest).1,
+            alone,
+            "{topic}: digest"
+        );
     }
 }

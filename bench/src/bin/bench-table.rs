@@ -45,7 +45,7 @@ use kvroute_bench::{
 use kvroute_core::output::canonical::jcs_bytes;
 use kvroute_core::output::canonical::trace_digest;
 use kvroute_core::output::receipt::metrics_value;
-use kvroute_core::output::{jsonl, typed};
+use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::run_metrics;
 use kvroute_core::{parse_trace, read_trace, replay_bytes, Policy};
@@ -761,14 +761,14 @@ fn peak_memory_child(args: &[String]) {
             let trace = file();
             let digest = trace_digest(&trace);
             let mut out = std::io::BufWriter::new(std::io::sink());
-            jsonl::write_jsonl(&Compiled::new(&trace), &digest, &mut out).expect("sink");
+            replay::write_jsonl(&Compiled::new(&trace), &digest, &mut out).expect("sink");
         }
         Some("json") => {
             let trace = file();
             let digest = trace_digest(&trace);
             let out = std::fs::File::create(&args[2]).expect("the child's output is writable");
             let mut out = std::io::BufWriter::new(out);
-            typed::write_json(&Compiled::new(&trace), &digest, &mut out).expect("written");
+            replay::write_json(&Compiled::new(&trace), &digest, &mut out).expect("written");
         }
         other => panic!("unknown peak-memory workload {other:?}"),
     }
@@ -789,7 +789,7 @@ struct JsonlRow {
 fn jsonl_row(workers: u32, compiled: &Compiled, requests: u64, window: Option<usize>) -> JsonlRow {
     let (m, _) = measure(|| {
         let mut sink = std::io::sink();
-        jsonl::write_jsonl(black_box(compiled), "sha256:bench", &mut sink)
+        replay::write_jsonl(black_box(compiled), "sha256:bench", &mut sink)
             .expect("io::sink cannot fail")
             .runs
             .len()

@@ -14,7 +14,8 @@ pub mod select;
 
 use super::{emit, read_input, Failure};
 pub use kvroute_cli::args::DiffFormat;
-use kvroute_core::output::{canonical, jsonl, receipt};
+use kvroute_core::output::canonical;
+use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::{parse_trace, Policy, Trace};
 use model::{Lab, ReceiptDoc, TraceFacts, RECEIPT_FORMAT};
@@ -97,10 +98,10 @@ fn lab_of_trace(source: String, trace: &Trace) -> Lab {
     // The digest through the streaming writer: the in-memory receipt's own digest would
     // build the whole receipt as JSON first (hundreds of MB on the Mooncake trace).
     let receipt_digest =
-        jsonl::write_jsonl(&Compiled::new(trace), &trace_digest, &mut std::io::sink())
+        replay::write_jsonl(&Compiled::new(trace), &trace_digest, &mut std::io::sink())
             .map(|summary| summary.receipt_digest)
             .unwrap_or_default();
-    let receipt = receipt::replay(trace);
+    let receipt = replay::receipt(trace);
     Lab {
         source,
         trace_digest,

@@ -13,12 +13,9 @@ pub const ERROR_LINES_MAX: usize = 100;
 /// The largest integer a trace or a receipt may carry: 2^53 - 1.
 pub const JSON_INTEGER_MAX: u64 = (1 << 53) - 1;
 
-/// The limits profile a trace declares (SPEC.md §1.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitsProfile {
-    Lab,
-    Scale,
-}
+// The profile itself is a field of the trace (`crate::input::trace`, which imports
+// nothing); its figures live here.
+pub use crate::input::trace::LimitsProfile;
 
 impl LimitsProfile {
     pub fn name(self) -> &'static str {

@@ -4,8 +4,15 @@
 //! already satisfies the value, cross-reference, limit and overflow rules. Arrays keep
 //! the order they had in the input; the engine and the canonical form sort what they need.
 
-pub use crate::input::limits::LimitsProfile;
 use std::sync::Arc;
+
+/// The limits profile a trace declares (SPEC.md §1.3); its figures are in
+/// [`crate::input::limits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitsProfile {
+    Lab,
+    Scale,
+}
 
 /// Routing parameters (the `policy` member).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,18 +1,14 @@
-//! CSV export of candidate rows (SPEC.md §6.3): from an in-memory receipt, or
-//! streamed while the runs replay.
+//! CSV export of candidate rows (SPEC.md §6.3): from in-memory runs, or streamed
+//! while the runs replay ([`CsvSink`]).
 //!
 //! Fields go to the `csv` crate's writer one at a time as byte slices (integers through
 //! a stack buffer), so a row allocates nothing; the crate does the RFC 4180 quoting.
 
 use crate::output::json_text::u64_text;
-use crate::output::receipt::Receipt;
 use crate::output::typed::DecisionHead;
 use crate::route::candidate::CandidateRow;
-use crate::route::compiled::Compiled;
-use crate::route::engine::{run_with_sink, DecisionRef, RunSink};
-use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
-use crate::route::state::RouterState;
+use crate::route::record::{DecisionRef, Run, RunSink};
 use std::io::Write;
 
 /// The CSV header, in column order.
@@ -74,15 +70,20 @@ fn write_id<W: Write>(
     }
 }
 
-/// One line per (run, decision, candidate), header first.
-pub fn csv_bytes(receipt: &Receipt, mode: CsvIds) -> Result<Vec<u8>, csv::Error> {
+/// One line per (run, decision, candidate) of in-memory runs, header first. `ids`
+/// maps worker indexes to ids (a receipt's `worker_ids`).
+pub fn csv_bytes<S: AsRef<str>>(
+    ids: &[S],
+    runs: &[Run],
+    mode: CsvIds,
+) -> Result<Vec<u8>, csv::Error> {
     let mut writer = csv_writer(Vec::new());
     writer.write_record(CSV_COLUMNS)?;
-    for run in &receipt.runs {
+    for run in runs {
         for d in &run.decisions {
             let head = DecisionHead::of_record(d);
             for r in &d.candidates {
-                write_csv_row(&mut writer, run.policy, &receipt.worker_ids, &head, r, mode)?;
+                write_csv_row(&mut writer, run.policy, ids, &head, r, mode)?;
             }
         }
     }
@@ -140,62 +141,64 @@ pub fn write_csv_row<W: Write, S: AsRef<str>>(
     writer.write_record(None::<&[u8]>)
 }
 
-/// Writes the candidate rows as CSV (SPEC.md §6.3) while the runs replay; returns each
-/// run's metrics.
-pub fn write_csv<W: Write + ?Sized>(
-    compiled: &Compiled,
-    out: &mut W,
+/// Writes the candidate rows as CSV (SPEC.md §6.3) while the runs replay, header
+/// first. Keeps the first error, since a sink cannot return one mid-run, and writes
+/// nothing after it.
+pub struct CsvSink<'a, W: Write + ?Sized> {
+    writer: csv::Writer<&'a mut W>,
+    ids: &'a [&'a str],
+    policy: Policy,
     mode: CsvIds,
-) -> Result<Vec<(Policy, Metrics)>, csv::Error> {
-    struct CsvSink<'a, W: Write + ?Sized> {
-        writer: csv::Writer<&'a mut W>,
-        ids: &'a [&'a str],
-        policy: Policy,
-        mode: CsvIds,
-        error: Option<csv::Error>,
-    }
-    impl<W: Write + ?Sized> RunSink for CsvSink<'_, W> {
-        fn decided(&mut self, decision: &DecisionRef) {
-            if self.error.is_some() {
-                return;
-            }
-            let head = DecisionHead::of_ref(decision);
-            for w in 0..decision.rows.len() {
-                let row = decision.rows.candidate_row(w);
-                let written = write_csv_row(
-                    &mut self.writer,
-                    self.policy,
-                    self.ids,
-                    &head,
-                    &row,
-                    self.mode,
-                );
-                if let Err(e) = written {
-                    self.error = Some(e);
-                    return;
-                }
-            }
-        }
-    }
-    let mut writer = csv_writer(out);
-    writer.write_record(CSV_COLUMNS)?;
-    let mut runs = Vec::new();
-    for &policy in Policy::runs_for(&compiled.trace.policy) {
-        let mut sink = CsvSink {
+    error: Option<csv::Error>,
+}
+
+impl<'a, W: Write + ?Sized> CsvSink<'a, W> {
+    /// Writes the header.
+    pub fn start(out: &'a mut W, ids: &'a [&'a str], mode: CsvIds) -> Result<Self, csv::Error> {
+        let mut writer = csv_writer(out);
+        writer.write_record(CSV_COLUMNS)?;
+        Ok(CsvSink {
             writer,
-            ids: &compiled.worker_ids,
-            policy,
+            ids,
+            policy: Policy::ALL[0],
             mode,
             error: None,
-        };
-        let (metrics, _) =
-            run_with_sink(compiled, policy, RouterState::initial(compiled), &mut sink);
-        if let Some(e) = sink.error {
+        })
+    }
+
+    /// The first error, or the writer flushed.
+    pub fn finish(mut self) -> Result<(), csv::Error> {
+        if let Some(e) = self.error {
             return Err(e);
         }
-        writer = sink.writer;
-        runs.push((policy, metrics));
+        self.writer.flush()?;
+        Ok(())
     }
-    writer.flush()?;
-    Ok(runs)
+}
+
+impl<W: Write + ?Sized> RunSink for CsvSink<'_, W> {
+    fn run_started(&mut self, _index: usize, policy: Policy) {
+        self.policy = policy;
+    }
+    fn decided(&mut self, decision: &DecisionRef) {
+        if self.error.is_some() {
+            return;
+        }
+        let head = DecisionHead::of_ref(decision);
+        for w in 0..decision.rows.len() {
+            let row = decision.rows.candidate_row(w);
+            let written = write_csv_row(
+                &mut self.writer,
+                self.policy,
+                self.ids,
+                &head,
+                &row,
+                self.mode,
+            );
+            if let Err(e) = written {
+                self.error = Some(e);
+                return;
+            }
+        }
+    }
 }

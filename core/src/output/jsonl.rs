@@ -10,14 +10,15 @@
 //! The cache log sorts before the decisions, so each run is replayed in three passes:
 //! cache events alone (the epoch rule never looks at requests), the full run, and load
 //! observations alone. Memory stays O(live cache entries + workers). The bytes of each
-//! record come from the typed writer ([`crate::output::typed`]).
+//! record come from the typed writer ([`crate::output::typed`]); the replay driver
+//! (`crate::replay::write_jsonl`) runs the passes.
 
 use crate::output::canonical::digest_tag;
 use crate::output::json_text::push_str;
-use crate::output::typed::{self, Member, RunsOut, RECEIPT_FORMAT};
-use crate::route::compiled::Compiled;
+use crate::output::typed::{self, RunsOut, RECEIPT_FORMAT};
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
+use crate::route::record::Member;
 use sha2::{Digest, Sha256};
 use std::io::{self, Write};
 
@@ -33,16 +34,60 @@ pub struct StreamSummary {
     pub runs: Vec<(Policy, Metrics)>,
 }
 
-/// Writes lines and feeds the digest; keeps the first write error, since the writer
-/// cannot return one mid-run, and writes nothing after it.
-struct Lines<'w, W: Write + ?Sized> {
+/// Writes lines and feeds the digest: the [`RunsOut`] the streamed `runs` array goes to.
+/// Keeps the first write error, since a sink cannot return one mid-run, and writes
+/// nothing after it.
+pub struct Lines<'w, W: Write + ?Sized> {
     out: &'w mut W,
     hasher: Sha256,
     error: Option<io::Error>,
     line: Vec<u8>,
+    trace_digest: &'w str,
 }
 
-impl<W: Write + ?Sized> Lines<'_, W> {
+impl<'w, W: Write + ?Sized> Lines<'w, W> {
+    /// Writes the header line and starts the digest with the receipt body's head.
+    pub fn start(out: &'w mut W, trace_digest: &'w str) -> Self {
+        let mut lines = Lines {
+            out,
+            hasher: Sha256::new(),
+            error: None,
+            line: Vec::new(),
+            trace_digest,
+        };
+        lines.line.extend_from_slice(br#"{"format":"#);
+        push_str(&mut lines.line, STREAM_FORMAT);
+        lines.line.extend_from_slice(br#","receipt_format":"#);
+        push_str(&mut lines.line, RECEIPT_FORMAT);
+        lines.line.extend_from_slice(br#","trace_digest":"#);
+        push_str(&mut lines.line, trace_digest);
+        lines.line.push(b'}');
+        lines.write_line();
+        let (head, _) = typed::body_around_runs(trace_digest);
+        lines.hasher.update(&head);
+        lines
+    }
+
+    /// Ends the digest and writes the closing line, once every run has been streamed.
+    pub fn finish(mut self, runs: Vec<(Policy, Metrics)>) -> io::Result<StreamSummary> {
+        let (_, tail) = typed::body_around_runs(self.trace_digest);
+        self.hasher.update(&tail);
+        let receipt_digest = digest_tag(&std::mem::take(&mut self.hasher).finalize());
+        self.line.clear();
+        self.line.extend_from_slice(br#"{"receipt_digest":"#);
+        push_str(&mut self.line, &receipt_digest);
+        self.line.push(b'}');
+        self.write_line();
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok(StreamSummary {
+            receipt_digest,
+            runs,
+        })
+    }
+
     fn write_line(&mut self) {
         self.line.push(b'\n');
         if self.error.is_none() {
@@ -74,44 +119,4 @@ impl<W: Write + ?Sized> RunsOut for Lines<'_, W> {
         self.line.push(b'}');
         self.write_line();
     }
-}
-
-/// Replays every policy and writes the receipt as JSON Lines to `out`.
-pub fn write_jsonl<W: Write + ?Sized>(
-    compiled: &Compiled,
-    trace_digest: &str,
-    out: &mut W,
-) -> io::Result<StreamSummary> {
-    let mut lines = Lines {
-        out,
-        hasher: Sha256::new(),
-        error: None,
-        line: Vec::new(),
-    };
-    lines.line.extend_from_slice(br#"{"format":"#);
-    push_str(&mut lines.line, STREAM_FORMAT);
-    lines.line.extend_from_slice(br#","receipt_format":"#);
-    push_str(&mut lines.line, RECEIPT_FORMAT);
-    lines.line.extend_from_slice(br#","trace_digest":"#);
-    push_str(&mut lines.line, trace_digest);
-    lines.line.push(b'}');
-    lines.write_line();
-    let (head, tail) = typed::body_around_runs(trace_digest);
-    lines.hasher.update(&head);
-    let runs = typed::stream_runs(compiled, &mut lines);
-    lines.hasher.update(&tail);
-    let receipt_digest = digest_tag(&std::mem::take(&mut lines.hasher).finalize());
-    lines.line.clear();
-    lines.line.extend_from_slice(br#"{"receipt_digest":"#);
-    push_str(&mut lines.line, &receipt_digest);
-    lines.line.push(b'}');
-    lines.write_line();
-    if let Some(e) = lines.error {
-        return Err(e);
-    }
-    lines.out.flush()?;
-    Ok(StreamSummary {
-        receipt_digest,
-        runs,
-    })
 }

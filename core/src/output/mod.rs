@@ -2,9 +2,10 @@
 //! summary table (SPEC.md §6).
 //!
 //! What belongs here: how routing's records become bytes, and every digest. What must
-//! not: a routing decision. Writers receive records from [`crate::route`] (in memory,
-//! or through a [`crate::route::engine::RunSink`] while the runs replay) and never
-//! change them.
+//! not: a routing decision, or running one. Writers receive records from
+//! [`crate::route`] (in memory, or as sinks, [`crate::route::record::RunSink`], that the
+//! replay driver `crate::replay` feeds while the runs replay) and never change them;
+//! `core/tests/layout.rs` checks that no file here imports the engine.
 
 pub mod canonical;
 pub mod csv;

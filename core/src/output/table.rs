@@ -1,19 +1,8 @@
 //! The human-readable summary `kvroute replay` prints: one row per policy with the
 //! headline metrics of SPEC.md §6.2, then the trace and receipt digests.
 
-use crate::output::receipt::Receipt;
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
-
-/// A fixed-width summary: one row per policy with the headline metrics, then digests.
-pub fn summary_table(receipt: &Receipt) -> String {
-    let runs: Vec<(Policy, Metrics)> = receipt
-        .runs
-        .iter()
-        .map(|r| (r.policy, r.metrics.clone()))
-        .collect();
-    summary_table_of(&runs, &receipt.trace_digest, &receipt.digest())
-}
 
 /// The summary table from each run's metrics and the two digests.
 pub fn summary_table_of(

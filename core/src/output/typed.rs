@@ -6,22 +6,24 @@
 //! order equals UTF-16 order for ASCII). Every number is an integer up to 2^53 - 1 and
 //! is written in decimal; every string is escaped once, as JCS escapes it. The generic
 //! canonicalizer remains the check: tests assert that these bytes equal the canonical
-//! form of their own parse (`tests/tests/typed_writer.rs`, the fuzz targets), and the
-//! tree form ([`crate::output::receipt::Receipt::to_value`]) stays for that purpose.
+//! form of their own parse and of the receipt's JSON tree (`tests/tests/streaming.rs`,
+//! `tests/tests/properties.rs`, the fuzz targets; the tree is built in the test
+//! harness).
 //!
-//! [`stream_runs`] produces the `runs` array of the receipt piece by piece while the
-//! runs replay, for the JSON, JSON Lines and digest-only outputs, so no output holds
-//! more than one element in memory; [`receipt_bytes`] builds a whole receipt in memory
-//! with one replay per policy (the differential check's path).
+//! Two sinks receive the records while the runs replay (the replay driver,
+//! `crate::replay`, runs them): [`StreamedRuns`] sends the `runs` array piece by piece,
+//! for the JSON, JSON Lines and digest-only outputs, so no output holds more than one
+//! element in memory; [`RunsBytes`] builds it whole in memory (the differential check's
+//! path).
 
+use crate::mutant::{active, Mutant};
 use crate::output::json_text::{digest_tag, push_str, push_u64};
 use crate::route::candidate::CandidateRow;
-use crate::route::compiled::{Compiled, Step};
-use crate::route::engine::{run_with_sink, DecisionRef, RunSink, Runner};
 use crate::route::metrics::Metrics;
 use crate::route::policy::{Policy, RouteKind};
-use crate::route::record::{CacheLogEntry, Decision, ObservationLogEntry};
-use crate::route::state::RouterState;
+use crate::route::record::{
+    CacheLogEntry, Decision, DecisionRef, Member, ObservationLogEntry, RunOrder, RunSink,
+};
 use sha2::{Digest, Sha256};
 
 /// The `format` member of every receipt.
@@ -116,7 +118,7 @@ impl<'a> DecisionHead<'a> {
 /// Whether a row is exported. Always, except under the mutant that exports only the
 /// chosen worker's row.
 fn exported(head: &DecisionHead, row: &CandidateRow) -> bool {
-    !crate::mutant::active("mutant-chosen-only-receipt") || Some(row.worker) == head.chosen
+    !active(Mutant::ChosenOnlyReceipt) || Some(row.worker) == head.chosen
 }
 
 /// One decision (members in canonical order) with the given rows, in id order.
@@ -364,12 +366,35 @@ fn comma(out: &mut Vec<u8>, index: usize) {
     }
 }
 
-/// Writes a run's three arrays into their own buffers as the run replays.
-struct MemberBuffers<'i> {
+/// Writes the `runs` array of a receipt into memory as the runs replay
+/// ([`RunOrder::AsReplayed`]): each run's three arrays go to their own buffers, and the
+/// run object is assembled when its metrics arrive. No record is kept.
+pub struct RunsBytes<'i> {
     ids: &'i [&'i str],
+    policy: Option<Policy>,
     cache_log: Vec<u8>,
     decisions: Vec<u8>,
     observation_log: Vec<u8>,
+    runs: Vec<u8>,
+}
+
+impl<'i> RunsBytes<'i> {
+    pub fn new(ids: &'i [&'i str]) -> Self {
+        RunsBytes {
+            ids,
+            policy: None,
+            cache_log: Vec::new(),
+            decisions: Vec::new(),
+            observation_log: Vec::new(),
+            runs: vec![b'['],
+        }
+    }
+
+    /// The `runs` array's canonical bytes.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.runs.push(b']');
+        self.runs
+    }
 }
 
 fn separate(out: &mut Vec<u8>) {
@@ -378,7 +403,11 @@ fn separate(out: &mut Vec<u8>) {
     }
 }
 
-impl RunSink for MemberBuffers<'_> {
+impl RunSink for RunsBytes<'_> {
+    fn run_started(&mut self, index: usize, policy: Policy) {
+        comma(&mut self.runs, index);
+        self.policy = Some(policy);
+    }
     fn cache_logged(&mut self, entry: &CacheLogEntry) {
         separate(&mut self.cache_log);
         push_cache_entry(&mut self.cache_log, self.ids, entry);
@@ -391,69 +420,23 @@ impl RunSink for MemberBuffers<'_> {
         separate(&mut self.decisions);
         push_decision_ref(&mut self.decisions, self.ids, decision);
     }
-}
-
-/// The full canonical receipt in memory: one replay per policy, each writing its
-/// records' bytes as they are produced (no record is kept).
-pub fn receipt_bytes(compiled: &Compiled, trace_digest: &str) -> Vec<u8> {
-    let ids = &compiled.worker_ids;
-    let mut runs = vec![b'['];
-    // The mutant hands each policy the state the previous one left behind; otherwise
-    // nothing is carried and each run starts from a fresh initial state.
-    let mut carried: Option<RouterState> =
-        crate::mutant::active("mutant-shared-state").then(|| RouterState::initial(compiled));
-    for (i, &policy) in Policy::runs_for(&compiled.trace.policy).iter().enumerate() {
-        if i > 0 {
-            runs.push(b',');
-        }
-        let mut sink = MemberBuffers {
-            ids,
-            cache_log: Vec::new(),
-            decisions: Vec::new(),
-            observation_log: Vec::new(),
-        };
-        let start = carried
-            .take()
-            .unwrap_or_else(|| RouterState::initial(compiled));
-        let (metrics, left) = run_with_sink(compiled, policy, start, &mut sink);
-        if crate::mutant::active("mutant-shared-state") {
-            carried = Some(left);
-        }
+    fn metrics_computed(&mut self, metrics: &Metrics) {
+        let policy = self.policy.take().expect("a run was started");
         push_run(
-            &mut runs,
+            &mut self.runs,
             policy,
-            &sink.cache_log,
-            &sink.decisions,
-            &metrics,
-            &sink.observation_log,
+            &self.cache_log,
+            &self.decisions,
+            metrics,
+            &self.observation_log,
         );
-    }
-    runs.push(b']');
-    assemble_receipt(&runs, trace_digest)
-}
-
-/// Which receipt array an element belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Member {
-    CacheLog,
-    Decisions,
-    Metrics,
-    ObservationLog,
-}
-
-impl Member {
-    /// The member's name in a run object.
-    pub fn name(self) -> &'static str {
-        match self {
-            Member::CacheLog => "cache_log",
-            Member::Decisions => "decisions",
-            Member::Metrics => "metrics",
-            Member::ObservationLog => "observation_log",
-        }
+        self.cache_log.clear();
+        self.decisions.clear();
+        self.observation_log.clear();
     }
 }
 
-/// Where [`stream_runs`] sends the `runs` array: its punctuation, and each element
+/// Where [`StreamedRuns`] sends the `runs` array: its punctuation, and each element
 /// (log entry, decision, metrics) of one run's member.
 pub trait RunsOut {
     fn punctuation(&mut self, bytes: &[u8]);
@@ -470,177 +453,128 @@ impl RunsOut for Sha256 {
     }
 }
 
-/// Writes the elements of one member of one run to a [`RunsOut`], with the commas
-/// between them.
-struct PassSink<'o, 'i, O: RunsOut + ?Sized> {
+/// Sends the receipt's `runs` array to a [`RunsOut`] piece by piece as the runs replay
+/// ([`RunOrder::ReceiptMembers`]), so no output holds more than one element: the JSON,
+/// JSON Lines and digest-only outputs.
+pub struct StreamedRuns<'o, 'i, O: RunsOut + ?Sized> {
     out: &'o mut O,
     ids: &'i [&'i str],
     policy: Policy,
-    member: Member,
     scratch: Vec<u8>,
+    /// Whether the current member has an element yet (the next one needs a comma).
     written: bool,
 }
 
-impl<O: RunsOut + ?Sized> PassSink<'_, '_, O> {
-    fn emit(&mut self) {
+impl<'o, 'i, O: RunsOut + ?Sized> StreamedRuns<'o, 'i, O> {
+    /// Opens the `runs` array on `out`.
+    pub fn new(out: &'o mut O, ids: &'i [&'i str]) -> Self {
+        out.punctuation(b"[");
+        StreamedRuns {
+            out,
+            ids,
+            policy: Policy::ALL[0],
+            scratch: Vec::new(),
+            written: false,
+        }
+    }
+
+    /// Closes the `runs` array.
+    pub fn finish(self) {
+        self.out.punctuation(b"]");
+    }
+
+    fn emit(&mut self, member: Member) {
         if std::mem::replace(&mut self.written, true) {
             self.out.punctuation(b",");
         }
-        self.out.element(self.policy, self.member, &self.scratch);
+        self.out.element(self.policy, member, &self.scratch);
     }
 }
 
-impl<O: RunsOut + ?Sized> RunSink for PassSink<'_, '_, O> {
-    fn cache_logged(&mut self, entry: &CacheLogEntry) {
-        if self.member == Member::CacheLog {
-            self.scratch.clear();
-            push_cache_entry(&mut self.scratch, self.ids, entry);
-            self.emit();
+impl<O: RunsOut + ?Sized> RunSink for StreamedRuns<'_, '_, O> {
+    fn order(&self) -> RunOrder {
+        RunOrder::ReceiptMembers
+    }
+    fn run_started(&mut self, index: usize, policy: Policy) {
+        if index > 0 {
+            self.out.punctuation(b",");
         }
+        self.policy = policy;
+    }
+    fn member_started(&mut self, member: Member) {
+        self.written = false;
+        self.out.punctuation(match member {
+            Member::CacheLog => br#"{"cache_log":["#,
+            Member::Decisions => br#"],"decisions":["#,
+            Member::Metrics => br#"],"metrics":"#,
+            Member::ObservationLog => br#","observation_log":["#,
+        });
+    }
+    fn cache_logged(&mut self, entry: &CacheLogEntry) {
+        self.scratch.clear();
+        push_cache_entry(&mut self.scratch, self.ids, entry);
+        self.emit(Member::CacheLog);
     }
     fn observation_logged(&mut self, entry: &ObservationLogEntry) {
-        if self.member == Member::ObservationLog {
-            self.scratch.clear();
-            push_observation_entry(&mut self.scratch, self.ids, entry);
-            self.emit();
-        }
+        self.scratch.clear();
+        push_observation_entry(&mut self.scratch, self.ids, entry);
+        self.emit(Member::ObservationLog);
     }
     fn decided(&mut self, decision: &DecisionRef) {
-        if self.member == Member::Decisions {
-            self.scratch.clear();
-            push_decision_ref(&mut self.scratch, self.ids, decision);
-            self.emit();
-        }
+        self.scratch.clear();
+        push_decision_ref(&mut self.scratch, self.ids, decision);
+        self.emit(Member::Decisions);
+    }
+    fn metrics_computed(&mut self, metrics: &Metrics) {
+        self.scratch.clear();
+        push_metrics(&mut self.scratch, metrics);
+        self.emit(Member::Metrics);
+    }
+    fn run_finished(&mut self) {
+        self.scratch.clear();
+        self.scratch.extend_from_slice(br#"],"policy":"#);
+        push_str(&mut self.scratch, self.policy.name());
+        self.scratch.push(b'}');
+        self.out.punctuation(&self.scratch);
     }
 }
 
-/// Replays every policy and sends the receipt's `runs` array to `out` as it is
-/// produced; returns each run's metrics. The cache log sorts before the decisions, so
-/// each run is replayed in three passes: cache events alone (an outcome depends only on
-/// epochs), the full run, then load observations alone (SPEC.md §6.4).
-pub fn stream_runs<O: RunsOut + ?Sized>(
-    compiled: &Compiled,
-    out: &mut O,
-) -> Vec<(Policy, Metrics)> {
-    let mut runs = Vec::new();
-    let mut scratch = Vec::new();
-    out.punctuation(b"[");
-    for (i, &policy) in Policy::runs_for(&compiled.trace.policy).iter().enumerate() {
-        if i > 0 {
-            out.punctuation(b",");
-        }
-        out.punctuation(br#"{"cache_log":["#);
-        scratch = log_pass(compiled, policy, out, Member::CacheLog, scratch);
-        out.punctuation(br#"],"decisions":["#);
-        let mut sink = PassSink {
-            out,
-            ids: &compiled.worker_ids,
-            policy,
-            member: Member::Decisions,
-            scratch,
-            written: false,
-        };
-        let (metrics, _) =
-            run_with_sink(compiled, policy, RouterState::initial(compiled), &mut sink);
-        scratch = sink.scratch;
-        out.punctuation(br#"],"metrics":"#);
-        scratch.clear();
-        push_metrics(&mut scratch, &metrics);
-        out.element(policy, Member::Metrics, &scratch);
-        out.punctuation(br#","observation_log":["#);
-        scratch = log_pass(compiled, policy, out, Member::ObservationLog, scratch);
-        scratch.clear();
-        scratch.extend_from_slice(br#"],"policy":"#);
-        push_str(&mut scratch, policy.name());
-        scratch.push(b'}');
-        out.punctuation(&scratch);
-        runs.push((policy, metrics));
-    }
-    out.punctuation(b"]");
-    runs
+/// Writes what a [`RunsOut`] is sent to a writer, keeping the first error (a sink
+/// cannot return one mid-run) and writing nothing after it.
+pub struct WriteOut<'w, W: std::io::Write + ?Sized> {
+    out: &'w mut W,
+    error: Option<std::io::Error>,
 }
 
-/// Replays only the events behind one log, sending its entries. Cache and load
-/// outcomes never depend on routing, so this gives the full run's log.
-fn log_pass<O: RunsOut + ?Sized>(
-    compiled: &Compiled,
-    policy: Policy,
-    out: &mut O,
-    member: Member,
-    scratch: Vec<u8>,
-) -> Vec<u8> {
-    let mut sink = PassSink {
-        out,
-        ids: &compiled.worker_ids,
-        policy,
-        member,
-        scratch,
-        written: false,
-    };
-    let keep = |step: &Step| match member {
-        Member::CacheLog => matches!(step, Step::Cache { .. }),
-        Member::ObservationLog => matches!(step, Step::Load { .. }),
-        Member::Decisions | Member::Metrics => false,
-    };
-    let mut runner = Runner::new(compiled, policy);
-    for event in compiled.events.iter().filter(|e| keep(&e.step)) {
-        runner.step(event, &mut sink);
+impl<'w, W: std::io::Write + ?Sized> WriteOut<'w, W> {
+    pub fn new(out: &'w mut W) -> Self {
+        WriteOut { out, error: None }
     }
-    sink.scratch
-}
 
-/// The receipt digest and each run's metrics, with nothing written: the receipt's
-/// bytes go straight into SHA-256.
-pub fn stream_digest(compiled: &Compiled, trace_digest: &str) -> (String, Vec<(Policy, Metrics)>) {
-    let (head, tail) = body_around_runs(trace_digest);
-    let mut hasher = Sha256::new();
-    hasher.update(&head);
-    let runs = stream_runs(compiled, &mut hasher);
-    hasher.update(&tail);
-    (digest_tag(&hasher.finalize()), runs)
-}
-
-/// Writes the full canonical receipt and one `\n` to `out` without holding it: one
-/// streamed replay into the digest (the `receipt_digest` member sorts before `runs`),
-/// then one into `out`. Replaying is cheap next to writing.
-pub fn write_json<W: std::io::Write + ?Sized>(
-    compiled: &Compiled,
-    trace_digest: &str,
-    out: &mut W,
-) -> std::io::Result<String> {
-    struct Writer<'w, W: std::io::Write + ?Sized> {
-        out: &'w mut W,
-        error: Option<std::io::Error>,
-    }
-    impl<W: std::io::Write + ?Sized> Writer<'_, W> {
-        fn write(&mut self, bytes: &[u8]) {
-            if self.error.is_none() {
-                if let Err(e) = self.out.write_all(bytes) {
-                    self.error = Some(e);
-                }
+    pub fn write(&mut self, bytes: &[u8]) {
+        if self.error.is_none() {
+            if let Err(e) = self.out.write_all(bytes) {
+                self.error = Some(e);
             }
         }
     }
-    impl<W: std::io::Write + ?Sized> RunsOut for Writer<'_, W> {
-        fn punctuation(&mut self, bytes: &[u8]) {
-            self.write(bytes);
+
+    /// The first error, or the writer flushed.
+    pub fn finish(self) -> std::io::Result<()> {
+        if let Some(e) = self.error {
+            return Err(e);
         }
-        fn element(&mut self, _: Policy, _: Member, bytes: &[u8]) {
-            self.write(bytes);
-        }
+        self.out.flush()
     }
-    let (digest, _) = stream_digest(compiled, trace_digest);
-    let mut writer = Writer { out, error: None };
-    writer.write(&full_head(&digest));
-    stream_runs(compiled, &mut writer);
-    let (_, tail) = body_around_runs(trace_digest);
-    writer.write(&tail);
-    writer.write(b"\n");
-    if let Some(e) = writer.error {
-        return Err(e);
+}
+
+impl<W: std::io::Write + ?Sized> RunsOut for WriteOut<'_, W> {
+    fn punctuation(&mut self, bytes: &[u8]) {
+        self.write(bytes);
     }
-    writer.out.flush()?;
-    Ok(digest)
+    fn element(&mut self, _: Policy, _: Member, bytes: &[u8]) {
+        self.write(bytes);
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! nothing but the row's own figures.
 
 use crate::input::trace::{EpochsMode, PolicyParams};
+use crate::mutant::{active, Mutant};
 use crate::route::compiled::{Compiled, Req};
 use crate::route::reason::{Reason, Reasons};
 use crate::route::reuse::{reuse_walk, WalkScratch};
@@ -111,7 +112,7 @@ impl Rows {
                 true
             };
             let stale = eligible
-                && !crate::mutant::active("mutant-freshness-ignored")
+                && !active(Mutant::FreshnessIgnored)
                 && params
                     .freshness_ticks
                     .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
@@ -250,7 +251,7 @@ pub fn dynamo_cost_milli(
 ) -> u64 {
     let b = u128::from(block_tokens.max(1));
     // The mutant credits the partial last block too, as a token-level index would.
-    let overlap_tokens = if crate::mutant::active("mutant-dynamo-partial-blocks") {
+    let overlap_tokens = if active(Mutant::DynamoPartialBlocks) {
         u128::from(reuse)
     } else {
         b * (u128::from(reuse) / b)
@@ -265,6 +266,21 @@ pub fn dynamo_cost_milli(
 /// narrowing never saturates on a validated trace; saturating keeps it panic-free.
 pub(crate) fn to_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+/// What a policy decided for one request, over its rows. It lives beside the rows
+/// rather than with the policies so that the metrics can read it without depending on
+/// the policy rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// Index of the chosen row (and worker), or `None` when rejected.
+    pub chosen: Option<usize>,
+    pub overload_escape: bool,
+    /// Chosen among rows the cold reserve had excluded, because no other row was under
+    /// the cap (SPEC.md §4.5).
+    pub reserve_fallback: bool,
+    pub tie_count: u64,
+    pub margin_milli: u64,
 }
 
 #[cfg(test)]

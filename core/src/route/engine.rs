@@ -7,75 +7,19 @@
 //! policy's price and choice ([`crate::route::policy`]) and its placement.
 //! What the run produces goes to a [`RunSink`] as it is produced, so the same loop
 //! collects a full receipt in memory, streams one to a file, or keeps metrics only.
-//! Nothing is shared between runs, so they may execute in any order or in parallel.
+//! Which runs a trace has, and that each starts from a fresh state, is the replay
+//! driver's business ([`crate::replay`]); nothing here is shared between runs.
 
 use crate::input::trace::StaleRule;
 use crate::route::candidate::Rows;
 use crate::route::compiled::{CEvent, Compiled, Req, Step};
 use crate::route::metrics::{Metrics, MetricsRecorder};
-use crate::route::policy::{choose, price, Choice, Policy, RouteKind};
-use crate::route::record::{CacheLogEntry, Decision, ObservationLogEntry, Run};
+use crate::route::policy::{choose, price, Policy, RouteKind};
+use crate::route::record::{
+    CacheLogEntry, CollectSink, DecisionRef, ObservationLogEntry, Run, RunSink,
+};
 use crate::route::state::RouterState;
 use crate::route::tenant::{NamespaceRule, Sharing};
-
-/// One decision as the engine hands it to a sink: the rows are the run's scratch rows,
-/// valid only during the call.
-pub struct DecisionRef<'a> {
-    pub seq: u64,
-    pub tick: u64,
-    pub request: &'a str,
-    pub choice: Choice,
-    pub route_kind: RouteKind,
-    pub rows: &'a Rows,
-}
-
-impl DecisionRef<'_> {
-    /// The decision as the receipt lists it, with every candidate row and its
-    /// dominance: O(workers) rows, O(workers²) comparisons.
-    pub fn to_decision(&self) -> Decision {
-        Decision {
-            seq: self.seq,
-            tick: self.tick,
-            request: self.request.to_owned(),
-            chosen: self.choice.chosen,
-            route_kind: self.route_kind,
-            tie_count: self.choice.tie_count,
-            margin_milli: self.choice.margin_milli,
-            candidates: self.rows.to_candidate_rows(),
-        }
-    }
-}
-
-/// Where a run's output goes. Every method defaults to ignoring its input, so a sink
-/// that keeps metrics only is `()`.
-pub trait RunSink {
-    fn cache_logged(&mut self, _entry: &CacheLogEntry) {}
-    fn observation_logged(&mut self, _entry: &ObservationLogEntry) {}
-    fn decided(&mut self, _decision: &DecisionRef) {}
-}
-
-/// The sink of a run that writes no receipt: the metrics are all it keeps.
-impl RunSink for () {}
-
-/// Collects a run's decisions and logs in memory, for the in-memory [`Receipt`].
-#[derive(Default)]
-pub struct CollectSink {
-    pub decisions: Vec<Decision>,
-    pub cache_log: Vec<CacheLogEntry>,
-    pub observation_log: Vec<ObservationLogEntry>,
-}
-
-impl RunSink for CollectSink {
-    fn cache_logged(&mut self, entry: &CacheLogEntry) {
-        self.cache_log.push(entry.clone());
-    }
-    fn observation_logged(&mut self, entry: &ObservationLogEntry) {
-        self.observation_log.push(entry.clone());
-    }
-    fn decided(&mut self, decision: &DecisionRef) {
-        self.decisions.push(decision.to_decision());
-    }
-}
 
 /// Where a routed request went, for callers that drive a run event by event (the
 /// closed-loop simulator).
@@ -219,47 +163,17 @@ impl<'c, 't> Runner<'c, 't> {
     }
 }
 
-/// Every policy's run, each from the trace's initial state (SPEC.md §3.5: nothing is
-/// shared between runs), in receipt order.
-pub fn run_all(compiled: &Compiled) -> Vec<Run> {
-    if crate::mutant::active("mutant-shared-state") {
-        // The mutant hands each policy the state the previous one left behind.
-        let mut state = RouterState::initial(compiled);
-        return Policy::runs_for(&compiled.trace.policy)
-            .iter()
-            .map(|&policy| {
-                let (run, left) = run_policy_returning_state(compiled, policy, state.clone());
-                state = left;
-                run
-            })
-            .collect();
-    }
-    Policy::runs_for(&compiled.trace.policy)
-        .iter()
-        .map(|&policy| run_policy(compiled, policy, RouterState::initial(compiled)))
-        .collect()
-}
-
 /// One policy's run with every decision and log entry kept, starting from `state`.
 pub fn run_policy(compiled: &Compiled, policy: Policy, state: RouterState) -> Run {
-    run_policy_returning_state(compiled, policy, state).0
-}
-
-fn run_policy_returning_state(
-    compiled: &Compiled,
-    policy: Policy,
-    state: RouterState,
-) -> (Run, RouterState) {
     let mut sink = CollectSink::default();
-    let (metrics, state) = run_with_sink(compiled, policy, state, &mut sink);
-    let run = Run {
+    let (metrics, _) = run_with_sink(compiled, policy, state, &mut sink);
+    Run {
         policy,
         decisions: sink.decisions,
         cache_log: sink.cache_log,
         observation_log: sink.observation_log,
         metrics,
-    };
-    (run, state)
+    }
 }
 
 /// One policy's run, everything it produces going to `sink`.
@@ -269,8 +183,20 @@ pub fn run_with_sink(
     state: RouterState,
     sink: &mut impl RunSink,
 ) -> (Metrics, RouterState) {
+    run_events(compiled, policy, state, sink, |_| true)
+}
+
+/// One policy's run over only the events `keep` selects (the replay driver's log
+/// passes), everything it produces going to `sink`.
+pub fn run_events(
+    compiled: &Compiled,
+    policy: Policy,
+    state: RouterState,
+    sink: &mut impl RunSink,
+    keep: impl Fn(&Step) -> bool,
+) -> (Metrics, RouterState) {
     let mut runner = Runner::with_state(compiled, policy, state);
-    for event in &compiled.events {
+    for event in compiled.events.iter().filter(|e| keep(&e.step)) {
         runner.step(event, sink);
     }
     runner.finish()

@@ -1,9 +1,8 @@
 //! Per-run metrics (SPEC.md §6.2), accumulated decision by decision.
 
 use crate::input::trace::{EpochsMode, PolicyParams, StaleRule};
-use crate::route::candidate::Rows;
+use crate::route::candidate::{Choice, Rows};
 use crate::route::compiled::{KeyId, NsId, Req};
-use crate::route::policy::Choice;
 use crate::route::reason::Reason;
 use crate::route::state::{CacheOutcome, Outcome, WorkerState};
 use std::collections::HashMap;

@@ -9,7 +9,8 @@
 //! `margin_milli` are measured, and which route kind a decision gets.
 
 use crate::input::trace::PolicyParams;
-use crate::route::candidate::{dynamo_cost_milli, to_u64, Rows};
+use crate::mutant::{active, Mutant};
+use crate::route::candidate::{dynamo_cost_milli, to_u64, Choice, Rows};
 use crate::route::reason::Reason;
 
 /// A routing policy.
@@ -69,19 +70,6 @@ impl Policy {
     pub fn from_name(name: &str) -> Option<Policy> {
         Policy::ALL.into_iter().find(|p| p.name() == name)
     }
-}
-
-/// What a policy decided for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Choice {
-    /// Index of the chosen row (and worker), or `None` when rejected.
-    pub chosen: Option<usize>,
-    pub overload_escape: bool,
-    /// Chosen among rows the cold reserve had excluded, because no other row was under
-    /// the cap (SPEC.md §4.5).
-    pub reserve_fallback: bool,
-    pub tie_count: u64,
-    pub margin_milli: u64,
 }
 
 const REJECTED: Choice = Choice {
@@ -157,7 +145,7 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
     let mut after_sum: u128 = 0;
     for w in 0..rows.len() {
         // The mutant prices a worker by its prefill queue alone, as if decode were free.
-        let work_in_cost = if crate::mutant::active("mutant-decode-ignored") {
+        let work_in_cost = if active(Mutant::DecodeIgnored) {
             1000 * rows.queued_prefill[w] as u128
         } else {
             rows.work_milli[w] as u128
@@ -226,7 +214,7 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
 }
 
 fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
-    let cap = if crate::mutant::active("mutant-overload-cap-ignored") {
+    let cap = if active(Mutant::OverloadCapIgnored) {
         None
     } else {
         params.max_queued_work
@@ -246,7 +234,7 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
                 rows.reasons[w].insert(Reason::Overloaded);
             } else if let Some(hit_cap) = hit_cap_milli {
                 // The mutant holds cold rows to the reserve too.
-                let reserved = rows.reuse[w] > 0 || crate::mutant::active("mutant-reserve-on-cold");
+                let reserved = rows.reuse[w] > 0 || active(Mutant::ReserveOnCold);
                 if reserved && after > hit_cap {
                     rows.reasons[w].insert(Reason::ColdReserve);
                 }
@@ -295,7 +283,7 @@ fn best_by(
                 tie_count = 1;
             }
             // The mutant lets a later row with an equal score take the lead.
-            Some((b, _)) if s < b || (crate::mutant::active("mutant-ties-to-last") && s == b) => {
+            Some((b, _)) if s < b || (active(Mutant::TiesToLast) && s == b) => {
                 runner_up = Some(b);
                 best = Some((s, i));
                 tie_count = 1;

@@ -6,6 +6,7 @@
 //! and stops a worker at its first segment that is not fully resident. Whose entries
 //! count is decided in `tenant`; how far they count is decided here.
 
+use crate::mutant::{active, Mutant};
 use crate::route::cache_index::CacheIndex;
 use crate::route::compiled::{Req, Tables};
 use crate::route::reason::Reasons;
@@ -89,7 +90,7 @@ pub fn reuse_walk(
     boundary: &mut [Reasons],
 ) {
     // The mutant keeps walking past a partially resident segment.
-    let past_partial = crate::mutant::active("mutant-reuse-past-partial");
+    let past_partial = active(Mutant::ReusePastPartial);
     scratch.walk += 1;
     scratch.walked.clear();
     for (i, segment) in request.prefix.iter().enumerate() {

@@ -12,6 +12,7 @@
 //! cache events may change it.
 
 use crate::input::trace::{EpochsMode, StaleRule};
+use crate::mutant::{active, Mutant};
 use crate::route::cache_index::CacheIndex;
 use crate::route::compiled::{Compiled, KeyId, NsId, Op};
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,7 +128,7 @@ impl WorkerState {
     /// (SPEC.md §3.6): the router's copy of this worker's cache may lack a mutation.
     pub fn has_gap(&self) -> bool {
         // The mutant trusts the evidence whatever is missing.
-        !crate::mutant::active("mutant-gap-ignored") && !self.received_above.is_empty()
+        !active(Mutant::GapIgnored) && !self.received_above.is_empty()
     }
 
     /// Records that an event with `epoch` arrived; `resyncs` when it is a clear the
@@ -251,7 +252,7 @@ impl RouterState {
     /// or destroy residency the worker has since changed.
     fn apply_worker_epoch(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Outcome {
         let state = &mut self.workers[worker as usize];
-        if epoch <= state.last_epoch && !crate::mutant::active("mutant-stale-epochs-accepted") {
+        if epoch <= state.last_epoch && !active(Mutant::StaleEpochsAccepted) {
             return Outcome::StaleEpoch;
         }
         state.last_epoch = epoch;
@@ -273,7 +274,7 @@ impl RouterState {
         // Each key is judged against the state before the event, so a key repeated in
         // one store is applied (or rejected) every time it appears.
         let accepted = |ns: NsId, key: KeyId| {
-            if crate::mutant::active("mutant-key-epoch-as-worker") {
+            if active(Mutant::KeyEpochAsWorker) {
                 // The mutant falls back to the per-worker rule.
                 return epoch > last_epoch;
             }
@@ -307,7 +308,7 @@ impl RouterState {
             Op::Evict { ns, keys } => {
                 for (&key, _) in keys.iter().zip(&verdicts).filter(|(_, &ok)| ok) {
                     self.cache.set(worker, *ns, key, 0);
-                    if crate::mutant::active("mutant-tombstones-forgotten") {
+                    if active(Mutant::TombstonesForgotten) {
                         // The mutant forgets the eviction once the entry is gone.
                         self.key_epochs[w].remove(&(*ns, key));
                     } else {

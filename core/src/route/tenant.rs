@@ -7,6 +7,7 @@
 //! decides whether cached tokens may be reused.
 
 use crate::input::trace::{Grant, Namespace};
+use crate::mutant::{active, Mutant};
 use crate::route::compiled::{NsId, Tables};
 use crate::route::reason::Reason;
 use std::collections::HashMap;
@@ -36,10 +37,10 @@ impl<'t> Sharing<'t> {
 
     /// Whether an entry under `entry` may serve a request under `request`.
     pub fn usable(&self, request: &Namespace, entry: &Namespace) -> bool {
-        if crate::mutant::active("mutant-tenant-scope-removed") {
+        if active(Mutant::TenantScopeRemoved) {
             return entry.model == request.model && entry.adapter == request.adapter;
         }
-        if crate::mutant::active("mutant-namespace-model-adapter-dropped") {
+        if active(Mutant::NamespaceModelAdapterDropped) {
             return self.shares(
                 &request.model,
                 &request.adapter,

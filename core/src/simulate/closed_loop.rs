@@ -9,10 +9,12 @@
 //! answers to re-queries (sequential epochs, a gap opened) are in it.
 
 use crate::input::trace::{Event, Trace};
+use crate::mutant::{active, Mutant};
 use crate::route::compiled::{CEvent, Compiled, Op, Step};
-use crate::route::engine::{RunSink, Runner};
+use crate::route::engine::Runner;
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
+use crate::route::record::RunSink;
 use crate::simulate::engine_model::{Engines, Prefill};
 use crate::simulate::options::SimulateOptions;
 use crate::simulate::publication::{delivery_tick, is_lost};
@@ -91,16 +93,14 @@ pub fn simulate_policy(
             if let Some(placement) = runner.step(event, sink) {
                 let engine_reuse = engines.true_reuse(placement.worker, request);
                 // The mutant subtracts the wrong way round: held minus believed.
-                stats.phantom_reuse_tokens += if crate::mutant::active("mutant-phantom-reversed") {
+                stats.phantom_reuse_tokens += if active(Mutant::PhantomReversed) {
                     engine_reuse.saturating_sub(placement.reuse_tokens)
                 } else {
                     placement.reuse_tokens.saturating_sub(engine_reuse)
                 };
                 // The mutant counts missed tokens only where the router believed some
                 // reuse, leaving out the cold rows evidence in flight or a gap made.
-                if placement.reuse_tokens > 0
-                    || !crate::mutant::active("mutant-missed-only-on-hits")
-                {
+                if placement.reuse_tokens > 0 || !active(Mutant::MissedOnlyOnHits) {
                     stats.missed_reuse_tokens +=
                         engine_reuse.saturating_sub(placement.reuse_tokens);
                 }
@@ -171,7 +171,7 @@ pub fn simulate_policy(
             next_seq += 1;
             let lost = is_lost(options, worker, epoch);
             stats.lost_events += lost as u64;
-            if lost && !crate::mutant::active("mutant-loss-after-delivery") {
+            if lost && !active(Mutant::LossAfterDelivery) {
                 continue;
             }
             if keep_events && !lost {

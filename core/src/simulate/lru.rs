@@ -1,6 +1,7 @@
 //! One worker's true KV cache in the engine model (SPEC.md §11, *Cache*): an LRU over
 //! `(namespace, key)` entries, counted in tokens or in blocks.
 
+use crate::mutant::{active, Mutant};
 use crate::route::compiled::{KeyId, NsId};
 use crate::simulate::options::Capacity;
 use std::collections::{BTreeMap, HashMap};
@@ -52,9 +53,7 @@ impl Lru {
         let weight = Self::weight(capacity, tokens);
         match self.entries.insert(entry, (tokens, stamp)) {
             // The mutant keeps a refreshed entry's old age: first in, first out.
-            Some((old_tokens, old_stamp))
-                if crate::mutant::active("mutant-lru-refresh-ignored") =>
-            {
+            Some((old_tokens, old_stamp)) if active(Mutant::LruRefreshIgnored) => {
                 self.entries.insert(entry, (tokens, old_stamp));
                 self.used = self.used - Self::weight(capacity, old_tokens) + weight;
                 old_tokens != tokens

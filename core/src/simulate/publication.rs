@@ -2,6 +2,7 @@
 //! completion tick plus the publication lag plus a seeded jitter; and whether it
 //! reaches the router at all (*Loss*).
 
+use crate::mutant::{active, Mutant};
 use crate::simulate::options::SimulateOptions;
 use sha2::{Digest, Sha256};
 
@@ -13,7 +14,7 @@ pub fn delivery_tick(
     epoch: u64,
 ) -> u64 {
     // The mutant delivers at the completion itself plus jitter, as if the bus were free.
-    let lag_ticks = if crate::mutant::active("mutant-publication-lag-dropped") {
+    let lag_ticks = if active(Mutant::PublicationLagDropped) {
         0
     } else {
         options.publication_lag_ticks
