@@ -4,8 +4,10 @@
 //! by a clap range or a value parser, with the bound stated in `--help` (SPEC.md §7);
 //! [`check`] adds the bounds that span options (a swarm's seed range).
 
+use clap::builder::PossibleValue;
 use clap::{Parser, Subcommand, ValueEnum};
 use kvroute_core::input::limits::JSON_INTEGER_MAX;
+use kvroute_core::input::trace::{EpochsMode, StaleRule};
 use kvroute_core::simulate;
 use kvroute_core::Policy;
 use std::path::PathBuf;
@@ -231,22 +233,37 @@ pub struct ExportArgs {
     pub csv_plain: bool,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StaleRuleArg {
-    #[value(name = "worker_epoch")]
-    WorkerEpoch,
-    #[value(name = "key_epoch")]
-    KeyEpoch,
-    #[value(name = "arrival_order")]
-    ArrivalOrder,
+/// `--stale-rule`: one of core's [`StaleRule`]s, by the name the trace uses (the names
+/// are core's, so they are spelled once).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StaleRuleArg(pub StaleRule);
+
+impl ValueEnum for StaleRuleArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [StaleRuleArg; 3] = [
+            StaleRuleArg(StaleRule::ALL[0]),
+            StaleRuleArg(StaleRule::ALL[1]),
+            StaleRuleArg(StaleRule::ALL[2]),
+        ];
+        &ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()))
+    }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EpochsArg {
-    #[value(name = "any")]
-    Any,
-    #[value(name = "sequential")]
-    Sequential,
+/// `--epochs`: one of core's [`EpochsMode`]s, by the name the trace uses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct EpochsArg(pub EpochsMode);
+
+impl ValueEnum for EpochsArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [EpochsArg; 2] = [EpochsArg(EpochsMode::ALL[0]), EpochsArg(EpochsMode::ALL[1])];
+        &ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()))
+    }
 }
 
 /// `--stale-rule` and `--epochs`, which replace the trace's own policy members.
@@ -258,19 +275,11 @@ pub struct PolicyOverrides {
 
 impl PolicyOverrides {
     pub fn apply(self, policy: &mut kvroute_core::input::trace::PolicyParams) {
-        use kvroute_core::input::trace::{EpochsMode, StaleRule};
-        if let Some(rule) = self.stale_rule {
-            policy.stale_rule = match rule {
-                StaleRuleArg::WorkerEpoch => StaleRule::WorkerEpoch,
-                StaleRuleArg::KeyEpoch => StaleRule::KeyEpoch,
-                StaleRuleArg::ArrivalOrder => StaleRule::ArrivalOrder,
-            };
+        if let Some(StaleRuleArg(rule)) = self.stale_rule {
+            policy.stale_rule = rule;
         }
-        if let Some(mode) = self.epochs {
-            policy.epochs = match mode {
-                EpochsArg::Any => EpochsMode::Any,
-                EpochsArg::Sequential => EpochsMode::Sequential,
-            };
+        if let Some(EpochsArg(mode)) = self.epochs {
+            policy.epochs = mode;
         }
     }
 }

@@ -36,31 +36,15 @@ macro_rules! outln {
     };
 }
 
+mod failure;
 mod out;
 mod progress;
 mod report;
 mod swarm;
 mod swarm_report;
 
+use failure::Failure;
 use out::{emit, emit_with};
-
-/// A failure with its exit status.
-struct Failure {
-    status: u8,
-    lines: Vec<String>,
-}
-
-impl Failure {
-    fn invalid(lines: Vec<String>) -> Self {
-        Failure { status: 2, lines }
-    }
-    fn other(line: String) -> Self {
-        Failure {
-            status: 1,
-            lines: vec![line],
-        }
-    }
-}
 
 fn main() -> ExitCode {
     out::install_signal_handlers();

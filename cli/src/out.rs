@@ -21,7 +21,7 @@
 //!
 //! Every failure names the path the user gave, never the temporary file.
 
-use crate::Failure;
+use crate::failure::Failure;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};

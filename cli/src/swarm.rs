@@ -6,8 +6,8 @@
 //! a pipe (a CI job, a cluster's captured output) one line every few seconds, so a long
 //! soak shows it is alive without flooding the log.
 
+use crate::failure::Failure;
 use crate::swarm_report::{self, ShardReport};
-use crate::Failure;
 pub use kvroute_cli::args::{SwarmAction, SwarmArgs};
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::io::IsTerminal;
@@ -169,7 +169,7 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
     )?;
     if let Some(path) = &args.report {
         let document = ShardReport::of_sweep(&config, mode, &report);
-        crate::emit(&document.to_bytes(), Some(path))?;
+        crate::out::emit(&document.to_bytes(), Some(path))?;
     }
     if report.failures.is_empty() {
         Ok(())

@@ -7,7 +7,7 @@
 //! merged bytes; the outcome fingerprint (a sum over seeds, see `sweep::SweepReport`)
 //! shows that the shards replayed the same traces to the same receipts.
 
-use crate::Failure;
+use crate::failure::Failure;
 use kvroute_harness::generators::GENERATOR_VERSION;
 use kvroute_harness::sweep::{SweepConfig, SweepMode, SweepReport};
 use serde::{Deserialize, Serialize};
@@ -355,7 +355,7 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
         lines.push(format!("swarm merge: {} reports not merged", reports.len()));
         Failure::invalid(lines)
     })?;
-    crate::emit(&merged.to_bytes(), None)?;
+    crate::out::emit(&merged.to_bytes(), None)?;
     for entry in &merged.divergences {
         note!(
             "seed {}: core and oracle diverge {}\n  reproduce: {}{}",

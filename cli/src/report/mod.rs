@@ -12,7 +12,8 @@ pub mod model;
 pub mod page;
 pub mod select;
 
-use super::{emit, read_input, Failure};
+use super::{emit, read_input};
+use crate::failure::Failure;
 pub use kvroute_cli::args::DiffFormat;
 use kvroute_core::output::canonical;
 use kvroute_core::replay;

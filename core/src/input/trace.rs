@@ -98,10 +98,10 @@ impl EpochsMode {
         }
     }
 
+    pub const ALL: [EpochsMode; 2] = [EpochsMode::Any, EpochsMode::Sequential];
+
     pub fn from_name(name: &str) -> Option<EpochsMode> {
-        [EpochsMode::Any, EpochsMode::Sequential]
-            .into_iter()
-            .find(|m| m.name() == name)
+        EpochsMode::ALL.into_iter().find(|m| m.name() == name)
     }
 }
 

@@ -1,0 +1,24 @@
+//! How a command fails: the lines it prints on stderr and the exit status, shared by
+//! every command module and the output helpers (`out`), which therefore need not
+//! import the binary's `main`.
+
+/// A failure with its exit status.
+pub(crate) struct Failure {
+    pub(crate) status: u8,
+    pub(crate) lines: Vec<String>,
+}
+
+impl Failure {
+    /// Invalid input or usage: status 2.
+    pub(crate) fn invalid(lines: Vec<String>) -> Self {
+        Failure { status: 2, lines }
+    }
+
+    /// Anything else that went wrong: status 1.
+    pub(crate) fn other(line: String) -> Self {
+        Failure {
+            status: 1,
+            lines: vec![line],
+        }
+    }
+}
