@@ -10,12 +10,13 @@
 //! [`output`] ← [`replay`] ← [`simulate`] (`core/tests/layout.rs` checks it). Where each rule lives:
 //! - **limits** (profiles, integer literals, the per-request token limit, the overflow
 //!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
-//!   rules: [`input::validate`];
-//! - the **stale rules** (`worker_epoch`, `key_epoch` with tombstones and the clear
-//!   floor, `arrival_order`) and **evidence gaps** of sequential epochs: [`route::state`]
-//!   (`RouterState::apply_cache_event`, `WorkerState::receive_epoch`);
+//!   rules: [`input::validate`], one file a stage;
+//! - the **epoch rule** (when an event or a mutation is news): [`input::epoch`]; the
+//!   **stale rules** that apply it (`worker_epoch`, `key_epoch` with tombstones and the
+//!   clear floor, `arrival_order`) and **evidence gaps** of sequential epochs:
+//!   [`route::state`] (`RouterState::apply_cache_event`, `WorkerState::receive_epoch`);
 //! - the **tenant rule** (whose prefix may be reused, boundary reasons):
-//!   [`route::tenant`]; how far reuse reaches: [`route::reuse`];
+//!   [`route::tenant`]; how far reuse reaches: [`route::cache::reuse`];
 //! - **freshness**, eligibility, work and after-placement figures, and dominance:
 //!   [`route::candidate`]; the reasons rows list: [`route::reason`];
 //! - the **policy rule** (cost score, ties, margins, the overload cap and the cold

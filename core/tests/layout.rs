@@ -6,14 +6,22 @@
 //! `output` (the bytes written) ← `replay` (the driver: which runs, into which output)
 //! ← `simulate` (the closed loop, which drives routing and writes traces). No two files
 //! of core may import each other, directly or through others, and `output` only writes:
-//! none of its files imports the engine or runs a replay. `cargo test -p kvroute-core --test layout -- --nocapture` prints the figures
-//! (files per folder, the import graph's depth and its cycles).
+//! none of its files imports the engine or runs a replay. No folder (directory) holds
+//! more than ten files and no import chain is longer than ten files.
+//! `cargo test -p kvroute-core --test layout -- --nocapture` prints the figures (files
+//! per folder, the import graph's depth and its cycles).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The folders in dependency order: each may import only from itself and those before it.
 const LAYERS: [&str; 5] = ["input", "route", "output", "replay", "simulate"];
+
+/// The most `.rs` files one folder of core may hold, so a newcomer can take it in.
+const FOLDER_FILES_MAX: usize = 10;
+
+/// The longest chain of imports allowed, from an importer down to a leaf, in files.
+const IMPORT_CHAIN_MAX: usize = 10;
 
 /// One source file of core: its module path (`route::candidate`) and its text.
 struct SourceFile {
@@ -332,12 +340,17 @@ fn layer(file: &SourceFile) -> Option<usize> {
 fn core_has_no_import_cycle_and_folders_depend_one_way() {
     let files = sources();
     let edges = graph(&files);
+    // A folder is a directory: its own `.rs` files, not those of its subfolders.
     let mut per_folder: BTreeMap<String, usize> = BTreeMap::new();
     for file in &files {
-        let folder = match file.module.as_slice() {
-            [] => "src".to_owned(),
-            [only] if !source_root().join(only).is_dir() => "src".to_owned(),
-            [top, ..] => top.clone(),
+        let mut folder = file.module.clone();
+        if !source_root().join(folder.join("/")).is_dir() {
+            folder.pop();
+        }
+        let folder = if folder.is_empty() {
+            "src".to_owned()
+        } else {
+            folder.join("/")
         };
         *per_folder.entry(folder).or_default() += 1;
     }
@@ -363,6 +376,20 @@ fn core_has_no_import_cycle_and_folders_depend_one_way() {
     assert!(
         found.is_empty(),
         "core's files import each other in a cycle: {found:?}"
+    );
+    let crowded: Vec<_> = per_folder
+        .iter()
+        .filter(|(_, &count)| count > FOLDER_FILES_MAX)
+        .collect();
+    assert!(
+        crowded.is_empty(),
+        "a folder of core holds more than {FOLDER_FILES_MAX} files: {crowded:?}"
+    );
+    assert!(
+        chain.len() <= IMPORT_CHAIN_MAX,
+        "the longest import chain is {} files, over {IMPORT_CHAIN_MAX}: {}",
+        chain.len(),
+        chain_names.join(" -> ")
     );
     let mut upward = Vec::new();
     for (i, targets) in edges.iter().enumerate() {

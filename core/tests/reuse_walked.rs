@@ -6,9 +6,9 @@
 //! same answers as resetting every worker.
 
 use kvroute_core::parse_trace;
+use kvroute_core::route::cache::reuse::{reuse_walk, WalkScratch};
 use kvroute_core::route::compiled::{Compiled, Req, Step};
 use kvroute_core::route::reason::{Reason, Reasons};
-use kvroute_core::route::reuse::{reuse_walk, WalkScratch};
 use kvroute_core::route::state::RouterState;
 use kvroute_core::route::tenant::{NamespaceRule, Sharing};
 use serde_json::{json, Value};

@@ -3,9 +3,9 @@
 //! difference found here is a difference with what kvroute routes on.
 
 use crate::{Applied, Peer};
+use kvroute_core::route::cache::reuse::{reuse_walk, WalkScratch};
 use kvroute_core::route::compiled::{Compiled, Op, Req, Tables};
 use kvroute_core::route::reason::Reasons;
-use kvroute_core::route::reuse::{reuse_walk, WalkScratch};
 use kvroute_core::route::state::{Outcome, RouterState};
 use kvroute_core::route::tenant::{NamespaceRule, Sharing};
 

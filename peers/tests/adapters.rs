@@ -199,9 +199,9 @@ fn a_key_reached_from_two_parents_is_a_fork() {
 /// kvroute's answers from a walk over a scratch reset for every worker (what the adapter
 /// did before it reset only the workers its last walk changed), as a sparse answer.
 fn fully_reset_answers(trace: &kvroute_core::Trace) -> Vec<Vec<(u32, u64)>> {
+    use kvroute_core::route::cache::reuse::{reuse_walk, WalkScratch};
     use kvroute_core::route::compiled::{Compiled, Step};
     use kvroute_core::route::reason::Reasons;
-    use kvroute_core::route::reuse::{reuse_walk, WalkScratch};
     use kvroute_core::route::state::RouterState;
     use kvroute_core::route::tenant::{NamespaceRule, Sharing};
     let compiled = Compiled::new(trace);

@@ -5,9 +5,9 @@
 //! not timed.
 
 use kvroute_core::input::limits::LimitsProfile;
+use kvroute_core::route::cache::work::reset_entry_operations;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::run_metrics;
-use kvroute_core::route::work::reset_entry_operations;
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::costly::{costly_trace, CostlyShape};
 use proptest::prelude::*;

@@ -3,10 +3,12 @@
 //!
 //! Everything here turns bytes into a [`trace::Trace`] that satisfies every rule of the
 //! contract, or into errors that name a JSON path (or an input line) and a reason. What
-//! belongs here: shapes, value rules, cross-references, limits, overflow. What must not:
-//! anything about routing; this folder imports nothing from the others.
+//! belongs here: shapes, value rules, cross-references, limits, overflow, and the epoch
+//! rule that both validation's residency stage and routing's state apply. What must
+//! not: anything else about routing; this folder imports nothing from the others.
 
 mod document;
+pub mod epoch;
 pub mod json;
 pub mod limits;
 pub mod mooncake;

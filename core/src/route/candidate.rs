@@ -1,7 +1,7 @@
 //! Candidate rows: every worker's figures for one request (SPEC.md §4.1–§4.4, §4.6).
 //!
 //! A row says whether the worker may serve the request (eligibility and freshness),
-//! how much prefix it could reuse (the walk in [`crate::route::reuse`], under the
+//! how much prefix it could reuse (the walk in [`crate::route::cache::reuse`], under the
 //! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
 //! have after this request. Rows are computed the same way for every policy. What a
 //! policy makes of them — the cost score, the overload cap, the choice — is in
@@ -11,9 +11,9 @@
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::mutant::{active, Mutant};
+use crate::route::cache::reuse::{reuse_walk, WalkScratch};
 use crate::route::compiled::{Compiled, Req};
 use crate::route::reason::{Reason, Reasons};
-use crate::route::reuse::{reuse_walk, WalkScratch};
 use crate::route::state::RouterState;
 use crate::route::tenant::NamespaceRule;
 
@@ -96,7 +96,7 @@ impl Rows {
         rule: &mut NamespaceRule,
     ) {
         let base = compiled.base_adapter;
-        crate::route::work::count(compiled.workers.len() as u64);
+        crate::route::cache::work::count(compiled.workers.len() as u64);
         for (w, (spec, worker)) in compiled.workers.iter().zip(&mut state.workers).enumerate() {
             worker.drain_to(tick);
             let mut reasons = Reasons::default();

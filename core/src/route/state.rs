@@ -8,12 +8,13 @@
 //! ([`WorkerState::receive_epoch`]), where load observations are accepted or dropped,
 //! and where a placement adds load. Nothing else mutates a worker.
 //!
-//! Residency itself is kept in [`crate::route::cache_index`]; this module decides which
+//! Residency itself is kept in [`crate::route::cache::index`]; this module decides which
 //! cache events may change it.
 
+use crate::input::epoch::{key_epoch_is_news, worker_epoch_is_news};
 use crate::input::trace::{EpochsMode, StaleRule};
 use crate::mutant::{active, Mutant};
-use crate::route::cache_index::CacheIndex;
+use crate::route::cache::index::CacheIndex;
 use crate::route::compiled::{Compiled, KeyId, NsId, Op};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -252,7 +253,7 @@ impl RouterState {
     /// or destroy residency the worker has since changed.
     fn apply_worker_epoch(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Outcome {
         let state = &mut self.workers[worker as usize];
-        if epoch <= state.last_epoch && !active(Mutant::StaleEpochsAccepted) {
+        if !worker_epoch_is_news(state.last_epoch, epoch) && !active(Mutant::StaleEpochsAccepted) {
             return Outcome::StaleEpoch;
         }
         state.last_epoch = epoch;
@@ -276,9 +277,9 @@ impl RouterState {
         let accepted = |ns: NsId, key: KeyId| {
             if active(Mutant::KeyEpochAsWorker) {
                 // The mutant falls back to the per-worker rule.
-                return epoch > last_epoch;
+                return worker_epoch_is_news(last_epoch, epoch);
             }
-            epoch > floor && epoch > key_epochs.get(&(ns, key)).copied().unwrap_or(floor)
+            key_epoch_is_news(floor, key_epochs.get(&(ns, key)).copied(), epoch)
         };
         let verdicts: Vec<bool> = match op {
             Op::Clear => Vec::new(),

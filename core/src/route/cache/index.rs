@@ -64,7 +64,7 @@ impl CacheIndex {
 
     /// Sets the resident tokens of one entry; 0 removes it.
     pub fn set(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
-        crate::route::work::count(1);
+        crate::route::cache::work::count(1);
         let holders = &mut self.by_key[key as usize];
         match find(holders, worker, ns) {
             Ok(i) if tokens == 0 => {
@@ -118,7 +118,7 @@ impl CacheIndex {
     /// Removes every entry of one worker.
     pub fn clear(&mut self, worker: u32) {
         let entries = std::mem::take(&mut self.by_worker[worker as usize]);
-        crate::route::work::count(entries.len() as u64);
+        crate::route::cache::work::count(entries.len() as u64);
         for (key, ns) in entries {
             let holders = &mut self.by_key[key as usize];
             if let Ok(i) = find(holders, worker, ns) {

@@ -7,7 +7,7 @@
 //! count is decided in `tenant`; how far they count is decided here.
 
 use crate::mutant::{active, Mutant};
-use crate::route::cache_index::CacheIndex;
+use crate::route::cache::index::CacheIndex;
 use crate::route::compiled::{Req, Tables};
 use crate::route::reason::Reasons;
 use crate::route::tenant::NamespaceRule;
@@ -98,7 +98,7 @@ pub fn reuse_walk(
         scratch.visit += 1;
         scratch.touched.clear();
         let holders = index.holders(segment.key);
-        crate::route::work::count(holders.len() as u64);
+        crate::route::cache::work::count(holders.len() as u64);
         for holder in holders {
             let w = holder.worker as usize;
             let depth = scratch.depth[w];

@@ -18,11 +18,6 @@ pub(crate) fn count(n: u64) {
     ENTRY_OPERATIONS.with(|c| c.set(c.get().wrapping_add(n)));
 }
 
-/// This thread's entry operations so far.
-pub fn entry_operations() -> u64 {
-    ENTRY_OPERATIONS.with(Cell::get)
-}
-
 /// Sets this thread's count back to 0 and returns what it was.
 pub fn reset_entry_operations() -> u64 {
     ENTRY_OPERATIONS.with(|c| c.replace(0))

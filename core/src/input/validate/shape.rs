@@ -1,235 +1,17 @@
-//! Trace validation: bytes in, a [`Trace`] or every error with its JSON path out.
-//!
-//! Validation is all-or-nothing and runs in the four stages of SPEC.md §2.3: JSON
-//! syntax, shape (types, required, unknown and repeated members), cross-references and
-//! limits, then the overflow bound. Paths index the input arrays as given. Nothing in
-//! here panics on any input: every value is checked before it is used.
+//! Stage 2: the shape of the document (SPEC.md §2.3): types, required, unknown and
+//! repeated members, value ranges, read into the trace model as the document streams
+//! by, with every repeated string shared.
 
+use super::errors::ValidationErrors;
 use crate::input::document::{self, Path};
-use crate::input::json::{self, quote_str, MemberName, NodeOf as Node, BYTE_ORDER_MARK_MESSAGE};
-use crate::input::limits::{CostBound, ERROR_LINES_MAX, JSON_INTEGER_MAX};
+use crate::input::json::{quote_str, MemberName, NodeOf as Node};
 use crate::input::trace::*;
-use rustc_hash::{FxHashMap, FxHashSet};
-use std::borrow::Cow;
-use std::cell::RefCell;
-use std::collections::VecDeque;
+use rustc_hash::FxHashMap;
 use std::fmt;
-use std::io::{self, Read};
-use std::rc::Rc;
 use std::sync::Arc;
 
-/// Why a trace was rejected: the first [`ERROR_LINES_MAX`] `PATH: reason` lines in
-/// report order, and how many more there were. Only the printed lines are kept, so a
-/// document with millions of defects costs 100 strings, not millions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ValidationErrors {
-    /// At most [`ERROR_LINES_MAX`] lines.
-    pub errors: Vec<String>,
-    /// Errors found after the first [`ERROR_LINES_MAX`], counted, not kept.
-    pub more: usize,
-}
-
-impl ValidationErrors {
-    fn one(line: String) -> Self {
-        ValidationErrors {
-            errors: vec![line],
-            more: 0,
-        }
-    }
-
-    /// Records one error at a path; the line is only formatted while there is room to
-    /// keep it, and its path is cut ([`cut_path`]).
-    fn push_with<P: AsRef<str>, R: fmt::Display>(&mut self, error: impl FnOnce() -> (P, R)) {
-        if self.errors.len() < ERROR_LINES_MAX {
-            let (path, reason) = error();
-            self.errors
-                .push(format!("{}: {reason}", cut_path(path.as_ref())));
-        } else {
-            self.more += 1;
-        }
-    }
-
-    /// Appends `other`'s errors after these, as if each had been pushed here.
-    fn append(&mut self, other: ValidationErrors) {
-        for line in other.errors {
-            if self.errors.len() < ERROR_LINES_MAX {
-                self.errors.push(line);
-            } else {
-                self.more += 1;
-            }
-        }
-        self.more += other.more;
-    }
-
-    /// Whether no error was found.
-    pub fn is_empty(&self) -> bool {
-        self.errors.is_empty()
-    }
-
-    /// Every error found, kept or counted.
-    pub fn count(&self) -> usize {
-        self.errors.len() + self.more
-    }
-
-    /// The lines as printed: at most [`ERROR_LINES_MAX`], then a count of the rest.
-    pub fn lines(&self) -> Vec<String> {
-        let mut lines = self.errors.clone();
-        if self.more > 0 {
-            lines.push(format!("... and {} more errors", self.more));
-        }
-        lines
-    }
-}
-
-impl fmt::Display for ValidationErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.lines().join("\n"))
-    }
-}
-
-impl std::error::Error for ValidationErrors {}
-
-/// A path as error lines print it (SPEC.md §2.1): whole up to [`PATH_CHARS_MAX`]
-/// characters, else its first [`PATH_HEAD_CHARS`], the marker and its last
-/// [`PATH_TAIL_CHARS`]. Characters, not bytes, so a cut never splits a UTF-8 sequence;
-/// a 50 MB member name gives a 120-character path, not a 50 MB line.
-pub fn cut_path(path: &str) -> Cow<'_, str> {
-    // Byte length bounds the character count from above: most paths are ASCII and
-    // short, and need no counting.
-    if path.len() <= PATH_CHARS_MAX || path.chars().count() <= PATH_CHARS_MAX {
-        return Cow::Borrowed(path);
-    }
-    let head_end = path
-        .char_indices()
-        .nth(PATH_HEAD_CHARS)
-        .map_or(path.len(), |(i, _)| i);
-    let tail_start = path
-        .char_indices()
-        .rev()
-        .nth(PATH_TAIL_CHARS - 1)
-        .map_or(0, |(i, _)| i);
-    Cow::Owned(format!(
-        "{}{PATH_CUT_MARKER}{}",
-        &path[..head_end],
-        &path[tail_start..]
-    ))
-}
-
-/// The longest path printed whole, and how a longer one is cut (SPEC.md §2.1).
-pub const PATH_CHARS_MAX: usize = 120;
-pub const PATH_HEAD_CHARS: usize = 80;
-pub const PATH_TAIL_CHARS: usize = 35;
-pub const PATH_CUT_MARKER: &str = "[...]";
-
-/// Parses and validates trace bytes.
-pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
-    if bytes.starts_with(BYTE_ORDER_MARK) {
-        return Err(invalid_json(BYTE_ORDER_MARK_MESSAGE));
-    }
-    let (masked, literals) = json::mask_numbers(bytes);
-    let mut de = serde_json::Deserializer::from_slice(&masked);
-    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
-        de.end()?;
-        Ok(read)
-    });
-    match read {
-        Ok(read) => validated(read),
-        Err(e) => Err(invalid_json(&e.to_string())),
-    }
-}
-
-/// Why [`read_trace`] failed: the source could not be read, or what it held is not a
-/// valid trace.
-#[derive(Debug)]
-pub enum ReadTraceError {
-    Io(io::Error),
-    Invalid(ValidationErrors),
-}
-
-impl fmt::Display for ReadTraceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReadTraceError::Io(e) => e.fmt(f),
-            ReadTraceError::Invalid(errors) => errors.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ReadTraceError {}
-
-/// Reads and validates a trace from a stream (a file, stdin) in one pass, holding
-/// neither its text nor a tree of it: the same trace, or the same errors, as
-/// [`parse_trace`] of the same bytes.
-pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
-    // The byte order mark is refused before parsing (SPEC.md §2.2), so look at the
-    // first three bytes, then hand them on ahead of the rest.
-    let mut head = Vec::with_capacity(BYTE_ORDER_MARK.len());
-    (&mut source)
-        .take(BYTE_ORDER_MARK.len() as u64)
-        .read_to_end(&mut head)
-        .map_err(ReadTraceError::Io)?;
-    if head == BYTE_ORDER_MARK {
-        return Err(ReadTraceError::Invalid(invalid_json(
-            BYTE_ORDER_MARK_MESSAGE,
-        )));
-    }
-    let literals = Rc::new(RefCell::new(VecDeque::new()));
-    let masked = json::MaskingReader::new(io::Cursor::new(head).chain(source), literals.clone());
-    let mut de = serde_json::Deserializer::from_reader(io::BufReader::new(masked));
-    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
-        de.end()?;
-        Ok(read)
-    });
-    match read {
-        Ok(read) => validated(read).map_err(ReadTraceError::Invalid),
-        Err(e) if e.is_io() => Err(ReadTraceError::Io(e.into())),
-        Err(e) => Err(ReadTraceError::Invalid(invalid_json(&e.to_string()))),
-    }
-}
-
-const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
-
-const ITEM_FNS: document::ItemFns<Walk> = document::ItemFns {
-    grant: Walk::grant,
-    worker: Walk::worker,
-    event: Walk::event,
-};
-
-/// The one error of a document that is not JSON (stage 1).
-fn invalid_json(reason: &str) -> ValidationErrors {
-    ValidationErrors::one(format!("$: invalid JSON: {reason}"))
-}
-
-/// Stages 2 to 5 on a document that was JSON.
-fn validated(read: document::Read<'_, Walk>) -> Result<Trace, ValidationErrors> {
-    let mut walk = Walk::default();
-    let trace = match read {
-        document::Read::Object(doc) => walk.trace(doc),
-        document::Read::Other(node) => {
-            walk.object(&Path::Root, &node);
-            None
-        }
-    };
-    let trace = match trace {
-        Some(trace) if walk.errors.is_empty() => trace,
-        _ => return Err(walk.errors),
-    };
-    let errors = cross_reference_and_limits(&trace);
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let errors = residency_errors(&trace);
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    if let Some(error) = overflow_error(&trace) {
-        return Err(ValidationErrors::one(error));
-    }
-    Ok(trace)
-}
-
 /// The members of one JSON object, for checking required, unknown and repeated names.
-struct Members<'p, 'n, 'd> {
+pub(super) struct Members<'p, 'n, 'd> {
     path: Path<'p>,
     members: &'n [(MemberName, Node<'d>)],
 }
@@ -277,8 +59,8 @@ impl<'p, 'n, 'd> Members<'p, 'n, 'd> {
 }
 
 #[derive(Default)]
-pub(super) struct Walk {
-    errors: ValidationErrors,
+pub(crate) struct Walk {
+    pub(super) errors: ValidationErrors,
     strings: SharedStrings,
 }
 
@@ -335,7 +117,7 @@ impl Walk {
         self.errors.push_with(|| (path.to_string(), reason));
     }
 
-    fn object<'p, 'n, 'd>(
+    pub(super) fn object<'p, 'n, 'd>(
         &mut self,
         path: &Path<'p>,
         node: &'n Node<'d>,
@@ -515,7 +297,7 @@ impl Walk {
     /// The top-level object, read by [`document::read`]: the small members are here as
     /// nodes, the three arrays were checked element by element as they streamed by, and
     /// their errors are put where the walk of a whole tree reported them.
-    fn trace(&mut self, doc: document::Document<'_, Walk>) -> Option<Trace> {
+    pub(super) fn trace(&mut self, doc: document::Document<'_, Walk>) -> Option<Trace> {
         let obj = Members {
             path: Path::Root,
             members: &doc.members,
@@ -672,7 +454,7 @@ impl Walk {
         None
     }
 
-    fn grant(&mut self, path: &Path, node: &Node) -> Option<Grant> {
+    pub(super) fn grant(&mut self, path: &Path, node: &Node) -> Option<Grant> {
         let obj = self.object(path, node)?;
         let model = self.req_string(&obj, "model");
         let adapter = self.req_string(&obj, "adapter");
@@ -685,7 +467,7 @@ impl Walk {
         })
     }
 
-    fn worker(&mut self, path: &Path, node: &Node) -> Option<WorkerSpec> {
+    pub(super) fn worker(&mut self, path: &Path, node: &Node) -> Option<WorkerSpec> {
         let obj = self.object(path, node)?;
         let id = self.req_string(&obj, "id");
         let model = self.req_string(&obj, "model");
@@ -752,7 +534,7 @@ impl Walk {
         })
     }
 
-    fn event(&mut self, path: &Path, node: &Node) -> Option<Event> {
+    pub(super) fn event(&mut self, path: &Path, node: &Node) -> Option<Event> {
         let obj = self.object(path, node)?;
         let seq = self.req_integer(&obj, "seq");
         let tick = self.req_integer(&obj, "tick");
@@ -898,339 +680,6 @@ impl Walk {
             decode_tokens: decode_tokens?,
         }))
     }
-}
-
-/// Stage 3: duplicates, dangling references, future observations, over-long prefixes
-/// and the static limits of the profile, in the order SPEC.md §2.3 fixes. The sets are
-/// hash sets only asked whether they already hold a value, never iterated, so their
-/// order cannot reach an error.
-fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
-    let mut errors = ValidationErrors::default();
-    let profile = trace.limits;
-    let over = |count: usize, max: u64| count as u64 > max;
-    for (i, grant) in trace.sharing.iter().enumerate() {
-        let max = profile.tenants_per_grant_max();
-        if over(grant.tenants.len(), max) {
-            errors.push_with(|| {
-                (
-                    format!("sharing[{i}].tenants"),
-                    format!(
-                        "{} tenants exceed the {} limit of {max} per grant",
-                        grant.tenants.len(),
-                        profile.name()
-                    ),
-                )
-            });
-        }
-    }
-    let mut worker_ids =
-        FxHashSet::with_capacity_and_hasher(trace.workers.len(), Default::default());
-    for (i, worker) in trace.workers.iter().enumerate() {
-        if !worker_ids.insert(&*worker.id) {
-            errors.push_with(|| {
-                (
-                    format!("workers[{i}].id"),
-                    format!("duplicate worker id {}", quote_str(&worker.id)),
-                )
-            });
-        }
-        let max = profile.adapters_per_worker_max();
-        if over(worker.adapters.len(), max) {
-            errors.push_with(|| {
-                (
-                    format!("workers[{i}].adapters"),
-                    format!(
-                        "{} adapters exceed the {} limit of {max} per worker",
-                        worker.adapters.len(),
-                        profile.name()
-                    ),
-                )
-            });
-        }
-        let mut entries =
-            FxHashSet::with_capacity_and_hasher(worker.cache.len(), Default::default());
-        for (j, entry) in worker.cache.iter().enumerate() {
-            if !entries.insert((&entry.namespace, &*entry.key)) {
-                errors.push_with(|| {
-                    (
-                        format!("workers[{i}].cache[{j}]"),
-                        format!("duplicate cache entry for key {}", quote_str(&entry.key)),
-                    )
-                });
-            }
-        }
-        let max = profile.cache_entries_per_worker_max();
-        if over(worker.cache.len(), max) {
-            errors.push_with(|| {
-                (
-                    format!("workers[{i}].cache"),
-                    format!(
-                        "{} cache entries exceed the {} limit of {max} per worker",
-                        worker.cache.len(),
-                        profile.name()
-                    ),
-                )
-            });
-        }
-    }
-    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
-    let mut request_ids = FxHashSet::default();
-    for (i, event) in trace.events.iter().enumerate() {
-        if !seqs.insert(event.seq) {
-            errors.push_with(|| {
-                (
-                    format!("events[{i}].seq"),
-                    format!("duplicate seq {}", event.seq),
-                )
-            });
-        }
-        let worker = match &event.kind {
-            EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
-            EventKind::Request(_) => None,
-        };
-        if let EventKind::Request(request) = &event.kind {
-            if !request_ids.insert(&*request.id) {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].id"),
-                        format!("duplicate request id {}", quote_str(&request.id)),
-                    )
-                });
-            }
-        }
-        if let Some(worker) = worker {
-            if !worker_ids.contains(&**worker) {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].worker"),
-                        format!("unknown worker {}", quote_str(worker)),
-                    )
-                });
-            }
-        }
-        match &event.kind {
-            EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].observed_tick"),
-                        format!(
-                            "observed_tick {observed_tick} is after the event tick {}",
-                            event.tick
-                        ),
-                    )
-                });
-            }
-            EventKind::Request(request) => {
-                let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
-                if prefix_tokens > request.prompt_tokens as u128 {
-                    errors.push_with(|| {
-                        (
-                            format!("events[{i}].prefix"),
-                            format!(
-                                "prefix tokens {prefix_tokens} exceed prompt_tokens {}",
-                                request.prompt_tokens
-                            ),
-                        )
-                    });
-                }
-                if let Some(tokens) =
-                    profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
-                {
-                    errors.push_with(|| {
-                        (
-                            format!("events[{i}]"),
-                            format!(
-                                "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
-                                profile.name(),
-                                profile.tokens_per_request_max()
-                            ),
-                        )
-                    });
-                }
-            }
-            _ => {}
-        }
-        let keys = match &event.kind {
-            EventKind::Request(request) => Some(("prefix", request.prefix.len())),
-            EventKind::Cache {
-                op: CacheOp::Store { segments, .. },
-                ..
-            } => Some(("segments", segments.len())),
-            EventKind::Cache {
-                op: CacheOp::Evict { keys, .. },
-                ..
-            } => Some(("keys", keys.len())),
-            _ => None,
-        };
-        if let Some((member, count)) = keys {
-            let max = profile.keys_per_event_max();
-            if over(count, max) {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].{member}"),
-                        format!(
-                            "{count} keys exceed the {} limit of {max} per event",
-                            profile.name()
-                        ),
-                    )
-                });
-            }
-        }
-    }
-    let counts = [
-        (
-            "sharing",
-            trace.sharing.len() as u64,
-            "sharing grants",
-            profile.sharing_grants_max(),
-        ),
-        (
-            "workers",
-            trace.workers.len() as u64,
-            "workers",
-            profile.workers_max(),
-        ),
-        (
-            "events",
-            trace.request_count() as u64,
-            "requests",
-            profile.requests_max(),
-        ),
-        (
-            "events",
-            trace.events.len() as u64,
-            "events",
-            profile.events_max(),
-        ),
-    ];
-    for (path, count, noun, max) in counts {
-        if count > max {
-            errors.push_with(|| {
-                (
-                    path,
-                    format!(
-                        "{count} {noun} exceed the {} limit of {max}",
-                        profile.name()
-                    ),
-                )
-            });
-        }
-    }
-    errors
-}
-
-/// Stage 4: the residency limit (SPEC.md §1.3). Routing never changes a cache and the
-/// epoch rule reads only epochs, so replaying the cache events alone, in `(tick, seq)`
-/// order, gives every worker's resident entries at every point of every policy's run.
-/// Runs only after stage 3 found nothing: seqs are unique, so the order is total, and
-/// every event names a worker.
-fn residency_errors(trace: &Trace) -> ValidationErrors {
-    let mut errors = ValidationErrors::default();
-    let profile = trace.limits;
-    let max = profile.cache_entries_per_worker_max() as usize;
-    let index_of: FxHashMap<&str, usize> = trace
-        .workers
-        .iter()
-        .enumerate()
-        .map(|(w, worker)| (&*worker.id, w))
-        .collect();
-    let mut resident: Vec<FxHashSet<(&Namespace, &str)>> = trace
-        .workers
-        .iter()
-        .map(|worker| {
-            worker
-                .cache
-                .iter()
-                .filter(|entry| entry.tokens > 0)
-                .map(|entry| (&entry.namespace, &*entry.key))
-                .collect()
-        })
-        .collect();
-    let mut last_epoch: Vec<u64> = trace.workers.iter().map(|w| w.epoch).collect();
-    let mut reported = vec![false; trace.workers.len()];
-    let mut order: Vec<usize> = (0..trace.events.len()).collect();
-    order.sort_by_key(|&i| (trace.events[i].tick, trace.events[i].seq));
-    for i in order {
-        let EventKind::Cache { worker, epoch, op } = &trace.events[i].kind else {
-            continue;
-        };
-        let Some(&w) = index_of.get(&**worker) else {
-            continue;
-        };
-        if *epoch <= last_epoch[w] {
-            continue;
-        }
-        last_epoch[w] = *epoch;
-        let entries = &mut resident[w];
-        match op {
-            CacheOp::Store {
-                namespace,
-                segments,
-            } => {
-                for segment in segments {
-                    if segment.tokens > 0 {
-                        entries.insert((namespace, &*segment.key));
-                    } else {
-                        entries.remove(&(namespace, &*segment.key));
-                    }
-                }
-                if entries.len() > max && !reported[w] {
-                    reported[w] = true;
-                    let held = entries.len();
-                    errors.push_with(|| {
-                        (
-                            format!("events[{i}]"),
-                            format!(
-                                "worker {} would hold {held} cache entries, over the {} limit of {max}",
-                                quote_str(worker),
-                                profile.name()
-                            ),
-                        )
-                    });
-                }
-            }
-            CacheOp::Evict { namespace, keys } => {
-                for key in keys {
-                    entries.remove(&(namespace, &**key));
-                }
-            }
-            CacheOp::Clear => entries.clear(),
-        }
-    }
-    errors
-}
-
-/// Stage 5: the static bound of SPEC.md §1.4 on every exported figure.
-fn overflow_error(trace: &Trace) -> Option<String> {
-    let mut bound = CostBound::default();
-    for worker in &trace.workers {
-        bound.add_load(worker.queued_prefill, worker.active_decode);
-    }
-    for event in &trace.events {
-        match &event.kind {
-            EventKind::Load {
-                queued_prefill,
-                active_decode,
-                ..
-            } => bound.add_load(*queued_prefill, *active_decode),
-            EventKind::Request(request) => {
-                bound.add_request(request.prompt_tokens, request.decode_tokens)
-            }
-            EventKind::Cache { .. } => {}
-        }
-    }
-    let policy = &trace.policy;
-    let dynamo_over = policy
-        .dynamo_block_tokens
-        .is_some_and(|block_tokens| bound.dynamo_exceeds_integer_max(block_tokens));
-    (bound.exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
-        || dynamo_over)
-        .then(|| {
-            format!(
-                "$: figures could overflow: the cost bound exceeds {}",
-                JSON_INTEGER_MAX
-            )
-        })
 }
 
 #[cfg(test)]

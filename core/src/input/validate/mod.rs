@@ -1,0 +1,139 @@
+//! Trace validation: bytes in, a [`Trace`] or every error with its JSON path out.
+//!
+//! Validation is all-or-nothing and runs in the four stages of SPEC.md §2.3: JSON
+//! syntax, shape (types, required, unknown and repeated members), cross-references and
+//! limits, then the overflow bound. Paths index the input arrays as given. Nothing in
+//! here panics on any input: every value is checked before it is used.
+//!
+//! One file a stage: [`errors`] (what is reported and how paths are cut), [`shape`]
+//! (stage 2), [`references`] (stage 3), [`residency`] (stage 4), [`overflow`] (stage
+//! 5); this file holds the entry points and runs the stages in order.
+
+mod errors;
+mod overflow;
+mod references;
+mod residency;
+mod shape;
+
+use crate::input::document::{self, Path};
+use crate::input::json::{self, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::trace::*;
+pub use errors::{
+    cut_path, ValidationErrors, PATH_CHARS_MAX, PATH_CUT_MARKER, PATH_HEAD_CHARS, PATH_TAIL_CHARS,
+};
+use overflow::overflow_error;
+use references::cross_reference_and_limits;
+use residency::residency_errors;
+use shape::Walk;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::{self, Read};
+use std::rc::Rc;
+
+/// Parses and validates trace bytes.
+pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
+    if bytes.starts_with(BYTE_ORDER_MARK) {
+        return Err(invalid_json(BYTE_ORDER_MARK_MESSAGE));
+    }
+    let (masked, literals) = json::mask_numbers(bytes);
+    let mut de = serde_json::Deserializer::from_slice(&masked);
+    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
+        de.end()?;
+        Ok(read)
+    });
+    match read {
+        Ok(read) => validated(read),
+        Err(e) => Err(invalid_json(&e.to_string())),
+    }
+}
+
+/// Why [`read_trace`] failed: the source could not be read, or what it held is not a
+/// valid trace.
+#[derive(Debug)]
+pub enum ReadTraceError {
+    Io(io::Error),
+    Invalid(ValidationErrors),
+}
+
+impl fmt::Display for ReadTraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadTraceError::Io(e) => e.fmt(f),
+            ReadTraceError::Invalid(errors) => errors.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadTraceError {}
+
+/// Reads and validates a trace from a stream (a file, stdin) in one pass, holding
+/// neither its text nor a tree of it: the same trace, or the same errors, as
+/// [`parse_trace`] of the same bytes.
+pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
+    // The byte order mark is refused before parsing (SPEC.md §2.2), so look at the
+    // first three bytes, then hand them on ahead of the rest.
+    let mut head = Vec::with_capacity(BYTE_ORDER_MARK.len());
+    (&mut source)
+        .take(BYTE_ORDER_MARK.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(ReadTraceError::Io)?;
+    if head == BYTE_ORDER_MARK {
+        return Err(ReadTraceError::Invalid(invalid_json(
+            BYTE_ORDER_MARK_MESSAGE,
+        )));
+    }
+    let literals = Rc::new(RefCell::new(VecDeque::new()));
+    let masked = json::MaskingReader::new(io::Cursor::new(head).chain(source), literals.clone());
+    let mut de = serde_json::Deserializer::from_reader(io::BufReader::new(masked));
+    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
+        de.end()?;
+        Ok(read)
+    });
+    match read {
+        Ok(read) => validated(read).map_err(ReadTraceError::Invalid),
+        Err(e) if e.is_io() => Err(ReadTraceError::Io(e.into())),
+        Err(e) => Err(ReadTraceError::Invalid(invalid_json(&e.to_string()))),
+    }
+}
+
+const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
+
+const ITEM_FNS: document::ItemFns<Walk> = document::ItemFns {
+    grant: Walk::grant,
+    worker: Walk::worker,
+    event: Walk::event,
+};
+
+/// The one error of a document that is not JSON (stage 1).
+fn invalid_json(reason: &str) -> ValidationErrors {
+    ValidationErrors::one(format!("$: invalid JSON: {reason}"))
+}
+
+/// Stages 2 to 5 on a document that was JSON.
+fn validated(read: document::Read<'_, Walk>) -> Result<Trace, ValidationErrors> {
+    let mut walk = Walk::default();
+    let trace = match read {
+        document::Read::Object(doc) => walk.trace(doc),
+        document::Read::Other(node) => {
+            walk.object(&Path::Root, &node);
+            None
+        }
+    };
+    let trace = match trace {
+        Some(trace) if walk.errors.is_empty() => trace,
+        _ => return Err(walk.errors),
+    };
+    let errors = cross_reference_and_limits(&trace);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let errors = residency_errors(&trace);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    if let Some(error) = overflow_error(&trace) {
+        return Err(ValidationErrors::one(error));
+    }
+    Ok(trace)
+}

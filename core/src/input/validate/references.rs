@@ -1,0 +1,226 @@
+//! Stage 3: duplicates, dangling references, future observations, over-long prefixes
+//! and the profile's static limits (SPEC.md §2.3, §1.3).
+
+use super::errors::ValidationErrors;
+use crate::input::json::quote_str;
+use crate::input::trace::*;
+use rustc_hash::FxHashSet;
+
+/// Stage 3: duplicates, dangling references, future observations, over-long prefixes
+/// and the static limits of the profile, in the order SPEC.md §2.3 fixes. The sets are
+/// hash sets only asked whether they already hold a value, never iterated, so their
+/// order cannot reach an error.
+pub(super) fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
+    let mut errors = ValidationErrors::default();
+    let profile = trace.limits;
+    let over = |count: usize, max: u64| count as u64 > max;
+    for (i, grant) in trace.sharing.iter().enumerate() {
+        let max = profile.tenants_per_grant_max();
+        if over(grant.tenants.len(), max) {
+            errors.push_with(|| {
+                (
+                    format!("sharing[{i}].tenants"),
+                    format!(
+                        "{} tenants exceed the {} limit of {max} per grant",
+                        grant.tenants.len(),
+                        profile.name()
+                    ),
+                )
+            });
+        }
+    }
+    let mut worker_ids =
+        FxHashSet::with_capacity_and_hasher(trace.workers.len(), Default::default());
+    for (i, worker) in trace.workers.iter().enumerate() {
+        if !worker_ids.insert(&*worker.id) {
+            errors.push_with(|| {
+                (
+                    format!("workers[{i}].id"),
+                    format!("duplicate worker id {}", quote_str(&worker.id)),
+                )
+            });
+        }
+        let max = profile.adapters_per_worker_max();
+        if over(worker.adapters.len(), max) {
+            errors.push_with(|| {
+                (
+                    format!("workers[{i}].adapters"),
+                    format!(
+                        "{} adapters exceed the {} limit of {max} per worker",
+                        worker.adapters.len(),
+                        profile.name()
+                    ),
+                )
+            });
+        }
+        let mut entries =
+            FxHashSet::with_capacity_and_hasher(worker.cache.len(), Default::default());
+        for (j, entry) in worker.cache.iter().enumerate() {
+            if !entries.insert((&entry.namespace, &*entry.key)) {
+                errors.push_with(|| {
+                    (
+                        format!("workers[{i}].cache[{j}]"),
+                        format!("duplicate cache entry for key {}", quote_str(&entry.key)),
+                    )
+                });
+            }
+        }
+        let max = profile.cache_entries_per_worker_max();
+        if over(worker.cache.len(), max) {
+            errors.push_with(|| {
+                (
+                    format!("workers[{i}].cache"),
+                    format!(
+                        "{} cache entries exceed the {} limit of {max} per worker",
+                        worker.cache.len(),
+                        profile.name()
+                    ),
+                )
+            });
+        }
+    }
+    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
+    let mut request_ids = FxHashSet::default();
+    for (i, event) in trace.events.iter().enumerate() {
+        if !seqs.insert(event.seq) {
+            errors.push_with(|| {
+                (
+                    format!("events[{i}].seq"),
+                    format!("duplicate seq {}", event.seq),
+                )
+            });
+        }
+        let worker = match &event.kind {
+            EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
+            EventKind::Request(_) => None,
+        };
+        if let EventKind::Request(request) = &event.kind {
+            if !request_ids.insert(&*request.id) {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].id"),
+                        format!("duplicate request id {}", quote_str(&request.id)),
+                    )
+                });
+            }
+        }
+        if let Some(worker) = worker {
+            if !worker_ids.contains(&**worker) {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].worker"),
+                        format!("unknown worker {}", quote_str(worker)),
+                    )
+                });
+            }
+        }
+        match &event.kind {
+            EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].observed_tick"),
+                        format!(
+                            "observed_tick {observed_tick} is after the event tick {}",
+                            event.tick
+                        ),
+                    )
+                });
+            }
+            EventKind::Request(request) => {
+                let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
+                if prefix_tokens > request.prompt_tokens as u128 {
+                    errors.push_with(|| {
+                        (
+                            format!("events[{i}].prefix"),
+                            format!(
+                                "prefix tokens {prefix_tokens} exceed prompt_tokens {}",
+                                request.prompt_tokens
+                            ),
+                        )
+                    });
+                }
+                if let Some(tokens) =
+                    profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
+                {
+                    errors.push_with(|| {
+                        (
+                            format!("events[{i}]"),
+                            format!(
+                                "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
+                                profile.name(),
+                                profile.tokens_per_request_max()
+                            ),
+                        )
+                    });
+                }
+            }
+            _ => {}
+        }
+        let keys = match &event.kind {
+            EventKind::Request(request) => Some(("prefix", request.prefix.len())),
+            EventKind::Cache {
+                op: CacheOp::Store { segments, .. },
+                ..
+            } => Some(("segments", segments.len())),
+            EventKind::Cache {
+                op: CacheOp::Evict { keys, .. },
+                ..
+            } => Some(("keys", keys.len())),
+            _ => None,
+        };
+        if let Some((member, count)) = keys {
+            let max = profile.keys_per_event_max();
+            if over(count, max) {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].{member}"),
+                        format!(
+                            "{count} keys exceed the {} limit of {max} per event",
+                            profile.name()
+                        ),
+                    )
+                });
+            }
+        }
+    }
+    let counts = [
+        (
+            "sharing",
+            trace.sharing.len() as u64,
+            "sharing grants",
+            profile.sharing_grants_max(),
+        ),
+        (
+            "workers",
+            trace.workers.len() as u64,
+            "workers",
+            profile.workers_max(),
+        ),
+        (
+            "events",
+            trace.request_count() as u64,
+            "requests",
+            profile.requests_max(),
+        ),
+        (
+            "events",
+            trace.events.len() as u64,
+            "events",
+            profile.events_max(),
+        ),
+    ];
+    for (path, count, noun, max) in counts {
+        if count > max {
+            errors.push_with(|| {
+                (
+                    path,
+                    format!(
+                        "{count} {noun} exceed the {} limit of {max}",
+                        profile.name()
+                    ),
+                )
+            });
+        }
+    }
+    errors
+}
