@@ -252,7 +252,10 @@ fn a_huge_literal_before_more_number_characters_is_read_as_a_literal() {
             b"2E4224EE\x0022EEE\x854E4\x00",
             "$: invalid JSON: trailing characters at line 1 column 7",
         ),
-        (b"1e400-", "$: invalid JSON: trailing characters at line 1 column 6"),
+        (
+            b"1e400-",
+            "$: invalid JSON: trailing characters at line 1 column 6",
+        ),
         (
             b"[1e400-2]",
             "$: invalid JSON: expected `,` or `]` at line 1 column 7",
@@ -261,11 +264,19 @@ fn a_huge_literal_before_more_number_characters_is_read_as_a_literal() {
             br#"{"format":99999999999999999999.5e99999+1}"#,
             "$: invalid JSON: expected `,` or `}` at line 1 column 39",
         ),
-        (b"[1.5.5]", "$: invalid JSON: expected `,` or `]` at line 1 column 5"),
+        (
+            b"[1.5.5]",
+            "$: invalid JSON: expected `,` or `]` at line 1 column 5",
+        ),
     ];
     for (bytes, line) in cases {
         let errors = parse_trace(bytes).expect_err("not a trace");
-        assert_eq!(errors.errors, [line], "{:?}", String::from_utf8_lossy(bytes));
+        assert_eq!(
+            errors.errors,
+            [line],
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
         assert_same(line, bytes);
     }
 }

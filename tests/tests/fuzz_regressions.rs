@@ -65,7 +65,10 @@ fn a_member_name_with_a_colon_has_a_readable_path() {
 fn a_huge_literal_before_more_number_characters_is_a_trailing_character() {
     let data = regression("parse_trace", "huge-literal-before-number-characters.json");
     let expected = ["$: invalid JSON: trailing characters at line 1 column 7"];
-    assert_eq!(kvroute_core::parse_trace(&data).unwrap_err().errors, expected);
+    assert_eq!(
+        kvroute_core::parse_trace(&data).unwrap_err().errors,
+        expected
+    );
     match kvroute_core::read_trace(data.as_slice()) {
         Err(kvroute_core::ReadTraceError::Invalid(errors)) => assert_eq!(errors.errors, expected),
         other => panic!("the stream reader said {other:?}"),

@@ -438,7 +438,12 @@ fn is_number_char(b: u8) -> bool {
 /// scan is greedy and stops at the first byte that cannot continue the grammar, so in
 /// `2E4224EE` it takes `2E4224` and the `E` after it is the next token.
 fn scanned_literal_len(run: &[u8]) -> Option<usize> {
-    let digits = |from: usize| run[from..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let digits = |from: usize| {
+        run[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
     let mut i = usize::from(run.first() == Some(&b'-'));
     match run.get(i) {
         // serde_json rejects a digit after a leading zero as an invalid number.
