@@ -173,6 +173,10 @@ pub enum Command {
         /// Write to FILE instead of stdout (atomically).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// CSV only: write ids exactly as in the receipt. By default an id starting with
+        /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
+        #[arg(long)]
+        csv_plain: bool,
     },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {

@@ -142,6 +142,7 @@ fn main() -> ExitCode {
             trace,
             format,
             out,
+            csv_plain,
         } => report::diff_command(&report::DiffArgs {
             first,
             second,
@@ -150,6 +151,7 @@ fn main() -> ExitCode {
             trace,
             format,
             out,
+            csv_plain,
         }),
         Command::Help { command } => help(&command),
         Command::Import {
