@@ -70,6 +70,13 @@ fn main() -> ExitCode {
     if let Err(problem) = kvroute_cli::args::check(&cli) {
         return fail(&Failure::invalid(vec![problem]));
     }
+    if let Some(problem) = cli
+        .command
+        .as_ref()
+        .and_then(|c| kvroute_cli::overwrite::check(c).err())
+    {
+        return fail(&Failure::invalid(vec![problem]));
+    }
     let command = cli.command.unwrap_or(Command::Replay {
         trace: None,
         format: Format::Table,
