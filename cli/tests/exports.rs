@@ -352,3 +352,32 @@ fn diff_csv_defuses_formula_triggers_unless_csv_plain() {
         }
     }
 }
+
+/// `dominated_by` is an id column too (SPEC.md §6.3): the busy worker's row is
+/// dominated by the idle one (the same reuse at less work), so its cell names
+/// `{lead}idle`, defused by default (issue 25: writing it raw passed every test).
+#[test]
+fn the_dominated_by_cell_is_defused_like_every_id() {
+    let dir = tempfile::tempdir().unwrap();
+    for lead in ["=", "@", "\t"] {
+        let path = dir.path().join("trace.json");
+        std::fs::write(&path, differing_trace_with_ids(lead)).unwrap();
+        let replay = |plain: bool| {
+            let mut args = vec!["replay", s(&path), "--format", "csv"];
+            if plain {
+                args.push("--csv-plain");
+            }
+            csv_records(&ok_stdout(kvroute(&args)))
+        };
+        let (safe, plain) = (replay(false), replay(true));
+        let mut dominated = 0;
+        for (safe, plain) in safe.iter().zip(&plain) {
+            if !plain[16].is_empty() {
+                dominated += 1;
+                assert_eq!(plain[16], format!("{lead}idle"), "{lead:?}");
+                assert_eq!(safe[16], format!("'{lead}idle"), "{lead:?}");
+            }
+        }
+        assert!(dominated > 0, "{lead:?}: some row is dominated");
+    }
+}

@@ -161,7 +161,7 @@ impl Diff {
     /// A fixed-width table of the differing decisions, then the summary line.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:>8} {:>8} {:<16} | {:<26} | {:<26} | {:>10} {:>12}\n",
+            "{:>8} {:>8} {:<16} | {:<27} | {:<27} | {:>10} {:>12}\n",
             "seq",
             "tick",
             "request",
@@ -170,6 +170,7 @@ impl Diff {
             "d_recomp",
             "d_latency_m"
         );
+        // 27 columns a side: worker (8), reuse (7) and cost (10), a space between.
         let side = |row: &Option<RowDoc>| match row {
             None => "rejected".to_owned(),
             Some(r) => format!(
@@ -182,7 +183,7 @@ impl Diff {
         let opt = |v: Option<i64>| v.map_or("-".to_owned(), signed);
         for e in &self.entries {
             out.push_str(&format!(
-                "{:>8} {:>8} {:<16} | {:<26} | {:<26} | {:>10} {:>12}\n",
+                "{:>8} {:>8} {:<16} | {:<27} | {:<27} | {:>10} {:>12}\n",
                 e.seq,
                 e.tick,
                 printable(&e.request),
