@@ -73,7 +73,7 @@ fn main() -> ExitCode {
     if let Some(problem) = cli
         .command
         .as_ref()
-        .and_then(|c| kvroute_cli::overwrite::check(c).err())
+        .and_then(|c| kvroute_cli::paths::check(c).err())
     {
         return fail(&Failure::invalid(vec![problem]));
     }

@@ -429,7 +429,14 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
     let mut reports = Vec::new();
     let mut unreadable = Vec::new();
     for path in paths {
-        match std::fs::read(path) {
+        // `-` is stdin, as for every FILE (at most one, checked before this runs).
+        let read = if path.as_os_str() == "-" {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map(|_| bytes)
+        } else {
+            std::fs::read(path)
+        };
+        match read {
             Err(e) => unreadable.push(format!("{}: cannot read report: {e}", path.display())),
             Ok(bytes) => match serde_json::from_slice::<ShardReport>(&bytes) {
                 Err(e) => unreadable.push(format!(

@@ -399,6 +399,15 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
         reasons.push("empty line".to_owned());
         return fields;
     }
+    // Named, as for a trace (SPEC.md §2.2): the parser would only say `expected value`.
+    if line_bytes.starts_with(b"\xEF\xBB\xBF") {
+        reasons.push(
+            "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), which \
+             JSON text must not carry"
+                .to_owned(),
+        );
+        return fields;
+    }
     // The line's own terminator is not part of its JSON: left in, an error at the end of
     // the line would be placed on "line 2" of it.
     let json_bytes = line_bytes
@@ -614,15 +623,25 @@ fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<
     // when the block is longer than the longest prompt.
     let dynamo_over = dynamo_block_tokens
         .is_some_and(|block_tokens| totals.bound.dynamo_exceeds_integer_max(block_tokens));
+    let (prompt_sum, decode_sum) = (totals.bound.prompt_sum, totals.bound.decode_sum);
     if totals
         .bound
         .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
-        || dynamo_over
     {
         reasons.push(format!(
-            "figures could overflow: {} prompt and {} decode tokens in all put the cost \
-             bound over {JSON_INTEGER_MAX}; import fewer lines",
-            totals.bound.prompt_sum, totals.bound.decode_sum
+            "figures could overflow: {prompt_sum} prompt and {decode_sum} decode tokens in \
+             all put the cost bound over {JSON_INTEGER_MAX}; import fewer lines"
+        ));
+    } else if let (true, Some(block_tokens)) = (dynamo_over, dynamo_block_tokens) {
+        // The lines fit; the block is what is too large (every decode is rounded up to
+        // whole blocks), so name the block and the largest one these lines allow.
+        let block_tokens_max =
+            (u128::from(JSON_INTEGER_MAX) / 1000).saturating_sub(prompt_sum + decode_sum);
+        reasons.push(format!(
+            "dynamo_block_tokens: {block_tokens} puts the dynamo_default cost bound over \
+             {JSON_INTEGER_MAX} (1000 per token of {prompt_sum} prompt and {decode_sum} \
+             decode tokens in all, plus one block); these lines allow at most \
+             {block_tokens_max}"
         ));
     }
     reasons
@@ -1108,9 +1127,11 @@ mod tests {
         assert!(whole_input_errors(&totals, Some(9_007_199_254_740 - 1010)).is_empty());
         assert_eq!(
             whole_input_errors(&totals, Some(9_007_199_254_740 - 1009)),
+            // The lines fit: the block is named, with the largest the lines allow.
             [
-                "figures could overflow: 1000 prompt and 10 decode tokens in all put the cost \
-              bound over 9007199254740991; import fewer lines"
+                "dynamo_block_tokens: 9007199253731 puts the dynamo_default cost bound over \
+                 9007199254740991 (1000 per token of 1000 prompt and 10 decode tokens in \
+                 all, plus one block); these lines allow at most 9007199253730"
             ]
         );
     }
