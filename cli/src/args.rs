@@ -158,10 +158,12 @@ pub enum Command {
         first: PathBuf,
         /// A second receipt of the same requests (e.g. other policy settings).
         second: Option<PathBuf>,
-        /// The serving policy.
+        /// The serving policy: required with one input; with two receipts the default
+        /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
         baseline: Option<Policy>,
-        /// The shadowed policy.
+        /// The shadowed policy: required with one input; with two receipts the default
+        /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
         candidate: Option<Policy>,
         /// With receipts: their trace, for latency proxy deltas.
@@ -229,7 +231,8 @@ pub enum ImportFormat {
 #[derive(clap::Args, Default)]
 pub struct ExportArgs {
     /// Write every request id as the first 16 bytes of HMAC-SHA-256 under the bytes of
-    /// FILE, in hex (32 digits), so the export can be shared without the ids.
+    /// FILE, in hex (32 digits), so the export can be shared without the ids. Worker ids
+    /// stay as written; keep FILE private (anyone with it can test a guessed id).
     #[arg(long, value_name = "FILE")]
     pub id_key: Option<PathBuf>,
     /// CSV only: write ids exactly as in the receipt. By default an id starting with

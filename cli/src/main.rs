@@ -41,6 +41,7 @@ mod report;
 mod swarm;
 mod swarm_report;
 
+use kvroute_cli::terminal::counted;
 use out::{emit, emit_with};
 
 /// A failure with its exit status.
@@ -419,10 +420,10 @@ fn write_generated_traces(dir: &Path, traces: &[(Policy, Vec<u8>)]) -> Result<()
 fn validate(path: &Path) -> Result<(), Failure> {
     let trace = load_trace(Some(path))?;
     outln!(
-        "ok: {} workers, {} events ({} requests), limits {}, trace {}",
-        trace.workers.len(),
-        trace.events.len(),
-        trace.request_count(),
+        "ok: {}, {} ({}), limits {}, trace {}",
+        counted(trace.workers.len() as u64, "worker", "workers"),
+        counted(trace.events.len() as u64, "event", "events"),
+        counted(trace.request_count() as u64, "request", "requests"),
         trace.limits.name(),
         canonical::trace_digest(&trace)
     )
@@ -507,7 +508,10 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
     progress.finish();
     let (workers, digest) = written.expect("a successful write records the trace");
     note!(
-        "imported {requests} requests, {workers} workers, {segments} segments -> {} ({digest})",
+        "imported {}, {}, {} -> {} ({digest})",
+        counted(requests as u64, "request", "requests"),
+        counted(workers as u64, "worker", "workers"),
+        counted(segments as u64, "segment", "segments"),
         out.display(),
     );
     Ok(())
