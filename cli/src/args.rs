@@ -160,10 +160,12 @@ pub enum Command {
         first: PathBuf,
         /// A second receipt of the same requests (e.g. other policy settings).
         second: Option<PathBuf>,
-        /// The serving policy.
+        /// The serving policy: required with one input; with two receipts the default
+        /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
         baseline: Option<Policy>,
-        /// The shadowed policy.
+        /// The shadowed policy: required with one input; with two receipts the default
+        /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
         candidate: Option<Policy>,
         /// With receipts: their trace, for latency proxy deltas.
@@ -175,6 +177,10 @@ pub enum Command {
         /// Write to FILE instead of stdout (atomically).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// CSV only: write ids exactly as in the receipt. By default an id starting with
+        /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
+        #[arg(long)]
+        csv_plain: bool,
     },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {
@@ -198,8 +204,10 @@ pub enum ImportFormat {
     Mooncake {
         /// The JSONL file.
         file: PathBuf,
-        /// Prompt tokens per hash id (the last block of a request may be partial).
-        #[arg(long, default_value_t = 512)]
+        /// Prompt tokens per hash id (the last block of a request may be partial), at most
+        /// 2^53 - 1.
+        #[arg(long, default_value_t = 512,
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         block_tokens: u64,
         /// The tenant of every request.
         #[arg(long, default_value = "mooncake")]
@@ -211,8 +219,9 @@ pub enum ImportFormat {
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: u32,
         /// Set policy.dynamo_block_tokens, so that the receipt has the dynamo_default
-        /// run (SPEC.md §4.8); Mooncake's own block is 512.
-        #[arg(long, value_name = "B")]
+        /// run (SPEC.md §4.8); Mooncake's own block is 512. At most 2^53 - 1.
+        #[arg(long, value_name = "B",
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         dynamo_block_tokens: Option<u64>,
         /// Where to write the trace (atomically: nothing is left on failure).
         #[arg(short = 'o', long = "out", value_name = "OUT")]
@@ -224,7 +233,8 @@ pub enum ImportFormat {
 #[derive(clap::Args, Default)]
 pub struct ExportArgs {
     /// Write every request id as the first 16 bytes of HMAC-SHA-256 under the bytes of
-    /// FILE, in hex (32 digits), so the export can be shared without the ids.
+    /// FILE, in hex (32 digits), so the export can be shared without the ids. Worker ids
+    /// stay as written; keep FILE private (anyone with it can test a guessed id).
     #[arg(long, value_name = "FILE")]
     pub id_key: Option<PathBuf>,
     /// CSV only: write ids exactly as in the receipt. By default an id starting with

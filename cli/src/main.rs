@@ -44,6 +44,7 @@ mod swarm;
 mod swarm_report;
 
 use failure::Failure;
+use kvroute_cli::terminal::counted;
 use out::{emit, emit_with};
 
 fn main() -> ExitCode {
@@ -53,6 +54,13 @@ fn main() -> ExitCode {
         Err(error) => return usage_error(&error),
     };
     if let Err(problem) = kvroute_cli::args::check(&cli) {
+        return fail(&Failure::invalid(vec![problem]));
+    }
+    if let Some(problem) = cli
+        .command
+        .as_ref()
+        .and_then(|c| kvroute_cli::paths::check(c).err())
+    {
         return fail(&Failure::invalid(vec![problem]));
     }
     let command = cli.command.unwrap_or(Command::Replay {
@@ -127,6 +135,7 @@ fn main() -> ExitCode {
             trace,
             format,
             out,
+            csv_plain,
         } => report::diff_command(&report::DiffArgs {
             first,
             second,
@@ -135,6 +144,7 @@ fn main() -> ExitCode {
             trace,
             format,
             out,
+            csv_plain,
         }),
         Command::Help { command } => help(&command),
         Command::Import {
@@ -395,10 +405,10 @@ fn write_generated_traces(dir: &Path, traces: &[(Policy, Vec<u8>)]) -> Result<()
 fn validate(path: &Path) -> Result<(), Failure> {
     let trace = load_trace(Some(path))?;
     outln!(
-        "ok: {} workers, {} events ({} requests), limits {}, trace {}",
-        trace.workers.len(),
-        trace.events.len(),
-        trace.request_count(),
+        "ok: {}, {} ({}), limits {}, trace {}",
+        counted(trace.workers.len() as u64, "worker", "workers"),
+        counted(trace.events.len() as u64, "event", "events"),
+        counted(trace.request_count() as u64, "request", "requests"),
         trace.limits.name(),
         canonical::trace_digest(&trace)
     )
@@ -483,7 +493,10 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
     progress.finish();
     let (workers, digest) = written.expect("a successful write records the trace");
     note!(
-        "imported {requests} requests, {workers} workers, {segments} segments -> {} ({digest})",
+        "imported {}, {}, {} -> {} ({digest})",
+        counted(requests as u64, "request", "requests"),
+        counted(workers as u64, "worker", "workers"),
+        counted(segments as u64, "segment", "segments"),
         out.display(),
     );
     Ok(())
