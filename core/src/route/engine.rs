@@ -42,6 +42,9 @@ pub struct Runner<'c, 't> {
     /// The worker whose evidence gap the last step opened, if it did (the closed loop
     /// re-queries that worker, SPEC.md §11).
     last_gap_opened: Option<u32>,
+    /// Whether cache log entries carry `stale_mutations`: under `key_epoch` only
+    /// (SPEC.md §3.2), decided once per run rather than per event.
+    logs_stale_mutations: bool,
 }
 
 impl<'c, 't> Runner<'c, 't> {
@@ -52,6 +55,7 @@ impl<'c, 't> Runner<'c, 't> {
 
     /// A run from `state` (normally [`RouterState::initial`]).
     pub fn with_state(compiled: &'c Compiled<'t>, policy: Policy, state: RouterState) -> Self {
+        let logs_stale_mutations = state.stale_rule == StaleRule::KeyEpoch;
         Runner {
             compiled,
             policy,
@@ -60,6 +64,7 @@ impl<'c, 't> Runner<'c, 't> {
             rule: NamespaceRule::new(Sharing::new(compiled.sharing)),
             cursor: 0,
             last_gap_opened: None,
+            logs_stale_mutations,
             metrics: MetricsRecorder::new(compiled.worker_count(), &compiled.trace.policy),
         }
     }
@@ -78,7 +83,6 @@ impl<'c, 't> Runner<'c, 't> {
                     .state
                     .apply_cache_event(*worker, event.tick, *epoch, op);
                 self.metrics.record_cache_outcome(&outcome);
-                let key_rule = self.state.stale_rule == StaleRule::KeyEpoch;
                 sink.cache_logged(&CacheLogEntry {
                     seq: event.seq,
                     tick: event.tick,
@@ -86,7 +90,7 @@ impl<'c, 't> Runner<'c, 't> {
                     epoch: *epoch,
                     op: op.kind(),
                     outcome: outcome.outcome,
-                    stale_mutations: key_rule.then_some(outcome.stale_mutations),
+                    stale_mutations: self.logs_stale_mutations.then_some(outcome.stale_mutations),
                 });
                 self.last_gap_opened = outcome.gap_opened.then_some(*worker);
                 None

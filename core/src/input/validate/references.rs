@@ -13,7 +13,30 @@ use rustc_hash::FxHashSet;
 pub(super) fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
     let mut errors = ValidationErrors::default();
     let profile = trace.limits;
-    let over = |count: usize, max: u64| count as u64 > max;
+    grant_errors(trace, profile, &mut errors);
+    let worker_ids = worker_errors(trace, profile, &mut errors);
+    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
+    let mut request_ids = FxHashSet::default();
+    for (i, event) in trace.events.iter().enumerate() {
+        let seen = Seen {
+            worker_ids: &worker_ids,
+            seqs: &mut seqs,
+            request_ids: &mut request_ids,
+        };
+        reference_errors(i, event, seen, &mut errors);
+        event_limit_errors(i, event, profile, &mut errors);
+    }
+    count_errors(trace, profile, &mut errors);
+    errors
+}
+
+/// A count over its limit.
+fn over(count: usize, max: u64) -> bool {
+    count as u64 > max
+}
+
+/// Grants with more tenants than the profile allows.
+fn grant_errors(trace: &Trace, profile: LimitsProfile, errors: &mut ValidationErrors) {
     for (i, grant) in trace.sharing.iter().enumerate() {
         let max = profile.tenants_per_grant_max();
         if over(grant.tenants.len(), max) {
@@ -29,6 +52,15 @@ pub(super) fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
+}
+
+/// Duplicate worker ids and cache entries, and workers over the profile's limits;
+/// returns the worker ids, for the events' references.
+fn worker_errors<'t>(
+    trace: &'t Trace,
+    profile: LimitsProfile,
+    errors: &mut ValidationErrors,
+) -> FxHashSet<&'t str> {
     let mut worker_ids =
         FxHashSet::with_capacity_and_hasher(trace.workers.len(), Default::default());
     for (i, worker) in trace.workers.iter().enumerate() {
@@ -79,110 +111,137 @@ pub(super) fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
-    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
-    let mut request_ids = FxHashSet::default();
-    for (i, event) in trace.events.iter().enumerate() {
-        if !seqs.insert(event.seq) {
+    worker_ids
+}
+
+/// What the events before this one have named, for duplicates and references.
+struct Seen<'s, 't> {
+    worker_ids: &'s FxHashSet<&'t str>,
+    seqs: &'s mut FxHashSet<u64>,
+    request_ids: &'s mut FxHashSet<&'t str>,
+}
+
+/// A duplicate seq or request id, and an unknown worker.
+fn reference_errors<'t>(
+    i: usize,
+    event: &'t Event,
+    seen: Seen<'_, 't>,
+    errors: &mut ValidationErrors,
+) {
+    if !seen.seqs.insert(event.seq) {
+        errors.push_with(|| {
+            (
+                format!("events[{i}].seq"),
+                format!("duplicate seq {}", event.seq),
+            )
+        });
+    }
+    let worker = match &event.kind {
+        EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
+        EventKind::Request(_) => None,
+    };
+    if let EventKind::Request(request) = &event.kind {
+        if !seen.request_ids.insert(&*request.id) {
             errors.push_with(|| {
                 (
-                    format!("events[{i}].seq"),
-                    format!("duplicate seq {}", event.seq),
+                    format!("events[{i}].id"),
+                    format!("duplicate request id {}", quote_str(&request.id)),
                 )
             });
         }
-        let worker = match &event.kind {
-            EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
-            EventKind::Request(_) => None,
-        };
-        if let EventKind::Request(request) = &event.kind {
-            if !request_ids.insert(&*request.id) {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].id"),
-                        format!("duplicate request id {}", quote_str(&request.id)),
-                    )
-                });
-            }
-        }
-        if let Some(worker) = worker {
-            if !worker_ids.contains(&**worker) {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].worker"),
-                        format!("unknown worker {}", quote_str(worker)),
-                    )
-                });
-            }
-        }
-        match &event.kind {
-            EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].observed_tick"),
-                        format!(
-                            "observed_tick {observed_tick} is after the event tick {}",
-                            event.tick
-                        ),
-                    )
-                });
-            }
-            EventKind::Request(request) => {
-                let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
-                if prefix_tokens > request.prompt_tokens as u128 {
-                    errors.push_with(|| {
-                        (
-                            format!("events[{i}].prefix"),
-                            format!(
-                                "prefix tokens {prefix_tokens} exceed prompt_tokens {}",
-                                request.prompt_tokens
-                            ),
-                        )
-                    });
-                }
-                if let Some(tokens) =
-                    profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
-                {
-                    errors.push_with(|| {
-                        (
-                            format!("events[{i}]"),
-                            format!(
-                                "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
-                                profile.name(),
-                                profile.tokens_per_request_max()
-                            ),
-                        )
-                    });
-                }
-            }
-            _ => {}
-        }
-        let keys = match &event.kind {
-            EventKind::Request(request) => Some(("prefix", request.prefix.len())),
-            EventKind::Cache {
-                op: CacheOp::Store { segments, .. },
-                ..
-            } => Some(("segments", segments.len())),
-            EventKind::Cache {
-                op: CacheOp::Evict { keys, .. },
-                ..
-            } => Some(("keys", keys.len())),
-            _ => None,
-        };
-        if let Some((member, count)) = keys {
-            let max = profile.keys_per_event_max();
-            if over(count, max) {
-                errors.push_with(|| {
-                    (
-                        format!("events[{i}].{member}"),
-                        format!(
-                            "{count} keys exceed the {} limit of {max} per event",
-                            profile.name()
-                        ),
-                    )
-                });
-            }
+    }
+    if let Some(worker) = worker {
+        if !seen.worker_ids.contains(&**worker) {
+            errors.push_with(|| {
+                (
+                    format!("events[{i}].worker"),
+                    format!("unknown worker {}", quote_str(worker)),
+                )
+            });
         }
     }
+}
+
+/// An observation from the future, a prefix longer than its prompt, and an event over
+/// the profile's token or key limits.
+fn event_limit_errors(
+    i: usize,
+    event: &Event,
+    profile: LimitsProfile,
+    errors: &mut ValidationErrors,
+) {
+    match &event.kind {
+        EventKind::Load { observed_tick, .. } if *observed_tick > event.tick => {
+            errors.push_with(|| {
+                (
+                    format!("events[{i}].observed_tick"),
+                    format!(
+                        "observed_tick {observed_tick} is after the event tick {}",
+                        event.tick
+                    ),
+                )
+            });
+        }
+        EventKind::Request(request) => {
+            let prefix_tokens: u128 = request.prefix.iter().map(|s| s.tokens as u128).sum();
+            if prefix_tokens > request.prompt_tokens as u128 {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}].prefix"),
+                        format!(
+                            "prefix tokens {prefix_tokens} exceed prompt_tokens {}",
+                            request.prompt_tokens
+                        ),
+                    )
+                });
+            }
+            if let Some(tokens) =
+                profile.tokens_over_limit(request.prompt_tokens, request.decode_tokens)
+            {
+                errors.push_with(|| {
+                    (
+                        format!("events[{i}]"),
+                        format!(
+                            "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {}",
+                            profile.name(),
+                            profile.tokens_per_request_max()
+                        ),
+                    )
+                });
+            }
+        }
+        _ => {}
+    }
+    let keys = match &event.kind {
+        EventKind::Request(request) => Some(("prefix", request.prefix.len())),
+        EventKind::Cache {
+            op: CacheOp::Store { segments, .. },
+            ..
+        } => Some(("segments", segments.len())),
+        EventKind::Cache {
+            op: CacheOp::Evict { keys, .. },
+            ..
+        } => Some(("keys", keys.len())),
+        _ => None,
+    };
+    if let Some((member, count)) = keys {
+        let max = profile.keys_per_event_max();
+        if over(count, max) {
+            errors.push_with(|| {
+                (
+                    format!("events[{i}].{member}"),
+                    format!(
+                        "{count} keys exceed the {} limit of {max} per event",
+                        profile.name()
+                    ),
+                )
+            });
+        }
+    }
+}
+
+/// Arrays longer than the profile allows.
+fn count_errors(trace: &Trace, profile: LimitsProfile, errors: &mut ValidationErrors) {
     let counts = [
         (
             "sharing",
@@ -222,5 +281,4 @@ pub(super) fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
             });
         }
     }
-    errors
 }

@@ -387,21 +387,11 @@ impl Walk {
         };
         let stale_rule = match obj.optional("stale_rule") {
             None => Some(defaults.stale_rule),
-            Some((path, node)) => self.named_choice(
-                &path,
-                node,
-                StaleRule::from_name,
-                r#""worker_epoch", "key_epoch" or "arrival_order""#,
-            ),
+            Some((path, node)) => self.named_choice(&path, node, StaleRule::ALL, StaleRule::name),
         };
         let epochs = match obj.optional("epochs") {
             None => Some(defaults.epochs),
-            Some((path, node)) => self.named_choice(
-                &path,
-                node,
-                EpochsMode::from_name,
-                r#""any" or "sequential""#,
-            ),
+            Some((path, node)) => self.named_choice(&path, node, EpochsMode::ALL, EpochsMode::name),
         };
         let cold_reserve_milli = match obj.optional("cold_reserve_milli") {
             None => Some(None),
@@ -438,18 +428,29 @@ impl Walk {
 
     /// One of a fixed set of strings (SPEC.md §1.1, "Named choices"); anything else,
     /// whatever its JSON type, is reported with the list of allowed spellings.
-    fn named_choice<T>(
+    /// One of `choices`, by its name; the error lists the names as `"a", "b" or "c"`,
+    /// so each name is spelled once, by its type.
+    fn named_choice<T: Copy, const N: usize>(
         &mut self,
         path: &Path,
         node: &Node,
-        from_name: impl Fn(&str) -> Option<T>,
-        allowed: &str,
+        choices: [T; N],
+        name: impl Fn(T) -> &'static str,
     ) -> Option<T> {
         if let Node::String(s) = node {
-            if let Some(value) = from_name(s) {
+            if let Some(value) = choices.into_iter().find(|&c| name(c) == &**s) {
                 return Some(value);
             }
         }
+        let quoted: Vec<String> = choices
+            .iter()
+            .map(|&c| format!("\"{}\"", name(c)))
+            .collect();
+        let allowed = match quoted.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
         self.err(path, format!("expected {allowed}, found {}", node.quoted()));
         None
     }
