@@ -146,7 +146,17 @@ pub struct Tables<'t> {
     pub keys: Interner<'t>,
     /// Namespace id → the namespace it stands for.
     pub namespaces: Vec<Namespace>,
+    /// Namespace id → its parts as name ids, which the tenant rule compares.
+    pub namespace_parts: Vec<NamespaceParts>,
     namespace_ids: HashMap<(NameId, NameId, NameId), NsId>,
+}
+
+/// A namespace as interned names: equal ids are equal names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceParts {
+    pub tenant: NameId,
+    pub model: NameId,
+    pub adapter: NameId,
 }
 
 impl<'t> Tables<'t> {
@@ -162,6 +172,12 @@ impl<'t> Tables<'t> {
         let id = self.namespaces.len() as NsId;
         self.namespace_ids.insert(parts, id);
         self.namespaces.push(ns.clone());
+        let (tenant, model, adapter) = parts;
+        self.namespace_parts.push(NamespaceParts {
+            tenant,
+            model,
+            adapter,
+        });
         id
     }
 

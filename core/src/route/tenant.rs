@@ -6,13 +6,14 @@
 //! contributes nothing, and the row records why. This module is the only place that
 //! decides whether cached tokens may be reused.
 
-use crate::input::trace::{Grant, Namespace};
+use crate::input::trace::Grant;
 use crate::mutant::{active, Mutant};
-use crate::route::compiled::{NsId, Tables};
+use crate::route::compiled::{Interner, NameId, NamespaceParts, NsId, Tables};
 use crate::route::reason::Reason;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashMap;
 
-/// The sharing grants of a trace.
+/// The sharing grants of a trace, as the trace lists them.
 #[derive(Debug, Clone, Copy)]
 pub struct Sharing<'t> {
     grants: &'t [Grant],
@@ -22,40 +23,67 @@ impl<'t> Sharing<'t> {
     pub fn new(grants: &'t [Grant]) -> Self {
         Sharing { grants }
     }
+}
 
-    /// Whether `a` and `b` count as one tenant for `model` and `adapter`. Grants are not
-    /// transitive: each pair must be listed together in one grant.
-    pub fn shares(&self, model: &str, adapter: &str, a: &str, b: &str) -> bool {
-        a == b
-            || self.grants.iter().any(|g| {
-                *g.model == *model
-                    && *g.adapter == *adapter
-                    && g.tenants.iter().any(|t| **t == *a)
-                    && g.tenants.iter().any(|t| **t == *b)
-            })
+/// The grants compiled to name ids once: per `(model, adapter)`, the tenant sets that
+/// share under it. A grant naming a model, adapter or tenant that no namespace of the
+/// trace uses can never decide anything, so it is left out. Lookups only, so no map's
+/// order can reach a verdict.
+#[derive(Debug, Clone, Default)]
+struct GrantIds {
+    tenant_sets: FxHashMap<(NameId, NameId), Vec<FxHashSet<NameId>>>,
+}
+
+impl GrantIds {
+    fn compile(grants: &[Grant], names: &Interner) -> Self {
+        let mut tenant_sets: FxHashMap<(NameId, NameId), Vec<FxHashSet<NameId>>> =
+            FxHashMap::default();
+        for grant in grants {
+            let (Some(model), Some(adapter)) = (names.get(&grant.model), names.get(&grant.adapter))
+            else {
+                continue;
+            };
+            let tenants = grant.tenants.iter().filter_map(|t| names.get(t)).collect();
+            tenant_sets
+                .entry((model, adapter))
+                .or_default()
+                .push(tenants);
+        }
+        GrantIds { tenant_sets }
     }
 
-    /// Whether an entry under `entry` may serve a request under `request`.
-    pub fn usable(&self, request: &Namespace, entry: &Namespace) -> bool {
-        if active(Mutant::TenantScopeRemoved) {
-            return entry.model == request.model && entry.adapter == request.adapter;
+    /// Whether tenants `a` and `b` count as one for `model` and `adapter`. Grants are
+    /// not transitive: the pair must be listed together in one grant.
+    fn shares(&self, model: NameId, adapter: NameId, a: NameId, b: NameId) -> bool {
+        a == b
+            || self
+                .tenant_sets
+                .get(&(model, adapter))
+                .is_some_and(|sets| sets.iter().any(|t| t.contains(&a) && t.contains(&b)))
+    }
+
+    /// `None` when an entry under `entry` may serve a request under `request`, else
+    /// why not: the first difference in the order model, adapter, tenant, found by the
+    /// same comparisons that decide.
+    fn judge(&self, request: NamespaceParts, entry: NamespaceParts) -> Option<Reason> {
+        let shares = || self.shares(request.model, request.adapter, request.tenant, entry.tenant);
+        // The mutant lets the tenant rule alone decide, whatever the entry's model and
+        // adapter.
+        if active(Mutant::NamespaceModelAdapterDropped) && shares() {
+            return None;
         }
-        if active(Mutant::NamespaceModelAdapterDropped) {
-            return self.shares(
-                &request.model,
-                &request.adapter,
-                &request.tenant,
-                &entry.tenant,
-            );
+        if entry.model != request.model {
+            return Some(Reason::ModelMismatch);
         }
-        entry.model == request.model
-            && entry.adapter == request.adapter
-            && self.shares(
-                &request.model,
-                &request.adapter,
-                &request.tenant,
-                &entry.tenant,
-            )
+        if entry.adapter != request.adapter {
+            return Some(Reason::AdapterMismatch);
+        }
+        // The mutant forgets the tenant altogether.
+        if active(Mutant::TenantScopeRemoved) || shares() {
+            None
+        } else {
+            Some(Reason::TenantMismatch)
+        }
     }
 }
 
@@ -64,6 +92,8 @@ impl<'t> Sharing<'t> {
 #[derive(Debug, Clone)]
 pub struct NamespaceRule<'t> {
     sharing: Sharing<'t>,
+    /// Compiled at the first verdict, from the tables of the trace being replayed.
+    grant_ids: Option<GrantIds>,
     verdicts: HashMap<(NsId, NsId), Option<Reason>>,
 }
 
@@ -71,6 +101,7 @@ impl<'t> NamespaceRule<'t> {
     pub fn new(sharing: Sharing<'t>) -> Self {
         NamespaceRule {
             sharing,
+            grant_ids: None,
             verdicts: HashMap::new(),
         }
     }
@@ -82,29 +113,15 @@ impl<'t> NamespaceRule<'t> {
         if request == entry {
             return None;
         }
-        let sharing = self.sharing;
+        let grants = self.sharing.grants;
+        let grant_ids = self
+            .grant_ids
+            .get_or_insert_with(|| GrantIds::compile(grants, &tables.names));
         *self.verdicts.entry((request, entry)).or_insert_with(|| {
-            let (r, e) = (
-                &tables.namespaces[request as usize],
-                &tables.namespaces[entry as usize],
-            );
-            if sharing.usable(r, e) {
-                None
-            } else {
-                Some(boundary_reason(r, e))
-            }
+            grant_ids.judge(
+                tables.namespace_parts[request as usize],
+                tables.namespace_parts[entry as usize],
+            )
         })
-    }
-}
-
-/// Why a resident entry (known not to be usable) cannot serve the request: the first
-/// difference in the order model, adapter, tenant.
-fn boundary_reason(request: &Namespace, entry: &Namespace) -> Reason {
-    if entry.model != request.model {
-        Reason::ModelMismatch
-    } else if entry.adapter != request.adapter {
-        Reason::AdapterMismatch
-    } else {
-        Reason::TenantMismatch
     }
 }
