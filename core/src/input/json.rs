@@ -98,71 +98,10 @@ impl fmt::Display for Number {
 /// an event allocates for none of its ten or so names; any other name is owned.
 pub type MemberName = Cow<'static, str>;
 
-/// Defines [`known_member_name`] from one list of names: a `match`, which the compiler
-/// turns into a switch on the length and fixed-size compares, where a linear search
-/// of the list called `memcmp` for every name of the same length (issue 11).
-macro_rules! known_member_names {
-    ($($name:literal,)*) => {
-        /// `name` as the `'static` copy of itself when it is one of the member names
-        /// of a `kvroute-trace/1` document (SPEC.md §1) or of a Mooncake line (§10).
-        fn known_member_name(name: &str) -> Option<&'static str> {
-            match name {
-                $($name => Some($name),)*
-                _ => None,
-            }
-        }
-    };
-}
-
-known_member_names! {
-    "format",
-    "limits",
-    "policy",
-    "sharing",
-    "workers",
-    "events",
-    "decode_weight_milli",
-    "imbalance_penalty_milli",
-    "freshness_ticks",
-    "max_queued_work",
-    "stale_rule",
-    "epochs",
-    "cold_reserve_milli",
-    "dynamo_block_tokens",
-    "model",
-    "adapter",
-    "tenants",
-    "id",
-    "adapters",
-    "prefill_rate",
-    "decode_rate",
-    "queued_prefill",
-    "active_decode",
-    "observed_tick",
-    "epoch",
-    "cache",
-    "tenant",
-    "key",
-    "tokens",
-    "seq",
-    "tick",
-    "type",
-    "op",
-    "worker",
-    "segments",
-    "keys",
-    "prefix",
-    "prompt_tokens",
-    "decode_tokens",
-    "timestamp",
-    "input_length",
-    "output_length",
-    "hash_ids",
-}
-
-/// `name` as a [`MemberName`]: borrowed when it is a known member name.
+/// `name` as a [`MemberName`]: borrowed when a member table of the trace model lists
+/// it ([`crate::input::trace::members`]).
 fn member_name(name: &str) -> MemberName {
-    match known_member_name(name) {
+    match crate::input::trace::members::known_member_name(name) {
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(name.to_owned()),
     }
@@ -753,53 +692,6 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The list of known member names is written once, as the literals a `match`
-    /// needs, apart from the rules that accept each name. A contract member missing
-    /// from it would still be read, only allocated for each time: so every name of
-    /// every valid fixture trace, and of the Mooncake fixture lines, must be borrowed.
-    #[test]
-    fn every_member_name_of_the_valid_fixtures_is_a_known_one() {
-        fn names<'n>(node: &'n Node, out: &mut Vec<&'n MemberName>) {
-            match node {
-                NodeOf::Array(items) => items.iter().for_each(|item| names(item, out)),
-                NodeOf::Object(members) => {
-                    for (name, value) in members {
-                        out.push(name);
-                        names(value, out);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        let mut documents = vec![];
-        for entry in std::fs::read_dir(&fixtures).unwrap() {
-            let trace = entry.unwrap().path().join("trace.json");
-            if trace.is_file() {
-                documents.push(std::fs::read(trace).unwrap());
-            }
-        }
-        let lines = std::fs::read(fixtures.join("mooncake/three-lines.jsonl")).unwrap();
-        documents.extend(
-            lines
-                .split(|&b| b == b'\n')
-                .filter(|l| !l.is_empty())
-                .map(<[u8]>::to_vec),
-        );
-        assert!(documents.len() > 15, "{} documents", documents.len());
-        for document in &documents {
-            let node = parse(document).unwrap();
-            let mut found = Vec::new();
-            names(&node, &mut found);
-            for name in found {
-                assert!(
-                    matches!(name, Cow::Borrowed(_)),
-                    "{name:?} is not a known member name"
-                );
-            }
-        }
-    }
 
     #[test]
     fn known_member_names_are_borrowed_and_others_owned() {

@@ -12,6 +12,7 @@
 
 use crate::input::json::{self, quote_str, Node};
 use crate::input::limits::{CostBound, LimitsProfile, ERROR_LINES_MAX, JSON_INTEGER_MAX};
+use crate::input::trace::members;
 use crate::input::trace::{
     fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
 };
@@ -32,7 +33,7 @@ pub const DEFAULT_DECODE_RATE: u64 = 4;
 const PROFILE: LimitsProfile = LimitsProfile::Scale;
 
 /// The Mooncake members of one line, in the order their errors are reported.
-const FIELDS: [&str; 4] = ["timestamp", "input_length", "output_length", "hash_ids"];
+const FIELDS: &[&str] = members::MOONCAKE_LINE;
 
 /// The longest line read (SPEC.md §10.2). A valid request needs at most
 /// `ceil(2,097,152 tokens / 1 token a block)` ids of at most 16 digits, about 38 MB with
@@ -427,7 +428,7 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
         return fields;
     };
     let member = |name: &str| members.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-    for name in FIELDS {
+    for &name in FIELDS {
         let Some(value) = member(name) else {
             reasons.push(format!("missing field {}", quote_name(name)));
             continue;

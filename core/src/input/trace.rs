@@ -264,3 +264,101 @@ pub fn fleet_worker_id(index: u32, workers: u32) -> String {
     let width = workers.saturating_sub(1).to_string().len();
     format!("w{index:0width$}")
 }
+
+/// The member names of each object of a `kvroute-trace/1` document (SPEC.md §1), and
+/// of a Mooncake line (§10), one table per object. The shape check accepts exactly a
+/// table's names, the field reads name only listed ones, and the reader keeps every
+/// listed name borrowed ([`members::known_member_name`]), so a name is written once.
+pub mod members {
+    /// Defines each table and [`known_member_name`] from the same literals: a
+    /// `match`, which the compiler turns into a switch on the length and fixed-size
+    /// compares, where a search of the tables would call `memcmp` for every name of
+    /// the same length (issue 11).
+    macro_rules! member_tables {
+        ($($(#[$doc:meta])* $table:ident = [$($name:literal),* $(,)?];)*) => {
+            $($(#[$doc])* pub const $table: &[&str] = &[$($name),*];)*
+
+            /// `name` as the `'static` copy of itself when a table lists it.
+            // A name several objects share matches at its first table.
+            #[allow(unreachable_patterns)]
+            pub fn known_member_name(name: &str) -> Option<&'static str> {
+                match name {
+                    $($($name => Some($name),)*)*
+                    _ => None,
+                }
+            }
+        };
+    }
+
+    member_tables! {
+        /// The document.
+        TRACE = ["format", "limits", "policy", "sharing", "workers", "events"];
+        /// `policy`.
+        POLICY = [
+            "decode_weight_milli",
+            "imbalance_penalty_milli",
+            "freshness_ticks",
+            "max_queued_work",
+            "stale_rule",
+            "epochs",
+            "cold_reserve_milli",
+            "dynamo_block_tokens",
+        ];
+        /// A sharing grant.
+        GRANT = ["model", "adapter", "tenants"];
+        /// A worker.
+        WORKER = [
+            "id",
+            "model",
+            "adapters",
+            "prefill_rate",
+            "decode_rate",
+            "queued_prefill",
+            "active_decode",
+            "observed_tick",
+            "epoch",
+            "cache",
+        ];
+        /// A worker's initial cache entry.
+        CACHE_ENTRY = ["tenant", "model", "adapter", "key", "tokens"];
+        /// A prefix segment.
+        SEGMENT = ["key", "tokens"];
+        /// A cache event storing segments.
+        CACHE_STORE = [
+            "seq", "tick", "type", "op", "worker", "epoch", "tenant", "model", "adapter",
+            "segments",
+        ];
+        /// A cache event evicting keys.
+        CACHE_EVICT = [
+            "seq", "tick", "type", "op", "worker", "epoch", "tenant", "model", "adapter",
+            "keys",
+        ];
+        /// A cache event clearing the worker.
+        CACHE_CLEAR = ["seq", "tick", "type", "op", "worker", "epoch"];
+        /// A load observation.
+        LOAD = [
+            "seq",
+            "tick",
+            "type",
+            "worker",
+            "observed_tick",
+            "queued_prefill",
+            "active_decode",
+        ];
+        /// A request.
+        REQUEST = [
+            "seq",
+            "tick",
+            "type",
+            "id",
+            "tenant",
+            "model",
+            "adapter",
+            "prefix",
+            "prompt_tokens",
+            "decode_tokens",
+        ];
+        /// A line of a Mooncake trace (SPEC.md §10).
+        MOONCAKE_LINE = ["timestamp", "input_length", "output_length", "hash_ids"];
+    }
+}

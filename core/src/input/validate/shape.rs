@@ -5,6 +5,7 @@
 use super::errors::ValidationErrors;
 use crate::input::document::{self, Path};
 use crate::input::json::{quote_str, MemberName, NodeOf as Node};
+use crate::input::trace::members;
 use crate::input::trace::*;
 use rustc_hash::FxHashMap;
 use std::fmt;
@@ -17,7 +18,13 @@ pub(super) struct Members<'p, 'n, 'd> {
 }
 
 impl<'p, 'n, 'd> Members<'p, 'n, 'd> {
+    /// A field read: `name` must be listed in a member table, or the shape check would
+    /// call the member unknown.
     fn get(&self, name: &str) -> Option<&'n Node<'d>> {
+        debug_assert!(
+            members::known_member_name(name).is_some(),
+            "{name} is in no member table of crate::input::trace::members"
+        );
         self.members.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 
@@ -344,10 +351,7 @@ impl Walk {
             .required(self, "events")
             .and(doc.events)
             .and_then(|listed| self.listed(listed));
-        obj.finish(
-            self,
-            &["format", "limits", "policy", "sharing", "workers", "events"],
-        );
+        obj.finish(self, members::TRACE);
         if !format_ok {
             return None;
         }
@@ -401,19 +405,7 @@ impl Walk {
             None => Some(None),
             Some((path, node)) => self.block_tokens(&path, node),
         };
-        obj.finish(
-            self,
-            &[
-                "decode_weight_milli",
-                "imbalance_penalty_milli",
-                "freshness_ticks",
-                "max_queued_work",
-                "stale_rule",
-                "epochs",
-                "cold_reserve_milli",
-                "dynamo_block_tokens",
-            ],
-        );
+        obj.finish(self, members::POLICY);
         Some(PolicyParams {
             decode_weight_milli: decode_weight_milli?,
             imbalance_penalty_milli: imbalance_penalty_milli?,
@@ -460,7 +452,7 @@ impl Walk {
         let model = self.req_string(&obj, "model");
         let adapter = self.req_string(&obj, "adapter");
         let tenants = self.req_string_list(&obj, "tenants");
-        obj.finish(self, &["model", "adapter", "tenants"]);
+        obj.finish(self, members::GRANT);
         Some(Grant {
             model: model?,
             adapter: adapter?,
@@ -482,21 +474,7 @@ impl Walk {
         let cache = obj
             .required(self, "cache")
             .and_then(|(path, node)| self.list(&path, node, Walk::cache_entry));
-        obj.finish(
-            self,
-            &[
-                "id",
-                "model",
-                "adapters",
-                "prefill_rate",
-                "decode_rate",
-                "queued_prefill",
-                "active_decode",
-                "observed_tick",
-                "epoch",
-                "cache",
-            ],
-        );
+        obj.finish(self, members::WORKER);
         Some(WorkerSpec {
             id: id?,
             model: model?,
@@ -516,7 +494,7 @@ impl Walk {
         let namespace = self.namespace(&obj);
         let key = self.req_string(&obj, "key");
         let tokens = self.req_integer(&obj, "tokens");
-        obj.finish(self, &["tenant", "model", "adapter", "key", "tokens"]);
+        obj.finish(self, members::CACHE_ENTRY);
         Some(CacheEntry {
             namespace: namespace?,
             key: key?,
@@ -528,7 +506,7 @@ impl Walk {
         let obj = self.object(path, node)?;
         let key = self.req_string(&obj, "key");
         let tokens = self.req_integer(&obj, "tokens");
-        obj.finish(self, &["key", "tokens"]);
+        obj.finish(self, members::SEGMENT);
         Some(Segment {
             key: key?,
             tokens: tokens?,
@@ -579,19 +557,13 @@ impl Walk {
         };
         let worker = self.req_string(obj, "worker");
         let epoch = self.req_integer(obj, "epoch");
-        let common = ["seq", "tick", "type", "op", "worker", "epoch"];
         let op = match op_name {
             "store" => {
                 let namespace = self.namespace(obj);
                 let segments = obj
                     .required(self, "segments")
                     .and_then(|(path, node)| self.list(&path, node, Walk::segment));
-                let expected: Vec<&str> = common
-                    .iter()
-                    .copied()
-                    .chain(["tenant", "model", "adapter", "segments"])
-                    .collect();
-                obj.finish(self, &expected);
+                obj.finish(self, members::CACHE_STORE);
                 Some(CacheOp::Store {
                     namespace: namespace?,
                     segments: segments?,
@@ -600,19 +572,14 @@ impl Walk {
             "evict" => {
                 let namespace = self.namespace(obj);
                 let keys = self.req_string_list(obj, "keys");
-                let expected: Vec<&str> = common
-                    .iter()
-                    .copied()
-                    .chain(["tenant", "model", "adapter", "keys"])
-                    .collect();
-                obj.finish(self, &expected);
+                obj.finish(self, members::CACHE_EVICT);
                 Some(CacheOp::Evict {
                     namespace: namespace?,
                     keys: keys?,
                 })
             }
             _ => {
-                obj.finish(self, &common);
+                obj.finish(self, members::CACHE_CLEAR);
                 Some(CacheOp::Clear)
             }
         };
@@ -628,18 +595,7 @@ impl Walk {
         let observed_tick = self.req_integer(obj, "observed_tick");
         let queued_prefill = self.req_integer(obj, "queued_prefill");
         let active_decode = self.req_integer(obj, "active_decode");
-        obj.finish(
-            self,
-            &[
-                "seq",
-                "tick",
-                "type",
-                "worker",
-                "observed_tick",
-                "queued_prefill",
-                "active_decode",
-            ],
-        );
+        obj.finish(self, members::LOAD);
         Some(EventKind::Load {
             worker: worker?,
             observed_tick: observed_tick?,
@@ -658,21 +614,7 @@ impl Walk {
             .and_then(|(path, node)| self.list(&path, node, Walk::segment));
         let prompt_tokens = self.req_integer(obj, "prompt_tokens");
         let decode_tokens = self.req_integer(obj, "decode_tokens");
-        obj.finish(
-            self,
-            &[
-                "seq",
-                "tick",
-                "type",
-                "id",
-                "tenant",
-                "model",
-                "adapter",
-                "prefix",
-                "prompt_tokens",
-                "decode_tokens",
-            ],
-        );
+        obj.finish(self, members::REQUEST);
         Some(EventKind::Request(Request {
             id: id?,
             namespace: namespace?,
