@@ -295,6 +295,25 @@ fn replay(
     }
 }
 
+/// The settings `simulate`'s table header echoes: the cache, lag, jitter (and its
+/// seed), loss, and the stale rule and epoch numbering in force.
+fn simulate_settings(options: &SimulateOptions, trace: &Trace) -> String {
+    let cache = match options.capacity {
+        Capacity::Tokens(tokens) => format!("cache {tokens} tokens"),
+        Capacity::Blocks(blocks) => format!("cache {blocks} blocks"),
+    };
+    format!(
+        "{cache}, lag {} ticks, jitter {} ticks (seed {}), loss {} per mille, stale rule {}, \
+         epochs {}",
+        options.publication_lag_ticks,
+        options.jitter_ticks,
+        options.jitter_seed,
+        options.loss_per_mille,
+        trace.policy.stale_rule.name(),
+        trace.policy.epochs.name()
+    )
+}
+
 fn simulate(
     path: &Path,
     workers: Option<u32>,
@@ -347,6 +366,7 @@ fn simulate(
             &runs,
             sim_trace.workers.len(),
             sim_trace.request_count(),
+            &simulate_settings(options, &sim_trace),
         );
         let generated = match events_out {
             Some(_) => runs

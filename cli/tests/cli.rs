@@ -384,8 +384,13 @@ fn simulate_prints_the_comparison_and_its_generated_traces_replay() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The header echoes every setting the figures depend on (issue 25's friction
+    // list: jitter, loss, stale rule and epochs were not shown).
     assert!(
-        stdout.starts_with("simulate: 3 requests on 3 workers\npolicy "),
+        stdout.starts_with(
+            "simulate: 3 requests on 3 workers; cache 2 blocks, lag 10 ticks, jitter 0 \
+             ticks (seed 0), loss 0 per mille, stale rule worker_epoch, epochs any\npolicy "
+        ),
         "{stdout}"
     );
     for policy in [
