@@ -40,6 +40,7 @@ mod progress;
 mod report;
 mod swarm;
 mod swarm_report;
+mod verify_core;
 
 use out::{emit, emit_with};
 
@@ -118,7 +119,10 @@ fn main() -> ExitCode {
             trace,
             receipt,
             id_key,
-        } => verify(&trace, &receipt, id_key.as_deref()),
+        } => match receipt {
+            Some(receipt) => verify(&trace, &receipt, id_key.as_deref()),
+            None => verify_core::verify_core(&trace, id_key.as_deref()),
+        },
         Command::Swarm(args) => swarm::swarm(args),
         Command::Report {
             input,
@@ -616,7 +620,10 @@ fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Fai
     drop(reader);
     progress.finish();
     match verdict {
-        Ok(digest) => outln!("ok: the receipt matches the recomputation ({digest})"),
+        Ok(verified) => outln!(
+            "ok: the receipt matches the recomputation ({})",
+            verified.receipt_digest
+        ),
         Err(VerifyError::InvalidTrace(lines)) => Err(Failure::invalid(lines)),
         Err(VerifyError::Unreadable(reason)) => Err(Failure::invalid(vec![format!(
             "{}: {reason}",

@@ -209,6 +209,45 @@ fn verify_exits_0_for_a_genuine_receipt_and_1_for_a_doctored_one() {
 }
 
 #[test]
+fn verify_without_a_receipt_compares_core_with_the_oracle_on_the_trace() {
+    let trace = fixtures().join("lab/trace.json");
+    let out = kvroute(&["verify", "--trace", path_str(&trace)]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let digest = std::fs::read_to_string(fixtures().join("lab/receipt.sha256")).unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("ok: core and the oracle agree on 116 decisions ({})\n", digest.trim_end())
+    );
+    let out = kvroute(&["verify", "--trace", path_str(&fixtures().join("invalid"))]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn verify_says_plainly_that_it_does_not_read_a_json_lines_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = fixtures().join("lab/trace.json");
+    let receipt = dir.path().join("receipt.jsonl");
+    let out = kvroute(&[
+        "replay",
+        path_str(&trace),
+        "--format",
+        "jsonl",
+        "--out",
+        path_str(&receipt),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = kvroute(&["verify", "--trace", path_str(&trace), path_str(&receipt)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "{}: a JSON Lines receipt (kvroute-receipt-stream/1): verify reads the JSON receipt; write one with replay --format json\n",
+            path_str(&receipt)
+        )
+    );
+}
+
+#[test]
 fn swarm_runs_seeds_and_prints_a_summary() {
     let out = kvroute(&[
         "swarm", "--seeds", "20", "--start", "5", "--jobs", "2", "--shard", "1/2",

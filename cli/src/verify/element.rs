@@ -447,3 +447,68 @@ fn first_difference(
         _ => (receipt != expected).then(|| (path.to_owned(), receipt.quoted(), expected.quoted())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::justified_choice;
+    use crate::verify::json::{parse_bytes, Node};
+
+    fn row(worker: &str, cost: u64, reasons: &[&str], eligible: bool) -> Node {
+        let reasons: Vec<String> = reasons.iter().map(|r| format!("\"{r}\"")).collect();
+        parse_bytes(
+            format!(
+                r#"{{"worker":"{worker}","eligible":{eligible},"cost_milli":{cost},"reuse":0,"work_milli":0,"after_milli":5000,"reasons":[{}]}}"#,
+                reasons.join(",")
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn dynamo_default_is_the_smallest_cost_over_every_eligible_row() {
+        let mut cursor = 0;
+        // SPEC.md §4.8: no cap and no reserve in this run, so a row's `overloaded` or
+        // `cold_reserve` reason (itself wrong there) does not move the choice; under
+        // cache_plus_load's rule the same rows justify w1.
+        let rows = [
+            row("w0", 100, &["overloaded"], true),
+            row("w1", 300, &[], true),
+            row("w2", 100, &["cold_reserve"], true),
+        ];
+        let choice =
+            |policy, rows: &[Node], cursor: &mut usize| justified_choice(policy, rows, cursor);
+        assert_eq!(
+            choice("dynamo_default", &rows, &mut cursor).as_deref(),
+            Some("w0")
+        );
+        assert_eq!(
+            choice("cache_plus_load", &rows, &mut cursor).as_deref(),
+            Some("w1")
+        );
+        // Ties by id; ineligible rows never.
+        let rows = [
+            row("w0", 7, &[], true),
+            row("w1", 5, &[], false),
+            row("w2", 5, &[], true),
+        ];
+        assert_eq!(
+            choice("dynamo_default", &rows, &mut cursor).as_deref(),
+            Some("w2")
+        );
+        let rows = [row("w0", 7, &[], false), row("w1", 5, &[], false)];
+        assert_eq!(choice("dynamo_default", &rows, &mut cursor), None);
+        // Round robin starts at its cursor and moves it past the choice.
+        let rows = [
+            row("w0", 0, &[], true),
+            row("w1", 0, &[], false),
+            row("w2", 0, &[], true),
+        ];
+        let mut cursor = 1;
+        assert_eq!(
+            choice("round_robin", &rows, &mut cursor).as_deref(),
+            Some("w2")
+        );
+        assert_eq!(cursor, 0);
+    }
+}
