@@ -212,18 +212,26 @@ fn verify_exits_0_for_a_genuine_receipt_and_1_for_a_doctored_one() {
 fn verify_without_a_receipt_compares_core_with_the_oracle_on_the_trace() {
     let trace = fixtures().join("lab/trace.json");
     let out = kvroute(&["verify", "--trace", path_str(&trace)]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let digest = std::fs::read_to_string(fixtures().join("lab/receipt.sha256")).unwrap();
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        format!("ok: core and the oracle agree on 116 decisions ({})\n", digest.trim_end())
+        format!(
+            "ok: core and the oracle agree on 116 decisions ({})\n",
+            digest.trim_end()
+        )
     );
     let out = kvroute(&["verify", "--trace", path_str(&fixtures().join("invalid"))]);
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
-fn verify_says_plainly_that_it_does_not_read_a_json_lines_receipt() {
+fn verify_reads_a_json_lines_receipt_line_by_line() {
     let dir = tempfile::tempdir().unwrap();
     let trace = fixtures().join("lab/trace.json");
     let receipt = dir.path().join("receipt.jsonl");
@@ -237,14 +245,46 @@ fn verify_says_plainly_that_it_does_not_read_a_json_lines_receipt() {
     ]);
     assert_eq!(out.status.code(), Some(0));
     let out = kvroute(&["verify", "--trace", path_str(&trace), path_str(&receipt)]);
-    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = std::fs::read_to_string(fixtures().join("lab/receipt.sha256")).unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
         format!(
-            "{}: a JSON Lines receipt (kvroute-receipt-stream/1): verify reads the JSON receipt; write one with replay --format json\n",
-            path_str(&receipt)
+            "ok: the receipt matches the recomputation ({})\n",
+            digest.trim_end()
         )
     );
+    let text = std::fs::read_to_string(&receipt).unwrap();
+    let doctored = [
+        (
+            text.replacen("\"chosen\":\"w0\"", "\"chosen\":\"w3\",\"chosen\":\"w0\"", 1),
+            "runs[0].decisions[0].chosen: repeated member \"chosen\"",
+        ),
+        (
+            text.replacen("\"hit\"", "\"cold\"", 1),
+            "runs[0].decisions[0].route_kind: the receipt has \"cold\", the recomputation has \"hit\"",
+        ),
+        (
+            text.replacen("{\"decisions\":", "{\"decisions\": ", 1),
+            "runs[0].decisions[0]: non-canonical bytes at byte offset",
+        ),
+        (text.replacen("sha256:", "sha256:0", 1), "line 1 (byte offset 0): expected"),
+    ];
+    for (bad, message) in doctored {
+        std::fs::write(&receipt, bad).unwrap();
+        let out = kvroute(&["verify", "--trace", path_str(&trace), path_str(&receipt)]);
+        assert_eq!(out.status.code(), Some(1), "{message}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with(&format!("{}: rejected: {message}", path_str(&receipt))),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

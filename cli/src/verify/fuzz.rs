@@ -2,7 +2,7 @@
 //! here rather than in the harness, which this crate depends on): a genuine receipt is
 //! accepted; after arbitrary edits it is accepted exactly when its bytes are unchanged;
 //! the same receipt pretty-printed, or with its first member written twice, is
-//! rejected; nothing panics.
+//! rejected; the genuine receipt's JSON Lines form is accepted; nothing panics.
 
 use super::{verify, VerifyError};
 use kvroute_harness::oracles::{receipt_case_bytes, ReceiptCase};
@@ -29,6 +29,18 @@ pub fn receipt_verify(case: &ReceiptCase) {
     assert!(
         matches!(verify(&trace, &pretty), Err(VerifyError::Rejected(_))),
         "a pretty-printed receipt was accepted"
+    );
+    // The same receipt as JSON Lines (SPEC.md §6.4) is accepted with the same digest.
+    let parsed = kvroute_core::parse_trace(&trace).expect("generated traces are valid");
+    let digest = kvroute_core::output::canonical::trace_digest(&parsed);
+    let compiled = kvroute_core::route::compiled::Compiled::new(&parsed);
+    let mut lines = Vec::new();
+    kvroute_core::output::jsonl::write_jsonl(&compiled, &digest, &mut lines)
+        .expect("JSON Lines into memory");
+    assert_eq!(
+        verify(&trace, &lines).ok(),
+        verify(&trace, &genuine).ok(),
+        "the JSON Lines receipt of a genuine receipt"
     );
     let twice = [&br#"{"runs":[],"#[..], &edited[1..]].concat();
     assert!(

@@ -459,6 +459,12 @@ pub fn quote_str(text: &str) -> String {
     Node::Str(text.to_owned()).quoted()
 }
 
+/// A digest quoted for a message: in full (71 characters for a well-formed one), cut
+/// only past 80 characters.
+pub fn quote_digest(text: &str) -> String {
+    cut(&canonical_string(text), 80)
+}
+
 /// The path of member `name` below `path` (SPEC.md §2.1; `$` is the receipt).
 pub fn member_path(path: &str, name: &str) -> String {
     let plain = !name.is_empty()

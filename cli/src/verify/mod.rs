@@ -12,12 +12,14 @@
 //! and names the first problem in the receipt's byte order by JSON path (SPEC.md §7): a
 //! repeated member, bytes that are not RFC 8785's, a type error, a reorder, a missing
 //! row, a chosen worker its own rows do not justify, or a value that differs. A receipt
-//! for another trace is named as such, whatever its first difference.
+//! for another trace is named as such, whatever its first difference. A JSON Lines
+//! receipt (SPEC.md §6.4) is compared line by line with the same pieces ([`lines`]).
 
 mod element;
 pub mod fuzz;
 mod json;
 mod keyed;
+mod lines;
 mod oracle_stream;
 mod walk;
 
@@ -38,8 +40,7 @@ pub struct Verified {
 pub enum VerifyError {
     /// The trace itself is invalid (its validation errors).
     InvalidTrace(Vec<String>),
-    /// The receipt could not be read (an I/O error, or a JSON Lines receipt): not a
-    /// verdict on it.
+    /// The receipt could not be read (an I/O error): not a verdict on it.
     Unreadable(String),
     /// The receipt is wrong; the first problem found.
     Rejected(String),
@@ -68,7 +69,6 @@ pub const ORACLE_HOLDS_ITS_RECEIPT: bool = true;
 /// Pieces in flight between the oracle and the comparison.
 const PIECES_IN_FLIGHT: usize = 256;
 const FORMAT_MEMBER: &[u8] = br#"{"format":"kvroute-receipt/1","#;
-const STREAM_FORMAT_MEMBER: &[u8] = br#"{"format":"kvroute-receipt-stream/1""#;
 const DIGEST_MEMBER: &[u8] = br#""receipt_digest":"sha256:"#;
 const DIGEST_HEX_LEN: usize = 64;
 
@@ -275,6 +275,14 @@ fn compare(
     phase: &dyn Fn(&str),
 ) -> Result<Verified, VerifyError> {
     let mut receipt = Receipt { reader, offset: 0 };
+    // A JSON Lines receipt (SPEC.md §6.4) is told by its first line's first member.
+    let head = receipt
+        .reader
+        .fill_buf()
+        .map_err(|e| Receipt::unreadable(&e))?;
+    if head.starts_with(&lines::FIRST_LINE[..37]) {
+        return lines::verify_lines(&mut receipt, expected, &[]);
+    }
     let ((claimed, decisions), disagreement) = match compare_pieces(&mut receipt, expected)? {
         Ok(claimed) => match at_end(&mut receipt)? {
             None => (claimed, None),
@@ -367,17 +375,6 @@ fn compare_pieces(
         }
     }
     if !consumed.is_empty() || claimed.is_empty() {
-        let mut head = consumed.clone();
-        if let Ok(buf) = receipt.reader.fill_buf() {
-            head.extend_from_slice(&buf[..buf.len().min(64)]);
-        }
-        if head.starts_with(STREAM_FORMAT_MEMBER) {
-            return Err(VerifyError::Unreadable(
-                "a JSON Lines receipt (kvroute-receipt-stream/1): verify reads the JSON \
-                 receipt; write one with replay --format json"
-                    .to_owned(),
-            ));
-        }
         return Ok(Err(Disagreement {
             last_element: None,
             previous_decision: None,
@@ -519,8 +516,8 @@ fn explain(receipt: &mut Receipt<'_>, expected: &mut Expected<'_>, d: Disagreeme
     match (given, wanted) {
         (Some(given), Some(wanted)) if given != wanted => format!(
             "trace_digest is {}, but this trace's digest is {}",
-            json::quote_str(&given),
-            json::quote_str(&wanted)
+            json::quote_digest(&given),
+            json::quote_digest(&wanted)
         ),
         _ => problem,
     }

@@ -692,7 +692,14 @@ fn scalar_difference(path: &str, receipt: &Tok, expected: &Tok) -> String {
     let (r, e) = (tok_quoted(receipt), tok_quoted(expected));
     match path {
         "format" => format!("format is {r}, expected {e}"),
-        "trace_digest" => format!("trace_digest is {r}, but this trace's digest is {e}"),
+        "trace_digest" => match (receipt, expected) {
+            (Tok::Str(r), Tok::Str(e)) => format!(
+                "trace_digest is {}, but this trace's digest is {}",
+                super::json::quote_digest(r),
+                super::json::quote_digest(e)
+            ),
+            _ => format!("trace_digest is {r}, but this trace's digest is {e}"),
+        },
         "receipt_digest" => {
             format!("receipt_digest: expected \"sha256:\" and 64 lowercase hex digits, found {r}")
         }
