@@ -464,3 +464,52 @@ fn control_characters_in_ids_never_reach_a_message_raw() {
     assert!(problem.contains("\\u001b[31m-02"), "{problem}");
     assert!(problem.bytes().all(|b| b >= 0x20), "{problem:?}");
 }
+
+/// Deterministic pseudo-random numbers (xorshift64*), for byte mutations.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+#[test]
+fn mangled_receipt_bytes_are_rejected_with_a_reason_and_never_panic() {
+    let (trace, text) = written();
+    let parsed = kvroute_core::parse_trace(&trace).unwrap();
+    let mut lines = Vec::new();
+    kvroute_core::output::jsonl::write_jsonl(
+        &kvroute_core::route::compiled::Compiled::new(&parsed),
+        &kvroute_core::output::canonical::trace_digest(&parsed),
+        &mut lines,
+    )
+    .unwrap();
+    let mut state = 0x5EED_u64;
+    for genuine in [text.into_bytes(), lines] {
+        for _ in 0..150 {
+            let mut bytes = genuine.clone();
+            for _ in 0..1 + next_random(&mut state) % 3 {
+                let at = (next_random(&mut state) % bytes.len() as u64) as usize;
+                let with = b"0-.e\"{}[],: x1\n\\u"[(next_random(&mut state) % 17) as usize];
+                match next_random(&mut state) % 3 {
+                    0 => bytes[at] = with,
+                    1 => bytes.insert(at, with),
+                    _ => {
+                        bytes.remove(at);
+                    }
+                }
+            }
+            match verify(&trace, &bytes) {
+                Ok(_) => assert!(
+                    bytes == genuine || genuine.strip_suffix(b"\n") == Some(bytes.as_slice()),
+                    "a mangled receipt was accepted"
+                ),
+                Err(VerifyError::Rejected(problem)) => {
+                    assert!(!problem.is_empty());
+                    assert!(problem.bytes().all(|b| b >= 0x20), "{problem:?}");
+                }
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    }
+}
