@@ -10,13 +10,13 @@ use clap::{CommandFactory, Parser};
 use kvroute_cli::args::{
     Cli, Command, ExportArgs, Format, ImportFormat, PolicyOverrides, SimulateFormat, SAMPLE_MAX,
 };
+use kvroute_cli::verify::VerifyError;
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, jsonl, table, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, Policy, ReadTraceError, Trace};
-use kvroute_harness::verify::VerifyError;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -40,6 +40,7 @@ mod progress;
 mod report;
 mod swarm;
 mod swarm_report;
+mod verify_core;
 
 use kvroute_cli::terminal::counted;
 use out::{emit, emit_with};
@@ -126,7 +127,10 @@ fn main() -> ExitCode {
             trace,
             receipt,
             id_key,
-        } => verify(&trace, &receipt, id_key.as_deref()),
+        } => match receipt {
+            Some(receipt) => verify(&trace, &receipt, id_key.as_deref()),
+            None => verify_core::verify_core(&trace, id_key.as_deref()),
+        },
         Command::Swarm(args) => swarm::swarm(args),
         Command::Report {
             input,
@@ -620,6 +624,8 @@ fn read_id_key(path: &Path) -> Result<Vec<u8>, Failure> {
     Ok(key)
 }
 
+/// `kvroute verify --trace TRACE RECEIPT`: the receipt is streamed from its file or
+/// stdin and compared with the oracle's recomputation as it is produced (SPEC.md §7).
 fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Failure> {
     if trace.as_os_str() == "-" && receipt.as_os_str() == "-" {
         return Err(Failure::invalid(vec![
@@ -627,17 +633,35 @@ fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Fai
         ]));
     }
     let key = id_key.map(read_id_key).transpose()?;
-    let progress = progress::Progress::start("verify", "reading the trace and the receipt");
+    let progress = progress::Progress::start("verify", "reading the trace");
     let trace_bytes = read_input(trace, "trace")?;
-    let receipt_bytes = read_bytes(receipt)
-        .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
-    progress.phase("recomputing the receipt with the oracle");
+    let cannot_read = |e: std::io::Error| {
+        Failure::invalid(vec![format!(
+            "{}: cannot read receipt: {e}",
+            receipt.display()
+        )])
+    };
+    let source: Box<dyn Read> = if receipt.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(receipt).map_err(cannot_read)?)
+    };
+    let mut reader = std::io::BufReader::with_capacity(256 * 1024, progress.reading(source));
+    let phase = |name: &str| progress.phase(name);
     let verdict =
-        kvroute_harness::verify::verify_keyed(&trace_bytes, &receipt_bytes, key.as_deref());
+        kvroute_cli::verify::verify_stream(&trace_bytes, &mut reader, key.as_deref(), &phase);
+    drop(reader);
     progress.finish();
     match verdict {
-        Ok(digest) => outln!("ok: the receipt matches the recomputation ({digest})"),
+        Ok(verified) => outln!(
+            "ok: the receipt matches the recomputation ({})",
+            verified.receipt_digest
+        ),
         Err(VerifyError::InvalidTrace(lines)) => Err(Failure::invalid(lines)),
+        Err(VerifyError::Unreadable(reason)) => Err(Failure::invalid(vec![format!(
+            "{}: {reason}",
+            receipt.display()
+        )])),
         Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
             "{}: rejected: {problem}",
             receipt.display()
