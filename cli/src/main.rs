@@ -626,12 +626,8 @@ fn read_id_key(path: &Path) -> Result<Vec<u8>, Failure> {
 
 /// `kvroute verify --trace TRACE RECEIPT`: the receipt is streamed from its file or
 /// stdin and compared with the oracle's recomputation as it is produced (SPEC.md §7).
+/// (That at most one of TRACE and RECEIPT is `-` was checked with every command's paths.)
 fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Failure> {
-    if trace.as_os_str() == "-" && receipt.as_os_str() == "-" {
-        return Err(Failure::invalid(vec![
-            "kvroute verify: only one input can be - (stdin)".to_owned(),
-        ]));
-    }
     let key = id_key.map(read_id_key).transpose()?;
     let progress = progress::Progress::start("verify", "reading the trace");
     let trace_bytes = read_input(trace, "trace")?;
@@ -662,9 +658,12 @@ fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Fai
             "{}: {reason}",
             receipt.display()
         )])),
+        // Values in the problem are quoted as SPEC.md §2.2 quotes them; what a quote
+        // leaves raw (C1 controls, bidirectional overrides) is escaped here.
         Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
-            "{}: rejected: {problem}",
-            receipt.display()
+            "{}: rejected: {}",
+            receipt.display(),
+            kvroute_cli::terminal::printable(&problem)
         ))),
     }
 }
