@@ -539,3 +539,133 @@ fn the_diff_table_header_lines_up_with_its_rows() {
     assert_eq!(bars(lines[0]), bars(lines[1]), "{table}");
     assert_eq!(lines[0].len(), lines[1].len(), "{table}");
 }
+
+/// The article of one decision on a page.
+fn article<'a>(html: &'a Html, policy: &str, seq: u64) -> scraper::ElementRef<'a> {
+    let selector = format!(r#"article.decision[data-policy="{policy}"][data-seq="{seq}"]"#);
+    let found = select(html, &selector);
+    assert_eq!(found.len(), 1, "{selector}");
+    found[0]
+}
+
+/// The chosen worker's ring (the one circle of radius 12 in a Pareto chart) is drawn on
+/// every routed decision, cold or hit, and on no rejected one (issue 25: leaving it off
+/// on cold routes passed every test). In the two-worker trace round robin takes `a`
+/// (a hit: 40 tokens cached), least load the idle `b` (cold); with model `x` served
+/// nowhere, every policy rejects.
+#[test]
+fn the_chosen_ring_is_drawn_on_cold_and_hit_routes_and_not_on_rejections() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = Selector::parse(r#"svg circle[r="12"]"#).unwrap();
+    let facts = Selector::parse("p.facts").unwrap();
+    let routed = two_worker_trace(dir.path(), "m.json", "m");
+    let (page, _out) = report_of(&[s(&routed)]);
+    let html = Html::parse_document(&page);
+    for (policy, route) in [("round_robin", "hit"), ("least_load", "cold")] {
+        let decision = article(&html, policy, 1);
+        let text: String = decision.select(&facts).next().unwrap().text().collect();
+        assert!(text.contains(&format!("route {route}")), "{policy}: {text}");
+        assert_eq!(decision.select(&ring).count(), 1, "{policy} ({route})");
+    }
+    let rejected = two_worker_trace(dir.path(), "x.json", "x");
+    let (page, _out) = report_of(&[s(&rejected)]);
+    let html = Html::parse_document(&page);
+    let decision = article(&html, "least_load", 1);
+    let text: String = decision.select(&facts).next().unwrap().text().collect();
+    assert!(text.contains("route rejected"), "{text}");
+    assert_eq!(decision.select(&ring).count(), 0);
+}
+
+/// The cohort table against figures worked by hand (issue 25: its hit count was never
+/// pinned). One request of model `m`, adapter `base`: round robin and longest prefix take
+/// `a`, a hit that reuses 40 and recomputes 10 (latency proxy 9,100, see
+/// `diff_deltas_are_candidate_minus_baseline_as_worked_by_hand`); least load takes the
+/// cold `b`: no hit, recomputes 50, latency proxy 500.
+#[test]
+fn the_cohort_table_counts_hits_as_worked_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = two_worker_trace(dir.path(), "t.json", "m");
+    let (page, _out) = report_of(&[s(&trace)]);
+    let html = Html::parse_document(&page);
+    let td = Selector::parse("td").unwrap();
+    let rows: Vec<Vec<String>> = select(&html, "table.cohorts tbody tr")
+        .iter()
+        .map(|tr| tr.select(&td).map(|c| c.text().collect()).collect())
+        .collect();
+    let row = |policy: &str| -> Vec<&str> {
+        let found: Vec<&Vec<String>> = rows.iter().filter(|r| r[2] == policy).collect();
+        assert_eq!(found.len(), 1, "{policy}: {rows:?}");
+        found[0].iter().map(String::as_str).collect()
+    };
+    // model, adapter, policy, requests, routed, hits, reused, recomputed, latency mean_m
+    let hit = [
+        "m",
+        "base",
+        "round_robin",
+        "1",
+        "1",
+        "1",
+        "40",
+        "10",
+        "9100",
+    ];
+    assert_eq!(row("round_robin"), hit);
+    let hit = [
+        "m",
+        "base",
+        "longest_prefix",
+        "1",
+        "1",
+        "1",
+        "40",
+        "10",
+        "9100",
+    ];
+    assert_eq!(row("longest_prefix"), hit);
+    let cold = ["m", "base", "least_load", "1", "1", "0", "0", "50", "500"];
+    assert_eq!(row("least_load"), cold);
+}
+
+/// A close call is a runner-up strictly within 1,000 milli of the winner (issue 25: `<=`
+/// passed every test). Worker `a` caches the request's 1-token prefix and is idle; `b`
+/// caches nothing and has one active decode, weighed 999 milli. Least load takes `a`
+/// with margin 999 (b's work): a close call. Longest prefix takes `a` with margin
+/// 1000 · (1 - 0) = 1,000: exactly the margin, not a close call.
+#[test]
+fn a_margin_of_exactly_one_token_is_not_a_close_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = |id: &str, active_decode: u64, cache: Value| {
+        serde_json::json!({ "id": id, "model": "m", "adapters": [], "prefill_rate": 100,
+            "decode_rate": 10, "queued_prefill": 0, "active_decode": active_decode,
+            "observed_tick": 0, "epoch": 0, "cache": cache })
+    };
+    let trace = serde_json::json!({
+        "format": "kvroute-trace/1",
+        "policy": { "decode_weight_milli": 999 },
+        "workers": [
+            worker("a", 0, serde_json::json!([{ "tenant": "t", "model": "m",
+                "adapter": "base", "key": "k", "tokens": 1 }])),
+            worker("b", 1, serde_json::json!([])),
+        ],
+        "events": [{ "seq": 1, "tick": 0, "type": "request", "id": "r1", "tenant": "t",
+            "model": "m", "adapter": "base", "prefix": [{ "key": "k", "tokens": 1 }],
+            "prompt_tokens": 50, "decode_tokens": 1 }],
+    });
+    let path = dir.path().join("margin.json");
+    std::fs::write(&path, trace.to_string()).unwrap();
+    let (page, _out) = report_of(&[s(&path)]);
+    let html = Html::parse_document(&page);
+    let kinds = |policy| -> (String, String) {
+        let decision = article(&html, policy, 1);
+        let facts = Selector::parse("p.facts").unwrap();
+        let text: String = decision.select(&facts).next().unwrap().text().collect();
+        let kinds = decision.value().attr("data-kinds").unwrap().to_owned();
+        (kinds, text)
+    };
+    let (least_load, text) = kinds("least_load");
+    assert!(text.contains("margin 999 milli"), "{text}");
+    assert_eq!(least_load, "close_call");
+    let (longest_prefix, text) = kinds("longest_prefix");
+    assert!(text.contains("margin 1000 milli"), "{text}");
+    assert_eq!(longest_prefix, "");
+}
