@@ -669,3 +669,37 @@ fn a_margin_of_exactly_one_token_is_not_a_close_call() {
     assert!(text.contains("margin 1000 milli"), "{text}");
     assert_eq!(longest_prefix, "");
 }
+
+/// The page's budget is bytes, not decisions (issue 25: the lab trace with 200 kB
+/// request ids gave a 33.9 MB page). Each id is shown cut, with its length, and the page
+/// says so; every decision is still shown in detail.
+#[test]
+fn request_ids_of_200_kb_keep_the_page_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(lab_trace()).unwrap()).unwrap();
+    let padding = "x".repeat(200_000);
+    for event in trace["events"].as_array_mut().unwrap() {
+        if event["type"] == "request" {
+            let id = format!("{}-{padding}", event["id"].as_str().unwrap());
+            event["id"] = Value::from(id);
+        }
+    }
+    let path = dir.path().join("long-ids.json");
+    std::fs::write(&path, trace.to_string()).unwrap();
+    let (page, _out) = report_of(&[s(&path)]);
+    assert!(page.len() <= 10_000_000, "{} bytes", page.len());
+    let html = Html::parse_document(&page);
+    let note: String = select(&html, "#ids-note")[0].text().collect();
+    assert!(
+        note.starts_with("29 request ids are longer than 64 bytes"),
+        "{note}"
+    );
+    assert_eq!(select(&html, "article.decision").len(), 116);
+    let code = Selector::parse("h3 code").unwrap();
+    let first = article(&html, "least_load", 2);
+    let shown: String = first.select(&code).next().unwrap().text().collect();
+    assert!(shown.starts_with("acme-01-xxx"), "{shown}");
+    assert!(shown.ends_with("… (200008 bytes)"), "{shown}");
+    assert!(shown.len() < 64, "{shown}");
+}
