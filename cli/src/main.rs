@@ -130,6 +130,7 @@ fn main() -> ExitCode {
         Command::Report {
             input,
             trace,
+            id_key,
             out,
             baseline,
             candidate,
@@ -137,6 +138,7 @@ fn main() -> ExitCode {
         } => report::report(
             input.as_deref(),
             trace.as_deref(),
+            id_key.as_deref(),
             &out,
             (baseline, candidate),
             usize::try_from(sample).unwrap_or(SAMPLE_MAX),

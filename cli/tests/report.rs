@@ -703,3 +703,89 @@ fn request_ids_of_200_kb_keep_the_page_within_its_budget() {
     assert!(shown.ends_with("… (200008 bytes)"), "{shown}");
     assert!(shown.len() < 64, "{shown}");
 }
+
+/// The cohort table of the lab report, row by row.
+fn cohort_rows(page: &str) -> Vec<String> {
+    let html = Html::parse_document(page);
+    select(&html, "table.cohorts tbody tr")
+        .iter()
+        .map(|tr| tr.text().collect::<Vec<_>>().join("|"))
+        .collect()
+}
+
+/// A receipt written with `replay --id-key` has keyed request ids: with the same
+/// `--id-key`, the report keys the trace's ids too and its cohorts are the unkeyed
+/// receipt's; without it, page and stderr say the cohorts cannot be matched (issue 25:
+/// the table had one row per policy with an empty model and adapter).
+#[test]
+fn a_keyed_receipt_matches_its_cohorts_through_the_same_id_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, keyed, plain) = (
+        dir.path().join("key"),
+        dir.path().join("keyed.json"),
+        dir.path().join("plain.json"),
+    );
+    std::fs::write(&key, b"a secret key").unwrap();
+    let lab = lab_trace();
+    let replay = ["replay", s(&lab), "--format", "json", "--out"];
+    ok(&[&replay[..], &[s(&keyed), "--id-key", s(&key)]].concat());
+    ok(&[&replay[..], &[s(&plain)]].concat());
+    let trace = ["--trace", s(&lab)];
+
+    let (unkeyed_page, _a) = report_of(&[&[s(&plain)][..], &trace].concat());
+    let expected = cohort_rows(&unkeyed_page);
+    assert!(expected.len() >= 8, "{expected:?}");
+    let (keyed_page, _b) = report_of(&[&[s(&keyed)][..], &trace, &["--id-key", s(&key)]].concat());
+    assert_eq!(cohort_rows(&keyed_page), expected);
+
+    let out = dir.path().join("report.html");
+    let run = ok(&[
+        "report",
+        s(&keyed),
+        "--trace",
+        s(&lab_trace()),
+        "-o",
+        s(&out),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("cohorts cannot be matched"), "{stderr}");
+    assert!(stderr.contains("--id-key FILE"), "{stderr}");
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(cohort_rows(&page).is_empty());
+    let html = Html::parse_document(&page);
+    let said: String = select(&html, "#cohorts-unmatched")[0].text().collect();
+    assert!(said.starts_with("Cohorts cannot be matched"), "{said}");
+
+    // Another key matches nothing either, and says so.
+    let other = dir.path().join("other-key");
+    std::fs::write(&other, b"another key").unwrap();
+    let run = ok(&[
+        &["report", s(&keyed)][..],
+        &trace,
+        &["--id-key", s(&other), "-o", s(&out)],
+    ]
+    .concat());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("not the key it was written with"),
+        "{stderr}"
+    );
+
+    // A key without a trace has nothing to key, and an empty key is refused.
+    let run = kvroute(&["report", s(&keyed), "--id-key", s(&key), "-o", s(&out)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains(s(&key)));
+    let empty = dir.path().join("empty-key");
+    std::fs::write(&empty, b"").unwrap();
+    let run = kvroute(
+        &[
+            &["report", s(&keyed)][..],
+            &trace,
+            &["--id-key", s(&empty), "-o", s(&out)],
+        ]
+        .concat(),
+    );
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("the id key is empty"), "{stderr}");
+}

@@ -149,6 +149,8 @@ struct PageView<'a> {
     boundary_total: usize,
     log_rows_max: usize,
     cohorts: Option<Vec<CohortRow>>,
+    /// A trace was given but no request id of the receipt is in it.
+    cohorts_unmatched: bool,
     shadow: Option<Shadow<'a>>,
     shadow_error: Option<String>,
 }
@@ -248,6 +250,9 @@ fn metric_bars(lab: &Lab) -> Vec<Chart> {
 
 fn cohorts(lab: &Lab) -> Option<Vec<CohortRow>> {
     let facts = lab.facts.as_ref()?;
+    if lab.requests_unmatched() {
+        return None;
+    }
     let mut rows: BTreeMap<(String, String, usize), CohortRow> = BTreeMap::new();
     let mut latency_sums: BTreeMap<(String, String, usize), u128> = BTreeMap::new();
     for (slot, run) in lab.runs.iter().enumerate() {
@@ -455,6 +460,7 @@ fn render(
         boundary_total,
         log_rows_max: LOG_ROWS_MAX,
         cohorts: cohorts(lab),
+        cohorts_unmatched: lab.requests_unmatched(),
         shadow: shadow_view,
         shadow_error,
     };
