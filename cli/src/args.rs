@@ -130,6 +130,9 @@ pub enum Command {
         /// With a receipt: its trace, for cohort metrics and latency proxies.
         #[arg(long, value_name = "TRACE")]
         trace: Option<PathBuf>,
+        /// With --trace: the key of a receipt written with replay --id-key, to match cohorts.
+        #[arg(long, value_name = "FILE")]
+        id_key: Option<PathBuf>,
         /// Where to write the page (atomically: nothing is left on failure).
         #[arg(
             short = 'o',

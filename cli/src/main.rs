@@ -135,6 +135,7 @@ fn main() -> ExitCode {
         Command::Report {
             input,
             trace,
+            id_key,
             out,
             baseline,
             candidate,
@@ -142,6 +143,7 @@ fn main() -> ExitCode {
         } => report::report(
             input.as_deref(),
             trace.as_deref(),
+            id_key.as_deref(),
             &out,
             (baseline, candidate),
             usize::try_from(sample).unwrap_or(SAMPLE_MAX),
