@@ -104,14 +104,17 @@ pub enum Command {
         /// Trace file (kvroute-trace/1 JSON).
         trace: PathBuf,
     },
-    /// Check a receipt against the trace it claims to explain, by recomputing it with
-    /// the independent oracle. Exit 0 when it matches, 1 with the first problem.
+    /// Check a receipt against the trace it claims to explain, byte for byte, by
+    /// recomputing it with the independent oracle as the receipt streams in; without a
+    /// receipt, replay the trace in core and in the oracle side by side. Exit 0 when
+    /// they match, 1 with the first problem, 2 for an invalid trace or unreadable input.
     Verify {
         /// The trace the receipt was produced from.
         #[arg(long, value_name = "TRACE")]
         trace: PathBuf,
-        /// The receipt (kvroute-receipt/1 JSON).
-        receipt: PathBuf,
+        /// The receipt (kvroute-receipt/1 JSON, as `replay --format json` writes it);
+        /// omit it to compare core's receipt of TRACE with the oracle's.
+        receipt: Option<PathBuf>,
         /// The receipt was written with `replay --id-key FILE`: key the recomputed
         /// request ids with the same FILE before comparing.
         #[arg(long, value_name = "FILE")]
@@ -129,6 +132,9 @@ pub enum Command {
         /// With a receipt: its trace, for cohort metrics and latency proxies.
         #[arg(long, value_name = "TRACE")]
         trace: Option<PathBuf>,
+        /// With --trace: the key of a receipt written with replay --id-key, to match cohorts.
+        #[arg(long, value_name = "FILE")]
+        id_key: Option<PathBuf>,
         /// Where to write the page (atomically: nothing is left on failure).
         #[arg(
             short = 'o',

@@ -24,8 +24,15 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             out.iter().cloned().collect(),
         ),
         Command::Report {
-            input, trace, out, ..
-        } => (some(&[input.as_ref(), trace.as_ref()]), vec![out.clone()]),
+            input,
+            trace,
+            id_key,
+            out,
+            ..
+        } => (
+            some(&[input.as_ref(), trace.as_ref(), id_key.as_ref()]),
+            vec![out.clone()],
+        ),
         Command::Diff {
             first,
             second,
@@ -54,7 +61,10 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             trace,
             receipt,
             id_key,
-        } => (some(&[Some(trace), Some(receipt), id_key.as_ref()]), vec![]),
+        } => (
+            some(&[Some(trace), receipt.as_ref(), id_key.as_ref()]),
+            vec![],
+        ),
         Command::Swarm(SwarmArgs {
             action: Some(SwarmAction::Merge { reports }),
             ..

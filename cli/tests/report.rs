@@ -562,3 +562,253 @@ fn a_diff_with_no_difference_prints_its_summary_only() {
         "{table}"
     );
 }
+
+/// The article of one decision on a page.
+fn article<'a>(html: &'a Html, policy: &str, seq: u64) -> scraper::ElementRef<'a> {
+    let selector = format!(r#"article.decision[data-policy="{policy}"][data-seq="{seq}"]"#);
+    let found = select(html, &selector);
+    assert_eq!(found.len(), 1, "{selector}");
+    found[0]
+}
+
+/// The chosen worker's ring (the one circle of radius 12 in a Pareto chart) is drawn on
+/// every routed decision, cold or hit, and on no rejected one (issue 25: leaving it off
+/// on cold routes passed every test). In the two-worker trace round robin takes `a`
+/// (a hit: 40 tokens cached), least load the idle `b` (cold); with model `x` served
+/// nowhere, every policy rejects.
+#[test]
+fn the_chosen_ring_is_drawn_on_cold_and_hit_routes_and_not_on_rejections() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = Selector::parse(r#"svg circle[r="12"]"#).unwrap();
+    let facts = Selector::parse("p.facts").unwrap();
+    let routed = two_worker_trace(dir.path(), "m.json", "m");
+    let (page, _out) = report_of(&[s(&routed)]);
+    let html = Html::parse_document(&page);
+    for (policy, route) in [("round_robin", "hit"), ("least_load", "cold")] {
+        let decision = article(&html, policy, 1);
+        let text: String = decision.select(&facts).next().unwrap().text().collect();
+        assert!(text.contains(&format!("route {route}")), "{policy}: {text}");
+        assert_eq!(decision.select(&ring).count(), 1, "{policy} ({route})");
+    }
+    let rejected = two_worker_trace(dir.path(), "x.json", "x");
+    let (page, _out) = report_of(&[s(&rejected)]);
+    let html = Html::parse_document(&page);
+    let decision = article(&html, "least_load", 1);
+    let text: String = decision.select(&facts).next().unwrap().text().collect();
+    assert!(text.contains("route rejected"), "{text}");
+    assert_eq!(decision.select(&ring).count(), 0);
+}
+
+/// The cohort table against figures worked by hand (issue 25: its hit count was never
+/// pinned). One request of model `m`, adapter `base`: round robin and longest prefix take
+/// `a`, a hit that reuses 40 and recomputes 10 (latency proxy 9,100, see
+/// `diff_deltas_are_candidate_minus_baseline_as_worked_by_hand`); least load takes the
+/// cold `b`: no hit, recomputes 50, latency proxy 500.
+#[test]
+fn the_cohort_table_counts_hits_as_worked_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = two_worker_trace(dir.path(), "t.json", "m");
+    let (page, _out) = report_of(&[s(&trace)]);
+    let html = Html::parse_document(&page);
+    let td = Selector::parse("td").unwrap();
+    let rows: Vec<Vec<String>> = select(&html, "table.cohorts tbody tr")
+        .iter()
+        .map(|tr| tr.select(&td).map(|c| c.text().collect()).collect())
+        .collect();
+    let row = |policy: &str| -> Vec<&str> {
+        let found: Vec<&Vec<String>> = rows.iter().filter(|r| r[2] == policy).collect();
+        assert_eq!(found.len(), 1, "{policy}: {rows:?}");
+        found[0].iter().map(String::as_str).collect()
+    };
+    // model, adapter, policy, requests, routed, hits, reused, recomputed, latency mean_m
+    let hit = [
+        "m",
+        "base",
+        "round_robin",
+        "1",
+        "1",
+        "1",
+        "40",
+        "10",
+        "9100",
+    ];
+    assert_eq!(row("round_robin"), hit);
+    let hit = [
+        "m",
+        "base",
+        "longest_prefix",
+        "1",
+        "1",
+        "1",
+        "40",
+        "10",
+        "9100",
+    ];
+    assert_eq!(row("longest_prefix"), hit);
+    let cold = ["m", "base", "least_load", "1", "1", "0", "0", "50", "500"];
+    assert_eq!(row("least_load"), cold);
+}
+
+/// A close call is a runner-up strictly within 1,000 milli of the winner (issue 25: `<=`
+/// passed every test). Worker `a` caches the request's 1-token prefix and is idle; `b`
+/// caches nothing and has one active decode, weighed 999 milli. Least load takes `a`
+/// with margin 999 (b's work): a close call. Longest prefix takes `a` with margin
+/// 1000 · (1 - 0) = 1,000: exactly the margin, not a close call.
+#[test]
+fn a_margin_of_exactly_one_token_is_not_a_close_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = |id: &str, active_decode: u64, cache: Value| {
+        serde_json::json!({ "id": id, "model": "m", "adapters": [], "prefill_rate": 100,
+            "decode_rate": 10, "queued_prefill": 0, "active_decode": active_decode,
+            "observed_tick": 0, "epoch": 0, "cache": cache })
+    };
+    let trace = serde_json::json!({
+        "format": "kvroute-trace/1",
+        "policy": { "decode_weight_milli": 999 },
+        "workers": [
+            worker("a", 0, serde_json::json!([{ "tenant": "t", "model": "m",
+                "adapter": "base", "key": "k", "tokens": 1 }])),
+            worker("b", 1, serde_json::json!([])),
+        ],
+        "events": [{ "seq": 1, "tick": 0, "type": "request", "id": "r1", "tenant": "t",
+            "model": "m", "adapter": "base", "prefix": [{ "key": "k", "tokens": 1 }],
+            "prompt_tokens": 50, "decode_tokens": 1 }],
+    });
+    let path = dir.path().join("margin.json");
+    std::fs::write(&path, trace.to_string()).unwrap();
+    let (page, _out) = report_of(&[s(&path)]);
+    let html = Html::parse_document(&page);
+    let kinds = |policy| -> (String, String) {
+        let decision = article(&html, policy, 1);
+        let facts = Selector::parse("p.facts").unwrap();
+        let text: String = decision.select(&facts).next().unwrap().text().collect();
+        let kinds = decision.value().attr("data-kinds").unwrap().to_owned();
+        (kinds, text)
+    };
+    let (least_load, text) = kinds("least_load");
+    assert!(text.contains("margin 999 milli"), "{text}");
+    assert_eq!(least_load, "close_call");
+    let (longest_prefix, text) = kinds("longest_prefix");
+    assert!(text.contains("margin 1000 milli"), "{text}");
+    assert_eq!(longest_prefix, "");
+}
+
+/// The page's budget is bytes, not decisions (issue 25: the lab trace with 200 kB
+/// request ids gave a 33.9 MB page). Each id is shown cut, with its length, and the page
+/// says so; every decision is still shown in detail.
+#[test]
+fn request_ids_of_200_kb_keep_the_page_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(lab_trace()).unwrap()).unwrap();
+    let padding = "x".repeat(200_000);
+    for event in trace["events"].as_array_mut().unwrap() {
+        if event["type"] == "request" {
+            let id = format!("{}-{padding}", event["id"].as_str().unwrap());
+            event["id"] = Value::from(id);
+        }
+    }
+    let path = dir.path().join("long-ids.json");
+    std::fs::write(&path, trace.to_string()).unwrap();
+    let (page, _out) = report_of(&[s(&path)]);
+    assert!(page.len() <= 10_000_000, "{} bytes", page.len());
+    let html = Html::parse_document(&page);
+    let note: String = select(&html, "#ids-note")[0].text().collect();
+    assert!(
+        note.starts_with("29 request ids are longer than 64 bytes"),
+        "{note}"
+    );
+    assert_eq!(select(&html, "article.decision").len(), 116);
+    let code = Selector::parse("h3 code").unwrap();
+    let first = article(&html, "least_load", 2);
+    let shown: String = first.select(&code).next().unwrap().text().collect();
+    assert!(shown.starts_with("acme-01-xxx"), "{shown}");
+    assert!(shown.ends_with("… (200008 bytes)"), "{shown}");
+    assert!(shown.len() < 64, "{shown}");
+}
+
+/// The cohort table of the lab report, row by row.
+fn cohort_rows(page: &str) -> Vec<String> {
+    let html = Html::parse_document(page);
+    select(&html, "table.cohorts tbody tr")
+        .iter()
+        .map(|tr| tr.text().collect::<Vec<_>>().join("|"))
+        .collect()
+}
+
+/// A receipt written with `replay --id-key` has keyed request ids: with the same
+/// `--id-key`, the report keys the trace's ids too and its cohorts are the unkeyed
+/// receipt's; without it, page and stderr say the cohorts cannot be matched (issue 25:
+/// the table had one row per policy with an empty model and adapter).
+#[test]
+fn a_keyed_receipt_matches_its_cohorts_through_the_same_id_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, keyed, plain) = (
+        dir.path().join("key"),
+        dir.path().join("keyed.json"),
+        dir.path().join("plain.json"),
+    );
+    std::fs::write(&key, b"a secret key").unwrap();
+    let lab = lab_trace();
+    let replay = ["replay", s(&lab), "--format", "json", "--out"];
+    ok(&[&replay[..], &[s(&keyed), "--id-key", s(&key)]].concat());
+    ok(&[&replay[..], &[s(&plain)]].concat());
+    let trace = ["--trace", s(&lab)];
+
+    let (unkeyed_page, _a) = report_of(&[&[s(&plain)][..], &trace].concat());
+    let expected = cohort_rows(&unkeyed_page);
+    assert!(expected.len() >= 8, "{expected:?}");
+    let (keyed_page, _b) = report_of(&[&[s(&keyed)][..], &trace, &["--id-key", s(&key)]].concat());
+    assert_eq!(cohort_rows(&keyed_page), expected);
+
+    let out = dir.path().join("report.html");
+    let run = ok(&[
+        "report",
+        s(&keyed),
+        "--trace",
+        s(&lab_trace()),
+        "-o",
+        s(&out),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("cohorts cannot be matched"), "{stderr}");
+    assert!(stderr.contains("--id-key FILE"), "{stderr}");
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(cohort_rows(&page).is_empty());
+    let html = Html::parse_document(&page);
+    let said: String = select(&html, "#cohorts-unmatched")[0].text().collect();
+    assert!(said.starts_with("Cohorts cannot be matched"), "{said}");
+
+    // Another key matches nothing either, and says so.
+    let other = dir.path().join("other-key");
+    std::fs::write(&other, b"another key").unwrap();
+    let run = ok(&[
+        &["report", s(&keyed)][..],
+        &trace,
+        &["--id-key", s(&other), "-o", s(&out)],
+    ]
+    .concat());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("not the key it was written with"),
+        "{stderr}"
+    );
+
+    // A key without a trace has nothing to key, and an empty key is refused.
+    let run = kvroute(&["report", s(&keyed), "--id-key", s(&key), "-o", s(&out)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains(s(&key)));
+    let empty = dir.path().join("empty-key");
+    std::fs::write(&empty, b"").unwrap();
+    let run = kvroute(
+        &[
+            &["report", s(&keyed)][..],
+            &trace,
+            &["--id-key", s(&empty), "-o", s(&out)],
+        ]
+        .concat(),
+    );
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("the id key is empty"), "{stderr}");
+}

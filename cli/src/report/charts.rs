@@ -19,7 +19,19 @@ const FAILURE_DOTS: usize = 10;
 
 pub const PARETO_SIZE_PX: (u32, u32) = (640, 400);
 const BAR_SIZE_PX: (u32, u32) = (200, 120);
-const WORK_SIZE_PX: (u32, u32) = (560, 280);
+const WORK_SIZE_PX: (u32, u32) = (640, 300);
+/// The assigned-work legend's column, right of the plot, so it never covers a line.
+const WORK_LEGEND_WIDTH_PX: u32 = 120;
+/// A Pareto label line wraps after this many characters: the right margin holds about
+/// 24 of an 11-pixel font past the rightmost point.
+const LABEL_LINE_CHARS_MAX: usize = 22;
+/// The most lines of co-located plain worker ids a Pareto label block shows; the rest
+/// are counted ("and 45 more"), and the table below the chart lists every row.
+const LABEL_PLAIN_LINES_MAX: usize = 3;
+/// Width of one character of an 11-pixel sans-serif label, rounded up: the white box
+/// behind a label, which keeps the front line from running through it.
+const LABEL_CHAR_WIDTH_PX: i32 = 7;
+const LABEL_LINE_HEIGHT_PX: i32 = 13;
 /// The most points one worker's line gets in the assigned-work chart; longer runs are
 /// sampled evenly (always keeping the last decision), which keeps a 12k-decision trace's
 /// chart a few kilobytes.
@@ -212,17 +224,69 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
             }
         }
         for (&(reuse, after_milli), (plain, reasoned)) in &labels {
-            let mut lines: Vec<String> = reasoned.clone();
-            if !plain.is_empty() {
-                lines.push(plain.join(", "));
-            }
+            let mut lines: Vec<String> = reasoned
+                .iter()
+                .flat_map(|line| wrap_label(&[line.as_str()], usize::MAX))
+                .collect();
+            lines.extend(wrap_label(plain, LABEL_PLAIN_LINES_MAX));
             let at = (reuse as f64, tokens(after_milli));
-            chart.draw_series(lines.into_iter().enumerate().map(|(i, line)| {
-                EmptyElement::at(at) + Text::new(line, (15, -6 + 13 * i as i32), font(11))
+            let top = |i: usize| -6 + LABEL_LINE_HEIGHT_PX * i as i32;
+            // A white box under each line first: the front line and the grid pass
+            // behind the label instead of through it.
+            chart.draw_series(lines.iter().enumerate().map(|(i, line)| {
+                let width = LABEL_CHAR_WIDTH_PX * line.chars().count() as i32;
+                EmptyElement::at(at)
+                    + Rectangle::new(
+                        [
+                            (13, top(i) - 1),
+                            (17 + width, top(i) + LABEL_LINE_HEIGHT_PX),
+                        ],
+                        WHITE.mix(0.85).filled(),
+                    )
             }))?;
+            chart.draw_series(
+                lines.into_iter().enumerate().map(|(i, line)| {
+                    EmptyElement::at(at) + Text::new(line, (15, top(i)), font(11))
+                }),
+            )?;
         }
         Ok(())
     })
+}
+
+/// Label lines of at most [`LABEL_LINE_CHARS_MAX`] characters from `parts` (worker ids,
+/// or one "w3: stale_view, overloaded" line cut at its commas), at most `lines_max` of
+/// them: when more would be needed, the last says how many parts are left out.
+fn wrap_label(parts: &[&str], lines_max: usize) -> Vec<String> {
+    let joined_len = |line: &[&str]| line.iter().map(|w| w.len() + 2).sum::<usize>() - 2;
+    let words: Vec<&str> = parts.iter().flat_map(|p| p.split(", ")).collect();
+    let mut lines: Vec<Vec<&str>> = Vec::new();
+    for (i, &word) in words.iter().enumerate() {
+        let full = lines_max <= lines.len();
+        match lines.last_mut() {
+            Some(line) if joined_len(line) + 2 + word.len() <= LABEL_LINE_CHARS_MAX => {
+                line.push(word);
+            }
+            Some(last) if full => {
+                // Make room on the last line for the count of the words left out.
+                let mut more = words.len() - i;
+                while last.len() > 1
+                    && joined_len(last) + format!(" and {more} more").len() > LABEL_LINE_CHARS_MAX
+                {
+                    last.pop();
+                    more += 1;
+                }
+                let count = format!(" and {more} more");
+                let mut text: Vec<String> = lines.iter().map(|l| l.join(", ")).collect();
+                if let Some(last) = text.last_mut() {
+                    last.push_str(&count);
+                }
+                return text;
+            }
+            _ => lines.push(vec![word]),
+        }
+    }
+    lines.iter().map(|l| l.join(", ")).collect()
 }
 
 /// One small bar chart: one bar per policy, its value printed above it and the
@@ -305,10 +369,13 @@ pub fn assigned_work_svg(run: &RunDoc, worker_ids: &[String]) -> String {
     let sum_milli: u128 = totals_milli.iter().sum();
     render(WORK_SIZE_PX, |root| {
         let y_max = totals_milli.iter().copied().max().unwrap_or(0) as f64 / 1000.0;
-        let mut chart = ChartBuilder::on(root)
-            .caption(&run.policy, font(13))
+        let root = root.titled(&run.policy, font(13))?;
+        let (plot_area, legend_area) =
+            root.split_horizontally(WORK_SIZE_PX.0 - WORK_LEGEND_WIDTH_PX);
+        let mut chart = ChartBuilder::on(&plot_area)
             .margin(8)
-            .x_label_area_size(32)
+            // Room for the tick labels and, below them, the axis name.
+            .x_label_area_size(44)
             .y_label_area_size(64)
             .build_cartesian_2d(
                 0.0..decisions.len().max(1) as f64,
@@ -331,28 +398,24 @@ pub fn assigned_work_svg(run: &RunDoc, worker_ids: &[String]) -> String {
         for (slot, &w) in busiest.iter().enumerate() {
             let colour = WORKER_COLOURS[slot % WORKER_COLOURS.len()];
             let share_pm = (1000 * totals_milli[w]).checked_div(sum_milli).unwrap_or(0);
-            chart
-                .draw_series(LineSeries::new(
-                    lines[w].iter().copied(),
-                    colour.stroke_width(2),
-                ))?
-                .label(format!(
-                    "{} {}.{}%",
-                    worker_ids[w],
-                    share_pm / 10,
-                    share_pm % 10
-                ))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
-                });
+            chart.draw_series(LineSeries::new(
+                lines[w].iter().copied(),
+                colour.stroke_width(2),
+            ))?;
+            // The legend has its own column right of the plot: inside, it covered the
+            // lines of the busiest workers, which climb to the top left.
+            let y = 12 + 16 * slot as i32;
+            legend_area.draw(&PathElement::new(
+                vec![(4, y), (18, y)],
+                colour.stroke_width(2),
+            ))?;
+            let id: String = worker_ids[w].chars().take(10).collect();
+            legend_area.draw(&Text::new(
+                format!("{id} {}.{}%", share_pm / 10, share_pm % 10),
+                (22, y - 6),
+                font(10),
+            ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(GRID)
-            .label_font(font(10))
-            .draw()?;
         Ok(())
     })
 }
@@ -412,6 +475,145 @@ mod tests {
             svg.matches(&format!(r#"r="{FAILURE_DOT_RADIUS_PX}""#))
                 .count(),
             2 * FAILURE_DOTS
+        );
+    }
+
+    /// Every `<text>` of an SVG: its x, its y and what it says.
+    fn texts(svg: &str) -> Vec<(f64, f64, String)> {
+        svg.split("<text ")
+            .skip(1)
+            .map(|text| {
+                let attr = |name: &str| -> f64 {
+                    let start = text.find(&format!(r#"{name}=""#)).unwrap() + name.len() + 2;
+                    text[start..start + text[start..].find('"').unwrap()]
+                        .parse()
+                        .unwrap()
+                };
+                let body = &text[text.find('>').unwrap() + 1..text.find("</text>").unwrap()];
+                (attr("x"), attr("y"), body.trim().to_owned())
+            })
+            .collect()
+    }
+
+    fn decision_of(rows: Vec<RowDoc>, chosen: &str) -> DecisionDoc {
+        DecisionDoc {
+            seq: 1,
+            tick: 0,
+            request: "r".into(),
+            chosen: Some(chosen.into()),
+            route_kind: "cold".into(),
+            tie_count: rows.len() as u64,
+            margin_milli: 0,
+            candidates: rows,
+        }
+    }
+
+    /// 64 idle workers at one point (issue 25: "w01, w02, ... w16, w1" ran off the SVG
+    /// and w17 to w63 never showed): the label wraps within the right margin and counts
+    /// what it leaves out; the table under the chart lists every row.
+    #[test]
+    fn sixty_four_co_located_workers_get_a_wrapped_counted_label() {
+        let rows = (0..64)
+            .map(|i| row(&format!("w{i:02}"), true, &[], 0, 7000))
+            .collect();
+        let svg = pareto_svg(&decision_of(rows, "w00"));
+        let labels: Vec<String> = texts(&svg)
+            .into_iter()
+            .map(|(_, _, text)| text)
+            .filter(|text| text.starts_with('w'))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "w00 (chosen)",
+                "w01, w02, w03, w04",
+                "w05, w06, w07, w08",
+                "w09, w10 and 53 more"
+            ]
+        );
+    }
+
+    /// Each label line sits on a white box, so the front line passes behind it (issue
+    /// 25: the front ran through "w2 (chosen)" in the lab's cache_plus_load seq 7).
+    #[test]
+    fn every_pareto_label_line_has_a_box_under_it() {
+        let rows = vec![
+            row("w0", true, &[], 2048, 2_824_000),
+            row("w1", true, &[], 0, 5_456_000),
+            row("w2", true, &[], 0, 2_728_000),
+            row("w3", true, &[], 0, 2_728_000),
+        ];
+        let svg = pareto_svg(&decision_of(rows, "w2"));
+        // w0, w1, "w2 (chosen)" and w3 under it.
+        let boxes = svg.matches(r##"opacity="0.85" fill="#FFFFFF""##).count();
+        assert_eq!(boxes, 4, "{svg}");
+        let drawn_after_the_front =
+            svg.find("<polyline").unwrap() < svg.find(r#"opacity="0.85""#).unwrap();
+        assert!(drawn_after_the_front);
+    }
+
+    /// The legend has its own column right of the plot (issue 25: it covered the
+    /// busiest workers' lines), and the axis name is clear of the tick labels.
+    #[test]
+    fn the_work_legend_is_beside_the_plot_and_the_axis_name_below_the_ticks() {
+        let rows = || {
+            (0..3)
+                .map(|i| row(&format!("w{i}"), true, &[], 0, 1000))
+                .collect()
+        };
+        let run = RunDoc {
+            policy: "least_load".into(),
+            decisions: (0..30)
+                .map(|i| decision_of(rows(), &format!("w{}", i % 3)))
+                .collect(),
+            cache_log: vec![],
+            observation_log: vec![],
+            metrics: serde_json::from_value(serde_json::json!({
+                "routed": 0, "rejected": 0, "cache_hits": 0, "reused_tokens": 0,
+                "recomputed_tokens": 0, "route_churn": 0, "load_skew_milli": 0,
+                "latency_proxy_mean_milli": 0, "latency_proxy_p95_milli": 0,
+                "latency_proxy_max_milli": 0, "stale_event_rejections": 0,
+                "stale_observation_rejections": 0, "boundary_rejections": 0,
+                "overload_escapes": 0, "dominated_choices": 0
+            }))
+            .unwrap(),
+        };
+        let ids: Vec<String> = (0..3).map(|i| format!("w{i}")).collect();
+        let texts = texts(&assigned_work_svg(&run, &ids));
+        let legend: Vec<&(f64, f64, String)> =
+            texts.iter().filter(|(_, _, t)| t.ends_with('%')).collect();
+        assert_eq!(legend.len(), 3);
+        let plot_right = (WORK_SIZE_PX.0 - WORK_LEGEND_WIDTH_PX) as f64;
+        assert!(
+            legend.iter().all(|(x, _, _)| *x >= plot_right),
+            "{legend:?}"
+        );
+        let (_, name_y, _) = texts.iter().find(|(_, _, t)| t == "decision").unwrap();
+        let (_, tick_y, _) = texts.iter().find(|(_, _, t)| t == "30").unwrap();
+        // The tick labels (12.4 px from their top) and the name (13.6 px above its
+        // baseline) need 26 px; 30 leaves a gap.
+        assert!(name_y - tick_y >= 30.0, "name {name_y}, ticks {tick_y}");
+    }
+
+    #[test]
+    fn co_located_ids_wrap_and_the_rest_are_counted() {
+        let ids: Vec<String> = (1..64).map(|i| format!("w{i:02}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let lines = wrap_label(&ids, LABEL_PLAIN_LINES_MAX);
+        // Five ids of 3 characters a line ("w01, w02, w03, w04, w05" is 23 > 22: four).
+        assert_eq!(
+            lines,
+            [
+                "w01, w02, w03, w04",
+                "w05, w06, w07, w08",
+                "w09, w10 and 53 more"
+            ]
+        );
+        assert!(lines.iter().all(|l| l.len() <= LABEL_LINE_CHARS_MAX));
+        assert_eq!(wrap_label(&["w0", "w1", "w2"], 3), ["w0, w1, w2"]);
+        assert_eq!(
+            wrap_label(&["w3 (chosen): stale_view, overloaded"], usize::MAX),
+            ["w3 (chosen): stale_view", "overloaded"]
         );
     }
 

@@ -36,8 +36,14 @@ fn load_trace_bytes(bytes: &[u8]) -> Result<Trace, Failure> {
 
 /// Replays a trace (None: the built-in lab trace) or reads a receipt file. With a
 /// receipt, `trace` may name its trace, for cohorts and latency; its digest must match
-/// the receipt's `trace_digest`.
-pub fn load_lab(input: Option<&Path>, trace: Option<&Path>) -> Result<Lab, Failure> {
+/// the receipt's `trace_digest`. `id_key` is the key the receipt's request ids were
+/// written under (`replay --id-key`, SPEC.md §6.5): the trace's ids are keyed the same
+/// way, after its digest is checked, so its requests match the receipt's.
+pub fn load_lab(
+    input: Option<&Path>,
+    trace: Option<&Path>,
+    id_key: Option<&Path>,
+) -> Result<Lab, Failure> {
     let (source, bytes) = match input {
         None => (
             "the built-in lab trace (fixtures/lab/trace.json)".to_owned(),
@@ -49,6 +55,12 @@ pub fn load_lab(input: Option<&Path>, trace: Option<&Path>) -> Result<Lab, Failu
         .ok()
         .and_then(|probe| probe.format)
         .is_some_and(|format| format == RECEIPT_FORMAT);
+    if let (Some(key), None) = (id_key, trace) {
+        return Err(Failure::invalid(vec![format!(
+            "{}: --id-key keys the ids of the --trace TRACE of a receipt, and there is none",
+            key.display()
+        )]));
+    }
     if !is_receipt {
         if trace.is_some() {
             return Err(Failure::invalid(vec![format!(
@@ -74,7 +86,7 @@ pub fn load_lab(input: Option<&Path>, trace: Option<&Path>) -> Result<Lab, Failu
     let facts = match trace {
         None => None,
         Some(path) => {
-            let trace = load_trace_bytes(&read_input(path, "trace")?)?;
+            let mut trace = load_trace_bytes(&read_input(path, "trace")?)?;
             let digest = canonical::trace_digest(&trace);
             if digest != receipt.trace_digest {
                 return Err(Failure::invalid(vec![format!(
@@ -82,6 +94,9 @@ pub fn load_lab(input: Option<&Path>, trace: Option<&Path>) -> Result<Lab, Failu
                     path.display(),
                     receipt.trace_digest
                 )]));
+            }
+            if let Some(key) = id_key {
+                kvroute_core::output::ids::key_request_ids(&mut trace, &super::read_id_key(key)?);
             }
             Some(TraceFacts::of(&trace))
         }
@@ -117,11 +132,23 @@ fn lab_of_trace(source: String, trace: &Trace) -> Lab {
 pub fn report(
     input: Option<&Path>,
     trace: Option<&Path>,
+    id_key: Option<&Path>,
     out: &Path,
     shadow: (Policy, Policy),
     sample: usize,
 ) -> Result<(), Failure> {
-    let lab = load_lab(input, trace)?;
+    let lab = load_lab(input, trace, id_key)?;
+    if lab.requests_unmatched() {
+        let how = match id_key {
+            None => "if it was written with `replay --id-key FILE`, give the same --id-key FILE",
+            Some(_) => "this --id-key is not the key it was written with",
+        };
+        note!(
+            "report: {}: no request id of the receipt is in the trace, so cohorts cannot be \
+             matched ({how})",
+            lab.source
+        );
+    }
     let rendered = page::render_within_budget(&lab, shadow, sample)
         .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
     emit(rendered.html.as_bytes(), Some(out))?;
@@ -152,7 +179,7 @@ pub struct DiffArgs {
 /// `kvroute diff`: one input compares two of its runs; two inputs compare the first's
 /// baseline run with the second's candidate run (both `cache_plus_load` unless named).
 pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
-    let first = load_lab(Some(&args.first), args.trace.as_deref())?;
+    let first = load_lab(Some(&args.first), args.trace.as_deref(), None)?;
     let (second, baseline, candidate) = match &args.second {
         None => {
             let (Some(baseline), Some(candidate)) = (args.baseline, args.candidate) else {
@@ -165,10 +192,10 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
         Some(path) => {
             // A --trace matches one of the two receipts; the other's facts are the same
             // workers, so the prefill rates carry over when the first has them.
-            let second = match load_lab(Some(path), args.trace.as_deref()) {
+            let second = match load_lab(Some(path), args.trace.as_deref(), None) {
                 Ok(lab) => lab,
                 Err(_) if args.trace.is_some() => {
-                    let mut lab = load_lab(Some(path), None)?;
+                    let mut lab = load_lab(Some(path), None, None)?;
                     lab.facts = first.facts.clone();
                     lab
                 }

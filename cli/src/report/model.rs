@@ -190,6 +190,17 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// Whether there is a trace but none of the receipt's request ids is in it: a
+    /// receipt written with `--id-key` read without the key (or with another one).
+    pub fn requests_unmatched(&self) -> bool {
+        let Some(facts) = &self.facts else {
+            return false;
+        };
+        let mut requests = self.runs.iter().flat_map(|r| &r.decisions).peekable();
+        requests.peek().is_some()
+            && requests.all(|d| !facts.cohort_of_request.contains_key(&d.request))
+    }
+
     pub fn run(&self, policy: &str) -> Option<&RunDoc> {
         self.runs.iter().find(|run| run.policy == policy)
     }

@@ -4,8 +4,9 @@
 //! The page embeds everything it shows (CSS, script, SVG) and fetches nothing, which its
 //! Content-Security-Policy enforces. Per-decision detail is the only part that grows
 //! with the trace, so [`render_within_budget`] keeps the interesting decisions plus a
-//! sample (see [`super::select`]) and halves the sample until the page fits
-//! [`REPORT_BYTES_MAX`]; the page states what it kept.
+//! sample (see [`super::select`]) and halves the sample, then the cap per kind, until
+//! the page's bytes fit [`REPORT_BYTES_MAX`]; the page states what it kept. A request id
+//! can be any length, so the page shows a long one cut (see [`shown_request_id`]).
 
 use super::charts;
 use super::diff::{self, DiffEntry};
@@ -23,6 +24,11 @@ pub const REPORT_BYTES_MAX: usize = 10_000_000;
 const LOG_ROWS_MAX: usize = 300;
 /// Differing decisions listed in the shadow-diff section.
 const SHADOW_ROWS_MAX: usize = 200;
+/// The longest request id the page shows whole; a longer one is cut to
+/// [`REQUEST_ID_KEPT_BYTES`] (ids have no length limit, and a page repeats each id up to
+/// five times per policy: the budget is bytes, not decisions).
+pub const REQUEST_ID_SHOWN_MAX_BYTES: usize = 64;
+const REQUEST_ID_KEPT_BYTES: usize = 40;
 
 const TEMPLATE_HTML: &str = include_str!("../../templates/report.html");
 const TEMPLATE_CSS: &str = include_str!("../../templates/report.css");
@@ -59,6 +65,8 @@ struct KindCountView {
 struct DetailView<'a> {
     policy: &'a str,
     decision: &'a DecisionDoc,
+    /// The request id as the page shows it ([`shown_request_id`]).
+    request: String,
     kinds: String,
     kind_labels: String,
     svg: String,
@@ -86,7 +94,7 @@ struct StaleRow<'a> {
 struct BoundaryRow<'a> {
     seq: u64,
     tick: u64,
-    request: &'a str,
+    request: String,
     worker: &'a str,
     reasons: String,
 }
@@ -109,7 +117,7 @@ struct Shadow<'a> {
     baseline: &'a str,
     candidate: &'a str,
     summary: String,
-    entries: &'a [DiffEntry],
+    entries: Vec<DiffEntry>,
     differing: usize,
 }
 
@@ -123,6 +131,9 @@ struct PageView<'a> {
     budget_mb: usize,
     sample: usize,
     per_kind_max: usize,
+    /// How many request ids are shown cut, and the length they are cut at.
+    request_ids_cut: usize,
+    request_id_shown_max_bytes: usize,
     close_call_margin_milli: u64,
     default_policy: &'a str,
     policies: Vec<PolicyView<'a>>,
@@ -138,6 +149,8 @@ struct PageView<'a> {
     boundary_total: usize,
     log_rows_max: usize,
     cohorts: Option<Vec<CohortRow>>,
+    /// A trace was given but no request id of the receipt is in it.
+    cohorts_unmatched: bool,
     shadow: Option<Shadow<'a>>,
     shadow_error: Option<String>,
 }
@@ -150,22 +163,61 @@ pub struct Rendered {
     pub decisions: usize,
 }
 
-/// Renders the page, halving the sample of per-decision detail until the page fits
-/// [`REPORT_BYTES_MAX`] (a page that still does not fit with no sample is written
-/// anyway: its detail is then the interesting decisions alone).
+/// How much per-decision detail a page carries: the evenly spaced sample and the cap
+/// per interesting kind, per policy.
+#[derive(Debug, Clone, Copy)]
+struct Detail {
+    sample: usize,
+    per_kind: usize,
+}
+
+/// Renders the page within [`REPORT_BYTES_MAX`] bytes.
 pub fn render_within_budget(
     lab: &Lab,
     shadow: (Policy, Policy),
     sample: usize,
 ) -> Result<Rendered, minijinja::Error> {
-    let mut sample = sample;
+    render_within(lab, shadow, sample, REPORT_BYTES_MAX)
+}
+
+/// Halves the sample of per-decision detail, then the cap per kind, until the page's
+/// bytes fit `budget_bytes`. With neither left, the page is written anyway: its size is
+/// then the tables', which the trace's own ids and worker count set.
+fn render_within(
+    lab: &Lab,
+    shadow: (Policy, Policy),
+    sample: usize,
+    budget_bytes: usize,
+) -> Result<Rendered, minijinja::Error> {
+    let mut detail = Detail {
+        sample,
+        per_kind: select::PER_KIND_MAX,
+    };
     loop {
-        let rendered = render(lab, shadow, sample)?;
-        if rendered.html.len() <= REPORT_BYTES_MAX || sample == 0 {
+        let rendered = render(lab, shadow, detail)?;
+        if rendered.html.len() <= budget_bytes || detail.per_kind == 0 {
             return Ok(rendered);
         }
-        sample /= 2;
+        if detail.sample > 0 {
+            detail.sample /= 2;
+        } else {
+            detail.per_kind /= 2;
+        }
     }
+}
+
+/// A request id as the page shows it: whole up to [`REQUEST_ID_SHOWN_MAX_BYTES`], else
+/// its first [`REQUEST_ID_KEPT_BYTES`] (at a character boundary), an ellipsis and its
+/// length, so two cut ids still read as different requests by their seq.
+pub fn shown_request_id(id: &str) -> String {
+    if id.len() <= REQUEST_ID_SHOWN_MAX_BYTES {
+        return id.to_owned();
+    }
+    let mut end = REQUEST_ID_KEPT_BYTES;
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &id[..end], id.len())
 }
 
 fn metric_bars(lab: &Lab) -> Vec<Chart> {
@@ -198,6 +250,9 @@ fn metric_bars(lab: &Lab) -> Vec<Chart> {
 
 fn cohorts(lab: &Lab) -> Option<Vec<CohortRow>> {
     let facts = lab.facts.as_ref()?;
+    if lab.requests_unmatched() {
+        return None;
+    }
     let mut rows: BTreeMap<(String, String, usize), CohortRow> = BTreeMap::new();
     let mut latency_sums: BTreeMap<(String, String, usize), u128> = BTreeMap::new();
     for (slot, run) in lab.runs.iter().enumerate() {
@@ -239,19 +294,20 @@ fn cohorts(lab: &Lab) -> Option<Vec<CohortRow>> {
 fn render(
     lab: &Lab,
     shadow: (Policy, Policy),
-    sample: usize,
+    detail: Detail,
 ) -> Result<Rendered, minijinja::Error> {
     let worker_ids = lab.worker_ids();
     let mut details = Vec::new();
     let mut detail_decisions = Vec::new();
     for run in &lab.runs {
-        let selection = select::select(run, sample);
+        let selection = select::select(run, detail.sample, detail.per_kind);
         for &i in &selection.kept {
             let decision = &run.decisions[i];
             let kinds = select::kinds_of(&run.policy, decision);
             detail_decisions.push(DetailView {
                 policy: &run.policy,
                 decision,
+                request: shown_request_id(&decision.request),
                 kinds: kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(" "),
                 kind_labels: kinds
                     .iter()
@@ -313,7 +369,7 @@ fn render(
                 boundary_rows.push(BoundaryRow {
                     seq: d.seq,
                     tick: d.tick,
-                    request: &d.request,
+                    request: shown_request_id(&d.request),
                     worker: &row.worker,
                     reasons: boundary_reasons(row),
                 });
@@ -337,7 +393,13 @@ fn render(
                 baseline,
                 candidate,
                 summary: d.summary_line(),
-                entries: &d.entries[..d.entries.len().min(SHADOW_ROWS_MAX)],
+                entries: d.entries[..d.entries.len().min(SHADOW_ROWS_MAX)]
+                    .iter()
+                    .map(|e| DiffEntry {
+                        request: shown_request_id(&e.request),
+                        ..e.clone()
+                    })
+                    .collect(),
                 differing: d.entries.len(),
             }),
             None,
@@ -352,8 +414,15 @@ fn render(
         workers: worker_ids.len(),
         decisions: lab.runs.first().map_or(0, |r| r.decisions.len()),
         budget_mb: REPORT_BYTES_MAX / 1_000_000,
-        sample,
-        per_kind_max: select::PER_KIND_MAX,
+        sample: detail.sample,
+        per_kind_max: detail.per_kind,
+        request_ids_cut: lab.runs.first().map_or(0, |r| {
+            r.decisions
+                .iter()
+                .filter(|d| d.request.len() > REQUEST_ID_SHOWN_MAX_BYTES)
+                .count()
+        }),
+        request_id_shown_max_bytes: REQUEST_ID_SHOWN_MAX_BYTES,
         close_call_margin_milli: select::CLOSE_CALL_MARGIN_MILLI,
         default_policy: candidate,
         policies: lab
@@ -391,6 +460,7 @@ fn render(
         boundary_total,
         log_rows_max: LOG_ROWS_MAX,
         cohorts: cohorts(lab),
+        cohorts_unmatched: lab.requests_unmatched(),
         shadow: shadow_view,
         shadow_error,
     };
@@ -417,4 +487,53 @@ fn boundary_reasons(row: &RowDoc) -> String {
         .cloned()
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> Lab {
+        let trace = kvroute_core::parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
+            .expect("the lab trace parses");
+        super::super::lab_of_trace("lab".into(), &trace)
+    }
+
+    /// With no sample left, the cap per kind is halved too, until the bytes fit: the
+    /// budget is bytes, whatever makes a decision's detail large.
+    #[test]
+    fn a_page_over_budget_with_no_sample_keeps_fewer_of_each_kind() {
+        let lab = lab();
+        let shadow = (Policy::LeastLoad, Policy::CachePlusLoad);
+        let detail = |per_kind| Detail {
+            sample: 0,
+            per_kind,
+        };
+        let small = render(&lab, shadow, detail(3)).unwrap();
+        let full = render(&lab, shadow, detail(select::PER_KIND_MAX)).unwrap();
+        assert!(small.html.len() < full.html.len());
+        let fitted = render_within(&lab, shadow, 60, small.html.len()).unwrap();
+        assert!(fitted.html.len() <= small.html.len());
+        assert!(fitted.detail_decisions > 0, "some detail is left");
+        let words = fitted.html.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains("up to 3 decisions of each interesting kind"));
+    }
+
+    #[test]
+    fn long_request_ids_are_shown_cut_with_their_length() {
+        assert_eq!(shown_request_id("r1"), "r1");
+        let exact = "x".repeat(REQUEST_ID_SHOWN_MAX_BYTES);
+        assert_eq!(shown_request_id(&exact), exact);
+        let long = format!("{}{}", "é".repeat(30), "y".repeat(100));
+        // 40 bytes of two-byte characters: 20 of them, at a character boundary.
+        assert_eq!(
+            shown_request_id(&long),
+            format!("{}… (160 bytes)", "é".repeat(20))
+        );
+        let odd = format!("a{long}");
+        assert_eq!(
+            shown_request_id(&odd),
+            format!("a{}… (161 bytes)", "é".repeat(19))
+        );
+    }
 }

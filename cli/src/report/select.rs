@@ -112,10 +112,10 @@ fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {
     (0..count).map(move |i| i * len / count)
 }
 
-/// Keeps every decision when the run has at most `sample + PER_KIND_MAX` of them;
-/// otherwise up to `PER_KIND_MAX` of each kind, spread over the run, plus `sample`
-/// evenly spaced decisions.
-pub fn select(run: &RunDoc, sample: usize) -> Selection {
+/// Keeps every decision when the run has at most `sample + per_kind` of them;
+/// otherwise up to `per_kind` of each kind, spread over the run, plus `sample` evenly
+/// spaced decisions. The page passes [`PER_KIND_MAX`] unless its byte budget needs less.
+pub fn select(run: &RunDoc, sample: usize, per_kind: usize) -> Selection {
     let decisions = &run.decisions;
     let of_kind: Vec<Vec<usize>> = KINDS
         .iter()
@@ -125,13 +125,13 @@ pub fn select(run: &RunDoc, sample: usize) -> Selection {
                 .collect()
         })
         .collect();
-    let complete = decisions.len() <= sample.saturating_add(PER_KIND_MAX);
+    let complete = decisions.len() <= sample.saturating_add(per_kind);
     let mut kept: Vec<usize> = if complete {
         (0..decisions.len()).collect()
     } else {
         let mut kept: Vec<usize> = spread(decisions.len(), sample).collect();
         for indexes in &of_kind {
-            kept.extend(spread(indexes.len(), PER_KIND_MAX).map(|i| indexes[i]));
+            kept.extend(spread(indexes.len(), per_kind).map(|i| indexes[i]));
         }
         kept
     };
@@ -242,7 +242,7 @@ mod tests {
                 }
             })
             .collect();
-        let selection = select(&run(decisions), 10);
+        let selection = select(&run(decisions), 10, PER_KIND_MAX);
         assert!(!selection.complete);
         let dominated = selection.counts[0];
         assert_eq!((dominated.total, dominated.kept), (100, PER_KIND_MAX));
@@ -258,7 +258,7 @@ mod tests {
         let decisions = (0..20)
             .map(|i| decision(i, vec![row("w0", &[], &[])], 5000))
             .collect();
-        let selection = select(&run(decisions), 10);
+        let selection = select(&run(decisions), 10, PER_KIND_MAX);
         assert!(selection.complete);
         assert_eq!(selection.kept, (0..20).collect::<Vec<_>>());
     }
