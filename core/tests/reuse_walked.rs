@@ -1,4 +1,4 @@
-//! `WalkScratch::walked` (route/reuse.rs): the workers a reuse walk changed. A caller
+//! `WalkScratch::walked` (route/cache/reuse.rs): the workers a reuse walk changed. A caller
 //! that walks every worker for each request (the `peers` crate's kvroute adapter)
 //! resets only those between walks, so these tests pin that the list is complete
 //! (holders reached, boundary-only holders, workers passed by a 0-token segment), that
