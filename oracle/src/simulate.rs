@@ -1,6 +1,6 @@
 //! The naive reference for SPEC.md §11 and §11.1 (`kvroute simulate`, the closed-loop
 //! engine model), written from SPEC.md alone, without looking at kvroute-core. Per
-//! policy, a fresh router run ([`RunState`], the same code as the open-loop replay) is
+//! policy, a fresh router run ([`Router`], the same code as the open-loop replay) is
 //! fed one event at a time, interleaved with a plain model of each worker's engine: an
 //! LRU cache kept as a `Vec` of stamped entries and scanned linearly, a FIFO prefill
 //! clock, and the cache events each prefill completion publishes. Nothing is indexed or
@@ -32,7 +32,8 @@ use sha2::{Digest, Sha256};
 
 use crate::canonical::{canonical_trace_bytes, digest, jcs};
 use crate::model::{EpochNumbering, Event, EventKind, Profile, Segment, StaleRule, Trace, Worker};
-use crate::replay::{sorted_events, PolicyKind, RunState};
+use crate::policies::PolicyKind;
+use crate::run::{in_order, Outcome, Router};
 use crate::validate;
 
 /// The engine cache's capacity: resident tokens (`--cache-tokens`) or entries
@@ -258,7 +259,7 @@ struct Pending {
 
 /// What one policy's closed loop yields.
 struct LoopOutcome {
-    metrics: crate::replay::Metrics,
+    metrics: crate::run::Metrics,
     generated: Vec<Event>,
     stores: u64,
     evicts: u64,
@@ -351,7 +352,7 @@ fn engine_held(
 }
 
 /// First 8 bytes (big-endian) of SHA-256("<seed>/<worker index>/<epoch>"), modulo J + 1.
-pub(crate) fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u64) -> u64 {
+pub fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u64) -> u64 {
     let hash = Sha256::digest(format!("{seed}/{worker_index}/{epoch}").as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&hash[..8]);
@@ -362,7 +363,7 @@ pub(crate) fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u
 /// Whether the bus loses the event of worker `worker_index` with epoch `epoch`: the first
 /// 8 bytes (big-endian) of SHA-256("loss/<seed>/<worker index>/<epoch>"), modulo 1000,
 /// below the per-mille loss. A draw independent of the jitter's.
-pub(crate) fn lost(seed: u64, worker_index: usize, epoch: u64, loss_per_mille: u64) -> bool {
+pub fn lost(seed: u64, worker_index: usize, epoch: u64, loss_per_mille: u64) -> bool {
     let hash = Sha256::digest(format!("loss/{seed}/{worker_index}/{epoch}").as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&hash[..8]);
@@ -567,9 +568,9 @@ fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(
 
 /// One policy's closed loop over the simulated trace.
 fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOutcome {
-    let mut router = RunState::new(sim, policy);
+    let mut router = Router::new(sim, policy);
     let mut engines = fresh_engines(sim);
-    let requests: Vec<&Event> = sorted_events(sim);
+    let requests: Vec<&Event> = in_order(sim);
     // Generated events get seqs above every request's, in generation order.
     let mut next_seq: u64 = sim.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1;
 
@@ -662,9 +663,9 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
                 let w = event
                     .worker()
                     .and_then(|id| engines.iter().position(|e| e.id == id));
-                let gap_before = w.map(|w| router.has_evidence_gap(w)).unwrap_or(false);
-                router.step(&event);
-                let gap_after = w.map(|w| router.has_evidence_gap(w)).unwrap_or(false);
+                let gap_before = w.is_some_and(|w| router.has_gap(w));
+                router.event(&event);
+                let gap_after = w.is_some_and(|w| router.has_gap(w));
                 if let (true, false, true, Some(w)) = (sequential, gap_before, gap_after, w) {
                     // Re-query: the engine answers at once over a lossless channel;
                     // delivered at t + lag, no jitter.
@@ -686,7 +687,10 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
             None => {
                 let event = requests[next_request];
                 next_request += 1;
-                let Some(w) = router.step(event) else {
+                let Some(Outcome::Decision(decision)) = router.event(event) else {
+                    continue;
+                };
+                let Some(w) = decision.chosen else {
                     continue;
                 };
                 let EventKind::Request {
@@ -700,12 +704,7 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
                 else {
                     continue;
                 };
-                let reuse = router
-                    .decisions()
-                    .last()
-                    .and_then(|d| d.candidates.get(w))
-                    .map(|row| row.reuse)
-                    .unwrap_or(0);
+                let reuse = decision.candidates.get(w).map_or(0, |row| row.reuse);
                 let engine = &mut engines[w];
                 let held = engine_held(engine, tenant, model, adapter, prefix, *prompt_tokens);
                 phantom = phantom.saturating_add(reuse.saturating_sub(held));
@@ -729,7 +728,7 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
     }
 
     LoopOutcome {
-        metrics: router.finish().metrics,
+        metrics: router.metrics(),
         generated,
         stores,
         evicts,
@@ -740,6 +739,3 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
     }
 }
 
-#[cfg(test)]
-#[path = "simulate_tests.rs"]
-mod tests;
