@@ -75,7 +75,13 @@ fn walk(sharing: &[Grant], view: &WorkerView, request: &Request) -> (u128, [bool
         for ((tenant, model, adapter), tokens) in holders.into_iter().flatten() {
             let usable = model == request.model
                 && adapter == request.adapter
-                && share(sharing, tenant, request.tenant, request.model, request.adapter);
+                && share(
+                    sharing,
+                    tenant,
+                    request.tenant,
+                    request.model,
+                    request.adapter,
+                );
             if usable {
                 r = r.max(*tokens);
             }
@@ -110,7 +116,13 @@ struct Draft {
 }
 
 /// §4.1–§4.4 for one worker. `flags` are the first seven reasons of §4.7, in order.
-fn draft(policy: &Policy, sharing: &[Grant], view: &WorkerView, request: &Request, t: u64) -> Draft {
+fn draft(
+    policy: &Policy,
+    sharing: &[Grant],
+    view: &WorkerView,
+    request: &Request,
+    t: u64,
+) -> Draft {
     let served = view.model == request.model;
     let loaded = request.adapter == "base" || view.adapters.iter().any(|a| a == request.adapter);
     let eligible = served && loaded;
@@ -150,7 +162,8 @@ fn draft(policy: &Policy, sharing: &[Grant], view: &WorkerView, request: &Reques
 fn dynamo_cost(b: u64, reuse: u128, view: &WorkerView, prompt_tokens: u64) -> u128 {
     let b = u128::from(b.max(1));
     let overlap = b * (reuse / b);
-    let prefill = (u128::from(view.queued_prefill) + u128::from(prompt_tokens)).saturating_sub(overlap);
+    let prefill =
+        (u128::from(view.queued_prefill) + u128::from(prompt_tokens)).saturating_sub(overlap);
     let decode_blocks = u128::from(view.active_decode).div_ceil(b);
     1000 * prefill + 1000 * b * decode_blocks
 }
@@ -174,7 +187,10 @@ pub fn rows(
     t: u64,
     kind: PolicyKind,
 ) -> Vec<Row> {
-    let drafts: Vec<Draft> = views.iter().map(|v| draft(policy, sharing, v, request, t)).collect();
+    let drafts: Vec<Draft> = views
+        .iter()
+        .map(|v| draft(policy, sharing, v, request, t))
+        .collect();
     let n = drafts.iter().filter(|d| d.eligible).count() as u128;
     let s: u128 = drafts
         .iter()
@@ -185,11 +201,17 @@ pub fn rows(
         PolicyKind::CachePlusLoad => policy.max_queued_work.map(|c| 1000 * u128::from(c)),
         _ => None,
     };
-    let threshold = cap.and_then(|c| policy.cold_reserve_milli.map(|r| c.saturating_sub(u128::from(r))));
+    let threshold = cap.and_then(|c| {
+        policy
+            .cold_reserve_milli
+            .map(|r| c.saturating_sub(u128::from(r)))
+    });
     let mut rows = Vec::with_capacity(views.len());
     for (worker, (view, d)) in views.iter().zip(&drafts).enumerate() {
         let cost = match (kind, policy.dynamo_block_tokens) {
-            (PolicyKind::DynamoDefault, Some(b)) => dynamo_cost(b, d.reuse, view, request.prompt_tokens),
+            (PolicyKind::DynamoDefault, Some(b)) => {
+                dynamo_cost(b, d.reuse, view, request.prompt_tokens)
+            }
             _ => {
                 let imbalance = if n == 0 {
                     0

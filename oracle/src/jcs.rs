@@ -21,6 +21,9 @@ pub enum Json<'a> {
     Array(Vec<Json<'a>>),
     /// Members in any order; the writer sorts them. Names must be distinct.
     Object(Vec<(&'a str, Json<'a>)>),
+    /// A value already written by [`write`], copied as it is: for arrays sorted by
+    /// their items' canonical bytes (SPEC §6.1), whose items are written first.
+    Written(Vec<u8>),
 }
 
 impl<'a> Json<'a> {
@@ -33,6 +36,20 @@ impl<'a> Json<'a> {
     pub fn opt_int(value: Option<u64>) -> Json<'a> {
         value.map_or(Json::Null, Json::Int)
     }
+
+    /// An array of `items` in the byte order of their canonical bytes.
+    pub fn sorted_by_bytes(items: Vec<Json<'a>>) -> Json<'a> {
+        let mut written: Vec<Vec<u8>> = items.iter().map(to_bytes).collect();
+        written.sort();
+        Json::Array(written.into_iter().map(Json::Written).collect())
+    }
+
+    /// An array of strings in byte order.
+    pub fn sorted_strs(items: &'a [String]) -> Json<'a> {
+        let mut items: Vec<&str> = items.iter().map(String::as_str).collect();
+        items.sort();
+        Json::Array(items.into_iter().map(Json::Str).collect())
+    }
 }
 
 /// Writes `value` canonically at the end of `out`.
@@ -43,6 +60,7 @@ pub fn write(value: &Json, out: &mut Vec<u8>) {
         Json::Bool(false) => out.extend_from_slice(b"false"),
         Json::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
         Json::Str(text) => write_string(text, out),
+        Json::Written(bytes) => out.extend_from_slice(bytes),
         Json::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {

@@ -42,7 +42,10 @@ impl Reader<'_> {
     /// `(line, column)` of the byte offset `i`, from the bytes before it.
     fn position(&self, i: usize) -> (usize, usize) {
         let before = &self.bytes[..i];
-        let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+        let line_start = before
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |p| p + 1);
         let line = 1 + before[..line_start].iter().filter(|b| **b == b'\n').count();
         (line, i - line_start)
     }
@@ -189,7 +192,8 @@ impl Reader<'_> {
                 b'"' => break,
                 b'\\' => self.escape(&mut text)?,
                 0x00..=0x1f => {
-                    return self.error("control character (\\u0000-\\u001F) found while parsing a string")
+                    return self
+                        .error("control character (\\u0000-\\u001F) found while parsing a string")
                 }
                 _ => text.push(byte),
             }
@@ -203,7 +207,9 @@ impl Reader<'_> {
                 let behind = e.as_bytes().len() - valid;
                 let (line, column) = self.position(self.at);
                 let column = column.saturating_sub(behind);
-                Err(format!("invalid unicode code point at line {line} column {column}"))
+                Err(format!(
+                    "invalid unicode code point at line {line} column {column}"
+                ))
             }
         }
     }

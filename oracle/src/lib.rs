@@ -79,7 +79,9 @@ pub fn replay(trace_json: &[u8]) -> Result<Vec<u8>, Vec<String>> {
         ControlFlow::Continue(())
     })?;
     let Streamed::Complete { receipt_digest } = streamed else {
-        return Err(vec!["$: internal error: the receipt stopped early".to_owned()]);
+        return Err(vec![
+            "$: internal error: the receipt stopped early".to_owned()
+        ]);
     };
     // `receipt_digest` sorts right after `format`, the receipt's first member.
     let mut member = b"\"receipt_digest\":".to_vec();
@@ -89,7 +91,9 @@ pub fn replay(trace_json: &[u8]) -> Result<Vec<u8>, Vec<String>> {
     jcs::write_string(receipt::FORMAT, &mut format);
     format.push(b',');
     if !receipt.starts_with(&format) {
-        return Err(vec!["$: internal error: the receipt does not start with its format".to_owned()]);
+        return Err(vec![
+            "$: internal error: the receipt does not start with its format".to_owned(),
+        ]);
     }
     receipt.splice(format.len()..format.len(), member);
     Ok(receipt)

@@ -117,7 +117,8 @@ pub fn choose(kind: PolicyKind, rows: &[Row], cursor: &mut usize) -> Choice {
     if kind == PolicyKind::RoundRobin {
         return round_robin(rows, cursor);
     }
-    let pick = |keep: &dyn Fn(&Row) -> bool| -> Vec<&Row> { rows.iter().filter(|r| keep(r)).collect() };
+    let pick =
+        |keep: &dyn Fn(&Row) -> bool| -> Vec<&Row> { rows.iter().filter(|r| keep(r)).collect() };
     let mut choosable = pick(&|r| r.in_front());
     let mut fallback = false;
     let mut escape = false;
@@ -136,7 +137,9 @@ pub fn choose(kind: PolicyKind, rows: &[Row], cursor: &mut usize) -> Choice {
         .iter()
         .filter(|r| score(kind, escape, r, win) == Ordering::Equal)
         .count() as u64;
-    let margin_milli = choosable.get(1).map_or(0, |ru| margin(kind, escape, win, ru));
+    let margin_milli = choosable
+        .get(1)
+        .map_or(0, |ru| margin(kind, escape, win, ru));
     let route_kind = if escape {
         "overload_escape"
     } else if win.reuse > 0 {

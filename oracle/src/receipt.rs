@@ -15,7 +15,9 @@ use crate::candidates::Row;
 use crate::jcs::{self, Json};
 use crate::model::{EventKind, StaleRule, Trace};
 use crate::policies::receipt_policies;
-use crate::run::{in_order, CacheLogEntry, Decision, Metrics, ObservationLogEntry, Outcome, Router};
+use crate::run::{
+    in_order, CacheLogEntry, Decision, Metrics, ObservationLogEntry, Outcome, Router,
+};
 use crate::{ReceiptPiece, Streamed};
 
 pub const FORMAT: &str = "kvroute-receipt/1";
@@ -24,7 +26,10 @@ fn row_tree<'a>(row: &'a Row, ids: &[&'a str]) -> Json<'a> {
     Json::Object(vec![
         ("worker", Json::Str(ids[row.worker])),
         ("eligible", Json::Bool(row.eligible)),
-        ("reasons", Json::Array(row.reasons.iter().map(|r| Json::Str(r)).collect())),
+        (
+            "reasons",
+            Json::Array(row.reasons.iter().map(|r| Json::Str(r)).collect()),
+        ),
         ("reuse", Json::Int(row.reuse)),
         ("recomputed", Json::Int(row.recomputed)),
         ("queued_prefill", Json::Int(row.queued_prefill)),
@@ -32,7 +37,10 @@ fn row_tree<'a>(row: &'a Row, ids: &[&'a str]) -> Json<'a> {
         ("work_milli", Json::Int(row.work_milli)),
         ("after_milli", Json::Int(row.after_milli)),
         ("cost_milli", Json::Int(row.cost_milli)),
-        ("dominated_by", Json::opt_str(row.dominated_by.map(|w| ids[w]))),
+        (
+            "dominated_by",
+            Json::opt_str(row.dominated_by.map(|w| ids[w])),
+        ),
         ("dominated_count", Json::Int(row.dominated_count)),
     ])
 }
@@ -47,7 +55,10 @@ pub fn decision_tree<'a>(d: &'a Decision, ids: &[&'a str]) -> Json<'a> {
         ("route_kind", Json::Str(d.route_kind)),
         ("tie_count", Json::Int(d.tie_count)),
         ("margin_milli", Json::Int(d.margin_milli)),
-        ("candidates", Json::Array(d.candidates.iter().map(|r| row_tree(r, ids)).collect())),
+        (
+            "candidates",
+            Json::Array(d.candidates.iter().map(|r| row_tree(r, ids)).collect()),
+        ),
     ])
 }
 
@@ -88,11 +99,26 @@ pub fn metrics_tree(m: &Metrics) -> Json<'static> {
         ("recomputed_tokens", Json::Int(m.recomputed_tokens)),
         ("route_churn", Json::Int(m.route_churn)),
         ("load_skew_milli", Json::Int(m.load_skew_milli)),
-        ("latency_proxy_mean_milli", Json::Int(m.latency_proxy_mean_milli)),
-        ("latency_proxy_p95_milli", Json::Int(m.latency_proxy_p95_milli)),
-        ("latency_proxy_max_milli", Json::Int(m.latency_proxy_max_milli)),
-        ("stale_event_rejections", Json::Int(m.stale_event_rejections)),
-        ("stale_observation_rejections", Json::Int(m.stale_observation_rejections)),
+        (
+            "latency_proxy_mean_milli",
+            Json::Int(m.latency_proxy_mean_milli),
+        ),
+        (
+            "latency_proxy_p95_milli",
+            Json::Int(m.latency_proxy_p95_milli),
+        ),
+        (
+            "latency_proxy_max_milli",
+            Json::Int(m.latency_proxy_max_milli),
+        ),
+        (
+            "stale_event_rejections",
+            Json::Int(m.stale_event_rejections),
+        ),
+        (
+            "stale_observation_rejections",
+            Json::Int(m.stale_observation_rejections),
+        ),
         ("boundary_rejections", Json::Int(m.boundary_rejections)),
         ("overload_escapes", Json::Int(m.overload_escapes)),
         ("dominated_choices", Json::Int(m.dominated_choices)),
@@ -198,7 +224,11 @@ fn stream_into(trace: &Trace, trace_digest: &str, out: &mut Out) -> ControlFlow<
             out.structure(b",");
         }
         let mut router = Router::new(trace, kind);
-        let ids = router.worker_ids().into_iter().map(str::to_owned).collect::<Vec<String>>();
+        let ids = router
+            .worker_ids()
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<String>>();
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         out.structure(b"{\"cache_log\":[");
         for (j, entry) in cache_log.iter().enumerate() {
@@ -221,7 +251,10 @@ fn stream_into(trace: &Trace, trace_digest: &str, out: &mut Out) -> ControlFlow<
             }
         }
         out.structure(b"],\"metrics\":");
-        out.element(&format!("runs[{i}].metrics"), &metrics_tree(&router.metrics()))?;
+        out.element(
+            &format!("runs[{i}].metrics"),
+            &metrics_tree(&router.metrics()),
+        )?;
         out.structure(b",\"observation_log\":[");
         for (j, entry) in observation_log.iter().enumerate() {
             if j > 0 {
@@ -253,7 +286,12 @@ pub fn metrics_bytes(trace: &Trace) -> Vec<u8> {
     }
     let trees = runs
         .iter()
-        .map(|(name, m)| Json::Object(vec![("metrics", metrics_tree(m)), ("policy", Json::Str(name))]))
+        .map(|(name, m)| {
+            Json::Object(vec![
+                ("metrics", metrics_tree(m)),
+                ("policy", Json::Str(name)),
+            ])
+        })
         .collect();
     jcs::to_bytes(&Json::Array(trees))
 }

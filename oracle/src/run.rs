@@ -172,7 +172,11 @@ impl<'t> Router<'t> {
                     tick: event.tick,
                     worker: position,
                     observed_tick: *observed_tick,
-                    outcome: if applied { "applied" } else { "stale_observation" },
+                    outcome: if applied {
+                        "applied"
+                    } else {
+                        "stale_observation"
+                    },
                 }))
             }
             EventKind::Request { .. } => Some(Outcome::Decision(self.request(event))),
@@ -180,7 +184,13 @@ impl<'t> Router<'t> {
     }
 
     /// §3.2 and §3.6 for one cache event.
-    fn cache(&mut self, event: &Event, worker: &str, epoch: u64, op: &'static str) -> Option<Outcome> {
+    fn cache(
+        &mut self,
+        event: &Event,
+        worker: &str,
+        epoch: u64,
+        op: &'static str,
+    ) -> Option<Outcome> {
         let position = self.position(worker)?;
         let policy = &self.trace.policy;
         let view = &mut self.views[position];
@@ -194,7 +204,10 @@ impl<'t> Router<'t> {
         if outcome.dropped_whole() {
             self.metrics.stale_event_rejections += 1;
         }
-        add(&mut self.metrics.stale_mutation_rejections, outcome.stale_mutations);
+        add(
+            &mut self.metrics.stale_mutation_rejections,
+            outcome.stale_mutations,
+        );
         Some(Outcome::Cache(CacheLogEntry {
             seq: event.seq,
             tick: event.tick,
@@ -228,7 +241,14 @@ impl<'t> Router<'t> {
             decode_tokens: *decode_tokens,
         };
         let trace = self.trace;
-        let candidates = rows(&trace.policy, &trace.sharing, &self.views, &request, event.tick, self.kind);
+        let candidates = rows(
+            &trace.policy,
+            &trace.sharing,
+            &self.views,
+            &request,
+            event.tick,
+            self.kind,
+        );
         let choice = choose(self.kind, &candidates, &mut self.cursor);
         self.count_reasons(&candidates);
         match choice.chosen {
@@ -242,7 +262,12 @@ impl<'t> Router<'t> {
                     add(&mut self.metrics.cold_reserve_fallbacks, 1);
                 }
                 if let Some(first) = prefix.first() {
-                    let name = (tenant.clone(), model.clone(), adapter.clone(), first.key.clone());
+                    let name = (
+                        tenant.clone(),
+                        model.clone(),
+                        adapter.clone(),
+                        first.key.clone(),
+                    );
                     if let Some(last) = self.churn.insert(name, w) {
                         if last != w {
                             self.metrics.route_churn += 1;
@@ -293,7 +318,8 @@ impl<'t> Router<'t> {
         }
         let view = &mut self.views[row.worker];
         let waiting = u128::from(row.queued_prefill) + u128::from(row.recomputed);
-        self.latencies.push(1000 * waiting / u128::from(view.prefill_rate.max(1)));
+        self.latencies
+            .push(1000 * waiting / u128::from(view.prefill_rate.max(1)));
         view.queued_prefill = view.queued_prefill.saturating_add(row.recomputed);
         view.active_decode = view.active_decode.saturating_add(decode_tokens);
         let placed = u128::from(row.after_milli.saturating_sub(row.work_milli));
@@ -303,13 +329,21 @@ impl<'t> Router<'t> {
     /// The metrics of the run so far, with load skew and latency figures (§6.2).
     pub fn metrics(&self) -> Metrics {
         let mut m = self.metrics.clone();
-        let total = self.assigned.iter().fold(0u128, |s, a| s.saturating_add(*a));
+        let total = self
+            .assigned
+            .iter()
+            .fold(0u128, |s, a| s.saturating_add(*a));
         let max = self.assigned.iter().copied().max().unwrap_or(0);
-        let skew = max.saturating_mul(1000).saturating_mul(self.views.len() as u128);
+        let skew = max
+            .saturating_mul(1000)
+            .saturating_mul(self.views.len() as u128);
         m.load_skew_milli = skew.checked_div(total).map_or(0, to_u64);
         if !self.latencies.is_empty() {
             let n = self.latencies.len() as u128;
-            let sum = self.latencies.iter().fold(0u128, |s, l| s.saturating_add(*l));
+            let sum = self
+                .latencies
+                .iter()
+                .fold(0u128, |s, l| s.saturating_add(*l));
             m.latency_proxy_mean_milli = to_u64(sum / n);
             let mut sorted = self.latencies.clone();
             sorted.sort_unstable();

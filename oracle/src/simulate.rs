@@ -738,4 +738,3 @@ fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOut
         missed,
     }
 }
-

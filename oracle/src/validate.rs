@@ -11,6 +11,7 @@ use crate::model::{
     Entry, EpochNumbering, Event, EventKind, Grant, Policy, Profile, Segment, StaleRule, Trace,
     Worker,
 };
+use crate::state::{apply_cache_event, WorkerView};
 
 /// `B = 2^53 − 1`, the largest integer a trace or receipt carries.
 pub const INTEGER_MAX: u64 = 9_007_199_254_740_991;
@@ -975,22 +976,18 @@ fn cross_references(trace: &Trace) -> Vec<String> {
 }
 
 /// Stage 4, the residency limit of SPEC §1.3: the cache events alone are replayed from
-/// the initial caches in `(tick, seq)` order, each non-stale one applied as §3.2 says,
-/// and after each applied store its worker's resident entries (distinct namespaced keys
-/// with more than 0 tokens) are counted. Only the first store over the limit of each
-/// worker is reported. Caches are plain vectors scanned linearly; stage 3 passed, so
-/// every event names a known worker and seqs are unique.
+/// the initial caches in `(tick, seq)` order under the `worker_epoch` rule of §3.2
+/// (whatever the trace's own rule), with the worker views of `state`, and after each
+/// applied store its worker's resident entries are counted. Only the first store over
+/// the limit of each worker is reported. Stage 3 passed, so every event names a known
+/// worker and seqs are unique.
 fn residency(trace: &Trace) -> Vec<String> {
     let profile = trace.limits;
     let max = profile.cache_entries_per_worker_max();
-    // Per worker, in array order: last epoch, cache, whether it was reported already.
-    let mut last_epochs: Vec<u64> = trace.workers.iter().map(|w| w.epoch).collect();
-    let mut caches: Vec<Vec<Entry>> = trace.workers.iter().map(|w| w.cache.clone()).collect();
+    let mut views: Vec<WorkerView> = trace.workers.iter().map(WorkerView::initial).collect();
     let mut reported: Vec<bool> = vec![false; trace.workers.len()];
-
     let mut order: Vec<&Event> = trace.events.iter().collect();
     order.sort_by_key(|e| (e.tick, e.seq));
-
     let mut lines = Vec::new();
     for event in order {
         let (worker_id, epoch) = match &event.kind {
@@ -1002,67 +999,23 @@ fn residency(trace: &Trace) -> Vec<String> {
         let Some(w) = trace.workers.iter().position(|w| &w.id == worker_id) else {
             continue;
         };
-        if epoch <= last_epochs[w] {
-            continue; // stale: nothing changes
+        let view = &mut views[w];
+        let outcome =
+            apply_cache_event(view, StaleRule::WorkerEpoch, &event.kind, epoch, event.tick);
+        if outcome.outcome != "applied" || !matches!(event.kind, EventKind::Store { .. }) {
+            continue;
         }
-        last_epochs[w] = epoch;
-        let cache = &mut caches[w];
-        match &event.kind {
-            EventKind::Store {
-                tenant,
-                model,
-                adapter,
-                segments,
-                ..
-            } => {
-                // In segment order, so a repeated key's last segment wins.
-                for segment in segments {
-                    let existing = cache.iter_mut().find(|e| {
-                        &e.tenant == tenant
-                            && &e.model == model
-                            && &e.adapter == adapter
-                            && e.key == segment.key
-                    });
-                    match existing {
-                        Some(entry) => entry.tokens = segment.tokens,
-                        None => cache.push(Entry {
-                            tenant: tenant.clone(),
-                            model: model.clone(),
-                            adapter: adapter.clone(),
-                            key: segment.key.clone(),
-                            tokens: segment.tokens,
-                        }),
-                    }
-                }
-                // The vector never holds a namespaced key twice (stage 3 checked the
-                // initial caches; stores update in place), so counting its entries of
-                // more than 0 tokens counts distinct resident entries.
-                let resident = cache.iter().filter(|e| e.tokens > 0).count() as u64;
-                if resident > max && !reported[w] {
-                    reported[w] = true;
-                    lines.push(line(
-                        &index_path("events", event.index),
-                        &format!(
-                            "worker {} would hold {resident} cache entries, over the {} limit of {max}",
-                            quote_str(worker_id),
-                            profile.name()
-                        ),
-                    ));
-                }
-            }
-            EventKind::Evict {
-                tenant,
-                model,
-                adapter,
-                keys,
-                ..
-            } => cache.retain(|e| {
-                !(&e.tenant == tenant
-                    && &e.model == model
-                    && &e.adapter == adapter
-                    && keys.contains(&e.key))
-            }),
-            _ => cache.clear(),
+        let resident = view.resident_entries() as u64;
+        if resident > max && !reported[w] {
+            reported[w] = true;
+            lines.push(line(
+                &index_path("events", event.index),
+                &format!(
+                    "worker {} would hold {resident} cache entries, over the {} limit of {max}",
+                    quote_str(worker_id),
+                    profile.name()
+                ),
+            ));
         }
     }
     lines

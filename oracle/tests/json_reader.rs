@@ -88,7 +88,12 @@ fn fixed_syntax_errors_carry_serde_json_messages() {
     ];
     for case in cases {
         let expected = serde_line(case).unwrap_or_else(|| panic!("{case:?} is a syntax error"));
-        assert_eq!(first_line(case), expected, "{:?}", String::from_utf8_lossy(case));
+        assert_eq!(
+            first_line(case),
+            expected,
+            "{:?}",
+            String::from_utf8_lossy(case)
+        );
     }
 }
 
@@ -121,7 +126,11 @@ fn nesting_is_limited_as_serde_json_limits_it() {
         }
         let objects = "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth);
         if let Some(expected) = serde_line(objects.as_bytes()) {
-            assert_eq!(first_line(objects.as_bytes()), expected, "object depth {depth}");
+            assert_eq!(
+                first_line(objects.as_bytes()),
+                expected,
+                "object depth {depth}"
+            );
         }
     }
 }
@@ -143,10 +152,49 @@ impl Rng {
 }
 
 const PIECES: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b",", b":", b"\"", b"\"a\"", b"\"k\":", b"0", b"1", b"23", b"-",
-    b".", b"e", b"E", b"+", b"5.5", b"1e3", b"-0", b" ", b"\n", b"\t", b"\r", b"\\", b"\\u",
-    b"\\ud800", b"\\udc00", b"d834", b"\\n", b"x", b"true", b"fals", b"null", b"\x00", b"\x1f",
-    b"\xc3\xa9", b"\xe2\x82", b"\xff", b"\xf0\x9f\x98\x80", b"\"\\u00e9\"", b"[1,2]", b"{}",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"\"",
+    b"\"a\"",
+    b"\"k\":",
+    b"0",
+    b"1",
+    b"23",
+    b"-",
+    b".",
+    b"e",
+    b"E",
+    b"+",
+    b"5.5",
+    b"1e3",
+    b"-0",
+    b" ",
+    b"\n",
+    b"\t",
+    b"\r",
+    b"\\",
+    b"\\u",
+    b"\\ud800",
+    b"\\udc00",
+    b"d834",
+    b"\\n",
+    b"x",
+    b"true",
+    b"fals",
+    b"null",
+    b"\x00",
+    b"\x1f",
+    b"\xc3\xa9",
+    b"\xe2\x82",
+    b"\xff",
+    b"\xf0\x9f\x98\x80",
+    b"\"\\u00e9\"",
+    b"[1,2]",
+    b"{}",
 ];
 
 fn generated(rng: &mut Rng) -> Vec<u8> {

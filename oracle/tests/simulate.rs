@@ -124,7 +124,8 @@ fn one_store() {
                 "lag_ticks": 10, "loss_per_mille": 0, "seed": 0, "workers": null })
     );
     // The simulated trace is the input itself (scale limits, requests only).
-    let canonical_input = kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical_input =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(result["trace_digest"], json!(digest(&canonical_input)));
 
     for policy in POLICIES {
@@ -744,7 +745,8 @@ fn generated_traces_replay_to_the_same_figures() {
         let result: Value = serde_json::from_slice(&outcome.result).expect("json");
         for (policy, bytes) in &outcome.generated_traces {
             let receipt: Value =
-                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid")).expect("json");
+                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid"))
+                    .expect("json");
             let run = receipt["runs"]
                 .as_array()
                 .expect("runs")
@@ -1172,7 +1174,8 @@ fn stale_rule_option_replaces_the_policy_member() {
     );
     t["policy"] = json!({ "stale_rule": "key_epoch" });
     let (own, _) = run(&t, &SimOptions::default());
-    let canonical = kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(own["trace_digest"], json!(digest(&canonical)));
     let (replaced, _) = run(
         &t,
@@ -1182,7 +1185,8 @@ fn stale_rule_option_replaces_the_policy_member() {
         },
     );
     t["policy"] = json!({ "stale_rule": "arrival_order" });
-    let canonical = kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(replaced["trace_digest"], json!(digest(&canonical)));
     let (default_rule, _) = run(
         &t,
@@ -1192,7 +1196,8 @@ fn stale_rule_option_replaces_the_policy_member() {
         },
     );
     t["policy"] = json!({});
-    let canonical = kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(default_rule["trace_digest"], json!(digest(&canonical)));
 }
 
@@ -1222,7 +1227,8 @@ fn generated_traces_replay_with_loss_rules_and_gaps() {
         let result: Value = serde_json::from_slice(&outcome.result).expect("json");
         for (policy, bytes) in &outcome.generated_traces {
             let receipt: Value =
-                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid")).expect("json");
+                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid"))
+                    .expect("json");
             let run = receipt["runs"]
                 .as_array()
                 .expect("runs")
@@ -1288,9 +1294,10 @@ fn dynamo_block_tokens_is_kept_but_not_simulated() {
     for (policy, bytes) in &outcome.generated_traces {
         let generated: Value = serde_json::from_slice(bytes).expect("generated trace is JSON");
         assert_eq!(generated["policy"]["dynamo_block_tokens"], 512, "{policy}");
-        let receipt: Value =
-            serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("generated trace replays"))
-                .expect("receipt is JSON");
+        let receipt: Value = serde_json::from_slice(
+            &kvroute_oracle::replay(bytes).expect("generated trace replays"),
+        )
+        .expect("receipt is JSON");
         assert_eq!(receipt["runs"][4]["policy"], "dynamo_default", "{policy}");
     }
     // The member enters the simulated trace's digest.
