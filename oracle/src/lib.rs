@@ -14,6 +14,7 @@ mod candidates;
 mod canonical;
 mod jcs;
 mod json;
+mod limits;
 mod model;
 mod policies;
 mod receipt;

@@ -26,8 +26,11 @@ fn digest(bytes: &[u8]) -> String {
     format!("sha256:{hex}")
 }
 
-/// Every piece, as (path or None for structure, bytes).
-fn pieces(trace: &[u8]) -> (Vec<(Option<String>, Vec<u8>)>, Streamed) {
+/// One piece: its path (`None` for structure) and its bytes.
+type Piece = (Option<String>, Vec<u8>);
+
+/// Every piece, in order.
+fn pieces(trace: &[u8]) -> (Vec<Piece>, Streamed) {
     let mut all = Vec::new();
     let streamed = replay_streaming(trace, &mut |piece| {
         all.push(match piece {
@@ -212,7 +215,10 @@ fn hard_strings_in_ids_are_written_as_rfc_8785_writes_them() {
     let parsed: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(serde_json_canonicalizer::to_vec(&parsed).unwrap(), out);
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains("\"w\\u0001\u{2028}\\\"\\\\\u{1F600}\""), "the worker id");
+    assert!(
+        text.contains("\"w\\u0001\u{2028}\\\"\\\\\u{1F600}\""),
+        "the worker id"
+    );
     assert!(
         text.contains("\\u0000\\u0001\\u001f"),
         "lower-case hex escapes"
