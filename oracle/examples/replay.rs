@@ -1,5 +1,6 @@
 //! Streams the oracle's receipt of a trace file (SPEC §6) and reports its size, digest
-//! and time: `cargo run --release -p kvroute-oracle --example replay -- TRACE [--out FILE]`.
+//! and time: `cargo run --release -p kvroute-oracle --example replay -- TRACE [--out FILE |
+//! --validate]`.
 //! With `--out`, the full canonical receipt (digest included) plus `\n` is written to
 //! FILE; without it, the pieces are counted and dropped, so memory stays the oracle's
 //! state plus one decision.
@@ -22,6 +23,18 @@ fn main() {
         exit(2)
     });
     let started = Instant::now();
+    if args.iter().any(|a| a == "--validate") {
+        let canonical = kvroute_oracle::validate(&bytes).unwrap_or_else(|lines| {
+            eprintln!("{}", lines.join("\n"));
+            exit(2)
+        });
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "valid: {} canonical bytes in {seconds:.3} s",
+            canonical.len()
+        );
+        return;
+    }
     if let Some(out) = args
         .iter()
         .position(|a| a == "--out")

@@ -70,9 +70,9 @@ fn walk(sharing: &[Grant], view: &WorkerView, request: &Request) -> (u128, [bool
     let mut reuse: u128 = 0;
     let mut boundary = [false; 3];
     for segment in request.prefix {
-        let holders = view.cache.get(&segment.key);
+        let holders = view.holders(&segment.key);
         let mut r: u64 = 0;
-        for ((tenant, model, adapter), tokens) in holders.into_iter().flatten() {
+        for ((tenant, model, adapter), tokens) in &holders {
             let usable = model == request.model
                 && adapter == request.adapter
                 && share(
@@ -88,7 +88,7 @@ fn walk(sharing: &[Grant], view: &WorkerView, request: &Request) -> (u128, [bool
         }
         reuse += u128::from(r.min(segment.tokens));
         if r == 0 {
-            for (tenant, model, adapter) in holders.into_iter().flatten().map(|(n, _)| n) {
+            for ((tenant, model, adapter), _) in holders {
                 if model != request.model {
                     boundary[1] = true;
                 } else if adapter != request.adapter {

@@ -12,19 +12,24 @@
 //! document's end); nesting deeper than 127 arrays and objects is "recursion limit
 //! exceeded" at the 128th opening bracket. The renderings of §2.2 follow the reader.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// One JSON value. Objects are a list of `(name, value)` pairs so that repeats survive.
+/// One JSON value of a document `'d`. Objects are a list of `(name, value)` pairs so that
+/// repeats survive. Strings without escapes and number literals borrow the document.
 #[derive(Debug, Clone)]
-pub enum Node {
+pub enum Node<'d> {
     Null,
     Bool(bool),
     /// The number's literal text exactly as written in the document (SPEC §2.2).
-    Number(String),
-    String(String),
-    Array(Vec<Node>),
-    Object(Vec<(String, Node)>),
+    Number(&'d str),
+    String(Cow<'d, str>),
+    Array(Vec<Node<'d>>),
+    Object(Vec<Member<'d>>),
 }
+
+/// One object member: its name and value.
+pub type Member<'d> = (Cow<'d, str>, Node<'d>);
 
 /// Containers open at once before the reader gives up (serde_json's limit).
 const MAX_DEPTH: usize = 128;
@@ -38,7 +43,7 @@ struct Reader<'b> {
 
 type Parsed<T> = Result<T, String>;
 
-impl Reader<'_> {
+impl<'b> Reader<'b> {
     /// `(line, column)` of the byte offset `i`, from the bytes before it.
     fn position(&self, i: usize) -> (usize, usize) {
         let before = &self.bytes[..i];
@@ -84,7 +89,7 @@ impl Reader<'_> {
         self.peek()
     }
 
-    fn value(&mut self) -> Parsed<Node> {
+    fn value(&mut self) -> Parsed<Node<'b>> {
         let Some(first) = self.skip_whitespace() else {
             return self.peek_error("EOF while parsing a value");
         };
@@ -116,7 +121,7 @@ impl Reader<'_> {
     }
 
     /// `null`, `true` or `false`; the first byte is known to match.
-    fn literal(&mut self, word: &[u8], node: Node) -> Parsed<Node> {
+    fn literal(&mut self, word: &[u8], node: Node<'b>) -> Parsed<Node<'b>> {
         self.at += 1;
         for expected in &word[1..] {
             match self.next() {
@@ -137,7 +142,7 @@ impl Reader<'_> {
     }
 
     /// RFC 8259 §6: `[-] (0 | [1-9][0-9]*) [. [0-9]+] [(e|E) [+|-] [0-9]+]`, kept as text.
-    fn number(&mut self) -> Parsed<Node> {
+    fn number(&mut self) -> Parsed<Node<'b>> {
         let start = self.at;
         if self.peek() == Some(b'-') {
             self.at += 1;
@@ -176,35 +181,50 @@ impl Reader<'_> {
                 Some(_) => return self.error("invalid number"),
             }
         }
-        // The literal is ASCII.
-        let text = String::from_utf8_lossy(&self.bytes[start..self.at]).into_owned();
+        // The literal is ASCII, so always UTF-8.
+        let text = std::str::from_utf8(&self.bytes[start..self.at]).unwrap_or("0");
         Ok(Node::Number(text))
     }
 
-    /// The rest of a string after its opening quote.
-    fn string(&mut self) -> Parsed<String> {
-        let mut text: Vec<u8> = Vec::new();
+    /// The rest of a string after its opening quote: borrowed when it has no escape.
+    fn string(&mut self) -> Parsed<Cow<'b, str>> {
+        let start = self.at;
+        let mut unescaped: Option<Vec<u8>> = None;
         loop {
             let Some(byte) = self.next() else {
                 return self.error("EOF while parsing a string");
             };
             match byte {
                 b'"' => break,
-                b'\\' => self.escape(&mut text)?,
+                b'\\' => {
+                    let bytes = self.bytes;
+                    let text = unescaped.get_or_insert_with(|| bytes[start..self.at - 1].to_vec());
+                    self.escape(text)?;
+                }
                 0x00..=0x1f => {
                     return self
                         .error("control character (\\u0000-\\u001F) found while parsing a string")
                 }
-                _ => text.push(byte),
+                _ => {
+                    if let Some(text) = &mut unescaped {
+                        text.push(byte);
+                    }
+                }
             }
         }
-        match String::from_utf8(text) {
-            Ok(text) => Ok(text),
-            Err(e) => {
+        let raw = &self.bytes[start..self.at - 1];
+        let checked = match &unescaped {
+            None => std::str::from_utf8(raw),
+            Some(text) => std::str::from_utf8(text),
+        };
+        match (checked, unescaped.as_ref()) {
+            (Ok(_), None) => Ok(Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default())),
+            (Ok(text), Some(_)) => Ok(Cow::Owned(text.to_owned())),
+            (Err(e), text) => {
                 // serde_json points back from the closing quote by the bytes of the
                 // (unescaped) text after its first invalid sequence.
-                let valid = e.utf8_error().valid_up_to();
-                let behind = e.as_bytes().len() - valid;
+                let length = text.map_or(raw.len(), Vec::len);
+                let behind = length - e.valid_up_to();
                 let (line, column) = self.position(self.at);
                 let column = column.saturating_sub(behind);
                 Err(format!(
@@ -284,7 +304,7 @@ impl Reader<'_> {
     }
 
     /// The rest of an array after `[`.
-    fn array(&mut self) -> Parsed<Node> {
+    fn array(&mut self) -> Parsed<Node<'b>> {
         let mut items = Vec::new();
         loop {
             match self.skip_whitespace() {
@@ -309,7 +329,7 @@ impl Reader<'_> {
     }
 
     /// The rest of an object after `{`.
-    fn object(&mut self) -> Parsed<Node> {
+    fn object(&mut self) -> Parsed<Node<'b>> {
         let mut members = Vec::new();
         loop {
             match self.skip_whitespace() {
@@ -346,7 +366,7 @@ impl Reader<'_> {
 
 /// Parses one JSON document (trailing bytes other than whitespace are an error). Err:
 /// the `<parser message>` of SPEC §2.
-pub fn parse(bytes: &[u8]) -> Result<Node, String> {
+pub fn parse(bytes: &[u8]) -> Result<Node<'_>, String> {
     let mut reader = Reader {
         bytes,
         at: 0,
@@ -450,6 +470,6 @@ pub fn quote_str(text: &str) -> String {
 }
 
 /// First occurrence of a member; later repeats are reported, never used.
-pub fn member<'a>(members: &'a [(String, Node)], name: &str) -> Option<&'a Node> {
+pub fn member<'a, 'd>(members: &'a [Member<'d>], name: &str) -> Option<&'a Node<'d>> {
     members.iter().find(|(n, _)| n == name).map(|(_, v)| v)
 }

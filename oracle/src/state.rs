@@ -2,9 +2,10 @@
 //! stale rules a cache event passes through (§3.2), load observations (§3.3) and the
 //! evidence gaps of sequential epochs (§3.6, with SPEC's letters `H` and `R`).
 //!
-//! The cache is a map per worker from a key to the namespaces holding it, so that a
-//! request's walk (§4.3) looks a segment's key up and visits only what is resident
-//! under it. Entries of 0 tokens are no entries (§3) and are never kept.
+//! The cache is a map per worker from `(key, namespace)` to tokens, ordered by key
+//! first, so that a request's walk (§4.3) visits only what is resident under a
+//! segment's key, and the resident entries (§1.3) are the map's length. Entries of 0
+//! tokens are no entries (§3) and are never kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,8 +14,8 @@ use crate::model::{EventKind, StaleRule, Worker};
 /// `(tenant, model, adapter)`: the namespace of a cache entry.
 pub type Namespace = (String, String, String);
 
-/// A worker's cache: key → namespace → tokens (more than 0).
-pub type Cache = BTreeMap<String, BTreeMap<Namespace, u64>>;
+/// A worker's cache: `(key, namespace)` → tokens (more than 0).
+pub type Cache = BTreeMap<(String, Namespace), u64>;
 
 /// The view of SPEC §3 of one worker, for one policy's run.
 #[derive(Debug, Clone)]
@@ -54,10 +55,7 @@ impl WorkerView {
                     entry.model.clone(),
                     entry.adapter.clone(),
                 );
-                cache
-                    .entry(entry.key.clone())
-                    .or_default()
-                    .insert(namespace, entry.tokens);
+                cache.insert((entry.key.clone(), namespace), entry.tokens);
             }
         }
         WorkerView {
@@ -102,7 +100,20 @@ impl WorkerView {
 
     /// The number of resident entries (§1.3).
     pub fn resident_entries(&self) -> usize {
-        self.cache.values().map(BTreeMap::len).sum()
+        self.cache.len()
+    }
+
+    /// The entries resident under `key`: each namespace holding it, with its tokens.
+    pub fn holders(&self, key: &str) -> Vec<(&Namespace, u64)> {
+        let first = (
+            key.to_owned(),
+            (String::new(), String::new(), String::new()),
+        );
+        self.cache
+            .range(first..)
+            .take_while(|((k, _), _)| k == key)
+            .map(|((_, namespace), tokens)| (namespace, *tokens))
+            .collect()
     }
 
     /// Sets `cache[(namespace, key)] = tokens`; 0 tokens is no entry.
@@ -112,19 +123,12 @@ impl WorkerView {
             return;
         }
         self.cache
-            .entry(key.to_owned())
-            .or_default()
-            .insert(namespace.clone(), tokens);
+            .insert((key.to_owned(), namespace.clone()), tokens);
     }
 
     /// Removes `(namespace, key)`; an absent entry is ignored.
     fn remove(&mut self, namespace: &Namespace, key: &str) {
-        if let Some(holders) = self.cache.get_mut(key) {
-            holders.remove(namespace);
-            if holders.is_empty() {
-                self.cache.remove(key);
-            }
-        }
+        self.cache.remove(&(key.to_owned(), namespace.clone()));
     }
 }
 
@@ -309,12 +313,9 @@ fn key_epoch_clear(view: &mut WorkerView, e: u64) -> CacheOutcome {
         };
     }
     let key_epochs = &view.key_epochs;
-    for (key, holders) in view.cache.iter_mut() {
-        holders.retain(|namespace, _| {
-            matches!(key_epochs.get(&(namespace.clone(), key.clone())), Some(ke) if *ke > e)
-        });
-    }
-    view.cache.retain(|_, holders| !holders.is_empty());
+    view.cache.retain(|(key, namespace), _| {
+        matches!(key_epochs.get(&(namespace.clone(), key.clone())), Some(ke) if *ke > e)
+    });
     view.key_epochs.retain(|_, ke| *ke > e);
     view.floor = e;
     CacheOutcome::APPLIED

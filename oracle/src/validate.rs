@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::json::{self, member, quote, quote_str, Node};
+use crate::json::{self, member, quote, quote_str, Member, Node};
 use crate::limits;
 use crate::model::{
     Entry, EpochNumbering, Event, EventKind, Grant, Policy, Profile, Segment, StaleRule, Trace,
@@ -221,7 +221,7 @@ impl Shape {
         self.lines.push(line(path, &reason));
     }
 
-    fn object<'a>(&mut self, node: &'a Node, path: &str) -> Option<&'a [(String, Node)]> {
+    fn object<'a, 'd>(&mut self, node: &'a Node<'d>, path: &str) -> Option<&'a [Member<'d>]> {
         match node {
             Node::Object(members) => Some(members),
             other => {
@@ -231,7 +231,7 @@ impl Shape {
         }
     }
 
-    fn array<'a>(&mut self, node: &'a Node, path: &str) -> Option<&'a [Node]> {
+    fn array<'a, 'd>(&mut self, node: &'a Node<'d>, path: &str) -> Option<&'a [Node<'d>]> {
         match node {
             Node::Array(items) => Some(items),
             other => {
@@ -243,7 +243,7 @@ impl Shape {
 
     fn string(&mut self, node: &Node, path: &str) -> Option<String> {
         match node {
-            Node::String(text) if !text.is_empty() => Some(text.clone()),
+            Node::String(text) if !text.is_empty() => Some(text.to_string()),
             other => {
                 self.error(
                     path,
@@ -330,7 +330,7 @@ impl Shape {
     /// occurrence with `check` (repeats are reported later by `extras`).
     fn required<T>(
         &mut self,
-        members: &[(String, Node)],
+        members: &[Member],
         parent: &str,
         name: &str,
         check: impl FnOnce(&mut Self, &Node, &str) -> Option<T>,
@@ -345,21 +345,11 @@ impl Shape {
         }
     }
 
-    fn required_string(
-        &mut self,
-        members: &[(String, Node)],
-        parent: &str,
-        name: &str,
-    ) -> Option<String> {
+    fn required_string(&mut self, members: &[Member], parent: &str, name: &str) -> Option<String> {
         self.required(members, parent, name, Self::string)
     }
 
-    fn required_integer(
-        &mut self,
-        members: &[(String, Node)],
-        parent: &str,
-        name: &str,
-    ) -> Option<u64> {
+    fn required_integer(&mut self, members: &[Member], parent: &str, name: &str) -> Option<u64> {
         self.required(members, parent, name, Self::integer)
     }
 
@@ -385,14 +375,14 @@ impl Shape {
     /// Unknown and repeated members, in document order (SPEC.md §2.2). An unlisted
     /// name is "unknown" at every occurrence; a listed name seen earlier in the same
     /// object is "repeated".
-    fn extras(&mut self, members: &[(String, Node)], allowed: &[&str], parent: &str) {
+    fn extras(&mut self, members: &[Member], allowed: &[&str], parent: &str) {
         // A set of the names seen so far (membership only), so that an object with very
         // many members is not checked in quadratic time.
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for (name, _) in members {
             let path = member_path(parent, name);
-            let earlier = !seen.insert(name.as_str());
-            if !allowed.contains(&name.as_str()) {
+            let earlier = !seen.insert(name.as_ref());
+            if !allowed.contains(&name.as_ref()) {
                 self.error(&path, format!("unknown member {}", quote_str(name)));
             } else if earlier {
                 self.error(&path, format!("repeated member {}", quote_str(name)));
@@ -404,7 +394,7 @@ impl Shape {
     /// not one of them (the error is recorded).
     fn choice(
         &mut self,
-        members: &[(String, Node)],
+        members: &[Member],
         parent: &str,
         name: &str,
         options: &[&'static str],
@@ -412,7 +402,7 @@ impl Shape {
     ) -> Option<&'static str> {
         self.required(members, parent, name, |shape, node, path| {
             if let Node::String(text) = node {
-                if let Some(option) = options.iter().find(|o| **o == text.as_str()) {
+                if let Some(option) = options.iter().find(|o| **o == text.as_ref()) {
                     return Some(*option);
                 }
             }
@@ -516,7 +506,7 @@ impl Shape {
                     StaleRule::ArrivalOrder,
                 ];
                 let found = match value {
-                    Node::String(text) => rules.into_iter().find(|r| r.name() == text.as_str()),
+                    Node::String(text) => rules.into_iter().find(|r| r.name() == text.as_ref()),
                     _ => None,
                 };
                 if found.is_none() {
@@ -537,7 +527,7 @@ impl Shape {
                 let numberings = [EpochNumbering::Any, EpochNumbering::Sequential];
                 let found = match value {
                     Node::String(text) => {
-                        numberings.into_iter().find(|n| n.name() == text.as_str())
+                        numberings.into_iter().find(|n| n.name() == text.as_ref())
                     }
                     _ => None,
                 };
@@ -681,12 +671,7 @@ impl Shape {
         })
     }
 
-    fn cache_event(
-        &mut self,
-        members: &[(String, Node)],
-        path: &str,
-        op: &str,
-    ) -> Option<EventKind> {
+    fn cache_event(&mut self, members: &[Member], path: &str, op: &str) -> Option<EventKind> {
         let worker = self.required_string(members, path, "worker");
         let epoch = self.required_integer(members, path, "epoch");
         match op {
@@ -730,7 +715,7 @@ impl Shape {
         }
     }
 
-    fn load_event(&mut self, members: &[(String, Node)], path: &str) -> Option<EventKind> {
+    fn load_event(&mut self, members: &[Member], path: &str) -> Option<EventKind> {
         let worker = self.required_string(members, path, "worker");
         let observed_tick = self.required_integer(members, path, "observed_tick");
         let queued_prefill = self.required_integer(members, path, "queued_prefill");
@@ -744,7 +729,7 @@ impl Shape {
         })
     }
 
-    fn request_event(&mut self, members: &[(String, Node)], path: &str) -> Option<EventKind> {
+    fn request_event(&mut self, members: &[Member], path: &str) -> Option<EventKind> {
         let id = self.required_string(members, path, "id");
         let tenant = self.required_string(members, path, "tenant");
         let model = self.required_string(members, path, "model");
