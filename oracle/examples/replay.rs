@@ -1,6 +1,6 @@
 //! Streams the oracle's receipt of a trace file (SPEC §6) and reports its size, digest
 //! and time: `cargo run --release -p kvroute-oracle --example replay -- TRACE [--out FILE |
-//! --validate]`.
+//! --validate | --repeat N]`.
 //! With `--out`, the full canonical receipt (digest included) plus `\n` is written to
 //! FILE; without it, the pieces are counted and dropped, so memory stays the oracle's
 //! state plus one decision.
@@ -32,6 +32,23 @@ fn main() {
         eprintln!(
             "valid: {} canonical bytes in {seconds:.3} s",
             canonical.len()
+        );
+        return;
+    }
+    if let Some(n) = args
+        .iter()
+        .position(|a| a == "--repeat")
+        .and_then(|i| args.get(i + 1))
+    {
+        let n: u32 = n.parse().expect("--repeat N");
+        for _ in 0..n {
+            replay(&bytes).expect("valid");
+        }
+        let each = started.elapsed().as_secs_f64() / f64::from(n.max(1));
+        eprintln!(
+            "{n} replays, {:.1} us each ({:.0}/s)",
+            each * 1e6,
+            1.0 / each
         );
         return;
     }
