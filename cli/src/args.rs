@@ -173,6 +173,10 @@ pub enum Command {
         /// Write to FILE instead of stdout (atomically).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// CSV only: write ids exactly as in the receipt. By default an id starting with
+        /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
+        #[arg(long)]
+        csv_plain: bool,
     },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {
@@ -196,8 +200,10 @@ pub enum ImportFormat {
     Mooncake {
         /// The JSONL file.
         file: PathBuf,
-        /// Prompt tokens per hash id (the last block of a request may be partial).
-        #[arg(long, default_value_t = 512)]
+        /// Prompt tokens per hash id (the last block of a request may be partial), at most
+        /// 2^53 - 1.
+        #[arg(long, default_value_t = 512,
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         block_tokens: u64,
         /// The tenant of every request.
         #[arg(long, default_value = "mooncake")]
@@ -209,8 +215,9 @@ pub enum ImportFormat {
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: u32,
         /// Set policy.dynamo_block_tokens, so that the receipt has the dynamo_default
-        /// run (SPEC.md §4.8); Mooncake's own block is 512.
-        #[arg(long, value_name = "B")]
+        /// run (SPEC.md §4.8); Mooncake's own block is 512. At most 2^53 - 1.
+        #[arg(long, value_name = "B",
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         dynamo_block_tokens: Option<u64>,
         /// Where to write the trace (atomically: nothing is left on failure).
         #[arg(short = 'o', long = "out", value_name = "OUT")]

@@ -70,6 +70,13 @@ fn main() -> ExitCode {
     if let Err(problem) = kvroute_cli::args::check(&cli) {
         return fail(&Failure::invalid(vec![problem]));
     }
+    if let Some(problem) = cli
+        .command
+        .as_ref()
+        .and_then(|c| kvroute_cli::paths::check(c).err())
+    {
+        return fail(&Failure::invalid(vec![problem]));
+    }
     let command = cli.command.unwrap_or(Command::Replay {
         trace: None,
         format: Format::Table,
@@ -142,6 +149,7 @@ fn main() -> ExitCode {
             trace,
             format,
             out,
+            csv_plain,
         } => report::diff_command(&report::DiffArgs {
             first,
             second,
@@ -150,6 +158,7 @@ fn main() -> ExitCode {
             trace,
             format,
             out,
+            csv_plain,
         }),
         Command::Help { command } => help(&command),
         Command::Import {

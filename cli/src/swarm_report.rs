@@ -8,6 +8,7 @@
 //! shows that the shards replayed the same traces to the same receipts.
 
 use crate::Failure;
+use kvroute_cli::terminal::printable;
 use kvroute_harness::generators::GENERATOR_VERSION;
 use kvroute_harness::sweep::{SweepConfig, SweepMode, SweepReport};
 use serde::{Deserialize, Serialize};
@@ -136,6 +137,94 @@ impl ShardReport {
     }
 }
 
+impl ShardReport {
+    /// What this report says about itself that cannot be true of a report `swarm`
+    /// wrote: more divergences listed than counted, more counted than run, a list that
+    /// is not the first `DIVERGENCES_LISTED_MAX` by seed, a seed twice or outside the
+    /// shard, a reproduce line that is not the one for its seed, a shrunk trace that is
+    /// not a plain file name. Merging such a report could turn a failing sweep into a
+    /// passing one (`divergent_seeds: 0` beside a listed divergence), so it is bad input.
+    fn inconsistencies(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let listed = self.divergences.len() as u64;
+        if self.divergent_seeds > self.seeds_run {
+            problems.push(format!(
+                "divergent_seeds is {}, more than the {} seeds run",
+                self.divergent_seeds, self.seeds_run
+            ));
+        }
+        let expected_listed = self.divergent_seeds.min(DIVERGENCES_LISTED_MAX as u64);
+        if listed != expected_listed {
+            problems.push(format!(
+                "{listed} divergences listed, but divergent_seeds is {} (a report lists the first {expected_listed})",
+                self.divergent_seeds
+            ));
+        }
+        let mode = match self.mode.as_str() {
+            "receipts" => Some(SweepMode::Receipts),
+            "closed_loop" => Some(SweepMode::ClosedLoop),
+            _ => {
+                problems.push(format!(
+                    "mode {:?} is neither \"receipts\" nor \"closed_loop\"",
+                    self.mode
+                ));
+                None
+            }
+        };
+        let mut previous: Option<u64> = None;
+        for entry in &self.divergences {
+            let seed = entry.seed;
+            if let Some(before) = previous.filter(|&before| seed <= before) {
+                problems.push(if seed == before {
+                    format!("seed {seed} is listed twice")
+                } else {
+                    format!("divergences are not in seed order: seed {seed} after seed {before}")
+                });
+            }
+            previous = Some(seed);
+            if !self.holds_seed(seed) {
+                problems.push(format!(
+                    "a divergence at seed {seed}, which is not in shard {}/{} of {}",
+                    self.shard.index,
+                    self.shard.count,
+                    range_text(self.start.into(), self.end())
+                ));
+            }
+            if let Some(mode) = mode {
+                let expected = reproduce_line(seed, mode);
+                if entry.reproduce != expected {
+                    problems.push(format!(
+                        "seed {seed}'s reproduce line is {:?}, expected {expected:?}",
+                        entry.reproduce
+                    ));
+                }
+            }
+            if let Some(name) = &entry.shrunk_trace {
+                let plain = !name.is_empty()
+                    && name != "."
+                    && name != ".."
+                    && !name.contains('/')
+                    && !name.chars().any(char::is_control);
+                if !plain {
+                    problems.push(format!(
+                        "seed {seed}'s shrunk_trace {name:?} is not a plain file name"
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
+    /// Whether `seed` is one of this shard's: in the range, `K - 1` modulo `M` from its
+    /// start (SPEC.md §7).
+    fn holds_seed(&self, seed: u64) -> bool {
+        let Some(offset) = seed.checked_sub(self.start) else {
+            return false;
+        };
+        offset < self.seeds && offset % self.shard.count == self.shard.index - 1
+    }
+}
+
 /// Why a set of reports does not merge; each is one line for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MergeProblems(pub Vec<String>);
@@ -200,6 +289,13 @@ pub fn merge(reports: &[(PathBuf, ShardReport)]) -> Result<ShardReport, MergePro
                 range_text(report.start.into(), report.end()),
                 report.expected_seeds_run()
             ));
+        } else {
+            problems.extend(
+                report
+                    .inconsistencies()
+                    .into_iter()
+                    .map(|problem| format!("{}: {problem}", path.display())),
+            );
         }
     }
     if !problems.is_empty() {
@@ -333,7 +429,14 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
     let mut reports = Vec::new();
     let mut unreadable = Vec::new();
     for path in paths {
-        match std::fs::read(path) {
+        // `-` is stdin, as for every FILE (at most one, checked before this runs).
+        let read = if path.as_os_str() == "-" {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map(|_| bytes)
+        } else {
+            std::fs::read(path)
+        };
+        match read {
             Err(e) => unreadable.push(format!("{}: cannot read report: {e}", path.display())),
             Ok(bytes) => match serde_json::from_slice::<ShardReport>(&bytes) {
                 Err(e) => unreadable.push(format!(
@@ -357,15 +460,20 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
     })?;
     crate::emit(&merged.to_bytes(), None)?;
     for entry in &merged.divergences {
+        // The report's strings are the reader's input: escaped, so none can rewrite the
+        // terminal (the reproduce line and the file name were checked by `merge`).
         note!(
             "seed {}: core and oracle diverge {}\n  reproduce: {}{}",
             entry.seed,
-            entry.first_difference,
-            entry.reproduce,
+            printable(&entry.first_difference),
+            printable(&entry.reproduce),
             entry
                 .shrunk_trace
                 .as_ref()
-                .map_or(String::new(), |name| format!("\n  shrunk trace: {name}"))
+                .map_or(String::new(), |name| format!(
+                    "\n  shrunk trace: {}",
+                    printable(name)
+                ))
         );
     }
     note!(
@@ -482,5 +590,83 @@ mod tests {
         let merged = merge(&named(vec![one, two])).unwrap();
         let seeds: Vec<u64> = merged.divergences.iter().map(|d| d.seed).collect();
         assert_eq!((seeds, merged.divergent_seeds), (vec![1, 4, 9], 3));
+    }
+
+    /// Each claim a report makes about itself that `swarm` could not have written is
+    /// bad input, named with the report's file (issue 25: an edited report with
+    /// `divergent_seeds: 0` beside a listed divergence merged as a pass).
+    #[test]
+    fn a_report_that_contradicts_itself_does_not_merge() {
+        let entry = |seed| DivergenceEntry {
+            seed,
+            first_difference: "at /runs/0".to_string(),
+            reproduce: reproduce_line(seed, SweepMode::Receipts),
+            shrunk_trace: None,
+        };
+        let with = |divergent_seeds, divergences: Vec<DivergenceEntry>| {
+            let mut one = report(0, 10, 2, 2);
+            one.divergent_seeds = divergent_seeds;
+            one.divergences = divergences;
+            problems(vec![report(0, 10, 1, 2), one])
+        };
+        let cases = [
+            (
+                with(0, vec![entry(1)]),
+                "r1.json: 1 divergences listed, but divergent_seeds is 0 (a report lists the first 0)",
+            ),
+            (
+                with(2, vec![entry(1)]),
+                "r1.json: 1 divergences listed, but divergent_seeds is 2 (a report lists the first 2)",
+            ),
+            (
+                with(6, vec![entry(1)]),
+                "r1.json: divergent_seeds is 6, more than the 5 seeds run\n\
+                 r1.json: 1 divergences listed, but divergent_seeds is 6 (a report lists the first 6)",
+            ),
+            (
+                with(2, vec![entry(3), entry(3)]),
+                "r1.json: seed 3 is listed twice",
+            ),
+            (
+                with(2, vec![entry(5), entry(3)]),
+                "r1.json: divergences are not in seed order: seed 3 after seed 5",
+            ),
+            (
+                with(1, vec![entry(2)]),
+                "r1.json: a divergence at seed 2, which is not in shard 2/2 of seeds 0..9",
+            ),
+            (
+                with(1, vec![entry(11)]),
+                "r1.json: a divergence at seed 11, which is not in shard 2/2 of seeds 0..9",
+            ),
+            (
+                with(
+                    1,
+                    vec![DivergenceEntry {
+                        reproduce: "rm -rf ~".to_string(),
+                        ..entry(1)
+                    }],
+                ),
+                "r1.json: seed 1's reproduce line is \"rm -rf ~\", expected \"kvroute swarm --seeds 1 --start 1\"",
+            ),
+            (
+                with(
+                    1,
+                    vec![DivergenceEntry {
+                        shrunk_trace: Some("../../etc/passwd".to_string()),
+                        ..entry(1)
+                    }],
+                ),
+                "r1.json: seed 1's shrunk_trace \"../../etc/passwd\" is not a plain file name",
+            ),
+        ];
+        for (problems, expected) in cases {
+            assert_eq!(problems, expected);
+        }
+        // The same edits on a consistent report merge.
+        let mut one = report(0, 10, 2, 2);
+        one.divergent_seeds = 2;
+        one.divergences = vec![entry(1), entry(3)];
+        assert!(merge(&named(vec![report(0, 10, 1, 2), one])).is_ok());
     }
 }

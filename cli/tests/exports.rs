@@ -287,3 +287,97 @@ fn ids_without_a_trigger_are_unchanged() {
     ]));
     assert_eq!(safe, plain);
 }
+
+/// Two workers, one idle and one busy, and two requests: round robin sends the second
+/// to the busy worker, least load to the idle one, so `diff` lists it.
+fn differing_trace_with_ids(lead: &str) -> String {
+    let worker = |name: &str, queued: u64| {
+        serde_json::json!({ "id": format!("{lead}{name}"), "model": "m", "adapters": [],
+            "prefill_rate": 100, "decode_rate": 10, "queued_prefill": queued,
+            "active_decode": 0, "observed_tick": 0, "epoch": 0, "cache": [] })
+    };
+    let request = |seq: u64| {
+        serde_json::json!({ "seq": seq, "tick": seq, "type": "request",
+            "id": format!("{lead}SUM(A{seq})"), "tenant": "t", "model": "m",
+            "adapter": "base", "prefix": [], "prompt_tokens": 5, "decode_tokens": 1 })
+    };
+    serde_json::json!({
+        "format": "kvroute-trace/1",
+        "workers": [worker("idle", 0), worker("busy", 100_000)],
+        "events": [request(1), request(2)],
+    })
+    .to_string()
+}
+
+/// `diff --format csv` follows SPEC.md §6.3's rule for its id columns (`request` and
+/// both chosen `worker`s), as `replay --format csv` does, and `--csv-plain` keeps them
+/// as written (issue 25: diff wrote every id verbatim).
+#[test]
+fn diff_csv_defuses_formula_triggers_unless_csv_plain() {
+    let dir = tempfile::tempdir().unwrap();
+    for lead in ["=", "+", "-", "@", "\t", "\r"] {
+        let path = dir.path().join("trace.json");
+        std::fs::write(&path, differing_trace_with_ids(lead)).unwrap();
+        let diff = |plain: bool| {
+            let mut args = vec![
+                "diff",
+                s(&path),
+                "--baseline",
+                "round_robin",
+                "--candidate",
+                "least_load",
+                "--format",
+                "csv",
+            ];
+            if plain {
+                args.push("--csv-plain");
+            }
+            csv_records(&ok_stdout(kvroute(&args)))
+        };
+        let (safe, plain) = (diff(false), diff(true));
+        assert!(
+            !safe.is_empty(),
+            "{lead:?}: the policies differ on a decision"
+        );
+        assert_eq!(safe.len(), plain.len());
+        for (safe, plain) in safe.iter().zip(&plain) {
+            // request, baseline_worker, candidate_worker.
+            for column in [2, 3, 10] {
+                assert!(plain[column].starts_with(lead), "{lead:?} column {column}");
+                assert_eq!(&safe[column], format!("'{}", &plain[column]));
+            }
+            for column in [0, 1, 4, 5, 11, 12, 17, 18] {
+                assert_eq!(&safe[column], &plain[column], "{lead:?} column {column}");
+            }
+        }
+    }
+}
+
+/// `dominated_by` is an id column too (SPEC.md §6.3): the busy worker's row is
+/// dominated by the idle one (the same reuse at less work), so its cell names
+/// `{lead}idle`, defused by default (issue 25: writing it raw passed every test).
+#[test]
+fn the_dominated_by_cell_is_defused_like_every_id() {
+    let dir = tempfile::tempdir().unwrap();
+    for lead in ["=", "@", "\t"] {
+        let path = dir.path().join("trace.json");
+        std::fs::write(&path, differing_trace_with_ids(lead)).unwrap();
+        let replay = |plain: bool| {
+            let mut args = vec!["replay", s(&path), "--format", "csv"];
+            if plain {
+                args.push("--csv-plain");
+            }
+            csv_records(&ok_stdout(kvroute(&args)))
+        };
+        let (safe, plain) = (replay(false), replay(true));
+        let mut dominated = 0;
+        for (safe, plain) in safe.iter().zip(&plain) {
+            if !plain[16].is_empty() {
+                dominated += 1;
+                assert_eq!(plain[16], format!("{lead}idle"), "{lead:?}");
+                assert_eq!(safe[16], format!("'{lead}idle"), "{lead:?}");
+            }
+        }
+        assert!(dominated > 0, "{lead:?}: some row is dominated");
+    }
+}

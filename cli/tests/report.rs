@@ -401,3 +401,141 @@ fn diff_refuses_runs_of_different_requests_and_half_named_pairs() {
     ]);
     assert_eq!(run.status.code(), Some(2));
 }
+
+/// Two workers of one model: `a` busy (1,000 queued tokens, draining 100 a tick) with
+/// the request's 40-token prefix cached, `b` idle and cold. `model` replaces the model
+/// of both, so a second trace can make the one request unservable.
+fn two_worker_trace(dir: &Path, name: &str, model: &str) -> PathBuf {
+    let worker = |id: &str, queued: u64, cache: Value| {
+        serde_json::json!({ "id": id, "model": model, "adapters": [], "prefill_rate": 100,
+            "decode_rate": 10, "queued_prefill": queued, "active_decode": 0,
+            "observed_tick": 0, "epoch": 0, "cache": cache })
+    };
+    let trace = serde_json::json!({
+        "format": "kvroute-trace/1",
+        "workers": [
+            worker("a", 1000, serde_json::json!([{ "tenant": "t", "model": model,
+                "adapter": "base", "key": "k", "tokens": 40 }])),
+            worker("b", 0, serde_json::json!([])),
+        ],
+        "events": [{ "seq": 1, "tick": 1, "type": "request", "id": "r1", "tenant": "t",
+            "model": "m", "adapter": "base", "prefix": [{ "key": "k", "tokens": 40 }],
+            "prompt_tokens": 50, "decode_tokens": 1 }],
+    });
+    let path = dir.join(name);
+    std::fs::write(&path, trace.to_string()).unwrap();
+    path
+}
+
+/// `diff`'s figures against ones worked by hand (issue 25: their signs could be flipped
+/// and every test still passed). At tick 1, `a` has drained to 900 queued tokens.
+/// Round robin takes `a` (the first in id order): it reuses 40 and recomputes 10, so its
+/// latency proxy is floor(1000 · (900 + 10) / 100) = 9,100. Least load takes the idle
+/// `b`: recomputes all 50, floor(1000 · (0 + 50) / 100) = 500. Candidate minus baseline:
+/// recomputed +40, latency proxy -8,600.
+#[test]
+fn diff_deltas_are_candidate_minus_baseline_as_worked_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = two_worker_trace(dir.path(), "t.json", "m");
+    let args = [
+        "diff",
+        s(&trace),
+        "--baseline",
+        "round_robin",
+        "--candidate",
+        "least_load",
+    ];
+    let json = |extra: &[&str]| -> Value {
+        let mut all = args.to_vec();
+        all.extend(extra);
+        serde_json::from_slice(&ok(&all).stdout).unwrap()
+    };
+    let diff = json(&["--format", "json"]);
+    let decision = &diff["decisions"][0];
+    assert_eq!(decision["baseline"]["worker"], "a");
+    assert_eq!(decision["candidate"]["worker"], "b");
+    assert_eq!(decision["recomputed_delta"], 40);
+    assert_eq!(decision["latency_proxy_delta_milli"], -8600);
+    let summary = &diff["summary"];
+    assert_eq!(
+        (
+            &summary["baseline_recomputed"],
+            &summary["candidate_recomputed"],
+            &summary["baseline_latency_proxy_milli"],
+            &summary["candidate_latency_proxy_milli"],
+        ),
+        (
+            &Value::from(10),
+            &Value::from(50),
+            &Value::from(9100),
+            &Value::from(500)
+        )
+    );
+    let csv = String::from_utf8(ok(&[&args[..], &["--format", "csv"]].concat()).stdout).unwrap();
+    let row = csv.lines().nth(1).unwrap();
+    assert!(row.ends_with(",40,-8600"), "{row}");
+}
+
+/// A decision that one receipt routes and the other rejects is a difference (issue 25:
+/// leaving it out passed every test). The second trace serves only model `x`.
+#[test]
+fn diff_lists_a_decision_routed_in_one_receipt_and_rejected_in_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let (routed, rejected) = (dir.path().join("r1.json"), dir.path().join("r2.json"));
+    for (receipt, model) in [(&routed, "m"), (&rejected, "x")] {
+        let trace = two_worker_trace(dir.path(), &format!("{model}.json"), model);
+        ok(&["replay", s(&trace), "--format", "json", "--out", s(receipt)]);
+    }
+    let both = ["--baseline", "least_load", "--candidate", "least_load"];
+    let diff: Value = serde_json::from_slice(
+        &ok(&[
+            &["diff", s(&routed), s(&rejected)][..],
+            &both,
+            &["--format", "json"],
+        ]
+        .concat())
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(diff["summary"]["differing"], 1);
+    let decision = &diff["decisions"][0];
+    assert_eq!(decision["baseline"]["worker"], "b");
+    assert_eq!(decision["candidate"], Value::Null);
+    let table =
+        String::from_utf8(ok(&[&["diff", s(&routed), s(&rejected)][..], &both].concat()).stdout)
+            .unwrap();
+    assert!(
+        table.lines().nth(1).unwrap().contains("| rejected"),
+        "{table}"
+    );
+}
+
+/// The table's header names the columns its rows fill: every `|` of the header is where
+/// the rows have theirs (issue 25: the header was one column off).
+#[test]
+fn the_diff_table_header_lines_up_with_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = two_worker_trace(dir.path(), "t.json", "m");
+    let table = String::from_utf8(
+        ok(&[
+            "diff",
+            s(&trace),
+            "--baseline",
+            "round_robin",
+            "--candidate",
+            "least_load",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    let bars = |line: &str| -> Vec<usize> {
+        line.char_indices()
+            .filter(|&(_, c)| c == '|')
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(bars(lines[0]).len(), 3, "{table}");
+    assert_eq!(bars(lines[0]), bars(lines[1]), "{table}");
+    assert_eq!(lines[0].len(), lines[1].len(), "{table}");
+}

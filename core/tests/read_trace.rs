@@ -238,3 +238,45 @@ fn every_kind_of_literal_reaches_validation_as_written() {
         assert_same(literal, &bytes);
     }
 }
+
+/// A huge literal that runs straight into more number characters (`2E4224EE`): the
+/// literal is well formed (SPEC.md §1.1: no literal is out of range), and what follows
+/// it is the syntax error. The masking used to leave the whole run as written, so the
+/// bytes reader said `number out of range at line 1 column 6` and the stream reader
+/// `... column 7`, where the oracle said `trailing characters at line 1 column 7`. The
+/// first input is the one `parse_trace` fuzzing found (fuzz/regressions/parse_trace).
+#[test]
+fn a_huge_literal_before_more_number_characters_is_read_as_a_literal() {
+    let cases: [(&[u8], &str); 5] = [
+        (
+            b"2E4224EE\x0022EEE\x854E4\x00",
+            "$: invalid JSON: trailing characters at line 1 column 7",
+        ),
+        (
+            b"1e400-",
+            "$: invalid JSON: trailing characters at line 1 column 6",
+        ),
+        (
+            b"[1e400-2]",
+            "$: invalid JSON: expected `,` or `]` at line 1 column 7",
+        ),
+        (
+            br#"{"format":99999999999999999999.5e99999+1}"#,
+            "$: invalid JSON: expected `,` or `}` at line 1 column 39",
+        ),
+        (
+            b"[1.5.5]",
+            "$: invalid JSON: expected `,` or `]` at line 1 column 5",
+        ),
+    ];
+    for (bytes, line) in cases {
+        let errors = parse_trace(bytes).expect_err("not a trace");
+        assert_eq!(
+            errors.errors,
+            [line],
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+        assert_same(line, bytes);
+    }
+}

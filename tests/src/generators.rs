@@ -11,8 +11,10 @@
 //! skipped epochs, so gaps open, close by reordering and wait for a clear) and cold
 //! reserves from none to the whole cap are drawn too, and Dynamo block sizes (the
 //! `dynamo_default` run) that reuse and decode fill whole or partly, each sometimes
-//! absent and sometimes spelled out at its default. [`near_valid`] plants exactly one defect in
-//! such a trace.
+//! absent and sometimes spelled out at its default. One trace in four has hard names
+//! (control characters, U+2028/U+2029, quotes, backslashes, characters outside the
+//! Basic Multilingual Plane, long runs: [`HARD_PIECES`]). [`near_valid`] plants exactly
+//! one defect in such a trace.
 
 use crate::reorder::seeded_rng;
 use arbitrary::{Arbitrary, Unstructured};
@@ -23,7 +25,7 @@ use serde_json::{json, Value};
 /// recipes' byte layout) changes the trace any seed produces: sweep reports carry it, and
 /// `kvroute swarm merge` refuses to join shards built by different generators. The
 /// sweep test `the_generator_version_is_bumped_with_its_output` pins the output it names.
-pub const GENERATOR_VERSION: u32 = 3;
+pub const GENERATOR_VERSION: u32 = 4;
 
 /// Weighted towards `acme`, so cached prefixes often belong to the requester.
 const TENANTS: [&str; 4] = ["acme", "acme", "beta", "gamma"];
@@ -229,8 +231,12 @@ pub struct TraceRecipe {
     stale_rule: u8,
     epochs: u8,
     cold_reserve: u8,
-    /// `policy.dynamo_block_tokens` (SPEC.md §4.8), drawn last for the same reason.
+    /// `policy.dynamo_block_tokens` (SPEC.md §4.8), drawn after the above for the same
+    /// reason.
     dynamo_block_tokens: u8,
+    /// Whether, and how, the trace's names are made hard ([`harden_strings`]); drawn
+    /// last, so that every earlier draw is unchanged.
+    hard_strings: u8,
 }
 
 impl<'a> Arbitrary<'a> for TraceRecipe {
@@ -263,7 +269,9 @@ impl<'a> Arbitrary<'a> for TraceRecipe {
         let epochs = u.arbitrary().unwrap_or(0);
         let cold_reserve = u.arbitrary().unwrap_or(0);
         let dynamo_block_tokens = u.arbitrary().unwrap_or(0);
+        let hard_strings = u.arbitrary().unwrap_or(0);
         Ok(TraceRecipe {
+            hard_strings,
             stale_rule,
             epochs,
             cold_reserve,
@@ -526,20 +534,96 @@ impl TraceRecipe {
         if let Some(block_tokens) = block_tokens {
             policy["dynamo_block_tokens"] = json!(block_tokens);
         }
-        json!({
+        let mut trace = json!({
             "format": "kvroute-trace/1",
             "limits": "lab",
             "policy": policy,
             "sharing": grants,
             "workers": workers_json,
             "events": events_json,
-        })
+        });
+        // One trace in four: a rule that always gives a plain trace for input that ran
+        // out (0) and often a hard one for random input.
+        if self.hard_strings % 4 == 1 {
+            harden_strings(&mut trace, self.hard_strings / 4);
+        }
+        trace
     }
 
     /// The built trace as JSON bytes.
     pub fn build_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(&self.build()).expect("a Value always serialises")
     }
+}
+
+/// The pieces [`harden_strings`] puts around a name: what a JSON writer or reader gets
+/// wrong. Control characters (escaped as `\u00xx` in lowercase hex, or by their short
+/// escapes), U+007F (not a control character to JSON), the line and paragraph
+/// separators (valid raw in JSON, not in JavaScript), a quote and a backslash,
+/// characters outside the Basic Multilingual Plane (two UTF-16 code units, so their
+/// order differs between UTF-8 bytes and UTF-16 units against U+E000..U+FFFF), and a
+/// long run. None holds an ASCII letter, digit or `-`, which every generated name is
+/// made of and starts with, so a name can be read back out of its hardened form: the
+/// map is one to one and keeps the trace valid.
+const HARD_PIECES: [&str; 12] = [
+    "\u{0}\u{1b}",
+    "\u{1f}\u{7f}",
+    "\t\n\r\u{8}\u{c}",
+    "\u{2028}\u{2029}",
+    "\"",
+    "\\",
+    "\"\\\"",
+    "\u{1F600}",
+    "\u{10FFFF}\u{E000}",
+    "\u{FFFD}\u{FF61}",
+    // A long run of two-byte characters (cut at 40 in error quotes, SPEC.md §2.2).
+    "éééééééééééééééééééééééééééééééééééééééééééééééé",
+    "",
+];
+
+/// Rewrites every name of a built trace (worker and request ids, workers named by
+/// events, tenants, models, adapters other than `"base"`, keys) as a hard piece, the
+/// name, and another hard piece, the pieces chosen from the name and `variant`, so one
+/// trace mixes several and the workers' byte order changes. The same name becomes the
+/// same text everywhere, so references and namespaces still meet.
+fn harden_strings(trace: &mut Value, variant: u8) {
+    let hard = |name: &str| -> String {
+        let h = name.bytes().fold(usize::from(variant), |h, b| {
+            h.wrapping_mul(31).wrapping_add(b.into())
+        });
+        let before = HARD_PIECES[h % HARD_PIECES.len()];
+        let after = HARD_PIECES[(h / HARD_PIECES.len()) % HARD_PIECES.len()];
+        format!("{before}{name}{after}")
+    };
+    fn walk(value: &mut Value, hard: &dyn Fn(&str) -> String) {
+        match value {
+            Value::Array(items) => items.iter_mut().for_each(|item| walk(item, hard)),
+            Value::Object(members) => {
+                for (name, member) in members.iter_mut() {
+                    match (name.as_str(), &mut *member) {
+                        ("adapter", Value::String(s)) if s == "base" => {}
+                        (
+                            "id" | "worker" | "tenant" | "model" | "adapter" | "key",
+                            Value::String(s),
+                        ) => {
+                            *s = hard(s);
+                        }
+                        ("adapters" | "tenants" | "keys", Value::Array(items)) => {
+                            for item in items {
+                                if let Value::String(s) = item {
+                                    *s = hard(s);
+                                }
+                            }
+                        }
+                        ("format" | "limits" | "type" | "op" | "stale_rule" | "epochs", _) => {}
+                        _ => walk(member, hard),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(trace, &hard);
 }
 
 /// Tick gaps: mostly small, sometimes long enough to drain a worker or age its view.

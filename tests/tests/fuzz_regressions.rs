@@ -53,3 +53,26 @@ fn a_member_name_with_a_colon_has_a_readable_path() {
     );
     oracles::parse_trace(&data);
 }
+
+/// Found by `parse_trace` in 20 seconds: the 19-byte input `2E4224EE\0...`, a huge
+/// literal running straight into more number characters. Three readers gave three
+/// lines: core's bytes reader `number out of range at line 1 column 6`, its stream
+/// reader `... column 7`, the oracle `trailing characters at line 1 column 7`. No
+/// literal is out of range (SPEC.md §1.1): the literal `2E4224` is read and the `E`
+/// after it is the error. Core's masking left the whole run to serde_json and now masks
+/// the literal the run starts with.
+#[test]
+fn a_huge_literal_before_more_number_characters_is_a_trailing_character() {
+    let data = regression("parse_trace", "huge-literal-before-number-characters.json");
+    let expected = ["$: invalid JSON: trailing characters at line 1 column 7"];
+    assert_eq!(
+        kvroute_core::parse_trace(&data).unwrap_err().errors,
+        expected
+    );
+    match kvroute_core::read_trace(data.as_slice()) {
+        Err(kvroute_core::ReadTraceError::Invalid(errors)) => assert_eq!(errors.errors, expected),
+        other => panic!("the stream reader said {other:?}"),
+    }
+    assert_eq!(kvroute_oracle::validate(&data).unwrap_err(), expected);
+    oracles::parse_trace(&data);
+}

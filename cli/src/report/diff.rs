@@ -8,6 +8,8 @@
 //! latency proxy.
 
 use super::model::{DecisionDoc, RowDoc, RunDoc, TraceFacts};
+use kvroute_cli::terminal::printable;
+use kvroute_core::output::csv::{CsvIds, FORMULA_TRIGGERS};
 use serde::Serialize;
 
 /// The `format` member of `kvroute diff --format json`.
@@ -159,7 +161,7 @@ impl Diff {
     /// A fixed-width table of the differing decisions, then the summary line.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:>8} {:>8} {:<16} | {:<26} | {:<26} | {:>10} {:>12}\n",
+            "{:>8} {:>8} {:<16} | {:<27} | {:<27} | {:>10} {:>12}\n",
             "seq",
             "tick",
             "request",
@@ -168,17 +170,23 @@ impl Diff {
             "d_recomp",
             "d_latency_m"
         );
+        // 27 columns a side: worker (8), reuse (7) and cost (10), a space between.
         let side = |row: &Option<RowDoc>| match row {
             None => "rejected".to_owned(),
-            Some(r) => format!("{:<8} {:>7} {:>10}", r.worker, r.reuse, r.cost_milli),
+            Some(r) => format!(
+                "{:<8} {:>7} {:>10}",
+                printable(&r.worker),
+                r.reuse,
+                r.cost_milli
+            ),
         };
         let opt = |v: Option<i64>| v.map_or("-".to_owned(), signed);
         for e in &self.entries {
             out.push_str(&format!(
-                "{:>8} {:>8} {:<16} | {:<26} | {:<26} | {:>10} {:>12}\n",
+                "{:>8} {:>8} {:<16} | {:<27} | {:<27} | {:>10} {:>12}\n",
                 e.seq,
                 e.tick,
-                e.request,
+                printable(&e.request),
                 side(&e.baseline),
                 side(&e.candidate),
                 opt(e.recomputed_delta),
@@ -204,8 +212,17 @@ impl Diff {
         bytes
     }
 
-    /// One CSV line per differing decision, both chosen rows side by side.
-    pub fn csv(&self) -> Result<Vec<u8>, csv::Error> {
+    /// One CSV line per differing decision, both chosen rows side by side. The id
+    /// columns (`request` and both `worker`s) follow SPEC.md §6.3's rule, as `replay
+    /// --format csv` does: spreadsheet-safe unless `ids` is [`CsvIds::Plain`].
+    pub fn csv(&self, ids: CsvIds) -> Result<Vec<u8>, csv::Error> {
+        let id = |text: &str| -> String {
+            if ids == CsvIds::SpreadsheetSafe && text.starts_with(FORMULA_TRIGGERS) {
+                format!("'{text}")
+            } else {
+                text.to_owned()
+            }
+        };
         let mut writer = csv::Writer::from_writer(Vec::new());
         let mut header: Vec<String> = ["seq", "tick", "request"].map(String::from).to_vec();
         for side in ["baseline", "candidate"] {
@@ -227,7 +244,7 @@ impl Diff {
             match row {
                 None => vec![String::new(); 7],
                 Some(r) => vec![
-                    r.worker.clone(),
+                    id(&r.worker),
                     r.reuse.to_string(),
                     r.recomputed.to_string(),
                     r.work_milli.to_string(),
@@ -239,7 +256,7 @@ impl Diff {
         };
         let opt = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
         for e in &self.entries {
-            let mut record = vec![e.seq.to_string(), e.tick.to_string(), e.request.clone()];
+            let mut record = vec![e.seq.to_string(), e.tick.to_string(), id(&e.request)];
             record.extend(side(&e.baseline));
             record.extend(side(&e.candidate));
             record.push(opt(e.recomputed_delta));

@@ -14,6 +14,7 @@ pub mod select;
 
 use super::{emit, read_input, Failure};
 pub use kvroute_cli::args::DiffFormat;
+use kvroute_core::output::csv::CsvIds;
 use kvroute_core::output::{canonical, jsonl, receipt};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::{parse_trace, Policy, Trace};
@@ -142,6 +143,8 @@ pub struct DiffArgs {
     pub trace: Option<PathBuf>,
     pub format: DiffFormat,
     pub out: Option<PathBuf>,
+    /// `--csv-plain`: ids in the CSV exactly as in the receipt.
+    pub csv_plain: bool,
 }
 
 /// `kvroute diff`: one input compares two of its runs; two inputs compare the first's
@@ -200,8 +203,13 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
         DiffFormat::Json => result.json(),
         DiffFormat::Csv => {
             note!("{}", result.summary_line());
+            let ids = if args.csv_plain {
+                CsvIds::Plain
+            } else {
+                CsvIds::SpreadsheetSafe
+            };
             result
-                .csv()
+                .csv(ids)
                 .map_err(|e| Failure::other(format!("kvroute diff: cannot write CSV: {e}")))?
         }
     };

@@ -433,12 +433,64 @@ fn is_number_char(b: u8) -> bool {
     matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
 }
 
+/// How many bytes at the start of `run` serde_json's number scan takes as one literal,
+/// or `None` when the scan itself fails inside the run (`01`, `1.x`, `1e`, `-`). The
+/// scan is greedy and stops at the first byte that cannot continue the grammar, so in
+/// `2E4224EE` it takes `2E4224` and the `E` after it is the next token.
+fn scanned_literal_len(run: &[u8]) -> Option<usize> {
+    let digits = |from: usize| {
+        run[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut i = usize::from(run.first() == Some(&b'-'));
+    match run.get(i) {
+        // serde_json rejects a digit after a leading zero as an invalid number.
+        Some(b'0') if run.get(i + 1).is_some_and(u8::is_ascii_digit) => return None,
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i += digits(i),
+        _ => return None,
+    }
+    if run.get(i) == Some(&b'.') {
+        let n = digits(i + 1);
+        if n == 0 {
+            return None;
+        }
+        i += 1 + n;
+    }
+    if matches!(run.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(run.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let n = digits(i);
+        if n == 0 {
+            return None;
+        }
+        i += n;
+    }
+    Some(i)
+}
+
 /// Writes one ended number run to `out`: a plain integer as written, any other literal
-/// as the marker and spaces with its text queued, and a run that is no literal as
-/// written, for serde_json to reject where it stands.
+/// as the marker and spaces with its text queued. A run that is no literal but starts
+/// with one (`2E4224EE`, `1-2`) is that literal, masked by the same rule, and then the
+/// rest as written: serde_json would read the literal and stop at the rest, so it must
+/// see the literal masked, or a huge one would be reported as out of range instead of
+/// the syntax error after it (SPEC.md §1.1: no literal is out of range). A run whose
+/// scan fails inside it is left as written, for serde_json to reject where it stands.
 fn mask_run(out: &mut Vec<u8>, literals: &Literals, run: &[u8]) {
     if passes_unmasked(run) {
         out.extend_from_slice(run);
+    } else if !is_number_literal(run) {
+        match scanned_literal_len(run) {
+            Some(len) if len < run.len() => {
+                mask_run(out, literals, &run[..len]);
+                out.extend_from_slice(&run[len..]);
+            }
+            _ => out.extend_from_slice(run),
+        }
     } else if is_number_literal(run) {
         // A one-byte literal is a digit, which passes unmasked: the marker fits.
         debug_assert!(run.len() >= MASK_MARKER.len());

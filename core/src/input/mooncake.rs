@@ -34,6 +34,59 @@ const PROFILE: LimitsProfile = LimitsProfile::Scale;
 /// The Mooncake members of one line, in the order their errors are reported.
 const FIELDS: [&str; 4] = ["timestamp", "input_length", "output_length", "hash_ids"];
 
+/// The longest line read (SPEC.md §10.2). A valid request needs at most
+/// `ceil(2,097,152 tokens / 1 token a block)` ids of at most 16 digits, about 38 MB with
+/// their separators; 64 MiB leaves room for whitespace. A longer line is an error and
+/// is read past, never held: a line with no end (a pipe of spaces) once grew until the
+/// allocator aborted.
+pub const LINE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// What reading one line gave.
+enum LineRead {
+    /// The end of the input.
+    End,
+    /// A line, in the buffer (with its `\n`, when it has one).
+    Line,
+    /// A line over the cap, read to its end and dropped.
+    TooLong,
+}
+
+/// Reads one line of at most `cap` bytes into `line`; a longer one is consumed to its
+/// `\n` (or the input's end) a buffer at a time, and only its first `cap + 1` bytes
+/// were ever held.
+fn read_line_capped(
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<LineRead> {
+    line.clear();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    let n = std::io::Read::take(&mut *input, limit).read_until(b'\n', line)?;
+    if n == 0 {
+        return Ok(LineRead::End);
+    }
+    if line.len() <= cap || (line.ends_with(b"\n") && line.len() == cap + 1) {
+        return Ok(LineRead::Line);
+    }
+    line.clear();
+    loop {
+        let buffer = input.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(LineRead::TooLong);
+        }
+        match buffer.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                input.consume(end + 1);
+                return Ok(LineRead::TooLong);
+            }
+            None => {
+                let all = buffer.len();
+                input.consume(all);
+            }
+        }
+    }
+}
+
 /// How the lines become requests, and which fleet replays them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MooncakeOptions {
@@ -129,10 +182,21 @@ pub fn check_mooncake(
 /// The conversion, handing each event to `on_event` when there is one, its keys from
 /// `block_keys`.
 fn convert(
+    input: impl BufRead,
+    options: &MooncakeOptions,
+    on_event: Option<&mut dyn FnMut(Event)>,
+    block_keys: BlockKeys,
+) -> Result<Trace, Vec<ImportError>> {
+    convert_capped(input, options, on_event, block_keys, LINE_BYTES_MAX)
+}
+
+/// [`convert`] with lines capped at `line_bytes_max` (smaller in tests).
+fn convert_capped(
     mut input: impl BufRead,
     options: &MooncakeOptions,
     mut on_event: Option<&mut dyn FnMut(Event)>,
     mut block_keys: BlockKeys,
+    line_bytes_max: usize,
 ) -> Result<Trace, Vec<ImportError>> {
     let mut report = Report::default();
     for reason in option_errors(options) {
@@ -151,10 +215,18 @@ fn convert(
     let mut line_bytes = Vec::new();
     let mut line_number = 0usize;
     loop {
-        line_bytes.clear();
-        match input.read_until(b'\n', &mut line_bytes) {
-            Ok(0) => break,
-            Ok(_) => line_number += 1,
+        match read_line_capped(&mut input, &mut line_bytes, line_bytes_max) {
+            Ok(LineRead::End) => break,
+            Ok(LineRead::Line) => line_number += 1,
+            Ok(LineRead::TooLong) => {
+                line_number += 1;
+                totals.requests += 1;
+                report.push(
+                    line_number,
+                    format!("line longer than {line_bytes_max} bytes"),
+                );
+                continue;
+            }
             Err(e) => {
                 report.push(line_number + 1, format!("cannot read the input: {e}"));
                 break;
@@ -325,6 +397,15 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
     let mut fields = LineFields::default();
     if line_bytes.iter().all(u8::is_ascii_whitespace) {
         reasons.push("empty line".to_owned());
+        return fields;
+    }
+    // Named, as for a trace (SPEC.md §2.2): the parser would only say `expected value`.
+    if line_bytes.starts_with(b"\xEF\xBB\xBF") {
+        reasons.push(
+            "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), which \
+             JSON text must not carry"
+                .to_owned(),
+        );
         return fields;
     }
     // The line's own terminator is not part of its JSON: left in, an error at the end of
@@ -542,15 +623,25 @@ fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<
     // when the block is longer than the longest prompt.
     let dynamo_over = dynamo_block_tokens
         .is_some_and(|block_tokens| totals.bound.dynamo_exceeds_integer_max(block_tokens));
+    let (prompt_sum, decode_sum) = (totals.bound.prompt_sum, totals.bound.decode_sum);
     if totals
         .bound
         .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
-        || dynamo_over
     {
         reasons.push(format!(
-            "figures could overflow: {} prompt and {} decode tokens in all put the cost \
-             bound over {JSON_INTEGER_MAX}; import fewer lines",
-            totals.bound.prompt_sum, totals.bound.decode_sum
+            "figures could overflow: {prompt_sum} prompt and {decode_sum} decode tokens in \
+             all put the cost bound over {JSON_INTEGER_MAX}; import fewer lines"
+        ));
+    } else if let (true, Some(block_tokens)) = (dynamo_over, dynamo_block_tokens) {
+        // The lines fit; the block is what is too large (every decode is rounded up to
+        // whole blocks), so name the block and the largest one these lines allow.
+        let block_tokens_max =
+            (u128::from(JSON_INTEGER_MAX) / 1000).saturating_sub(prompt_sum + decode_sum);
+        reasons.push(format!(
+            "dynamo_block_tokens: {block_tokens} puts the dynamo_default cost bound over \
+             {JSON_INTEGER_MAX} (1000 per token of {prompt_sum} prompt and {decode_sum} \
+             decode tokens in all, plus one block); these lines allow at most \
+             {block_tokens_max}"
         ));
     }
     reasons
@@ -824,6 +915,40 @@ mod tests {
         }
     }
 
+    /// A line over the cap is one error and is read past (issue 25: a line with no end
+    /// grew until the allocator aborted); the lines around it are still checked, a line
+    /// exactly at the cap is read, and reading through a 1-byte buffer drops the long
+    /// line in pieces the same way.
+    #[test]
+    fn a_line_over_the_cap_is_an_error_and_is_read_past() {
+        let cap = GOOD.len();
+        let long = " ".repeat(3 * cap);
+        let capped = |text: &str, buffer: usize| -> Vec<String> {
+            let reader = std::io::BufReader::with_capacity(buffer, text.as_bytes());
+            let options = MooncakeOptions::default();
+            match convert_capped(reader, &options, None, BlockKeys::unshared(), cap) {
+                Ok(_) => vec![],
+                Err(errors) => errors.iter().map(ToString::to_string).collect(),
+            }
+        };
+        let too_long = format!("line longer than {cap} bytes");
+        for buffer in [1, 7, 8192] {
+            let text = format!("{GOOD}\n{long}\n{GOOD}\n{GOOD}\n{long}");
+            assert_eq!(
+                capped(&text, buffer),
+                [format!("line 2: {too_long}"), format!("line 5: {too_long}")],
+                "a buffer of {buffer}"
+            );
+            // At the cap, with or without its newline: read as usual.
+            assert_eq!(
+                capped(&format!("{GOOD}\n{GOOD}"), buffer),
+                Vec::<String>::new()
+            );
+            let over = format!("{GOOD} \n{GOOD}\n");
+            assert_eq!(capped(&over, buffer), [format!("line 1: {too_long}")]);
+        }
+    }
+
     #[test]
     fn input_length_1024_is_covered_by_two_full_blocks() {
         // An exact multiple of the block size ends in a full last block, not an error.
@@ -1002,9 +1127,11 @@ mod tests {
         assert!(whole_input_errors(&totals, Some(9_007_199_254_740 - 1010)).is_empty());
         assert_eq!(
             whole_input_errors(&totals, Some(9_007_199_254_740 - 1009)),
+            // The lines fit: the block is named, with the largest the lines allow.
             [
-                "figures could overflow: 1000 prompt and 10 decode tokens in all put the cost \
-              bound over 9007199254740991; import fewer lines"
+                "dynamo_block_tokens: 9007199253731 puts the dynamo_default cost bound over \
+                 9007199254740991 (1000 per token of 1000 prompt and 10 decode tokens in \
+                 all, plus one block); these lines allow at most 9007199253730"
             ]
         );
     }

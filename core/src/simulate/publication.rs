@@ -93,6 +93,38 @@ mod tests {
         assert!((0..100).all(|e| is_lost(&options, 2, e)));
     }
 
+    /// The boundary of the draw (issue 25: `<=` for `<` passed every test, since no test
+    /// met a draw equal to the rate): an event whose draw is exactly `P` is kept, and
+    /// lost once the rate is `P + 1`.
+    #[test]
+    fn an_event_whose_draw_equals_the_rate_is_kept() {
+        let draw = |epoch: u64| {
+            let digest = Sha256::digest(format!("loss/7/3/{epoch}").as_bytes());
+            u64::from_be_bytes(digest[..8].try_into().unwrap()) % 1000
+        };
+        let mut options = SimulateOptions {
+            jitter_seed: 7,
+            ..SimulateOptions::default()
+        };
+        let mut met = 0;
+        for epoch in 0..20_000 {
+            let rate = draw(epoch);
+            if rate == 0 {
+                continue;
+            }
+            options.loss_per_mille = rate;
+            assert!(!is_lost(&options, 3, epoch), "draw {rate} at rate {rate}");
+            options.loss_per_mille = rate + 1;
+            assert!(
+                is_lost(&options, 3, epoch),
+                "draw {rate} at rate {}",
+                rate + 1
+            );
+            met += 1;
+        }
+        assert!(met > 19_000, "{met} epochs checked at their own draw");
+    }
+
     #[test]
     fn the_largest_jitter_does_not_overflow() {
         let options = SimulateOptions {

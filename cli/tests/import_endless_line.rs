@@ -1,0 +1,61 @@
+//! `kvroute import mooncake` on a line with no end (issue 25): a field, then endless
+//! spaces, piped in. The reader used to keep the line growing until the allocator
+//! aborted (exit 134) and left the temporary file behind. A line is now capped at
+//! `LINE_BYTES_MAX` (SPEC.md §10.2) and read past: the import fails with the line's
+//! number, writes nothing, and holds about one capped line, not the input.
+//!
+//! One test, one child: the peak is `ru_maxrss` of every waited child.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+#[path = "support/peak_rss.rs"]
+mod peak_rss;
+
+#[test]
+fn a_line_with_no_end_is_an_error_and_memory_stays_bounded() {
+    const SPACES_BYTES: usize = 400 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("z.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["import", "mooncake", "-", "-o"])
+        .arg(&out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(br#"{"timestamp": 0, "#)?;
+        let spaces = vec![b' '; 1 << 20];
+        for _ in 0..SPACES_BYTES / spaces.len() {
+            stdin.write_all(&spaces)?;
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    let output = child.wait_with_output().unwrap();
+    writer
+        .join()
+        .unwrap()
+        .expect("kvroute reads the whole input");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // Progress lines may come first: the run takes over 2 s in a debug build.
+    let expected = format!(
+        "-:1: line longer than {} bytes",
+        kvroute_core::input::mooncake::LINE_BYTES_MAX
+    );
+    assert!(stderr.lines().any(|line| line == expected), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "nothing is written or left behind: {left:?}"
+    );
+    let peak = peak_rss::waited_children_peak_bytes();
+    let bound = 2 * kvroute_core::input::mooncake::LINE_BYTES_MAX as u64 + (32 << 20);
+    assert!(
+        peak < bound,
+        "peak {peak} bytes for a {SPACES_BYTES}-byte line, bound {bound}"
+    );
+}

@@ -1,0 +1,84 @@
+//! Three readers, one contract: core's bytes reader (`parse_trace`), core's stream
+//! reader (`read_trace`, here in reads of 1, 5 and all bytes) and the oracle must print
+//! the same lines for every input (SPEC.md §1.1, §2). The documents are drawn from
+//! JSON's own pieces, number characters above all, so that literals of every size run
+//! into each other, into strings and into the end of the input, where a reader that
+//! treats numbers specially is most likely to slip (a fuzzer found one such slip in 20
+//! seconds: `tests/tests/fuzz_regressions.rs`).
+
+use kvroute_core::{parse_trace, read_trace, ReadTraceError};
+use proptest::prelude::*;
+use std::io::{self, Read};
+
+/// Hands out at most `step` bytes a read.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    step: usize,
+}
+
+impl Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+/// The lines each reader prints, or `None` when it accepts the document.
+fn core_lines(bytes: &[u8]) -> Option<Vec<String>> {
+    parse_trace(bytes).err().map(|e| e.errors)
+}
+
+fn streamed_lines(bytes: &[u8], step: usize) -> Option<Vec<String>> {
+    match read_trace(Trickle { bytes, step }) {
+        Ok(_) => None,
+        Err(ReadTraceError::Invalid(e)) => Some(e.errors),
+        Err(ReadTraceError::Io(e)) => panic!("an in-memory source cannot fail: {e}"),
+    }
+}
+
+fn oracle_lines(bytes: &[u8]) -> Option<Vec<String>> {
+    kvroute_oracle::validate(bytes).err()
+}
+
+/// JSON's pieces, weighted towards number characters and the literals they make.
+fn piece() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "[-+.eE0-9]{1,6}",
+        2 => Just("9".repeat(30)),
+        2 => "[1-9][0-9]{0,3}[eE][+-]?[0-9]{3,5}",
+        1 => "-?(0|[1-9][0-9]{0,20})(\\.[0-9]{1,4})?([eE][+-]?[0-9]{1,4})?",
+        2 => prop::sample::select(vec![
+            "{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\"a\"", "\"format\"",
+            "\"kvroute-trace/1\"", "true", "null", "\\", "\"\\u00e9\"", "x", "\u{0}",
+        ])
+        .prop_map(str::to_owned),
+    ]
+}
+
+fn document() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        // Loose pieces: mostly syntax errors, at every kind of position.
+        prop::collection::vec(piece(), 1..12).prop_map(|pieces| pieces.concat().into_bytes()),
+        // Pieces as the values of a trace-shaped object: shape errors behind the syntax.
+        prop::collection::vec(piece(), 1..6).prop_map(|pieces| {
+            format!(
+                r#"{{"format":"kvroute-trace/1","workers":[{}],"events":[]}}"#,
+                pieces.join(",")
+            )
+            .into_bytes()
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn core_s_two_readers_and_the_oracle_print_the_same_lines(bytes in document()) {
+        let core = core_lines(&bytes);
+        for step in [1, 5, usize::MAX] {
+            prop_assert_eq!(&streamed_lines(&bytes, step), &core, "reads of {} bytes", step);
+        }
+        prop_assert_eq!(oracle_lines(&bytes), core);
+    }
+}
