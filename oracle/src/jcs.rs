@@ -73,7 +73,12 @@ pub fn write(value: &Json, out: &mut Vec<u8>) {
         }
         Json::Object(members) => {
             let mut order: Vec<&(&str, Json)> = members.iter().collect();
-            order.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            if members.iter().all(|(name, _)| name.is_ascii()) {
+                // For ASCII names UTF-16 order is byte order (each byte one code unit).
+                order.sort_by(|a, b| a.0.cmp(b.0));
+            } else {
+                order.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            }
             out.push(b'{');
             for (i, (name, item)) in order.into_iter().enumerate() {
                 if i > 0 {
@@ -139,4 +144,49 @@ pub fn hex_digest(hash: &[u8]) -> String {
         text.push_str(&format!("{byte:02x}"));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    //! The writer's own rules, on the examples of RFC 8785; no receipt member name
+    //! leaves ASCII, so the UTF-16 ordering is checked here rather than through a receipt.
+    use super::{to_bytes, Json};
+
+    #[test]
+    fn members_sort_by_utf16_code_units_as_rfc_8785_section_3_2_3_shows() {
+        // RFC 8785 §3.2.3's sorting example: its names, given in another order.
+        let names = [
+            "\u{20ac}",
+            "\r",
+            "\u{fb33}",
+            "1",
+            "\u{1F600}",
+            "\u{80}",
+            "\u{f6}",
+        ];
+        let tree = Json::Object(names.iter().map(|n| (*n, Json::Null)).collect());
+        let expected = "{\"\\r\":null,\"1\":null,\"\u{80}\":null,\"\u{f6}\":null,\
+                        \"\u{20ac}\":null,\"\u{1F600}\":null,\"\u{fb33}\":null}";
+        assert_eq!(String::from_utf8(to_bytes(&tree)).unwrap(), expected);
+        let ascii = Json::Object(vec![
+            ("b", Json::Int(2)),
+            ("a", Json::Int(1)),
+            ("B", Json::Null),
+        ]);
+        assert_eq!(to_bytes(&ascii), b"{\"B\":null,\"a\":1,\"b\":2}");
+    }
+
+    #[test]
+    fn strings_escape_as_rfc_8785_section_3_2_2_2_says() {
+        let text = "\u{0}\u{8}\t\n\u{b}\u{c}\r\u{1f}\"\\/\u{7f}\u{2028}\u{1F600}";
+        let expected = "\"\\u0000\\b\\t\\n\\u000b\\f\\r\\u001f\\\"\\\\/\u{7f}\u{2028}\u{1F600}\"";
+        assert_eq!(
+            String::from_utf8(to_bytes(&Json::Str(text))).unwrap(),
+            expected
+        );
+        assert_eq!(
+            to_bytes(&Json::Int(9_007_199_254_740_991)),
+            b"9007199254740991"
+        );
+    }
 }

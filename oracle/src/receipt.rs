@@ -7,6 +7,7 @@
 //! hashed as it goes for `receipt_digest`; no element is kept after it is handed out.
 //! Keys, tenants, models and adapters are never written (§6): rows name workers only.
 
+use std::fmt::Write;
 use std::ops::ControlFlow;
 
 use sha2::{Digest, Sha256};
@@ -163,9 +164,19 @@ struct Out<'s> {
     hasher: Sha256,
     structure: Vec<u8>,
     element: Vec<u8>,
+    /// The current element's path, rewritten for each element.
+    path: String,
 }
 
 impl Out<'_> {
+    /// Sets the path of the next element.
+    fn at(&mut self, path: std::fmt::Arguments) -> &mut Self {
+        self.path.clear();
+        // Writing to a String cannot fail.
+        let _ = self.path.write_fmt(path);
+        self
+    }
+
     fn structure(&mut self, bytes: &[u8]) {
         self.structure.extend_from_slice(bytes);
     }
@@ -180,13 +191,14 @@ impl Out<'_> {
         flow
     }
 
-    fn element(&mut self, path: &str, tree: &Json) -> ControlFlow<()> {
+    /// Hands out one element at the path set by [`Out::at`].
+    fn element(&mut self, tree: &Json) -> ControlFlow<()> {
         self.flush()?;
         self.element.clear();
         jcs::write(tree, &mut self.element);
         self.hasher.update(&self.element);
         (self.sink)(ReceiptPiece::Element {
-            path,
+            path: &self.path,
             bytes: &self.element,
         })
     }
@@ -203,6 +215,7 @@ pub fn stream(
         hasher: Sha256::new(),
         structure: Vec::new(),
         element: Vec::new(),
+        path: String::new(),
     };
     match stream_into(trace, trace_digest, &mut out) {
         ControlFlow::Break(()) => Streamed::Stopped,
@@ -235,8 +248,8 @@ fn stream_into(trace: &Trace, trace_digest: &str, out: &mut Out) -> ControlFlow<
             if j > 0 {
                 out.structure(b",");
             }
-            let path = format!("runs[{i}].cache_log[{j}]");
-            out.element(&path, &cache_entry_tree(entry, &ids, key_epoch))?;
+            out.at(format_args!("runs[{i}].cache_log[{j}]"))
+                .element(&cache_entry_tree(entry, &ids, key_epoch))?;
         }
         out.structure(b"],\"decisions\":[");
         let mut k = 0usize;
@@ -245,23 +258,21 @@ fn stream_into(trace: &Trace, trace_digest: &str, out: &mut Out) -> ControlFlow<
                 if k > 0 {
                     out.structure(b",");
                 }
-                let path = format!("runs[{i}].decisions[{k}]");
-                out.element(&path, &decision_tree(&decision, &ids))?;
+                out.at(format_args!("runs[{i}].decisions[{k}]"))
+                    .element(&decision_tree(&decision, &ids))?;
                 k += 1;
             }
         }
         out.structure(b"],\"metrics\":");
-        out.element(
-            &format!("runs[{i}].metrics"),
-            &metrics_tree(&router.metrics()),
-        )?;
+        out.at(format_args!("runs[{i}].metrics"))
+            .element(&metrics_tree(&router.metrics()))?;
         out.structure(b",\"observation_log\":[");
         for (j, entry) in observation_log.iter().enumerate() {
             if j > 0 {
                 out.structure(b",");
             }
-            let path = format!("runs[{i}].observation_log[{j}]");
-            out.element(&path, &observation_tree(entry, &ids))?;
+            out.at(format_args!("runs[{i}].observation_log[{j}]"))
+                .element(&observation_tree(entry, &ids))?;
         }
         out.structure(b"],\"policy\":");
         jcs::write_string(kind.name(), &mut out.structure);
