@@ -311,6 +311,9 @@ impl<'b> Reader<'b> {
                 None => return self.peek_error("EOF while parsing a list"),
                 Some(b']') => {
                     self.at += 1;
+                    // A growing Vec keeps room to spare; the tree of a large trace is
+                    // smaller without it.
+                    items.shrink_to_fit();
                     return Ok(Node::Array(items));
                 }
                 Some(_) if items.is_empty() => {}
@@ -336,6 +339,7 @@ impl<'b> Reader<'b> {
                 None => return self.peek_error("EOF while parsing an object"),
                 Some(b'}') => {
                     self.at += 1;
+                    members.shrink_to_fit();
                     return Ok(Node::Object(members));
                 }
                 Some(b'"') if members.is_empty() => {}
