@@ -72,7 +72,7 @@ fn walk(sharing: &[Grant], view: &WorkerView, request: &Request) -> (u128, [bool
     for segment in request.prefix {
         let holders = view.holders(&segment.key);
         let mut r: u64 = 0;
-        for ((tenant, model, adapter), tokens) in &holders {
+        for ((tenant, model, adapter), tokens) in holders {
             let usable = model == request.model
                 && adapter == request.adapter
                 && share(

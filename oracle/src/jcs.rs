@@ -58,7 +58,7 @@ pub fn write(value: &Json, out: &mut Vec<u8>) {
         Json::Null => out.extend_from_slice(b"null"),
         Json::Bool(true) => out.extend_from_slice(b"true"),
         Json::Bool(false) => out.extend_from_slice(b"false"),
-        Json::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Json::Int(n) => write_integer(*n, out),
         Json::Str(text) => write_string(text, out),
         Json::Written(bytes) => out.extend_from_slice(bytes),
         Json::Array(items) => {
@@ -98,6 +98,21 @@ pub fn to_bytes(value: &Json) -> Vec<u8> {
     let mut out = Vec::new();
     write(value, &mut out);
     out
+}
+
+/// An integer in plain decimal, the digits built right to left in a small buffer.
+fn write_integer(mut n: u64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// A JSON string as RFC 8785 §3.2.2.2 writes it.

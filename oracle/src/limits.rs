@@ -267,7 +267,7 @@ pub fn residency(trace: &Trace) -> Vec<String> {
         if outcome.outcome != "applied" || !matches!(event.kind, EventKind::Store { .. }) {
             continue;
         }
-        let resident = view.resident_entries() as u64;
+        let resident = view.resident as u64;
         if resident > max && !reported[w] {
             reported[w] = true;
             lines.push(line(

@@ -2,10 +2,11 @@
 //! stale rules a cache event passes through (§3.2), load observations (§3.3) and the
 //! evidence gaps of sequential epochs (§3.6, with SPEC's letters `H` and `R`).
 //!
-//! The cache is a map per worker from `(key, namespace)` to tokens, ordered by key
-//! first, so that a request's walk (§4.3) visits only what is resident under a
-//! segment's key, and the resident entries (§1.3) are the map's length. Entries of 0
-//! tokens are no entries (§3) and are never kept.
+//! The cache is a map per worker from a key to the namespaces holding it, so that a
+//! request's walk (§4.3) looks a segment's key up and visits only what is resident
+//! under it; the view also keeps the number of its resident entries (§1.3), which the
+//! residency limit asks after every store. Entries of 0 tokens are no entries (§3) and
+//! are never kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,8 +15,9 @@ use crate::model::{EventKind, StaleRule, Worker};
 /// `(tenant, model, adapter)`: the namespace of a cache entry.
 pub type Namespace = (String, String, String);
 
-/// A worker's cache: `(key, namespace)` → tokens (more than 0).
-pub type Cache = BTreeMap<(String, Namespace), u64>;
+/// A worker's cache: key → the namespaces holding it, each with its tokens (more
+/// than 0), in the order they were first stored; a namespace appears once per key.
+pub type Cache = BTreeMap<String, Vec<(Namespace, u64)>>;
 
 /// The view of SPEC §3 of one worker, for one policy's run.
 #[derive(Debug, Clone)]
@@ -33,6 +35,8 @@ pub struct WorkerView {
     /// The tick of the last applied cache event, absent at the start.
     pub last_cache_tick: Option<u64>,
     pub cache: Cache,
+    /// The number of entries in `cache`: the worker's resident entries (§1.3).
+    pub resident: usize,
     /// `key_epoch` only: the floor.
     pub floor: u64,
     /// `key_epoch` only: the key epoch per `(tenant, model, adapter, key)`; a key epoch
@@ -55,7 +59,11 @@ impl WorkerView {
                     entry.model.clone(),
                     entry.adapter.clone(),
                 );
-                cache.insert((entry.key.clone(), namespace), entry.tokens);
+                // Stage 3 rejects a cache listing a namespaced key twice.
+                cache
+                    .entry(entry.key.clone())
+                    .or_insert_with(|| Vec::with_capacity(1))
+                    .push((namespace, entry.tokens));
             }
         }
         WorkerView {
@@ -69,6 +77,7 @@ impl WorkerView {
             last_epoch: worker.epoch,
             observed_tick: worker.observed_tick,
             last_cache_tick: None,
+            resident: cache.values().map(Vec::len).sum(),
             cache,
             floor: worker.epoch,
             key_epochs: BTreeMap::new(),
@@ -98,22 +107,9 @@ impl WorkerView {
         self.active_decode -= self.active_decode.min(decode);
     }
 
-    /// The number of resident entries (§1.3).
-    pub fn resident_entries(&self) -> usize {
-        self.cache.len()
-    }
-
     /// The entries resident under `key`: each namespace holding it, with its tokens.
-    pub fn holders(&self, key: &str) -> Vec<(&Namespace, u64)> {
-        let first = (
-            key.to_owned(),
-            (String::new(), String::new(), String::new()),
-        );
-        self.cache
-            .range(first..)
-            .take_while(|((k, _), _)| k == key)
-            .map(|((_, namespace), tokens)| (namespace, *tokens))
-            .collect()
+    pub fn holders(&self, key: &str) -> &[(Namespace, u64)] {
+        self.cache.get(key).map_or(&[], Vec::as_slice)
     }
 
     /// Sets `cache[(namespace, key)] = tokens`; 0 tokens is no entry.
@@ -122,13 +118,40 @@ impl WorkerView {
             self.remove(namespace, key);
             return;
         }
-        self.cache
-            .insert((key.to_owned(), namespace.clone()), tokens);
+        let holders = match self.cache.get_mut(key) {
+            Some(holders) => holders,
+            // Most keys are held by one namespace: room for one, grown when needed.
+            None => self
+                .cache
+                .entry(key.to_owned())
+                .or_insert_with(|| Vec::with_capacity(1)),
+        };
+        match holders.iter_mut().find(|(n, _)| n == namespace) {
+            Some((_, held)) => *held = tokens,
+            None => {
+                holders.push((namespace.clone(), tokens));
+                self.resident += 1;
+            }
+        }
     }
 
     /// Removes `(namespace, key)`; an absent entry is ignored.
     fn remove(&mut self, namespace: &Namespace, key: &str) {
-        self.cache.remove(&(key.to_owned(), namespace.clone()));
+        let Some(holders) = self.cache.get_mut(key) else {
+            return;
+        };
+        let before = holders.len();
+        holders.retain(|(n, _)| n != namespace);
+        self.resident -= before - holders.len();
+        if holders.is_empty() {
+            self.cache.remove(key);
+        }
+    }
+
+    /// Removes every entry (a `clear` applied whole).
+    fn clear(&mut self) {
+        self.cache.clear();
+        self.resident = 0;
     }
 }
 
@@ -221,7 +244,7 @@ fn apply_whole(view: &mut WorkerView, kind: &EventKind) {
                 view.remove(&namespace, key);
             }
         }
-        EventKind::Clear { .. } => view.cache.clear(),
+        EventKind::Clear { .. } => view.clear(),
         EventKind::Load { .. } | EventKind::Request { .. } => {}
     }
 }
@@ -313,9 +336,13 @@ fn key_epoch_clear(view: &mut WorkerView, e: u64) -> CacheOutcome {
         };
     }
     let key_epochs = &view.key_epochs;
-    view.cache.retain(|(key, namespace), _| {
-        matches!(key_epochs.get(&(namespace.clone(), key.clone())), Some(ke) if *ke > e)
-    });
+    for (key, holders) in view.cache.iter_mut() {
+        holders.retain(|(namespace, _)| {
+            matches!(key_epochs.get(&(namespace.clone(), key.clone())), Some(ke) if *ke > e)
+        });
+    }
+    view.cache.retain(|_, holders| !holders.is_empty());
+    view.resident = view.cache.values().map(Vec::len).sum();
     view.key_epochs.retain(|_, ke| *ke > e);
     view.floor = e;
     CacheOutcome::APPLIED
