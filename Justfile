@@ -62,7 +62,7 @@ mutants-auto:
         --file 'core/src/simulate/*.rs' --file core/src/output/jsonl.rs \
         -E "::name" --profile mutants --timeout 180 \
         --output "$OLDPWD/target/mutants-auto" \
-        -- --lib --test fixtures --test spec_example --test sweep --test verify \
+        -- --lib --test fixtures --test spec_example --test sweep \
         --test closed_loop --test streaming
 
 [doc("Rewrite the committed fuzz seeds from fixtures/ and the sweep's first seeds.")]

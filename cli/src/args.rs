@@ -102,14 +102,17 @@ pub enum Command {
         /// Trace file (kvroute-trace/1 JSON).
         trace: PathBuf,
     },
-    /// Check a receipt against the trace it claims to explain, by recomputing it with
-    /// the independent oracle. Exit 0 when it matches, 1 with the first problem.
+    /// Check a receipt against the trace it claims to explain, byte for byte, by
+    /// recomputing it with the independent oracle as the receipt streams in; without a
+    /// receipt, replay the trace in core and in the oracle side by side. Exit 0 when
+    /// they match, 1 with the first problem, 2 for an invalid trace or unreadable input.
     Verify {
         /// The trace the receipt was produced from.
         #[arg(long, value_name = "TRACE")]
         trace: PathBuf,
-        /// The receipt (kvroute-receipt/1 JSON).
-        receipt: PathBuf,
+        /// The receipt (kvroute-receipt/1 JSON, as `replay --format json` writes it);
+        /// omit it to compare core's receipt of TRACE with the oracle's.
+        receipt: Option<PathBuf>,
         /// The receipt was written with `replay --id-key FILE`: key the recomputed
         /// request ids with the same FILE before comparing.
         #[arg(long, value_name = "FILE")]
@@ -158,10 +161,12 @@ pub enum Command {
         first: PathBuf,
         /// A second receipt of the same requests (e.g. other policy settings).
         second: Option<PathBuf>,
-        /// The serving policy.
+        /// The serving policy: required with one input; with two receipts the default
+        /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
         baseline: Option<Policy>,
-        /// The shadowed policy.
+        /// The shadowed policy: required with one input; with two receipts the default
+        /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
         candidate: Option<Policy>,
         /// With receipts: their trace, for latency proxy deltas.
@@ -229,7 +234,8 @@ pub enum ImportFormat {
 #[derive(clap::Args, Default)]
 pub struct ExportArgs {
     /// Write every request id as the first 16 bytes of HMAC-SHA-256 under the bytes of
-    /// FILE, in hex (32 digits), so the export can be shared without the ids.
+    /// FILE, in hex (32 digits), so the export can be shared without the ids. Worker ids
+    /// stay as written; keep FILE private (anyone with it can test a guessed id).
     #[arg(long, value_name = "FILE")]
     pub id_key: Option<PathBuf>,
     /// CSV only: write ids exactly as in the receipt. By default an id starting with

@@ -10,13 +10,13 @@ use clap::{CommandFactory, Parser};
 use kvroute_cli::args::{
     Cli, Command, ExportArgs, Format, ImportFormat, PolicyOverrides, SimulateFormat, SAMPLE_MAX,
 };
+use kvroute_cli::verify::VerifyError;
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, jsonl, table, typed};
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, Policy, ReadTraceError, Trace};
-use kvroute_harness::verify::VerifyError;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -40,7 +40,9 @@ mod progress;
 mod report;
 mod swarm;
 mod swarm_report;
+mod verify_core;
 
+use kvroute_cli::terminal::counted;
 use out::{emit, emit_with};
 
 /// A failure with its exit status.
@@ -125,7 +127,10 @@ fn main() -> ExitCode {
             trace,
             receipt,
             id_key,
-        } => verify(&trace, &receipt, id_key.as_deref()),
+        } => match receipt {
+            Some(receipt) => verify(&trace, &receipt, id_key.as_deref()),
+            None => verify_core::verify_core(&trace, id_key.as_deref()),
+        },
         Command::Swarm(args) => swarm::swarm(args),
         Command::Report {
             input,
@@ -294,6 +299,25 @@ fn replay(
     }
 }
 
+/// The settings `simulate`'s table header echoes: the cache, lag, jitter (and its
+/// seed), loss, and the stale rule and epoch numbering in force.
+fn simulate_settings(options: &SimulateOptions, trace: &Trace) -> String {
+    let cache = match options.capacity {
+        Capacity::Tokens(tokens) => format!("cache {tokens} tokens"),
+        Capacity::Blocks(blocks) => format!("cache {blocks} blocks"),
+    };
+    format!(
+        "{cache}, lag {} ticks, jitter {} ticks (seed {}), loss {} per mille, stale rule {}, \
+         epochs {}",
+        options.publication_lag_ticks,
+        options.jitter_ticks,
+        options.jitter_seed,
+        options.loss_per_mille,
+        trace.policy.stale_rule.name(),
+        trace.policy.epochs.name()
+    )
+}
+
 fn simulate(
     path: &Path,
     workers: Option<u32>,
@@ -346,6 +370,7 @@ fn simulate(
             &runs,
             sim_trace.workers.len(),
             sim_trace.request_count(),
+            &simulate_settings(options, &sim_trace),
         );
         let generated = match events_out {
             Some(_) => runs
@@ -419,10 +444,10 @@ fn write_generated_traces(dir: &Path, traces: &[(Policy, Vec<u8>)]) -> Result<()
 fn validate(path: &Path) -> Result<(), Failure> {
     let trace = load_trace(Some(path))?;
     outln!(
-        "ok: {} workers, {} events ({} requests), limits {}, trace {}",
-        trace.workers.len(),
-        trace.events.len(),
-        trace.request_count(),
+        "ok: {}, {} ({}), limits {}, trace {}",
+        counted(trace.workers.len() as u64, "worker", "workers"),
+        counted(trace.events.len() as u64, "event", "events"),
+        counted(trace.request_count() as u64, "request", "requests"),
         trace.limits.name(),
         canonical::trace_digest(&trace)
     )
@@ -507,7 +532,10 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
     progress.finish();
     let (workers, digest) = written.expect("a successful write records the trace");
     note!(
-        "imported {requests} requests, {workers} workers, {segments} segments -> {} ({digest})",
+        "imported {}, {}, {} -> {} ({digest})",
+        counted(requests as u64, "request", "requests"),
+        counted(workers as u64, "worker", "workers"),
+        counted(segments as u64, "segment", "segments"),
         out.display(),
     );
     Ok(())
@@ -596,27 +624,46 @@ fn read_id_key(path: &Path) -> Result<Vec<u8>, Failure> {
     Ok(key)
 }
 
+/// `kvroute verify --trace TRACE RECEIPT`: the receipt is streamed from its file or
+/// stdin and compared with the oracle's recomputation as it is produced (SPEC.md §7).
+/// (That at most one of TRACE and RECEIPT is `-` was checked with every command's paths.)
 fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Failure> {
-    if trace.as_os_str() == "-" && receipt.as_os_str() == "-" {
-        return Err(Failure::invalid(vec![
-            "kvroute verify: only one input can be - (stdin)".to_owned(),
-        ]));
-    }
     let key = id_key.map(read_id_key).transpose()?;
-    let progress = progress::Progress::start("verify", "reading the trace and the receipt");
+    let progress = progress::Progress::start("verify", "reading the trace");
     let trace_bytes = read_input(trace, "trace")?;
-    let receipt_bytes = read_bytes(receipt)
-        .map_err(|e| Failure::other(format!("{}: cannot read receipt: {e}", receipt.display())))?;
-    progress.phase("recomputing the receipt with the oracle");
+    let cannot_read = |e: std::io::Error| {
+        Failure::invalid(vec![format!(
+            "{}: cannot read receipt: {e}",
+            receipt.display()
+        )])
+    };
+    let source: Box<dyn Read> = if receipt.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(receipt).map_err(cannot_read)?)
+    };
+    let mut reader = std::io::BufReader::with_capacity(256 * 1024, progress.reading(source));
+    let phase = |name: &str| progress.phase(name);
     let verdict =
-        kvroute_harness::verify::verify_keyed(&trace_bytes, &receipt_bytes, key.as_deref());
+        kvroute_cli::verify::verify_stream(&trace_bytes, &mut reader, key.as_deref(), &phase);
+    drop(reader);
     progress.finish();
     match verdict {
-        Ok(digest) => outln!("ok: the receipt matches the recomputation ({digest})"),
+        Ok(verified) => outln!(
+            "ok: the receipt matches the recomputation ({})",
+            verified.receipt_digest
+        ),
         Err(VerifyError::InvalidTrace(lines)) => Err(Failure::invalid(lines)),
-        Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
-            "{}: rejected: {problem}",
+        Err(VerifyError::Unreadable(reason)) => Err(Failure::invalid(vec![format!(
+            "{}: {reason}",
             receipt.display()
+        )])),
+        // Values in the problem are quoted as SPEC.md §2.2 quotes them; what a quote
+        // leaves raw (C1 controls, bidirectional overrides) is escaped here.
+        Err(VerifyError::Rejected(problem)) => Err(Failure::other(format!(
+            "{}: rejected: {}",
+            receipt.display(),
+            kvroute_cli::terminal::printable(&problem)
         ))),
     }
 }

@@ -54,7 +54,10 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             trace,
             receipt,
             id_key,
-        } => (some(&[Some(trace), Some(receipt), id_key.as_ref()]), vec![]),
+        } => (
+            some(&[Some(trace), receipt.as_ref(), id_key.as_ref()]),
+            vec![],
+        ),
         Command::Swarm(SwarmArgs {
             action: Some(SwarmAction::Merge { reports }),
             ..

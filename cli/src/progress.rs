@@ -5,7 +5,8 @@
 //! their stderr) look as they always did.
 //!
 //! What is shown is what the command can say without slowing down: its phase, the
-//! bytes of output written so far, and the time elapsed.
+//! bytes of output written (or of input read, for `verify`) so far, and the time
+//! elapsed.
 
 use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +32,7 @@ struct Shared {
     command: &'static str,
     phase: Mutex<String>,
     bytes_written: AtomicU64,
+    bytes_read: AtomicU64,
     done: AtomicBool,
     /// Whether the display thread showed anything.
     shown: AtomicBool,
@@ -51,6 +53,7 @@ impl Progress {
             command,
             phase: Mutex::new(phase.to_owned()),
             bytes_written: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
             done: AtomicBool::new(false),
             shown: AtomicBool::new(false),
             started: Instant::now(),
@@ -77,6 +80,14 @@ impl Progress {
         Counting {
             inner,
             bytes_written: &self.shared.bytes_written,
+        }
+    }
+
+    /// Wraps an input reader so that its bytes are counted.
+    pub fn reading<R: io::Read>(&self, inner: R) -> Reading<'_, R> {
+        Reading {
+            inner,
+            bytes_read: &self.shared.bytes_read,
         }
     }
 
@@ -130,6 +141,20 @@ impl Write for Counting<'_> {
     }
 }
 
+/// A reader that counts the bytes it passes on.
+pub struct Reading<'a, R> {
+    inner: R,
+    bytes_read: &'a AtomicU64,
+}
+
+impl<R: io::Read> io::Read for Reading<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 fn status_line(shared: &Shared, started: Instant) -> String {
     let phase = shared
         .phase
@@ -142,8 +167,12 @@ fn status_line(shared: &Shared, started: Instant) -> String {
     } else {
         String::new()
     };
+    let read = match shared.bytes_read.load(Ordering::Relaxed) {
+        0 => String::new(),
+        bytes => format!(", {} read", indicatif::HumanBytes(bytes)),
+    };
     format!(
-        "{}: {phase}{written}, {} elapsed",
+        "{}: {phase}{written}{read}, {} elapsed",
         shared.command,
         indicatif::HumanDuration(started.elapsed())
     )

@@ -9,6 +9,7 @@
 use crate::swarm_report::{self, ShardReport};
 use crate::Failure;
 pub use kvroute_cli::args::{SwarmAction, SwarmArgs};
+use kvroute_cli::terminal::counted;
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,9 +163,9 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
         )?;
     }
     outln!(
-        "swarm: {} seeds run, {} divergences, {:.0} seeds/s",
-        report.seeds_run,
-        report.failures.len(),
+        "swarm: {} run, {}, {:.0} seeds/s",
+        counted(report.seeds_run, "seed", "seeds"),
+        counted(report.failures.len() as u64, "divergence", "divergences"),
         report.seeds_per_second()
     )?;
     if let Some(path) = &args.report {
@@ -175,8 +176,12 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::other(format!(
-            "swarm: {} divergent seeds",
-            report.failures.len()
+            "swarm: {}",
+            counted(
+                report.failures.len() as u64,
+                "divergent seed",
+                "divergent seeds"
+            )
         )))
     }
 }

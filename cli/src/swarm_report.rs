@@ -8,7 +8,7 @@
 //! shows that the shards replayed the same traces to the same receipts.
 
 use crate::Failure;
-use kvroute_cli::terminal::printable;
+use kvroute_cli::terminal::{counted, printable};
 use kvroute_harness::generators::GENERATOR_VERSION;
 use kvroute_harness::sweep::{SweepConfig, SweepMode, SweepReport};
 use serde::{Deserialize, Serialize};
@@ -156,7 +156,8 @@ impl ShardReport {
         let expected_listed = self.divergent_seeds.min(DIVERGENCES_LISTED_MAX as u64);
         if listed != expected_listed {
             problems.push(format!(
-                "{listed} divergences listed, but divergent_seeds is {} (a report lists the first {expected_listed})",
+                "{} listed, but divergent_seeds is {} (a report lists the first {expected_listed})",
+                counted(listed, "divergence", "divergences"),
                 self.divergent_seeds
             ));
         }
@@ -455,7 +456,10 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
             .into_iter()
             .map(|line| format!("swarm merge: {line}"))
             .collect();
-        lines.push(format!("swarm merge: {} reports not merged", reports.len()));
+        lines.push(format!(
+            "swarm merge: {} not merged",
+            counted(reports.len() as u64, "report", "reports")
+        ));
         Failure::invalid(lines)
     })?;
     crate::emit(&merged.to_bytes(), None)?;
@@ -477,18 +481,18 @@ pub fn merge_command(paths: &[PathBuf]) -> Result<(), Failure> {
         );
     }
     note!(
-        "swarm merge: {} reports, {}, {} seeds run, {} divergences",
-        reports.len(),
+        "swarm merge: {}, {}, {} run, {}",
+        counted(reports.len() as u64, "report", "reports"),
         range_text(merged.start.into(), merged.end()),
-        merged.seeds_run,
-        merged.divergent_seeds
+        counted(merged.seeds_run, "seed", "seeds"),
+        counted(merged.divergent_seeds, "divergence", "divergences")
     );
     if merged.divergent_seeds == 0 {
         Ok(())
     } else {
         Err(Failure::other(format!(
-            "swarm merge: {} divergent seeds",
-            merged.divergent_seeds
+            "swarm merge: {}",
+            counted(merged.divergent_seeds, "divergent seed", "divergent seeds")
         )))
     }
 }
@@ -612,16 +616,16 @@ mod tests {
         let cases = [
             (
                 with(0, vec![entry(1)]),
-                "r1.json: 1 divergences listed, but divergent_seeds is 0 (a report lists the first 0)",
+                "r1.json: 1 divergence listed, but divergent_seeds is 0 (a report lists the first 0)",
             ),
             (
                 with(2, vec![entry(1)]),
-                "r1.json: 1 divergences listed, but divergent_seeds is 2 (a report lists the first 2)",
+                "r1.json: 1 divergence listed, but divergent_seeds is 2 (a report lists the first 2)",
             ),
             (
                 with(6, vec![entry(1)]),
                 "r1.json: divergent_seeds is 6, more than the 5 seeds run\n\
-                 r1.json: 1 divergences listed, but divergent_seeds is 6 (a report lists the first 6)",
+                 r1.json: 1 divergence listed, but divergent_seeds is 6 (a report lists the first 6)",
             ),
             (
                 with(2, vec![entry(3), entry(3)]),

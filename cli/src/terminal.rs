@@ -9,6 +9,13 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
+/// `n` and its noun, singular for exactly one (`1 request`, `0 requests`,
+/// `2 divergences`): a summary line is read by people first.
+pub fn counted(n: impl Into<u128>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Whether `c` changes what a terminal shows instead of being shown: C0 and C1 control
 /// characters, DEL, and the bidirectional embeddings, overrides and isolates.
 fn acts_on_terminal(c: char) -> bool {
@@ -43,7 +50,14 @@ pub fn printable(text: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::printable;
+    use super::{counted, printable};
+
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(counted(1u64, "request", "requests"), "1 request");
+        assert_eq!(counted(0u64, "request", "requests"), "0 requests");
+        assert_eq!(counted(2u64, "divergence", "divergences"), "2 divergences");
+    }
 
     #[test]
     fn plain_text_is_borrowed_and_unchanged() {

@@ -162,6 +162,18 @@ fn generated(name: &str) -> Vec<u8> {
                 .swap(0, 1);
             resigned(receipt)
         }
+        "receipt-runs-twice" => {
+            let bytes = kvroute_core::replay_bytes(lab.as_bytes()).unwrap();
+            [br#"{"runs":[],"#.as_slice(), &bytes[1..]].concat()
+        }
+        "receipt-chosen-twice" => {
+            let bytes = kvroute_core::replay_bytes(lab.as_bytes()).unwrap();
+            String::from_utf8(bytes)
+                .unwrap()
+                .replacen(r#""chosen":"w0""#, r#""chosen":"w3","chosen":"w0""#, 1)
+                .into_bytes()
+        }
+        "receipt-pretty" => serde_json::to_vec_pretty(&lab_receipt()).unwrap(),
         "receipt-bom" => {
             let bytes = kvroute_core::replay_bytes(lab.as_bytes()).unwrap();
             [b"\xEF\xBB\xBF".as_slice(), &bytes].concat()

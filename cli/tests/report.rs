@@ -539,3 +539,26 @@ fn the_diff_table_header_lines_up_with_its_rows() {
     assert_eq!(bars(lines[0]), bars(lines[1]), "{table}");
     assert_eq!(lines[0].len(), lines[1].len(), "{table}");
 }
+
+/// When nothing differs the table is the summary line alone, not a bare header (issue
+/// 25's friction list).
+#[test]
+fn a_diff_with_no_difference_prints_its_summary_only() {
+    let table = String::from_utf8(
+        ok(&[
+            "diff",
+            s(&lab_trace()),
+            "--baseline",
+            "least_load",
+            "--candidate",
+            "least_load",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(table.lines().count(), 1, "{table}");
+    assert!(
+        table.starts_with("diff: 0 of 29 decisions differ"),
+        "{table}"
+    );
+}

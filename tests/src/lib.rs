@@ -1,5 +1,5 @@
 //! kvroute's test harness: fixtures, generators, the differential runner and the seed
-//! sweep, shared by the integration tests, the CLI's `swarm`/`verify` and the fuzz
+//! sweep, shared by the integration tests, the CLI's `swarm` and `verify` and the fuzz
 //! targets. Modules are named by role, after wasmtime's fuzzing crate: `fixtures` loads
 //! committed cases, `generators` build valid traces from bytes or seeds, `differential`
 //! decides whether core and oracle disagree (`engine_model` does so for the closed
@@ -14,4 +14,3 @@ pub mod generators;
 pub mod oracles;
 pub mod reorder;
 pub mod sweep;
-pub mod verify;

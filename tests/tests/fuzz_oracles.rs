@@ -1,9 +1,11 @@
 //! The fuzz oracles on seeded bytes, so their logic runs under plain `cargo test`
-//! without a fuzzer, plus every committed fuzz seed and regression input.
+//! without a fuzzer, plus every committed fuzz seed and regression input. The
+//! `receipt_verify` target's oracle runs the CLI's verifier, so its seeds and regressions
+//! replay in `cli/tests/verify_fuzz.rs`.
 
 use arbitrary::{Arbitrary, Unstructured};
 use kvroute_harness::generators::TraceRecipe;
-use kvroute_harness::oracles::{self, LoopCase, ReceiptCase};
+use kvroute_harness::oracles::{self, LoopCase};
 use kvroute_harness::reorder::seeded_rng;
 use proptest::prelude::Rng;
 use std::path::PathBuf;
@@ -62,15 +64,6 @@ fn import_and_closed_loop_on_seeded_bytes() {
     }
 }
 
-#[test]
-fn receipt_verify_on_seeded_edits() {
-    for seed in 0..60 {
-        let bytes = seeded_bytes(seed, 4096);
-        let case = ReceiptCase::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
-        oracles::receipt_verify(&case);
-    }
-}
-
 /// Replays every file under `fuzz/seeds/<target>/` and `fuzz/regressions/<target>/`.
 #[test]
 fn committed_fuzz_inputs_replay() {
@@ -80,7 +73,6 @@ fn committed_fuzz_inputs_replay() {
         for target in [
             "parse_trace",
             "differential",
-            "receipt_verify",
             "csv_export",
             "import_mooncake",
             "closed_loop",
@@ -111,11 +103,7 @@ fn committed_fuzz_inputs_replay() {
                             oracles::closed_loop(&case);
                         }
                     }
-                    _ => {
-                        if let Ok(case) = ReceiptCase::arbitrary_take_rest(u) {
-                            oracles::receipt_verify(&case);
-                        }
-                    }
+                    _ => unreachable!("a target listed above"),
                 }
                 replayed += 1;
             }

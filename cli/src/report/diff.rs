@@ -160,6 +160,10 @@ impl Diff {
 
     /// A fixed-width table of the differing decisions, then the summary line.
     pub fn table(&self) -> String {
+        // Nothing differs: the summary says so, and a header over no rows says nothing.
+        if self.entries.is_empty() {
+            return format!("{}\n", self.summary_line());
+        }
         let mut out = format!(
             "{:>8} {:>8} {:<16} | {:<27} | {:<27} | {:>10} {:>12}\n",
             "seq",

@@ -8,8 +8,12 @@ use crate::simulate::closed_loop::SimRun;
 /// believed reusable that the chosen engine had already evicted, `missed` tokens the
 /// chosen engine held that the router did not believe; `lost` and `resyncs` count
 /// events the bus lost and re-queries after a detected gap.
-pub fn simulate_table(runs: &[SimRun], workers: usize, requests: usize) -> String {
-    let mut out = format!("simulate: {requests} requests on {workers} workers\n");
+///
+/// The first line says what was simulated and under which settings (`settings`, the
+/// caller's words for them: the engine options and the trace's stale rule and epochs),
+/// so a pasted table carries what it depends on.
+pub fn simulate_table(runs: &[SimRun], workers: usize, requests: usize, settings: &str) -> String {
+    let mut out = format!("simulate: {requests} requests on {workers} workers; {settings}\n");
     let header = [
         "policy",
         "routed",
