@@ -1,235 +1,385 @@
-//! A JSON tree that keeps every object member, in document order, including repeated
-//! names, and every number as its literal text. `serde_json::Value` silently keeps only
-//! the last of a repeated member, but SPEC.md §1.1 requires repeated members to be
-//! reported; and SPEC §2.2 quotes numbers exactly as written (`1e3`, `-0`, `1e400`),
-//! which no parsed number can give back. Parsing itself is serde_json's (through a
-//! `Visitor`), so exactly standard JSON is accepted and syntax errors carry serde_json's
-//! messages; numbers are handled by a naive byte scan first (see [`parse`]).
+//! RFC 8259 JSON, read for SPEC §1–§2: a plain recursive-descent reader over the
+//! document's bytes that keeps every object member in document order (repeated names
+//! included, so that §1.1 can report them) and every number as its literal text exactly
+//! as written (§2.2 quotes it so; §1.1: a literal of any size is well-formed).
+//!
+//! A syntax error is reported as SPEC §2 prescribes: `<parser message>` is serde_json's
+//! (version 1, reading a byte slice) message for the first syntax error, `<what> at line
+//! L column C`, with every number literal that matches the grammar read as if in range.
+//! So the wordings and positions below follow serde_json's: a position is the line
+//! (1 + the newlines before the line's start) and the byte column of either the last
+//! byte consumed (`error`) or the next byte to be looked at (`peek_error`, capped at the
+//! document's end); nesting deeper than 127 arrays and objects is "recursion limit
+//! exceeded" at the 128th opening bracket. The renderings of §2.2 follow the reader.
 
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use std::cell::Cell;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt;
 
-/// One JSON value. Objects are a list of `(name, value)` pairs so that repeats survive.
+/// One JSON value of a document `'d`. Objects are a list of `(name, value)` pairs so that
+/// repeats survive. Strings without escapes and number literals borrow the document.
 #[derive(Debug, Clone)]
-pub enum Node {
+pub enum Node<'d> {
     Null,
     Bool(bool),
     /// The number's literal text exactly as written in the document (SPEC §2.2).
-    Number(String),
-    String(String),
-    Array(Vec<Node>),
-    Object(Vec<(String, Node)>),
+    Number(&'d str),
+    String(Cow<'d, str>),
+    Array(Vec<Node<'d>>),
+    Object(Vec<Member<'d>>),
 }
 
-/// Builds nodes while serde_json walks the placeholder document: the n-th number
-/// serde_json reports is the n-th number literal of the document (JSON object names are
-/// always strings, so every number literal is a value and is reported once, in order).
-#[derive(Clone, Copy)]
-struct NodeSeed<'a> {
-    literals: &'a [String],
-    next_literal: &'a Cell<usize>,
+/// One object member: its name and value.
+pub type Member<'d> = (Cow<'d, str>, Node<'d>);
+
+/// Containers open at once before the reader gives up (serde_json's limit).
+const MAX_DEPTH: usize = 128;
+
+struct Reader<'b> {
+    bytes: &'b [u8],
+    /// The next byte to read.
+    at: usize,
+    depth: usize,
 }
 
-impl NodeSeed<'_> {
-    fn number<E: serde::de::Error>(self) -> Result<Node, E> {
-        let index = self.next_literal.get();
-        self.next_literal.set(index + 1);
-        match self.literals.get(index) {
-            Some(text) => Ok(Node::Number(text.clone())),
-            // Cannot happen: the scan and serde_json see the same literals.
-            None => Err(E::custom("internal error: number literal out of step")),
+type Parsed<T> = Result<T, String>;
+
+impl<'b> Reader<'b> {
+    /// `(line, column)` of the byte offset `i`, from the bytes before it.
+    fn position(&self, i: usize) -> (usize, usize) {
+        let before = &self.bytes[..i];
+        let line_start = before
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |p| p + 1);
+        let line = 1 + before[..line_start].iter().filter(|b| **b == b'\n').count();
+        (line, i - line_start)
+    }
+
+    /// `what at line L column C` for the byte offset `i`.
+    fn located(&self, what: &str, i: usize) -> String {
+        let (line, column) = self.position(i);
+        format!("{what} at line {line} column {column}")
+    }
+
+    /// An error at the last byte consumed.
+    fn error<T>(&self, what: &str) -> Parsed<T> {
+        Err(self.located(what, self.at))
+    }
+
+    /// An error at the next byte (or the end).
+    fn peek_error<T>(&self, what: &str) -> Parsed<T> {
+        Err(self.located(what, self.bytes.len().min(self.at + 1)))
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let byte = self.peek()?;
+        self.at += 1;
+        Some(byte)
+    }
+
+    /// Skips RFC 8259 whitespace; the next byte, if any.
+    fn skip_whitespace(&mut self) -> Option<u8> {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+        self.peek()
+    }
+
+    fn value(&mut self) -> Parsed<Node<'b>> {
+        let Some(first) = self.skip_whitespace() else {
+            return self.peek_error("EOF while parsing a value");
+        };
+        match first {
+            b'n' => self.literal(b"null", Node::Null),
+            b't' => self.literal(b"true", Node::Bool(true)),
+            b'f' => self.literal(b"false", Node::Bool(false)),
+            b'-' | b'0'..=b'9' => self.number(),
+            b'"' => {
+                self.at += 1;
+                self.string().map(Node::String)
+            }
+            b'[' | b'{' => {
+                self.depth += 1;
+                if self.depth >= MAX_DEPTH {
+                    return self.peek_error("recursion limit exceeded");
+                }
+                self.at += 1;
+                let node = if first == b'[' {
+                    self.array()
+                } else {
+                    self.object()
+                };
+                self.depth -= 1;
+                node
+            }
+            _ => self.peek_error("expected value"),
         }
     }
-}
 
-impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
-    type Value = Node;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NodeSeed<'_> {
-    type Value = Node;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("any JSON value")
+    /// `null`, `true` or `false`; the first byte is known to match.
+    fn literal(&mut self, word: &[u8], node: Node<'b>) -> Parsed<Node<'b>> {
+        self.at += 1;
+        for expected in &word[1..] {
+            match self.next() {
+                None => return self.error("EOF while parsing a value"),
+                Some(byte) if byte != *expected => return self.error("expected ident"),
+                Some(_) => {}
+            }
+        }
+        Ok(node)
     }
 
-    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v))
+    fn digits(&mut self) -> usize {
+        let from = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        self.at - from
     }
 
-    // The placeholder's value is meaningless; only its position in the document counts.
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Node, E> {
-        self.number()
+    /// RFC 8259 §6: `[-] (0 | [1-9][0-9]*) [. [0-9]+] [(e|E) [+|-] [0-9]+]`, kept as text.
+    fn number(&mut self) -> Parsed<Node<'b>> {
+        let start = self.at;
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.next() {
+            None => return self.error("EOF while parsing a value"),
+            Some(b'0') => {
+                if self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                    return self.peek_error("invalid number");
+                }
+            }
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            Some(_) => return self.error("invalid number"),
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if self.digits() == 0 {
+                return match self.peek() {
+                    Some(_) => self.peek_error("invalid number"),
+                    None => self.peek_error("EOF while parsing a value"),
+                };
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            match self.next() {
+                None => return self.error("EOF while parsing a value"),
+                Some(b'0'..=b'9') => {
+                    self.digits();
+                }
+                Some(_) => return self.error("invalid number"),
+            }
+        }
+        // The literal is ASCII, so always UTF-8.
+        let text = std::str::from_utf8(&self.bytes[start..self.at]).unwrap_or("0");
+        Ok(Node::Number(text))
     }
 
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Node, E> {
-        self.number()
+    /// The rest of a string after its opening quote: borrowed when it has no escape.
+    fn string(&mut self) -> Parsed<Cow<'b, str>> {
+        let start = self.at;
+        let mut unescaped: Option<Vec<u8>> = None;
+        loop {
+            let Some(byte) = self.next() else {
+                return self.error("EOF while parsing a string");
+            };
+            match byte {
+                b'"' => break,
+                b'\\' => {
+                    let bytes = self.bytes;
+                    let text = unescaped.get_or_insert_with(|| bytes[start..self.at - 1].to_vec());
+                    self.escape(text)?;
+                }
+                0x00..=0x1f => {
+                    return self
+                        .error("control character (\\u0000-\\u001F) found while parsing a string")
+                }
+                _ => {
+                    if let Some(text) = &mut unescaped {
+                        text.push(byte);
+                    }
+                }
+            }
+        }
+        let raw = &self.bytes[start..self.at - 1];
+        let checked = match &unescaped {
+            None => std::str::from_utf8(raw),
+            Some(text) => std::str::from_utf8(text),
+        };
+        match (checked, unescaped.as_ref()) {
+            (Ok(_), None) => Ok(Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default())),
+            (Ok(text), Some(_)) => Ok(Cow::Owned(text.to_owned())),
+            (Err(e), text) => {
+                // serde_json points back from the closing quote by the bytes of the
+                // (unescaped) text after its first invalid sequence.
+                let length = text.map_or(raw.len(), Vec::len);
+                let behind = length - e.valid_up_to();
+                let (line, column) = self.position(self.at);
+                let column = column.saturating_sub(behind);
+                Err(format!(
+                    "invalid unicode code point at line {line} column {column}"
+                ))
+            }
+        }
     }
 
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Node, E> {
-        self.number()
+    /// One escape after its backslash.
+    fn escape(&mut self, text: &mut Vec<u8>) -> Parsed<()> {
+        let Some(byte) = self.next() else {
+            return self.error("EOF while parsing a string");
+        };
+        let plain = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => return self.unicode_escape(text),
+            _ => return self.error("invalid escape"),
+        };
+        text.push(plain);
+        Ok(())
     }
 
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::String(v.to_owned()))
+    /// Four hex digits.
+    fn hex4(&mut self) -> Parsed<u32> {
+        if self.bytes.len() - self.at < 4 {
+            self.at = self.bytes.len();
+            return self.error("EOF while parsing a string");
+        }
+        let digits = &self.bytes[self.at..self.at + 4];
+        self.at += 4;
+        let mut value = 0u32;
+        for digit in digits {
+            match char::from(*digit).to_digit(16) {
+                Some(d) => value = value * 16 + d,
+                None => return self.error("invalid escape"),
+            }
+        }
+        Ok(value)
     }
 
-    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Node, E> {
-        Ok(Node::String(v))
+    /// `\uXXXX`, a surrogate pair being two of them.
+    fn unicode_escape(&mut self, text: &mut Vec<u8>) -> Parsed<()> {
+        let first = self.hex4()?;
+        let code = match first {
+            0xdc00..=0xdfff => return self.error("lone leading surrogate in hex escape"),
+            0xd800..=0xdbff => {
+                for expected in [b'\\', b'u'] {
+                    match self.peek() {
+                        None => return self.error("EOF while parsing a string"),
+                        Some(byte) => {
+                            self.at += 1;
+                            if byte != expected {
+                                return self.error("unexpected end of hex escape");
+                            }
+                        }
+                    }
+                }
+                let second = self.hex4()?;
+                if !(0xdc00..=0xdfff).contains(&second) {
+                    return self.error("lone leading surrogate in hex escape");
+                }
+                0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00)
+            }
+            other => other,
+        };
+        let c = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
+        text.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+        Ok(())
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-
-    fn visit_none<E: serde::de::Error>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+    /// The rest of an array after `[`.
+    fn array(&mut self) -> Parsed<Node<'b>> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(self)? {
-            items.push(item);
+        loop {
+            match self.skip_whitespace() {
+                None => return self.peek_error("EOF while parsing a list"),
+                Some(b']') => {
+                    self.at += 1;
+                    // A growing Vec keeps room to spare; the tree of a large trace is
+                    // smaller without it.
+                    items.shrink_to_fit();
+                    return Ok(Node::Array(items));
+                }
+                Some(_) if items.is_empty() => {}
+                Some(b',') => {
+                    self.at += 1;
+                    match self.skip_whitespace() {
+                        Some(b']') => return self.peek_error("trailing comma"),
+                        None => return self.peek_error("EOF while parsing a value"),
+                        Some(_) => {}
+                    }
+                }
+                Some(_) => return self.peek_error("expected `,` or `]`"),
+            }
+            items.push(self.value()?);
         }
-        Ok(Node::Array(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-        // Every member is kept, repeats included; the validator decides what they mean.
+    /// The rest of an object after `{`.
+    fn object(&mut self) -> Parsed<Node<'b>> {
         let mut members = Vec::new();
-        while let Some(name) = map.next_key::<String>()? {
-            let value = map.next_value_seed(self)?;
+        loop {
+            match self.skip_whitespace() {
+                None => return self.peek_error("EOF while parsing an object"),
+                Some(b'}') => {
+                    self.at += 1;
+                    members.shrink_to_fit();
+                    return Ok(Node::Object(members));
+                }
+                Some(b'"') if members.is_empty() => {}
+                Some(_) if members.is_empty() => return self.peek_error("key must be a string"),
+                Some(b',') => {
+                    self.at += 1;
+                    match self.skip_whitespace() {
+                        Some(b'"') => {}
+                        Some(b'}') => return self.peek_error("trailing comma"),
+                        Some(_) => return self.peek_error("key must be a string"),
+                        None => return self.peek_error("EOF while parsing a value"),
+                    }
+                }
+                Some(_) => return self.peek_error("expected `,` or `}`"),
+            }
+            self.at += 1;
+            let name = self.string()?;
+            match self.skip_whitespace() {
+                Some(b':') => self.at += 1,
+                Some(_) => return self.peek_error("expected `:`"),
+                None => return self.peek_error("EOF while parsing an object"),
+            }
+            let value = self.value()?;
             members.push((name, value));
         }
-        Ok(Node::Object(members))
     }
 }
 
-/// Length of the well-formed JSON number literal (RFC 8259 §6:
-/// `[-] (0 | [1-9][0-9]*) [. [0-9]+] [(e|E) [+|-] [0-9]+]`) starting at `start`, or
-/// `None` when the characters there do not form one (`-`, `1.`, `1e`, `01`).
-fn number_literal_len(bytes: &[u8], start: usize) -> Option<usize> {
-    let digits_from = |mut at: usize| {
-        while at < bytes.len() && bytes[at].is_ascii_digit() {
-            at += 1;
-        }
-        at
+/// Parses one JSON document (trailing bytes other than whitespace are an error). Err:
+/// the `<parser message>` of SPEC §2.
+pub fn parse(bytes: &[u8]) -> Result<Node<'_>, String> {
+    let mut reader = Reader {
+        bytes,
+        at: 0,
+        depth: 0,
     };
-    let mut at = start;
-    if bytes.get(at) == Some(&b'-') {
-        at += 1;
+    let root = reader.value()?;
+    if reader.skip_whitespace().is_some() {
+        return reader.peek_error("trailing characters");
     }
-    match bytes.get(at) {
-        Some(b'0') => {
-            at += 1;
-            // A leading zero followed by a digit is not a literal (serde_json: invalid number).
-            if bytes.get(at).is_some_and(u8::is_ascii_digit) {
-                return None;
-            }
-        }
-        Some(b'1'..=b'9') => at = digits_from(at),
-        _ => return None,
-    }
-    if bytes.get(at) == Some(&b'.') {
-        let end = digits_from(at + 1);
-        if end == at + 1 {
-            return None;
-        }
-        at = end;
-    }
-    if matches!(bytes.get(at), Some(b'e' | b'E')) {
-        at += 1;
-        if matches!(bytes.get(at), Some(b'+' | b'-')) {
-            at += 1;
-        }
-        let end = digits_from(at);
-        if end == at {
-            return None;
-        }
-        at = end;
-    }
-    Some(at - start)
-}
-
-/// The document with every well-formed number literal replaced by a placeholder of the
-/// same length that serde_json reads in range (`0` or `-0`, padded with spaces, which
-/// JSON allows after a number), and the literals' texts in document order. Same length
-/// and the same first character keep every syntax error where, and as, serde_json
-/// reports it for the document read "as if in range" (SPEC §2). Strings are skipped
-/// byte by byte (an escape skips the byte after `\`); a malformed literal is left as
-/// it is, so serde_json reports it. Before serde_json's first error this scan and
-/// serde_json agree on where strings are; after it nothing matters.
-fn with_placeholder_numbers(bytes: &[u8]) -> (Vec<u8>, Vec<String>) {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut literals = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let byte = bytes[at];
-        if byte == b'"' {
-            out.push(byte);
-            at += 1;
-            while at < bytes.len() {
-                let inner = bytes[at];
-                out.push(inner);
-                at += 1;
-                if inner == b'\\' {
-                    if at < bytes.len() {
-                        out.push(bytes[at]);
-                        at += 1;
-                    }
-                } else if inner == b'"' {
-                    break;
-                }
-            }
-        } else if byte == b'-' || byte.is_ascii_digit() {
-            match number_literal_len(bytes, at) {
-                Some(len) => {
-                    // A literal is ASCII, so the lossy conversion never changes it.
-                    literals.push(String::from_utf8_lossy(&bytes[at..at + len]).into_owned());
-                    let placeholder: &[u8] = if byte == b'-' { b"-0" } else { b"0" };
-                    out.extend_from_slice(placeholder);
-                    out.resize(out.len() + len - placeholder.len(), b' ');
-                    at += len;
-                }
-                None => {
-                    // Copy the whole malformed run so no part of it becomes a placeholder.
-                    while at < bytes.len()
-                        && matches!(bytes[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                    {
-                        out.push(bytes[at]);
-                        at += 1;
-                    }
-                }
-            }
-        } else {
-            out.push(byte);
-            at += 1;
-        }
-    }
-    (out, literals)
-}
-
-/// Parses one JSON document (trailing garbage is an error). Err carries serde_json's
-/// message, used verbatim in the `$: invalid JSON: <message>` line. Numbers of any size
-/// are well-formed (SPEC §1.1) and kept as their literal text.
-pub fn parse(bytes: &[u8]) -> Result<Node, String> {
-    let (document, literals) = with_placeholder_numbers(bytes);
-    let next_literal = Cell::new(0);
-    let seed = NodeSeed {
-        literals: &literals,
-        next_literal: &next_literal,
-    };
-    let mut deserializer = serde_json::Deserializer::from_slice(&document);
-    let root = seed
-        .deserialize(&mut deserializer)
-        .map_err(|e| e.to_string())?;
-    deserializer.end().map_err(|e| e.to_string())?;
     Ok(root)
 }
 
@@ -324,6 +474,6 @@ pub fn quote_str(text: &str) -> String {
 }
 
 /// First occurrence of a member; later repeats are reported, never used.
-pub fn member<'a>(members: &'a [(String, Node)], name: &str) -> Option<&'a Node> {
+pub fn member<'a, 'd>(members: &'a [Member<'d>], name: &str) -> Option<&'a Node<'d>> {
     members.iter().find(|(n, _)| n == name).map(|(_, v)| v)
 }

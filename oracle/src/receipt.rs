@@ -1,274 +1,308 @@
-//! The receipt (`kvroute-receipt/1`, SPEC.md §6) and its digest. Keys and tenant names
-//! never appear here: rows name workers only.
-//!
-//! The bytes are serde's: every receipt object is a `#[derive(Serialize)]` struct of
-//! borrowed fields, declared in RFC 8785 member order (all names are ASCII, so that is
-//! plain byte order), and serde_json's compact writer produces them. That writer emits
-//! integers in decimal and escapes strings exactly as JCS does (`"`, `\`, the short
-//! escapes, other control characters as lowercase `\u00xx`), so no tree is built and no
-//! canonicalizer runs; `tests.rs` checks the bytes against the canonicalizer anyway.
+//! SPEC §6, the receipt (`kvroute-receipt/1`): each element (a cache log entry, a
+//! decision with its rows, a metrics object, an observation log entry) is built as a
+//! small JSON tree and written by the RFC 8785 writer of [`crate::jcs`]; the bytes
+//! between elements are the receipt's own structure, written the same way. The whole
+//! receipt is produced in byte order (§6.1: members sorted, so a run is `cache_log`,
+//! `decisions`, `metrics`, `observation_log`, `policy`), one element at a time, and
+//! hashed as it goes for `receipt_digest`; no element is kept after it is handed out.
+//! Keys, tenants, models and adapters are never written (§6): rows name workers only.
 
-use serde::{Serialize, Serializer};
+use std::fmt::Write;
+use std::ops::ControlFlow;
+
 use sha2::{Digest, Sha256};
 
-use crate::replay::{CacheLogEntry, Decision, Metrics, ObservationLogEntry, Row, Run};
+use crate::candidates::Row;
+use crate::jcs::{self, Json};
+use crate::model::{EventKind, StaleRule, Trace};
+use crate::policies::receipt_policies;
+use crate::run::{
+    in_order, CacheLogEntry, Decision, Metrics, ObservationLogEntry, Outcome, Router,
+};
+use crate::{ReceiptPiece, Streamed};
 
-#[derive(Serialize)]
-struct RowOut<'a> {
-    active_decode: u64,
-    after_milli: u64,
-    cost_milli: u64,
-    dominated_by: Option<&'a str>,
-    dominated_count: u64,
-    eligible: bool,
-    queued_prefill: u64,
-    reasons: &'a [&'static str],
-    recomputed: u64,
-    reuse: u64,
-    work_milli: u64,
-    worker: &'a str,
+pub const FORMAT: &str = "kvroute-receipt/1";
+
+fn row_tree<'a>(row: &'a Row, ids: &[&'a str]) -> Json<'a> {
+    Json::Object(vec![
+        ("worker", Json::Str(ids[row.worker])),
+        ("eligible", Json::Bool(row.eligible)),
+        (
+            "reasons",
+            Json::Array(row.reasons.iter().map(|r| Json::Str(r)).collect()),
+        ),
+        ("reuse", Json::Int(row.reuse)),
+        ("recomputed", Json::Int(row.recomputed)),
+        ("queued_prefill", Json::Int(row.queued_prefill)),
+        ("active_decode", Json::Int(row.active_decode)),
+        ("work_milli", Json::Int(row.work_milli)),
+        ("after_milli", Json::Int(row.after_milli)),
+        ("cost_milli", Json::Int(row.cost_milli)),
+        (
+            "dominated_by",
+            Json::opt_str(row.dominated_by.map(|w| ids[w])),
+        ),
+        ("dominated_count", Json::Int(row.dominated_count)),
+    ])
 }
 
-impl<'a> From<&'a Row> for RowOut<'a> {
-    fn from(row: &'a Row) -> Self {
-        RowOut {
-            active_decode: row.active_decode,
-            after_milli: row.after_milli,
-            cost_milli: row.cost_milli,
-            dominated_by: row.dominated_by.as_deref(),
-            dominated_count: row.dominated_count,
-            eligible: row.eligible,
-            queued_prefill: row.queued_prefill,
-            reasons: &row.reasons,
-            recomputed: row.recomputed,
-            reuse: row.reuse,
-            work_milli: row.work_milli,
-            worker: &row.worker,
+/// A decision of §6 as a tree.
+pub fn decision_tree<'a>(d: &'a Decision, ids: &[&'a str]) -> Json<'a> {
+    Json::Object(vec![
+        ("seq", Json::Int(d.seq)),
+        ("tick", Json::Int(d.tick)),
+        ("request", Json::Str(&d.request)),
+        ("chosen", Json::opt_str(d.chosen.map(|w| ids[w]))),
+        ("route_kind", Json::Str(d.route_kind)),
+        ("tie_count", Json::Int(d.tie_count)),
+        ("margin_milli", Json::Int(d.margin_milli)),
+        (
+            "candidates",
+            Json::Array(d.candidates.iter().map(|r| row_tree(r, ids)).collect()),
+        ),
+    ])
+}
+
+/// A cache log entry; `stale_mutations` only under `key_epoch` (§6).
+pub fn cache_entry_tree<'a>(e: &CacheLogEntry, ids: &[&'a str], key_epoch: bool) -> Json<'a> {
+    let mut members = vec![
+        ("seq", Json::Int(e.seq)),
+        ("tick", Json::Int(e.tick)),
+        ("worker", Json::Str(ids[e.worker])),
+        ("epoch", Json::Int(e.epoch)),
+        ("op", Json::Str(e.op)),
+        ("outcome", Json::Str(e.outcome.outcome)),
+    ];
+    if key_epoch {
+        members.push(("stale_mutations", Json::Int(e.outcome.stale_mutations)));
+    }
+    Json::Object(members)
+}
+
+/// An observation log entry (§6).
+pub fn observation_tree<'a>(e: &ObservationLogEntry, ids: &[&'a str]) -> Json<'a> {
+    Json::Object(vec![
+        ("seq", Json::Int(e.seq)),
+        ("tick", Json::Int(e.tick)),
+        ("worker", Json::Str(ids[e.worker])),
+        ("observed_tick", Json::Int(e.observed_tick)),
+        ("outcome", Json::Str(e.outcome)),
+    ])
+}
+
+/// The metrics object of §6.2; the later metrics only when present.
+pub fn metrics_tree(m: &Metrics) -> Json<'static> {
+    let mut members = vec![
+        ("routed", Json::Int(m.routed)),
+        ("rejected", Json::Int(m.rejected)),
+        ("cache_hits", Json::Int(m.cache_hits)),
+        ("reused_tokens", Json::Int(m.reused_tokens)),
+        ("recomputed_tokens", Json::Int(m.recomputed_tokens)),
+        ("route_churn", Json::Int(m.route_churn)),
+        ("load_skew_milli", Json::Int(m.load_skew_milli)),
+        (
+            "latency_proxy_mean_milli",
+            Json::Int(m.latency_proxy_mean_milli),
+        ),
+        (
+            "latency_proxy_p95_milli",
+            Json::Int(m.latency_proxy_p95_milli),
+        ),
+        (
+            "latency_proxy_max_milli",
+            Json::Int(m.latency_proxy_max_milli),
+        ),
+        (
+            "stale_event_rejections",
+            Json::Int(m.stale_event_rejections),
+        ),
+        (
+            "stale_observation_rejections",
+            Json::Int(m.stale_observation_rejections),
+        ),
+        ("boundary_rejections", Json::Int(m.boundary_rejections)),
+        ("overload_escapes", Json::Int(m.overload_escapes)),
+        ("dominated_choices", Json::Int(m.dominated_choices)),
+    ];
+    let later = [
+        ("stale_mutation_rejections", m.stale_mutation_rejections),
+        ("evidence_gaps", m.evidence_gaps),
+        ("evidence_gap_rows", m.evidence_gap_rows),
+        ("cold_reserve_exclusions", m.cold_reserve_exclusions),
+        ("cold_reserve_fallbacks", m.cold_reserve_fallbacks),
+    ];
+    for (name, value) in later {
+        if let Some(value) = value {
+            members.push((name, Json::Int(value)));
         }
     }
+    Json::Object(members)
 }
 
-/// A slice serialised as a JSON array of its items' output form, converted one at a
-/// time as serde asks for them.
-struct Each<'a, T, O>(&'a [T], fn(&'a T) -> O);
-
-impl<'a, T, O: Serialize> Serialize for Each<'a, T, O> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(self.1))
-    }
-}
-
-#[derive(Serialize)]
-struct DecisionOut<'a> {
-    candidates: Each<'a, Row, RowOut<'a>>,
-    chosen: Option<&'a str>,
-    margin_milli: u64,
-    request: &'a str,
-    route_kind: &'a str,
-    seq: u64,
-    tick: u64,
-    tie_count: u64,
-}
-
-impl<'a> From<&'a Decision> for DecisionOut<'a> {
-    fn from(d: &'a Decision) -> Self {
-        DecisionOut {
-            candidates: Each(&d.candidates, RowOut::from),
-            chosen: d.chosen.as_deref(),
-            margin_milli: d.margin_milli,
-            request: &d.request,
-            route_kind: d.route_kind,
-            seq: d.seq,
-            tick: d.tick,
-            tie_count: d.tie_count,
+/// The two logs, the same in every run (§6): computed once by a run that takes the
+/// cache and load events only (routing never touches them, §3.4).
+fn logs(trace: &Trace) -> (Vec<CacheLogEntry>, Vec<ObservationLogEntry>) {
+    let mut router = Router::new(trace, crate::policies::PolicyKind::RoundRobin);
+    let (mut cache_log, mut observation_log) = (Vec::new(), Vec::new());
+    for event in in_order(trace) {
+        if matches!(event.kind, EventKind::Request { .. }) {
+            continue;
+        }
+        match router.event(event) {
+            Some(Outcome::Cache(entry)) => cache_log.push(entry),
+            Some(Outcome::Observation(entry)) => observation_log.push(entry),
+            _ => {}
         }
     }
+    (cache_log, observation_log)
 }
 
-/// `stale_mutations` is written only under `stale_rule: "key_epoch"` (§6).
-#[derive(Serialize)]
-struct CacheEntryOut<'a> {
-    epoch: u64,
-    op: &'a str,
-    outcome: &'a str,
-    seq: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stale_mutations: Option<u64>,
-    tick: u64,
-    worker: &'a str,
+/// Hands the pieces to the sink and hashes them: structure is gathered until the next
+/// element, so that the sink sees each run of structure bytes as one piece.
+struct Out<'s> {
+    sink: &'s mut dyn FnMut(ReceiptPiece<'_>) -> ControlFlow<()>,
+    hasher: Sha256,
+    structure: Vec<u8>,
+    element: Vec<u8>,
+    /// The current element's path, rewritten for each element.
+    path: String,
 }
 
-impl<'a> From<&'a CacheLogEntry> for CacheEntryOut<'a> {
-    fn from(e: &'a CacheLogEntry) -> Self {
-        CacheEntryOut {
-            epoch: e.epoch,
-            op: e.op,
-            outcome: e.outcome,
-            seq: e.seq,
-            stale_mutations: e.stale_mutations,
-            tick: e.tick,
-            worker: &e.worker,
+impl Out<'_> {
+    /// Sets the path of the next element.
+    fn at(&mut self, path: std::fmt::Arguments) -> &mut Self {
+        self.path.clear();
+        // Writing to a String cannot fail.
+        let _ = self.path.write_fmt(path);
+        self
+    }
+
+    fn structure(&mut self, bytes: &[u8]) {
+        self.structure.extend_from_slice(bytes);
+    }
+
+    fn flush(&mut self) -> ControlFlow<()> {
+        if self.structure.is_empty() {
+            return ControlFlow::Continue(());
         }
+        self.hasher.update(&self.structure);
+        let flow = (self.sink)(ReceiptPiece::Structure(&self.structure));
+        self.structure.clear();
+        flow
+    }
+
+    /// Hands out one element at the path set by [`Out::at`].
+    fn element(&mut self, tree: &Json) -> ControlFlow<()> {
+        self.flush()?;
+        self.element.clear();
+        jcs::write(tree, &mut self.element);
+        self.hasher.update(&self.element);
+        (self.sink)(ReceiptPiece::Element {
+            path: &self.path,
+            bytes: &self.element,
+        })
     }
 }
 
-#[derive(Serialize)]
-struct ObservationOut<'a> {
-    observed_tick: u64,
-    outcome: &'a str,
-    seq: u64,
-    tick: u64,
-    worker: &'a str,
-}
-
-impl<'a> From<&'a ObservationLogEntry> for ObservationOut<'a> {
-    fn from(e: &'a ObservationLogEntry) -> Self {
-        ObservationOut {
-            observed_tick: e.observed_tick,
-            outcome: e.outcome,
-            seq: e.seq,
-            tick: e.tick,
-            worker: &e.worker,
-        }
-    }
-}
-
-/// The metrics of the later policy members are written only when present (§6.2).
-#[derive(Serialize)]
-struct MetricsOut {
-    boundary_rejections: u64,
-    cache_hits: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cold_reserve_exclusions: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cold_reserve_fallbacks: Option<u64>,
-    dominated_choices: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    evidence_gap_rows: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    evidence_gaps: Option<u64>,
-    latency_proxy_max_milli: u64,
-    latency_proxy_mean_milli: u64,
-    latency_proxy_p95_milli: u64,
-    load_skew_milli: u64,
-    overload_escapes: u64,
-    recomputed_tokens: u64,
-    rejected: u64,
-    reused_tokens: u64,
-    route_churn: u64,
-    routed: u64,
-    stale_event_rejections: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stale_mutation_rejections: Option<u64>,
-    stale_observation_rejections: u64,
-}
-
-impl From<&Metrics> for MetricsOut {
-    fn from(m: &Metrics) -> Self {
-        MetricsOut {
-            boundary_rejections: m.boundary_rejections,
-            cache_hits: m.cache_hits,
-            cold_reserve_exclusions: m.cold_reserve_exclusions,
-            cold_reserve_fallbacks: m.cold_reserve_fallbacks,
-            dominated_choices: m.dominated_choices,
-            evidence_gap_rows: m.evidence_gap_rows,
-            evidence_gaps: m.evidence_gaps,
-            latency_proxy_max_milli: m.latency_proxy_max_milli,
-            latency_proxy_mean_milli: m.latency_proxy_mean_milli,
-            latency_proxy_p95_milli: m.latency_proxy_p95_milli,
-            load_skew_milli: m.load_skew_milli,
-            overload_escapes: m.overload_escapes,
-            recomputed_tokens: m.recomputed_tokens,
-            rejected: m.rejected,
-            reused_tokens: m.reused_tokens,
-            route_churn: m.route_churn,
-            routed: m.routed,
-            stale_event_rejections: m.stale_event_rejections,
-            stale_mutation_rejections: m.stale_mutation_rejections,
-            stale_observation_rejections: m.stale_observation_rejections,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct RunOut<'a> {
-    cache_log: Each<'a, CacheLogEntry, CacheEntryOut<'a>>,
-    decisions: Each<'a, Decision, DecisionOut<'a>>,
-    metrics: MetricsOut,
-    observation_log: Each<'a, ObservationLogEntry, ObservationOut<'a>>,
-    policy: &'static str,
-}
-
-impl<'a> From<&'a Run> for RunOut<'a> {
-    fn from(run: &'a Run) -> Self {
-        RunOut {
-            cache_log: Each(&run.cache_log, CacheEntryOut::from),
-            decisions: Each(&run.decisions, DecisionOut::from),
-            metrics: MetricsOut::from(&run.metrics),
-            observation_log: Each(&run.observation_log, ObservationOut::from),
-            policy: run.policy.name(),
-        }
-    }
-}
-
-/// The receipt without its digest: what `receipt_digest` is the SHA-256 of.
-#[derive(Serialize)]
-struct BodyOut<'a> {
-    format: &'static str,
-    runs: Each<'a, Run, RunOut<'a>>,
-    trace_digest: &'a str,
-}
-
-/// The full receipt; `receipt_digest` sorts between `format` and `runs`.
-#[derive(Serialize)]
-struct ReceiptOut<'a> {
-    format: &'static str,
-    receipt_digest: &'a str,
-    runs: Each<'a, Run, RunOut<'a>>,
-    trace_digest: &'a str,
-}
-
-const FORMAT: &str = "kvroute-receipt/1";
-
-/// Canonical bytes of the full receipt, `receipt_digest` included. The digest covers
-/// the canonical bytes of the receipt without that member: the body is serialised
-/// once straight into the hasher, then the full receipt once into the result.
-pub fn receipt_bytes(trace_digest: &str, runs: &[Run]) -> Result<Vec<u8>, String> {
-    let mut hasher = Sha256::new();
-    let body = BodyOut {
-        format: FORMAT,
-        runs: Each(runs, RunOut::from),
-        trace_digest,
+/// Writes the receipt without `receipt_digest`, in byte order, to `sink`.
+pub fn stream(
+    trace: &Trace,
+    trace_digest: &str,
+    sink: &mut dyn FnMut(ReceiptPiece<'_>) -> ControlFlow<()>,
+) -> Streamed {
+    let mut out = Out {
+        sink,
+        hasher: Sha256::new(),
+        structure: Vec::new(),
+        element: Vec::new(),
+        path: String::new(),
     };
-    serde_json::to_writer(&mut hasher, &body).map_err(|e| format!("serialization failed: {e}"))?;
-    let mut receipt_digest = String::from("sha256:");
-    for byte in hasher.finalize() {
-        receipt_digest.push_str(&format!("{byte:02x}"));
+    match stream_into(trace, trace_digest, &mut out) {
+        ControlFlow::Break(()) => Streamed::Stopped,
+        ControlFlow::Continue(()) => Streamed::Complete {
+            receipt_digest: jcs::hex_digest(out.hasher.finalize().as_slice()),
+        },
     }
-    let receipt = ReceiptOut {
-        format: FORMAT,
-        receipt_digest: &receipt_digest,
-        runs: Each(runs, RunOut::from),
-        trace_digest,
-    };
-    serde_json::to_vec(&receipt).map_err(|e| format!("serialization failed: {e}"))
 }
 
-#[derive(Serialize)]
-struct RunMetricsOut {
-    metrics: MetricsOut,
-    policy: &'static str,
+fn stream_into(trace: &Trace, trace_digest: &str, out: &mut Out) -> ControlFlow<()> {
+    let (cache_log, observation_log) = logs(trace);
+    let events = in_order(trace);
+    let key_epoch = trace.policy.stale_rule == StaleRule::KeyEpoch;
+    out.structure(b"{\"format\":");
+    jcs::write_string(FORMAT, &mut out.structure);
+    out.structure(b",\"runs\":[");
+    for (i, kind) in receipt_policies(trace).into_iter().enumerate() {
+        if i > 0 {
+            out.structure(b",");
+        }
+        let mut router = Router::new(trace, kind);
+        let ids = router
+            .worker_ids()
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<String>>();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        out.structure(b"{\"cache_log\":[");
+        for (j, entry) in cache_log.iter().enumerate() {
+            if j > 0 {
+                out.structure(b",");
+            }
+            out.at(format_args!("runs[{i}].cache_log[{j}]"))
+                .element(&cache_entry_tree(entry, &ids, key_epoch))?;
+        }
+        out.structure(b"],\"decisions\":[");
+        let mut k = 0usize;
+        for event in &events {
+            if let Some(Outcome::Decision(decision)) = router.event(event) {
+                if k > 0 {
+                    out.structure(b",");
+                }
+                out.at(format_args!("runs[{i}].decisions[{k}]"))
+                    .element(&decision_tree(&decision, &ids))?;
+                k += 1;
+            }
+        }
+        out.structure(b"],\"metrics\":");
+        out.at(format_args!("runs[{i}].metrics"))
+            .element(&metrics_tree(&router.metrics()))?;
+        out.structure(b",\"observation_log\":[");
+        for (j, entry) in observation_log.iter().enumerate() {
+            if j > 0 {
+                out.structure(b",");
+            }
+            out.at(format_args!("runs[{i}].observation_log[{j}]"))
+                .element(&observation_tree(entry, &ids))?;
+        }
+        out.structure(b"],\"policy\":");
+        jcs::write_string(kind.name(), &mut out.structure);
+        out.structure(b"}");
+    }
+    out.structure(b"],\"trace_digest\":");
+    jcs::write_string(trace_digest, &mut out.structure);
+    out.structure(b"}");
+    out.flush()
 }
 
-/// Canonical bytes of `[{"metrics": …, "policy": …}, …]`, one per run: the receipt's
-/// metrics without its decisions, for comparing runs that keep no receipt.
-pub fn metrics_bytes(runs: &[Run]) -> Result<Vec<u8>, String> {
-    let runs: Vec<RunMetricsOut> = runs
+/// Canonical bytes of `[{"metrics": …, "policy": …}, …]`, one per run (no receipt).
+pub fn metrics_bytes(trace: &Trace) -> Vec<u8> {
+    let events = in_order(trace);
+    let mut runs = Vec::new();
+    for kind in receipt_policies(trace) {
+        let mut router = Router::new(trace, kind);
+        for event in &events {
+            router.event(event);
+        }
+        runs.push((kind.name(), router.metrics()));
+    }
+    let trees = runs
         .iter()
-        .map(|run| RunMetricsOut {
-            metrics: MetricsOut::from(&run.metrics),
-            policy: run.policy.name(),
+        .map(|(name, m)| {
+            Json::Object(vec![
+                ("metrics", metrics_tree(m)),
+                ("policy", Json::Str(name)),
+            ])
         })
         .collect();
-    serde_json::to_vec(&runs).map_err(|e| format!("serialization failed: {e}"))
+    jcs::to_bytes(&Json::Array(trees))
 }

@@ -1,6 +1,6 @@
 //! The naive reference for SPEC.md §11 and §11.1 (`kvroute simulate`, the closed-loop
 //! engine model), written from SPEC.md alone, without looking at kvroute-core. Per
-//! policy, a fresh router run ([`RunState`], the same code as the open-loop replay) is
+//! policy, a fresh router run ([`Router`], the same code as the open-loop replay) is
 //! fed one event at a time, interleaved with a plain model of each worker's engine: an
 //! LRU cache kept as a `Vec` of stamped entries and scanned linearly, a FIFO prefill
 //! clock, and the cache events each prefill completion publishes. Nothing is indexed or
@@ -32,7 +32,8 @@ use sha2::{Digest, Sha256};
 
 use crate::canonical::{canonical_trace_bytes, digest, jcs};
 use crate::model::{EpochNumbering, Event, EventKind, Profile, Segment, StaleRule, Trace, Worker};
-use crate::replay::{sorted_events, PolicyKind, RunState};
+use crate::policies::PolicyKind;
+use crate::run::{in_order, Outcome, Router};
 use crate::validate;
 
 /// The engine cache's capacity: resident tokens (`--cache-tokens`) or entries
@@ -257,8 +258,9 @@ struct Pending {
 }
 
 /// What one policy's closed loop yields.
+#[derive(Default)]
 struct LoopOutcome {
-    metrics: crate::replay::Metrics,
+    metrics: crate::run::Metrics,
     generated: Vec<Event>,
     stores: u64,
     evicts: u64,
@@ -351,7 +353,7 @@ fn engine_held(
 }
 
 /// First 8 bytes (big-endian) of SHA-256("<seed>/<worker index>/<epoch>"), modulo J + 1.
-pub(crate) fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u64) -> u64 {
+pub fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u64) -> u64 {
     let hash = Sha256::digest(format!("{seed}/{worker_index}/{epoch}").as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&hash[..8]);
@@ -362,7 +364,7 @@ pub(crate) fn jitter(seed: u64, worker_index: usize, epoch: u64, jitter_ticks: u
 /// Whether the bus loses the event of worker `worker_index` with epoch `epoch`: the first
 /// 8 bytes (big-endian) of SHA-256("loss/<seed>/<worker index>/<epoch>"), modulo 1000,
 /// below the per-mille loss. A draw independent of the jitter's.
-pub(crate) fn lost(seed: u64, worker_index: usize, epoch: u64, loss_per_mille: u64) -> bool {
+pub fn lost(seed: u64, worker_index: usize, epoch: u64, loss_per_mille: u64) -> bool {
     let hash = Sha256::digest(format!("loss/{seed}/{worker_index}/{epoch}").as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&hash[..8]);
@@ -434,15 +436,25 @@ fn over_capacity(cache: &[EngineEntry], capacity: SimCache) -> bool {
 /// publishes, in order (§11 "Publication"), without seqs or ticks yet: each is
 /// `(epoch, kind)`.
 fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(u64, EventKind)> {
-    let same_namespace = |e: &EngineEntry| {
-        e.tenant == pending.tenant && e.model == pending.model && e.adapter == pending.adapter
-    };
+    let stored = fitting_segments(&pending.prefix, capacity);
+    let (changed, positions) = store_segments(engine, pending, &stored);
+    // Stamp last segment first: the prefix's head ends up the most recently used.
+    // Exactly the entries stamped from `first_stamp` on are touched by this completion.
+    let first_stamp = engine.next_stamp;
+    for &i in positions.iter().rev() {
+        engine.cache[i].stamp = engine.next_stamp;
+        engine.next_stamp += 1;
+    }
+    let evicted = evict_lru(engine, first_stamp, capacity);
+    publications(engine, pending, changed, &evicted)
+}
 
-    // The leading segments whose total fits an empty cache; 0-token segments hold
-    // nothing and are skipped.
+/// The leading segments whose total fits an empty cache; 0-token segments hold nothing
+/// and are skipped.
+fn fitting_segments(prefix: &[Segment], capacity: SimCache) -> Vec<&Segment> {
     let mut stored: Vec<&Segment> = Vec::new();
     let mut total: u128 = 0;
-    for segment in &pending.prefix {
+    for segment in prefix {
         if segment.tokens == 0 {
             continue;
         }
@@ -456,17 +468,27 @@ fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(
         total = next;
         stored.push(segment);
     }
+    stored
+}
 
-    // Store in segment order; a segment is published when it was newly resident or
-    // changed size at the moment it was stored. `positions[i]` is where `stored[i]`
-    // lives in the cache (entries are only appended here, so positions stay valid).
+/// Stores in segment order; a segment is published when it was newly resident or
+/// changed size at the moment it was stored. Returns the published segments and where
+/// each stored segment lives in the cache (entries are only appended here, so the
+/// positions stay valid).
+fn store_segments(
+    engine: &mut Engine,
+    pending: &Pending,
+    stored: &[&Segment],
+) -> (Vec<Segment>, Vec<usize>) {
     let mut changed: Vec<Segment> = Vec::new();
     let mut positions: Vec<usize> = Vec::new();
-    for segment in &stored {
-        let found = engine
-            .cache
-            .iter()
-            .position(|e| e.key == segment.key && same_namespace(e));
+    for segment in stored {
+        let found = engine.cache.iter().position(|e| {
+            e.key == segment.key
+                && e.tenant == pending.tenant
+                && e.model == pending.model
+                && e.adapter == pending.adapter
+        });
         match found {
             Some(i) => {
                 if engine.cache[i].tokens != segment.tokens {
@@ -489,17 +511,12 @@ fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(
             }
         }
     }
+    (changed, positions)
+}
 
-    // Stamp last segment first: the prefix's head ends up the most recently used.
-    // Exactly the entries stamped from `first_stamp` on are touched by this completion.
-    let first_stamp = engine.next_stamp;
-    for &i in positions.iter().rev() {
-        engine.cache[i].stamp = engine.next_stamp;
-        engine.next_stamp += 1;
-    }
-
-    // Evict the least recently used entries not touched by this completion until the
-    // cache fits.
+/// Evicts the least recently used entries not touched by this completion (stamped
+/// before `first_stamp`) until the cache fits; returns them in eviction order.
+fn evict_lru(engine: &mut Engine, first_stamp: u64, capacity: SimCache) -> Vec<EngineEntry> {
     let mut evicted: Vec<EngineEntry> = Vec::new();
     while over_capacity(&engine.cache, capacity) {
         let mut oldest: Option<usize> = None;
@@ -517,7 +534,18 @@ fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(
             None => break, // cannot happen: the stored segments fit an empty cache
         }
     }
+    evicted
+}
 
+/// The events a completion publishes, each with the worker's next epoch: the store of
+/// the changed segments (if any), then one evict per namespace in (tenant, model,
+/// adapter) order, keys in eviction order.
+fn publications(
+    engine: &mut Engine,
+    pending: &Pending,
+    changed: Vec<Segment>,
+    evicted: &[EngineEntry],
+) -> Vec<(u64, EventKind)> {
     let mut events = Vec::new();
     if !changed.is_empty() {
         engine.epoch += 1;
@@ -533,10 +561,8 @@ fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(
             },
         ));
     }
-    // One evict per namespace, namespaces in (tenant, model, adapter) order, keys in
-    // eviction order.
     let mut namespaces: Vec<(String, String, String)> = Vec::new();
-    for e in &evicted {
+    for e in evicted {
         let ns = (e.tenant.clone(), e.model.clone(), e.adapter.clone());
         if !namespaces.contains(&ns) {
             namespaces.push(ns);
@@ -565,181 +591,205 @@ fn complete(engine: &mut Engine, pending: &Pending, capacity: SimCache) -> Vec<(
     events
 }
 
-/// One policy's closed loop over the simulated trace.
-fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOutcome {
-    let mut router = RunState::new(sim, policy);
-    let mut engines = fresh_engines(sim);
-    let requests: Vec<&Event> = sorted_events(sim);
-    // Generated events get seqs above every request's, in generation order.
-    let mut next_seq: u64 = sim.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1;
+/// The state of one policy's closed loop: the router's run, the engines, and the
+/// events generated, in flight and pending.
+struct ClosedLoop<'s> {
+    sim: &'s Trace,
+    options: &'s SimOptions,
+    router: Router<'s>,
+    engines: Vec<Engine>,
+    requests: Vec<&'s Event>,
+    next_request: usize,
+    next_seq: u64,
+    /// Every generated event in generation order (the generated trace) and the ones not
+    /// yet delivered to the router.
+    generated: Vec<Event>,
+    in_flight: Vec<Event>,
+    pending: Vec<Pending>,
+    admitted: u64,
+    outcome: LoopOutcome,
+}
 
-    let mut next_request = 0usize;
-    // Every generated event, in generation order (for the generated trace), and the
-    // ones not yet delivered to the router.
-    let mut generated: Vec<Event> = Vec::new();
-    let mut in_flight: Vec<Event> = Vec::new();
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut admitted: u64 = 0;
-    let (mut stores, mut evicts, mut phantom, mut missed) = (0u64, 0u64, 0u64, 0u64);
-    let (mut lost_events, mut resyncs) = (0u64, 0u64);
-    let sequential = sim.policy.epochs == EpochNumbering::Sequential;
-
-    loop {
-        // The next router event: the earliest (tick, seq) among the next request and
-        // the events in flight (`Some(i)`: `in_flight[i]`; `None`: the request).
-        let mut router_next: Option<(u64, u64, Option<usize>)> =
-            requests.get(next_request).map(|e| (e.tick, e.seq, None));
-        for (i, e) in in_flight.iter().enumerate() {
-            let earlier = match router_next {
-                Some((tick, seq, _)) => (e.tick, e.seq) < (tick, seq),
-                None => true,
-            };
-            if earlier {
-                router_next = Some((e.tick, e.seq, Some(i)));
-            }
-        }
-        // The earliest pending completion, ties in admission order.
-        let mut completion_next: Option<usize> = None;
-        for (i, p) in pending.iter().enumerate() {
-            let earlier = match completion_next {
-                Some(c) => {
-                    (p.completion, p.admitted) < (pending[c].completion, pending[c].admitted)
-                }
-                None => true,
-            };
-            if earlier {
-                completion_next = Some(i);
-            }
-        }
-
-        let take_completion = match (completion_next, router_next) {
-            (Some(c), Some((tick, _, _))) => pending[c].completion <= tick,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-
-        if take_completion {
-            let Some(c) = completion_next else { break };
-            let done = pending.remove(c);
-            let engine = &mut engines[done.worker];
-            for (epoch, kind) in complete(engine, &done, options.cache) {
-                match kind {
-                    EventKind::Store { .. } => stores += 1,
-                    _ => evicts += 1,
-                }
-                // A lost event took its epoch and its seq, and is delivered nowhere.
-                if lost(options.seed, engine.index, epoch, options.loss_per_mille) {
-                    lost_events += 1;
-                    next_seq += 1;
-                    continue;
-                }
-                let delay = options.lag_ticks.saturating_add(jitter(
-                    options.seed,
-                    engine.index,
-                    epoch,
-                    options.jitter_ticks,
-                ));
-                let event = Event {
-                    index: sim.events.len() + generated.len(),
-                    seq: next_seq,
-                    tick: done.completion.saturating_add(delay),
-                    kind,
-                };
-                next_seq += 1;
-                generated.push(event.clone());
-                in_flight.push(event);
-            }
-            continue;
-        }
-
-        let Some((_, _, source)) = router_next else {
-            break;
-        };
-        match source {
-            Some(i) => {
-                let event = in_flight.remove(i);
-                // Its worker's position in id order, the router's and the engines' both.
-                let w = event
-                    .worker()
-                    .and_then(|id| engines.iter().position(|e| e.id == id));
-                let gap_before = w.map(|w| router.has_evidence_gap(w)).unwrap_or(false);
-                router.step(&event);
-                let gap_after = w.map(|w| router.has_evidence_gap(w)).unwrap_or(false);
-                if let (true, false, true, Some(w)) = (sequential, gap_before, gap_after, w) {
-                    // Re-query: the engine answers at once over a lossless channel;
-                    // delivered at t + lag, no jitter.
-                    resyncs += 1;
-                    let engine = &mut engines[w];
-                    for (_, kind) in requery_answer(engine) {
-                        let answer = Event {
-                            index: sim.events.len() + generated.len(),
-                            seq: next_seq,
-                            tick: event.tick.saturating_add(options.lag_ticks),
-                            kind,
-                        };
-                        next_seq += 1;
-                        generated.push(answer.clone());
-                        in_flight.push(answer);
-                    }
-                }
-            }
-            None => {
-                let event = requests[next_request];
-                next_request += 1;
-                let Some(w) = router.step(event) else {
-                    continue;
-                };
-                let EventKind::Request {
-                    tenant,
-                    model,
-                    adapter,
-                    prefix,
-                    prompt_tokens,
-                    ..
-                } = &event.kind
-                else {
-                    continue;
-                };
-                let reuse = router
-                    .decisions()
-                    .last()
-                    .and_then(|d| d.candidates.get(w))
-                    .map(|row| row.reuse)
-                    .unwrap_or(0);
-                let engine = &mut engines[w];
-                let held = engine_held(engine, tenant, model, adapter, prefix, *prompt_tokens);
-                phantom = phantom.saturating_add(reuse.saturating_sub(held));
-                missed = missed.saturating_add(held.saturating_sub(reuse));
-                let recomputed = prompt_tokens - held;
-                let start = event.tick.max(engine.prefill_end);
-                let completion = start.saturating_add(recomputed.div_ceil(engine.prefill_rate));
-                engine.prefill_end = completion;
-                pending.push(Pending {
-                    completion,
-                    admitted,
-                    worker: w,
-                    tenant: tenant.clone(),
-                    model: model.clone(),
-                    adapter: adapter.clone(),
-                    prefix: prefix.clone(),
-                });
-                admitted += 1;
-            }
+impl<'s> ClosedLoop<'s> {
+    fn new(sim: &'s Trace, policy: PolicyKind, options: &'s SimOptions) -> ClosedLoop<'s> {
+        ClosedLoop {
+            sim,
+            options,
+            router: Router::new(sim, policy),
+            engines: fresh_engines(sim),
+            requests: in_order(sim),
+            next_request: 0,
+            // Generated events get seqs above every request's, in generation order.
+            next_seq: sim.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1,
+            generated: Vec::new(),
+            in_flight: Vec::new(),
+            pending: Vec::new(),
+            admitted: 0,
+            outcome: LoopOutcome::default(),
         }
     }
 
-    LoopOutcome {
-        metrics: router.finish().metrics,
-        generated,
-        stores,
-        evicts,
-        lost: lost_events,
-        resyncs,
-        phantom,
-        missed,
+    /// The next router event: the earliest `(tick, seq)` among the next request and the
+    /// events in flight (`Some(i)`: `in_flight[i]`; `None`: the request).
+    fn next_router_event(&self) -> Option<(u64, Option<usize>)> {
+        let mut next: Option<(u64, u64, Option<usize>)> = self
+            .requests
+            .get(self.next_request)
+            .map(|e| (e.tick, e.seq, None));
+        for (i, e) in self.in_flight.iter().enumerate() {
+            if next.is_none_or(|(tick, seq, _)| (e.tick, e.seq) < (tick, seq)) {
+                next = Some((e.tick, e.seq, Some(i)));
+            }
+        }
+        next.map(|(tick, _, source)| (tick, source))
+    }
+
+    /// The earliest pending completion, ties in admission order.
+    fn next_completion(&self) -> Option<usize> {
+        let mut next: Option<usize> = None;
+        for (i, p) in self.pending.iter().enumerate() {
+            let earlier = next.is_none_or(|c| {
+                (p.completion, p.admitted) < (self.pending[c].completion, self.pending[c].admitted)
+            });
+            if earlier {
+                next = Some(i);
+            }
+        }
+        next
+    }
+
+    /// Runs the loop until nothing is pending: completions first at each tick.
+    fn run(mut self) -> LoopOutcome {
+        loop {
+            let completion = self.next_completion();
+            let router_next = self.next_router_event();
+            let take_completion = match (completion, router_next) {
+                (Some(c), Some((tick, _))) => self.pending[c].completion <= tick,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            match (take_completion, completion, router_next) {
+                (true, Some(c), _) => self.complete_prefill(c),
+                (false, _, Some((_, Some(i)))) => self.deliver(i),
+                (false, _, Some((_, None))) => self.route_next_request(),
+                _ => break,
+            }
+        }
+        self.outcome.metrics = self.router.metrics();
+        self.outcome.generated = self.generated;
+        self.outcome
+    }
+
+    /// A prefill completes: its engine publishes, the bus loses or delays each event.
+    fn complete_prefill(&mut self, c: usize) {
+        let done = self.pending.remove(c);
+        let options = self.options;
+        let engine = &mut self.engines[done.worker];
+        for (epoch, kind) in complete(engine, &done, options.cache) {
+            match kind {
+                EventKind::Store { .. } => self.outcome.stores += 1,
+                _ => self.outcome.evicts += 1,
+            }
+            // A lost event took its epoch and its seq, and is delivered nowhere.
+            if lost(options.seed, engine.index, epoch, options.loss_per_mille) {
+                self.outcome.lost += 1;
+                self.next_seq += 1;
+                continue;
+            }
+            let jitter = jitter(options.seed, engine.index, epoch, options.jitter_ticks);
+            let delay = options.lag_ticks.saturating_add(jitter);
+            let event = Event {
+                index: self.sim.events.len() + self.generated.len(),
+                seq: self.next_seq,
+                tick: done.completion.saturating_add(delay),
+                kind,
+            };
+            self.next_seq += 1;
+            self.generated.push(event.clone());
+            self.in_flight.push(event);
+        }
+    }
+
+    /// Delivers `in_flight[i]` to the router; a worker that goes from no gap to a gap
+    /// under sequential epochs is re-queried (§11 "Re-query").
+    fn deliver(&mut self, i: usize) {
+        let event = self.in_flight.remove(i);
+        // Its worker's position in id order, the router's and the engines' both.
+        let w = event
+            .worker()
+            .and_then(|id| self.engines.iter().position(|e| e.id == id));
+        let gap_before = w.is_some_and(|w| self.router.has_gap(w));
+        self.router.event(&event);
+        let gap_after = w.is_some_and(|w| self.router.has_gap(w));
+        let sequential = self.sim.policy.epochs == EpochNumbering::Sequential;
+        let Some(w) = w.filter(|_| sequential && !gap_before && gap_after) else {
+            return;
+        };
+        // The engine answers at once over a lossless channel; delivered at t + lag.
+        self.outcome.resyncs += 1;
+        for (_, kind) in requery_answer(&mut self.engines[w]) {
+            let answer = Event {
+                index: self.sim.events.len() + self.generated.len(),
+                seq: self.next_seq,
+                tick: event.tick.saturating_add(self.options.lag_ticks),
+                kind,
+            };
+            self.next_seq += 1;
+            self.generated.push(answer.clone());
+            self.in_flight.push(answer);
+        }
+    }
+
+    /// Routes the next request; a routed one is admitted to its engine's prefill.
+    fn route_next_request(&mut self) {
+        let event = self.requests[self.next_request];
+        self.next_request += 1;
+        let Some(Outcome::Decision(decision)) = self.router.event(event) else {
+            return;
+        };
+        let (
+            Some(w),
+            EventKind::Request {
+                tenant,
+                model,
+                adapter,
+                prefix,
+                prompt_tokens,
+                ..
+            },
+        ) = (decision.chosen, &event.kind)
+        else {
+            return;
+        };
+        let reuse = decision.candidates.get(w).map_or(0, |row| row.reuse);
+        let engine = &mut self.engines[w];
+        let held = engine_held(engine, tenant, model, adapter, prefix, *prompt_tokens);
+        self.outcome.phantom = self
+            .outcome
+            .phantom
+            .saturating_add(reuse.saturating_sub(held));
+        self.outcome.missed = self
+            .outcome
+            .missed
+            .saturating_add(held.saturating_sub(reuse));
+        let recomputed = prompt_tokens - held;
+        let start = event.tick.max(engine.prefill_end);
+        let completion = start.saturating_add(recomputed.div_ceil(engine.prefill_rate));
+        engine.prefill_end = completion;
+        self.pending.push(Pending {
+            completion,
+            admitted: self.admitted,
+            worker: w,
+            tenant: tenant.clone(),
+            model: model.clone(),
+            adapter: adapter.clone(),
+            prefix: prefix.clone(),
+        });
+        self.admitted += 1;
     }
 }
 
-#[cfg(test)]
-#[path = "simulate_tests.rs"]
-mod tests;
+/// One policy's closed loop over the simulated trace.
+fn closed_loop(sim: &Trace, policy: PolicyKind, options: &SimOptions) -> LoopOutcome {
+    ClosedLoop::new(sim, policy, options).run()
+}

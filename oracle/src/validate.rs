@@ -6,7 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::json::{self, member, quote, quote_str, Node};
+use crate::json::{self, member, quote, quote_str, Member, Node};
+use crate::limits;
 use crate::model::{
     Entry, EpochNumbering, Event, EventKind, Grant, Policy, Profile, Segment, StaleRule, Trace,
     Worker,
@@ -76,7 +77,7 @@ const REQUEST_MEMBERS: &[&str] = &[
 /// Path of a member: `parent.name`, or just `name` at the top level (parent `""`).
 /// A name that is not a plain identifier goes in brackets as a JSON string
 /// (`parent["a b"]`, `$["a b"]` at the top level), per SPEC §2.1.
-fn member_path(parent: &str, name: &str) -> String {
+pub fn member_path(parent: &str, name: &str) -> String {
     let mut chars = name.chars();
     let plain = match chars.next() {
         Some(first) => {
@@ -97,7 +98,7 @@ fn member_path(parent: &str, name: &str) -> String {
     }
 }
 
-fn index_path(parent: &str, index: usize) -> String {
+pub fn index_path(parent: &str, index: usize) -> String {
     format!("{parent}[{index}]")
 }
 
@@ -123,7 +124,7 @@ fn shown_path(path: &str) -> String {
 }
 
 /// One `PATH: reason` line; the whole document (path `""`) is written `$`.
-fn line(path: &str, reason: &str) -> String {
+pub fn line(path: &str, reason: &str) -> String {
     let shown = if path.is_empty() { "$" } else { path };
     format!("{}: {reason}", shown_path(shown))
 }
@@ -189,19 +190,19 @@ pub fn check(bytes: &[u8]) -> Result<Trace, Vec<String>> {
     };
 
     // Stage 3: cross-references and static limits.
-    let lines = cross_references(&trace);
+    let lines = limits::cross_references(&trace);
     if !lines.is_empty() {
         return Err(capped(lines));
     }
 
     // Stage 4: the residency limit.
-    let lines = residency(&trace);
+    let lines = limits::residency(&trace);
     if !lines.is_empty() {
         return Err(capped(lines));
     }
 
     // Stage 5: overflow.
-    if let Some(error) = overflow(&trace) {
+    if let Some(error) = limits::overflow(&trace) {
         return Err(vec![error]);
     }
     Ok(trace)
@@ -220,7 +221,7 @@ impl Shape {
         self.lines.push(line(path, &reason));
     }
 
-    fn object<'a>(&mut self, node: &'a Node, path: &str) -> Option<&'a [(String, Node)]> {
+    fn object<'a, 'd>(&mut self, node: &'a Node<'d>, path: &str) -> Option<&'a [Member<'d>]> {
         match node {
             Node::Object(members) => Some(members),
             other => {
@@ -230,7 +231,7 @@ impl Shape {
         }
     }
 
-    fn array<'a>(&mut self, node: &'a Node, path: &str) -> Option<&'a [Node]> {
+    fn array<'a, 'd>(&mut self, node: &'a Node<'d>, path: &str) -> Option<&'a [Node<'d>]> {
         match node {
             Node::Array(items) => Some(items),
             other => {
@@ -242,7 +243,7 @@ impl Shape {
 
     fn string(&mut self, node: &Node, path: &str) -> Option<String> {
         match node {
-            Node::String(text) if !text.is_empty() => Some(text.clone()),
+            Node::String(text) if !text.is_empty() => Some(text.to_string()),
             other => {
                 self.error(
                     path,
@@ -329,7 +330,7 @@ impl Shape {
     /// occurrence with `check` (repeats are reported later by `extras`).
     fn required<T>(
         &mut self,
-        members: &[(String, Node)],
+        members: &[Member],
         parent: &str,
         name: &str,
         check: impl FnOnce(&mut Self, &Node, &str) -> Option<T>,
@@ -344,21 +345,11 @@ impl Shape {
         }
     }
 
-    fn required_string(
-        &mut self,
-        members: &[(String, Node)],
-        parent: &str,
-        name: &str,
-    ) -> Option<String> {
+    fn required_string(&mut self, members: &[Member], parent: &str, name: &str) -> Option<String> {
         self.required(members, parent, name, Self::string)
     }
 
-    fn required_integer(
-        &mut self,
-        members: &[(String, Node)],
-        parent: &str,
-        name: &str,
-    ) -> Option<u64> {
+    fn required_integer(&mut self, members: &[Member], parent: &str, name: &str) -> Option<u64> {
         self.required(members, parent, name, Self::integer)
     }
 
@@ -384,14 +375,14 @@ impl Shape {
     /// Unknown and repeated members, in document order (SPEC.md §2.2). An unlisted
     /// name is "unknown" at every occurrence; a listed name seen earlier in the same
     /// object is "repeated".
-    fn extras(&mut self, members: &[(String, Node)], allowed: &[&str], parent: &str) {
+    fn extras(&mut self, members: &[Member], allowed: &[&str], parent: &str) {
         // A set of the names seen so far (membership only), so that an object with very
         // many members is not checked in quadratic time.
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for (name, _) in members {
             let path = member_path(parent, name);
-            let earlier = !seen.insert(name.as_str());
-            if !allowed.contains(&name.as_str()) {
+            let earlier = !seen.insert(name.as_ref());
+            if !allowed.contains(&name.as_ref()) {
                 self.error(&path, format!("unknown member {}", quote_str(name)));
             } else if earlier {
                 self.error(&path, format!("repeated member {}", quote_str(name)));
@@ -403,7 +394,7 @@ impl Shape {
     /// not one of them (the error is recorded).
     fn choice(
         &mut self,
-        members: &[(String, Node)],
+        members: &[Member],
         parent: &str,
         name: &str,
         options: &[&'static str],
@@ -411,7 +402,7 @@ impl Shape {
     ) -> Option<&'static str> {
         self.required(members, parent, name, |shape, node, path| {
             if let Node::String(text) = node {
-                if let Some(option) = options.iter().find(|o| **o == text.as_str()) {
+                if let Some(option) = options.iter().find(|o| **o == text.as_ref()) {
                     return Some(*option);
                 }
             }
@@ -515,7 +506,7 @@ impl Shape {
                     StaleRule::ArrivalOrder,
                 ];
                 let found = match value {
-                    Node::String(text) => rules.into_iter().find(|r| r.name() == text.as_str()),
+                    Node::String(text) => rules.into_iter().find(|r| r.name() == text.as_ref()),
                     _ => None,
                 };
                 if found.is_none() {
@@ -536,7 +527,7 @@ impl Shape {
                 let numberings = [EpochNumbering::Any, EpochNumbering::Sequential];
                 let found = match value {
                     Node::String(text) => {
-                        numberings.into_iter().find(|n| n.name() == text.as_str())
+                        numberings.into_iter().find(|n| n.name() == text.as_ref())
                     }
                     _ => None,
                 };
@@ -680,12 +671,7 @@ impl Shape {
         })
     }
 
-    fn cache_event(
-        &mut self,
-        members: &[(String, Node)],
-        path: &str,
-        op: &str,
-    ) -> Option<EventKind> {
+    fn cache_event(&mut self, members: &[Member], path: &str, op: &str) -> Option<EventKind> {
         let worker = self.required_string(members, path, "worker");
         let epoch = self.required_integer(members, path, "epoch");
         match op {
@@ -729,7 +715,7 @@ impl Shape {
         }
     }
 
-    fn load_event(&mut self, members: &[(String, Node)], path: &str) -> Option<EventKind> {
+    fn load_event(&mut self, members: &[Member], path: &str) -> Option<EventKind> {
         let worker = self.required_string(members, path, "worker");
         let observed_tick = self.required_integer(members, path, "observed_tick");
         let queued_prefill = self.required_integer(members, path, "queued_prefill");
@@ -743,7 +729,7 @@ impl Shape {
         })
     }
 
-    fn request_event(&mut self, members: &[(String, Node)], path: &str) -> Option<EventKind> {
+    fn request_event(&mut self, members: &[Member], path: &str) -> Option<EventKind> {
         let id = self.required_string(members, path, "id");
         let tenant = self.required_string(members, path, "tenant");
         let model = self.required_string(members, path, "model");
@@ -761,375 +747,5 @@ impl Shape {
             prompt_tokens: prompt_tokens?,
             decode_tokens: decode_tokens?,
         })
-    }
-}
-
-/// `<n> <what> exceed the <profile> limit of <m><per>` at `path`, when `n > m`.
-fn limit_line(
-    path: &str,
-    count: u64,
-    what: &str,
-    profile: Profile,
-    max: u64,
-    per: &str,
-) -> Option<String> {
-    (count > max).then(|| {
-        line(
-            path,
-            &format!(
-                "{count} {what} exceed the {} limit of {max}{per}",
-                profile.name()
-            ),
-        )
-    })
-}
-
-/// Stage 3 (SPEC §1.2, the static limits of §1.3, order from §2.3). Sets are
-/// BTreeSets: only membership is asked of them, never their iteration order.
-fn cross_references(trace: &Trace) -> Vec<String> {
-    let mut lines = Vec::new();
-    let profile = trace.limits;
-
-    // Per grant, in array order: its tenants.
-    for (i, grant) in trace.sharing.iter().enumerate() {
-        let tenants_path = member_path(&index_path("sharing", i), "tenants");
-        lines.extend(limit_line(
-            &tenants_path,
-            grant.tenants.len() as u64,
-            "tenants",
-            profile,
-            profile.tenants_per_grant_max(),
-            " per grant",
-        ));
-    }
-
-    // Per worker, in array order: duplicate id, adapters, duplicate cache entries, cache.
-    let mut seen_workers: BTreeSet<&str> = BTreeSet::new();
-    for (i, worker) in trace.workers.iter().enumerate() {
-        let worker_path = index_path("workers", i);
-        if !seen_workers.insert(worker.id.as_str()) {
-            lines.push(line(
-                &member_path(&worker_path, "id"),
-                &format!("duplicate worker id {}", quote_str(&worker.id)),
-            ));
-        }
-        lines.extend(limit_line(
-            &member_path(&worker_path, "adapters"),
-            worker.adapters.len() as u64,
-            "adapters",
-            profile,
-            profile.adapters_per_worker_max(),
-            " per worker",
-        ));
-        let cache_path = member_path(&worker_path, "cache");
-        let mut seen_entries: BTreeSet<(&str, &str, &str, &str)> = BTreeSet::new();
-        for (j, entry) in worker.cache.iter().enumerate() {
-            let entry_name = (
-                entry.tenant.as_str(),
-                entry.model.as_str(),
-                entry.adapter.as_str(),
-                entry.key.as_str(),
-            );
-            if !seen_entries.insert(entry_name) {
-                lines.push(line(
-                    &index_path(&cache_path, j),
-                    &format!("duplicate cache entry for key {}", quote_str(&entry.key)),
-                ));
-            }
-        }
-        // The array's length, entries of 0 tokens included (SPEC §1.3).
-        lines.extend(limit_line(
-            &cache_path,
-            worker.cache.len() as u64,
-            "cache entries",
-            profile,
-            profile.cache_entries_per_worker_max(),
-            " per worker",
-        ));
-    }
-
-    // Per event, in array order.
-    let mut seen_seqs: BTreeSet<u64> = BTreeSet::new();
-    let mut seen_requests: BTreeSet<&str> = BTreeSet::new();
-    for event in &trace.events {
-        let event_path = index_path("events", event.index);
-        if !seen_seqs.insert(event.seq) {
-            lines.push(line(
-                &member_path(&event_path, "seq"),
-                &format!("duplicate seq {}", event.seq),
-            ));
-        }
-        if let EventKind::Request { id, .. } = &event.kind {
-            if !seen_requests.insert(id.as_str()) {
-                lines.push(line(
-                    &member_path(&event_path, "id"),
-                    &format!("duplicate request id {}", quote_str(id)),
-                ));
-            }
-        }
-        if let Some(worker) = event.worker() {
-            // After the loop above, `seen_workers` holds every worker id of the trace.
-            if !seen_workers.contains(worker) {
-                lines.push(line(
-                    &member_path(&event_path, "worker"),
-                    &format!("unknown worker {}", quote_str(worker)),
-                ));
-            }
-        }
-        if let EventKind::Load { observed_tick, .. } = &event.kind {
-            if *observed_tick > event.tick {
-                lines.push(line(
-                    &member_path(&event_path, "observed_tick"),
-                    &format!(
-                        "observed_tick {observed_tick} is after the event tick {}",
-                        event.tick
-                    ),
-                ));
-            }
-        }
-        if let EventKind::Request {
-            prefix,
-            prompt_tokens,
-            decode_tokens,
-            ..
-        } = &event.kind
-        {
-            // u128: many segments of up to B tokens each cannot overflow it.
-            let prefix_tokens: u128 = prefix.iter().map(|s| u128::from(s.tokens)).sum();
-            if prefix_tokens > u128::from(*prompt_tokens) {
-                lines.push(line(
-                    &member_path(&event_path, "prefix"),
-                    &format!("prefix tokens {prefix_tokens} exceed prompt_tokens {prompt_tokens}"),
-                ));
-            }
-            let tokens = u128::from(*prompt_tokens) + u128::from(*decode_tokens);
-            let limit = profile.tokens_per_request_max();
-            if tokens > u128::from(limit) {
-                lines.push(line(
-                    &event_path,
-                    &format!(
-                        "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {limit}",
-                        profile.name()
-                    ),
-                ));
-            }
-        }
-        // Keys per event: the one array of keys the event carries, if any.
-        let keyed = match &event.kind {
-            EventKind::Request { prefix, .. } => Some(("prefix", prefix.len())),
-            EventKind::Store { segments, .. } => Some(("segments", segments.len())),
-            EventKind::Evict { keys, .. } => Some(("keys", keys.len())),
-            EventKind::Clear { .. } | EventKind::Load { .. } => None,
-        };
-        if let Some((array_name, key_count)) = keyed {
-            lines.extend(limit_line(
-                &member_path(&event_path, array_name),
-                key_count as u64,
-                "keys",
-                profile,
-                profile.keys_per_event_max(),
-                " per event",
-            ));
-        }
-    }
-
-    // Count limits: sharing grants, workers, requests, events.
-    lines.extend(limit_line(
-        "sharing",
-        trace.sharing.len() as u64,
-        "sharing grants",
-        profile,
-        profile.sharing_grants_max(),
-        "",
-    ));
-    lines.extend(limit_line(
-        "workers",
-        trace.workers.len() as u64,
-        "workers",
-        profile,
-        profile.workers_max(),
-        "",
-    ));
-    let request_count = trace
-        .events
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::Request { .. }))
-        .count() as u64;
-    lines.extend(limit_line(
-        "events",
-        request_count,
-        "requests",
-        profile,
-        profile.requests_max(),
-        "",
-    ));
-    lines.extend(limit_line(
-        "events",
-        trace.events.len() as u64,
-        "events",
-        profile,
-        profile.events_max(),
-        "",
-    ));
-    lines
-}
-
-/// Stage 4, the residency limit of SPEC §1.3: the cache events alone are replayed from
-/// the initial caches in `(tick, seq)` order, each non-stale one applied as §3.2 says,
-/// and after each applied store its worker's resident entries (distinct namespaced keys
-/// with more than 0 tokens) are counted. Only the first store over the limit of each
-/// worker is reported. Caches are plain vectors scanned linearly; stage 3 passed, so
-/// every event names a known worker and seqs are unique.
-fn residency(trace: &Trace) -> Vec<String> {
-    let profile = trace.limits;
-    let max = profile.cache_entries_per_worker_max();
-    // Per worker, in array order: last epoch, cache, whether it was reported already.
-    let mut last_epochs: Vec<u64> = trace.workers.iter().map(|w| w.epoch).collect();
-    let mut caches: Vec<Vec<Entry>> = trace.workers.iter().map(|w| w.cache.clone()).collect();
-    let mut reported: Vec<bool> = vec![false; trace.workers.len()];
-
-    let mut order: Vec<&Event> = trace.events.iter().collect();
-    order.sort_by_key(|e| (e.tick, e.seq));
-
-    let mut lines = Vec::new();
-    for event in order {
-        let (worker_id, epoch) = match &event.kind {
-            EventKind::Store { worker, epoch, .. }
-            | EventKind::Evict { worker, epoch, .. }
-            | EventKind::Clear { worker, epoch } => (worker, *epoch),
-            EventKind::Load { .. } | EventKind::Request { .. } => continue,
-        };
-        let Some(w) = trace.workers.iter().position(|w| &w.id == worker_id) else {
-            continue;
-        };
-        if epoch <= last_epochs[w] {
-            continue; // stale: nothing changes
-        }
-        last_epochs[w] = epoch;
-        let cache = &mut caches[w];
-        match &event.kind {
-            EventKind::Store {
-                tenant,
-                model,
-                adapter,
-                segments,
-                ..
-            } => {
-                // In segment order, so a repeated key's last segment wins.
-                for segment in segments {
-                    let existing = cache.iter_mut().find(|e| {
-                        &e.tenant == tenant
-                            && &e.model == model
-                            && &e.adapter == adapter
-                            && e.key == segment.key
-                    });
-                    match existing {
-                        Some(entry) => entry.tokens = segment.tokens,
-                        None => cache.push(Entry {
-                            tenant: tenant.clone(),
-                            model: model.clone(),
-                            adapter: adapter.clone(),
-                            key: segment.key.clone(),
-                            tokens: segment.tokens,
-                        }),
-                    }
-                }
-                // The vector never holds a namespaced key twice (stage 3 checked the
-                // initial caches; stores update in place), so counting its entries of
-                // more than 0 tokens counts distinct resident entries.
-                let resident = cache.iter().filter(|e| e.tokens > 0).count() as u64;
-                if resident > max && !reported[w] {
-                    reported[w] = true;
-                    lines.push(line(
-                        &index_path("events", event.index),
-                        &format!(
-                            "worker {} would hold {resident} cache entries, over the {} limit of {max}",
-                            quote_str(worker_id),
-                            profile.name()
-                        ),
-                    ));
-                }
-            }
-            EventKind::Evict {
-                tenant,
-                model,
-                adapter,
-                keys,
-                ..
-            } => cache.retain(|e| {
-                !(&e.tenant == tenant
-                    && &e.model == model
-                    && &e.adapter == adapter
-                    && keys.contains(&e.key))
-            }),
-            _ => cache.clear(),
-        }
-    }
-    lines
-}
-
-/// Stage 5, the overflow rule of SPEC §1.4 (`bound`, and `dynamo_bound` when
-/// `dynamo_block_tokens` is set), in 128-bit integers that saturate: a saturated figure
-/// is far above B, so the answer is the exact computation's.
-fn overflow(trace: &Trace) -> Option<String> {
-    let mut queued_max: u64 = 0;
-    let mut active_max: u64 = 0;
-    for worker in &trace.workers {
-        queued_max = queued_max.max(worker.queued_prefill);
-        active_max = active_max.max(worker.active_decode);
-    }
-    let mut prompt_sum: u128 = 0;
-    let mut decode_sum: u128 = 0;
-    let mut prompt_max: u64 = 0;
-    for event in &trace.events {
-        match &event.kind {
-            EventKind::Load {
-                queued_prefill,
-                active_decode,
-                ..
-            } => {
-                queued_max = queued_max.max(*queued_prefill);
-                active_max = active_max.max(*active_decode);
-            }
-            EventKind::Request {
-                prompt_tokens,
-                decode_tokens,
-                ..
-            } => {
-                // At most 2·10^7 events of at most 2^53 each: far below 2^128.
-                prompt_sum += u128::from(*prompt_tokens);
-                decode_sum += u128::from(*decode_tokens);
-                prompt_max = prompt_max.max(*prompt_tokens);
-            }
-            _ => {}
-        }
-    }
-    let queued = u128::from(queued_max) + prompt_sum;
-    let active = u128::from(active_max) + decode_sum;
-    let work = queued
-        .saturating_mul(1000)
-        .saturating_add(active.saturating_mul(u128::from(trace.policy.decode_weight_milli)));
-    let imbalance = work.saturating_mul(u128::from(trace.policy.imbalance_penalty_milli)) / 1000;
-    let bound = (u128::from(prompt_max) * 1000)
-        .saturating_add(work)
-        .saturating_add(imbalance);
-    // With a `dynamo_default` run, `1000·Q + 1000·(A + b)` bounds its costs and margins
-    // too (§4.8: `1000·b·ceil(active_decode / b)` is below `1000·(A + b)`); one line for
-    // either bound.
-    let dynamo_bound = trace.policy.dynamo_block_tokens.map(|block_tokens| {
-        queued.saturating_mul(1000).saturating_add(
-            active
-                .saturating_add(u128::from(block_tokens))
-                .saturating_mul(1000),
-        )
-    });
-    let dynamo_over = matches!(dynamo_bound, Some(figure) if figure > u128::from(INTEGER_MAX));
-    if bound > u128::from(INTEGER_MAX) || dynamo_over {
-        Some(line(
-            "",
-            "figures could overflow: the cost bound exceeds 9007199254740991",
-        ))
-    } else {
-        None
     }
 }

@@ -20,10 +20,9 @@ pub mod fuzz;
 mod json;
 mod keyed;
 mod lines;
-mod oracle_stream;
 mod walk;
 
-use oracle_stream::{replay_streaming, ReceiptPiece, Streamed};
+use kvroute_oracle::{replay_streaming, ReceiptPiece, Streamed};
 use std::io::{BufRead, Read};
 use std::ops::ControlFlow;
 use std::sync::mpsc;
@@ -59,12 +58,6 @@ impl Piece {
         }
     }
 }
-
-/// Whether the oracle's streaming API is still the shim over the whole-receipt oracle
-/// (`oracle_stream.rs`), which holds the oracle's receipt in memory: the memory test's
-/// bound allows for it while this is `true`. Set it to `false` with the real
-/// `kvroute_oracle::replay_streaming`.
-pub const ORACLE_HOLDS_ITS_RECEIPT: bool = true;
 
 /// Pieces in flight between the oracle and the comparison.
 const PIECES_IN_FLIGHT: usize = 256;

@@ -1,11 +1,18 @@
-//! Unit tests of the closed-loop model (SPEC §11, §11.1), each small enough to work by
+//! Tests of the closed-loop model, through the public API (SPEC §11, §11.1), each small enough to work by
 //! hand from SPEC alone; the arithmetic is in the comments.
 
 use serde_json::{json, Value};
 
-use super::{jitter, lost, simulate, SimCache, SimOptions, SimOutcome};
-use crate::canonical::digest;
-use crate::{EpochNumbering, StaleRule};
+use kvroute_oracle::simulate::{jitter, lost};
+use kvroute_oracle::{simulate, EpochNumbering, SimCache, SimOptions, SimOutcome, StaleRule};
+
+/// `"sha256:" + lowercase hex(SHA-256(bytes))`.
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(bytes);
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
 
 // ---------------------------------------------------------------------------------
 // Helpers
@@ -117,7 +124,8 @@ fn one_store() {
                 "lag_ticks": 10, "loss_per_mille": 0, "seed": 0, "workers": null })
     );
     // The simulated trace is the input itself (scale limits, requests only).
-    let canonical_input = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical_input =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(result["trace_digest"], json!(digest(&canonical_input)));
 
     for policy in POLICIES {
@@ -167,7 +175,7 @@ fn one_store() {
     // The generated trace is a valid trace whose canonical bytes are what we were given.
     for (_, bytes) in &outcome.generated_traces {
         assert_eq!(
-            &crate::validate(bytes).expect("generated trace is valid"),
+            &kvroute_oracle::validate(bytes).expect("generated trace is valid"),
             bytes
         );
     }
@@ -737,7 +745,8 @@ fn generated_traces_replay_to_the_same_figures() {
         let result: Value = serde_json::from_slice(&outcome.result).expect("json");
         for (policy, bytes) in &outcome.generated_traces {
             let receipt: Value =
-                serde_json::from_slice(&crate::replay(bytes).expect("valid")).expect("json");
+                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid"))
+                    .expect("json");
             let run = receipt["runs"]
                 .as_array()
                 .expect("runs")
@@ -1098,7 +1107,7 @@ fn requery_after_a_lost_event() {
     let mut with_policy = t.clone();
     with_policy["policy"] = json!({ "epochs": "sequential" });
     let canonical =
-        crate::validate(&serde_json::to_vec(&with_policy).expect("json")).expect("valid");
+        kvroute_oracle::validate(&serde_json::to_vec(&with_policy).expect("json")).expect("valid");
     assert_eq!(result["trace_digest"], json!(digest(&canonical)));
     assert_eq!(
         result["options"],
@@ -1135,7 +1144,7 @@ fn requery_after_a_lost_event() {
     // The generated trace replays open-loop to the same run, gap included.
     let (_, bytes) = &outcome.generated_traces[3];
     let receipt: Value =
-        serde_json::from_slice(&crate::replay(bytes).expect("valid")).expect("json");
+        serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid")).expect("json");
     let cpl = &receipt["runs"][3];
     assert_eq!(cpl["metrics"]["evidence_gaps"], 1);
     assert_eq!(cpl["metrics"]["evidence_gap_rows"], 1);
@@ -1165,7 +1174,8 @@ fn stale_rule_option_replaces_the_policy_member() {
     );
     t["policy"] = json!({ "stale_rule": "key_epoch" });
     let (own, _) = run(&t, &SimOptions::default());
-    let canonical = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(own["trace_digest"], json!(digest(&canonical)));
     let (replaced, _) = run(
         &t,
@@ -1175,7 +1185,8 @@ fn stale_rule_option_replaces_the_policy_member() {
         },
     );
     t["policy"] = json!({ "stale_rule": "arrival_order" });
-    let canonical = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(replaced["trace_digest"], json!(digest(&canonical)));
     let (default_rule, _) = run(
         &t,
@@ -1185,7 +1196,8 @@ fn stale_rule_option_replaces_the_policy_member() {
         },
     );
     t["policy"] = json!({});
-    let canonical = crate::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
+    let canonical =
+        kvroute_oracle::validate(&serde_json::to_vec(&t).expect("json")).expect("valid");
     assert_eq!(default_rule["trace_digest"], json!(digest(&canonical)));
 }
 
@@ -1215,7 +1227,8 @@ fn generated_traces_replay_with_loss_rules_and_gaps() {
         let result: Value = serde_json::from_slice(&outcome.result).expect("json");
         for (policy, bytes) in &outcome.generated_traces {
             let receipt: Value =
-                serde_json::from_slice(&crate::replay(bytes).expect("valid")).expect("json");
+                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid"))
+                    .expect("json");
             let run = receipt["runs"]
                 .as_array()
                 .expect("runs")
@@ -1281,9 +1294,10 @@ fn dynamo_block_tokens_is_kept_but_not_simulated() {
     for (policy, bytes) in &outcome.generated_traces {
         let generated: Value = serde_json::from_slice(bytes).expect("generated trace is JSON");
         assert_eq!(generated["policy"]["dynamo_block_tokens"], 512, "{policy}");
-        let receipt: Value =
-            serde_json::from_slice(&crate::replay(bytes).expect("generated trace replays"))
-                .expect("receipt is JSON");
+        let receipt: Value = serde_json::from_slice(
+            &kvroute_oracle::replay(bytes).expect("generated trace replays"),
+        )
+        .expect("receipt is JSON");
         assert_eq!(receipt["runs"][4]["policy"], "dynamo_default", "{policy}");
     }
     // The member enters the simulated trace's digest.

@@ -1,11 +1,24 @@
-//! Unit tests of the oracle against SPEC.md alone: the §8 worked example (and §4.8's
+//! Tests of the oracle, through its public API, against SPEC.md alone: the §8 worked example (and §4.8's
 //! `dynamo_default` on it), the validation rules of §2.2, and the order-independence of
 //! both digests.
 
 use serde_json::{json, Value};
 
-use crate::canonical::{digest, jcs};
-use crate::{replay, validate};
+use kvroute_oracle::{replay, validate};
+
+/// RFC 8785 bytes of a value, through the canonicalizer crate: an independent check of
+/// the oracle's own writer.
+fn jcs(value: &Value) -> Result<Vec<u8>, String> {
+    serde_json_canonicalizer::to_vec(value).map_err(|e| e.to_string())
+}
+
+/// `"sha256:" + lowercase hex(SHA-256(bytes))`.
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(bytes);
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
 
 // ---------------------------------------------------------------------------------
 // Helpers
@@ -1129,7 +1142,7 @@ fn canonical_trace_bytes_are_the_canonical_form_of_their_own_parse() {
     odd_strings["workers"][1]["id"] = json!("w\u{1}\"\\é\n");
     odd_strings["sharing"][0]["tenants"] = json!(["z\t", "acme", "a\u{7f}"]);
     for trace in [base_trace(), worked_example(Some(5)), odd_strings] {
-        let canonical = crate::validate(&bytes(&trace)).expect("valid trace");
+        let canonical = kvroute_oracle::validate(&bytes(&trace)).expect("valid trace");
         let parsed: Value = serde_json::from_slice(&canonical).expect("JSON");
         assert_eq!(canonical, jcs(&parsed).unwrap());
     }
@@ -2678,9 +2691,9 @@ fn dynamo_block_tokens_in_the_canonical_trace_and_receipt() {
     assert_eq!(policy_names(&empty).len(), 5);
     assert_eq!(run(&empty, "dynamo_default")["decisions"], json!([]));
     // The metrics-only bytes list the same five runs.
-    let validated = crate::validated(&bytes(&dynamo_example(512))).unwrap();
+    let validated = kvroute_oracle::validated(&bytes(&dynamo_example(512))).unwrap();
     let metrics: Value =
-        serde_json::from_slice(&crate::replay_metrics(&validated).unwrap()).unwrap();
+        serde_json::from_slice(&kvroute_oracle::replay_metrics(&validated).unwrap()).unwrap();
     assert_eq!(metrics.as_array().unwrap().len(), 5);
     assert_eq!(metrics[4]["policy"], "dynamo_default");
 }
