@@ -28,8 +28,14 @@
 //! - **input**: `parse_trace` (bytes) and `read_trace` (streamed from a file) on the
 //!   core-versus-oracle trace, and `replay_bytes`, without the oracle's slow run.
 //!
+//! - **verify** (issue 23): `kvroute verify` of a receipt against core's `replay
+//!   --format json` of the same trace, both from files as the commands run them, on the
+//!   Mooncake import at 8 workers (an 89 MB receipt) and on Mooncake plus its closed-loop
+//!   cache events at 64 workers (a 670 MB receipt), as a ratio measured in the same run,
+//!   with the peak memory of each in a fresh child.
+//!
 //! `bench-table SECTION...` runs only the named sections (`routing`, `input`,
-//! `oracle`, `swarm`, `closed-loop`, `memory`); with none, all of them.
+//! `oracle`, `swarm`, `closed-loop`, `memory`, `verify`); with none, all of them.
 //!
 //! Each figure is the best of several timed runs after one untimed warm-up (fewer runs
 //! for figures whose single run is slow; the count is printed). Importing and preparing
@@ -68,6 +74,10 @@ const TARGET_ORACLE_RATIO: f64 = 50.0;
 const TARGET_SWARM_SCALING: f64 = 1.7;
 const TARGET_CLOSED_LOOP_SECONDS: f64 = 1.0;
 const TARGET_PEAK_MEMORY_BYTES: u64 = 300_000_000;
+// Issue 23's targets: verify ÷ core's replay, and verify's peak at 8 and 64 workers.
+const TARGET_VERIFY_RATIO: f64 = 5.0;
+const TARGET_VERIFY_PEAK_BYTES_8: u64 = 200_000_000;
+const TARGET_VERIFY_PEAK_BYTES_64: u64 = 300_000_000;
 // Issue 11's targets.
 const TARGET_SWARM_SEEDS_PER_CORE: f64 = 1_500.0;
 const TARGET_PARSE_MB_PER_SECOND: f64 = 150.0;
@@ -680,6 +690,10 @@ fn main() {
         memory_section(&mut targets);
     }
 
+    if wants("verify") {
+        verify_section(&mooncake, &mut targets);
+    }
+
     // Targets.
     println!();
     println!("## Targets");
@@ -757,6 +771,9 @@ fn peak_memory_child(args: &[String]) {
             let trace = file();
             black_box(trace_digest(&trace));
         }
+        Some("verify") => {
+            black_box(verify_receipt_file(&args[1], &args[2]));
+        }
         Some("jsonl") => {
             let trace = file();
             let digest = trace_digest(&trace);
@@ -776,6 +793,123 @@ fn peak_memory_child(args: &[String]) {
         Some(kib) => println!("VmHWM_kib {kib}"),
         None => std::process::exit(1),
     }
+}
+
+/// What `kvroute replay TRACE --format json --out RECEIPT` does: the trace streamed
+/// from its file, digested, compiled, and the receipt written through a buffer.
+fn replay_json_file(trace: &std::path::Path, receipt: &std::path::Path) {
+    use std::io::Write;
+    let file = std::fs::File::open(trace).expect("the trace file is readable");
+    let trace = read_trace(file).expect("the trace validates");
+    let digest = trace_digest(&trace);
+    let out = std::fs::File::create(receipt).expect("the receipt file is writable");
+    let mut out = std::io::BufWriter::new(out);
+    replay::write_json(&Compiled::new(&trace), &digest, &mut out).expect("written");
+    out.flush().expect("written");
+}
+
+/// What `kvroute verify --trace TRACE RECEIPT` does; the receipt digest on a match.
+fn verify_receipt_file(trace: &str, receipt: &str) -> String {
+    let trace_bytes = std::fs::read(trace).expect("the trace file is readable");
+    let file = std::fs::File::open(receipt).expect("the receipt file is readable");
+    let mut reader = std::io::BufReader::with_capacity(256 * 1024, file);
+    match kvroute_cli::verify::verify_stream(&trace_bytes, &mut reader, None, &|_| {}) {
+        Ok(verified) => verified.receipt_digest,
+        Err(e) => panic!("core's receipt must verify: {e:?}"),
+    }
+}
+
+/// Issue 23's figures: verify against core's replay of the same trace, in one run.
+/// Each side is timed once after one warm-up at 8 workers, and once at 64 (a run there
+/// takes tens of seconds); peaks come from fresh children.
+fn verify_section(mooncake: &[u8], targets: &mut Vec<TargetRow>) {
+    println!();
+    println!("## verify: the streamed check against core's replay --format json (issue 23)");
+    println!(
+        "{:<44}  {:>9}  {:>11}  {:>10}  {:>10}  {:>6}  {:>11}  {:>11}  runs",
+        "trace",
+        "trace MB",
+        "receipt MB",
+        "replay ms",
+        "verify ms",
+        "ratio",
+        "replay peak",
+        "verify peak"
+    );
+    let dir = std::env::temp_dir().join(format!("kvroute-bench-verify-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let fleets: [(u32, &str, u64); 2] = [
+        (8, "Mooncake import, 8 workers", TARGET_VERIFY_PEAK_BYTES_8),
+        (
+            64,
+            "Mooncake + closed-loop events, 64 workers",
+            TARGET_VERIFY_PEAK_BYTES_64,
+        ),
+    ];
+    for (workers, name, target_peak) in fleets {
+        let imported = import(mooncake, workers);
+        let trace = if workers == 8 {
+            imported
+        } else {
+            replay_trace(&imported)
+        };
+        let trace_path = dir.join(format!("verify-{workers}.trace.json"));
+        let receipt_path = dir.join(format!("verify-{workers}.receipt.json"));
+        let trace_bytes = kvroute_core::output::canonical::canonical_trace_bytes(&trace);
+        std::fs::write(&trace_path, &trace_bytes).expect("the trace is written");
+        let trace_len = trace_bytes.len();
+        drop((trace, trace_bytes));
+        let warm = workers == 8;
+        let once = |f: &mut dyn FnMut()| {
+            if warm {
+                f();
+            }
+            let started = Instant::now();
+            f();
+            started.elapsed()
+        };
+        let replay = once(&mut || replay_json_file(&trace_path, &receipt_path));
+        let receipt_len = std::fs::metadata(&receipt_path).map_or(0, |m| m.len());
+        let (t, r) = (
+            trace_path.display().to_string(),
+            receipt_path.display().to_string(),
+        );
+        let verify = once(&mut || {
+            black_box(verify_receipt_file(&t, &r));
+        });
+        let replay_peak = peak_memory_bytes(&["json", &t, &format!("{r}.child")]);
+        let verify_peak = peak_memory_bytes(&["verify", &t, &r]);
+        let _ = std::fs::remove_file(format!("{r}.child"));
+        let ratio = verify.as_secs_f64() / replay.as_secs_f64();
+        let mb =
+            |b: Option<u64>| b.map_or("unknown".into(), |b| format!("{:.0} MB", b as f64 / 1e6));
+        println!(
+            "{name:<44}  {:>9.1}  {:>11.1}  {:>10.0}  {:>10.0}  {:>5.1}x  {:>11}  {:>11}  {}",
+            trace_len as f64 / 1e6,
+            receipt_len as f64 / 1e6,
+            replay.as_secs_f64() * 1e3,
+            verify.as_secs_f64() * 1e3,
+            ratio,
+            mb(replay_peak),
+            mb(verify_peak),
+            if warm { "1 after a warm-up" } else { "1" }
+        );
+        targets.push(TargetRow {
+            figure: format!("verify / replay --format json, {workers} workers"),
+            measured: format!("{ratio:.2}x"),
+            target: format!("<= {TARGET_VERIFY_RATIO}x"),
+            status: status(ratio <= TARGET_VERIFY_RATIO).into(),
+        });
+        targets.push(TargetRow {
+            figure: format!("verify peak memory, {workers} workers"),
+            measured: mb(verify_peak),
+            target: format!("<= {} MB", target_peak / 1_000_000),
+            status: verify_peak.map_or("unknown".into(), |b| status(b <= target_peak).into()),
+        });
+        let _ = std::fs::remove_file(&receipt_path);
+        let _ = std::fs::remove_file(&trace_path);
+    }
+    let _ = std::fs::remove_dir(&dir);
 }
 
 /// Decisions per second of a JSON Lines receipt on one fleet.
