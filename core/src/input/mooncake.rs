@@ -234,66 +234,35 @@ fn convert_capped(
             }
         }
         let mut reasons = Vec::new();
-        let fields = parse_line(&line_bytes, &mut reasons);
-        if let Some(timestamp) = fields.timestamp {
-            if let Some((previous, previous_line)) = previous_timestamp {
-                if timestamp < previous {
-                    reasons.push(format!(
-                        "timestamp: {timestamp} is before {previous} on line {previous_line} \
-                         (timestamps must not decrease)"
-                    ));
-                }
-            }
-            previous_timestamp = Some((timestamp, line_number));
-        }
-        let request = match fields {
-            LineFields {
-                timestamp: Some(timestamp),
-                input_length: Some(prompt_tokens),
-                output_length: Some(decode_tokens),
-                hash_ids: Some(hash_ids),
-            } => request_checks(
-                prompt_tokens,
-                decode_tokens,
-                &hash_ids,
-                options.block_tokens,
-                &mut reasons,
-            )
-            .then_some((timestamp, prompt_tokens, decode_tokens, hash_ids)),
-            _ => None,
-        };
+        let request = checked_request(
+            &line_bytes,
+            line_number,
+            options.block_tokens,
+            &mut previous_timestamp,
+            &mut reasons,
+        );
         for reason in reasons {
             report.push(line_number, reason);
         }
         totals.requests += 1;
-        let Some((timestamp, prompt_tokens, decode_tokens, hash_ids)) = request else {
+        let Some(request) = request else {
             continue;
         };
-        totals.add(prompt_tokens, decode_tokens);
+        totals.add(request.prompt_tokens, request.decode_tokens);
         // Once the input is known to be rejected, building more events only costs memory.
         if !report.is_empty() || totals.requests > PROFILE.requests_max() {
             continue;
         }
-        let Some(on_event) = on_event.as_mut() else {
-            continue;
-        };
-        let seq = line_number as u64;
-        on_event(Event {
-            seq,
-            tick: timestamp,
-            kind: EventKind::Request(Request {
-                id: format!("r{seq}").into(),
-                namespace: namespace.clone(),
-                prefix: prefix(
-                    &hash_ids,
-                    prompt_tokens,
-                    options.block_tokens,
-                    &mut block_keys,
-                ),
-                prompt_tokens,
-                decode_tokens,
-            }),
-        });
+        if let Some(on_event) = on_event.as_mut() {
+            let seq = line_number as u64;
+            let prefix = prefix(
+                &request.hash_ids,
+                request.prompt_tokens,
+                options.block_tokens,
+                &mut block_keys,
+            );
+            on_event(request.event(seq, &namespace, prefix));
+        }
     }
     for reason in whole_input_errors(&totals, options.dynamo_block_tokens) {
         report.push(0, reason);
@@ -301,6 +270,84 @@ fn convert_capped(
     if !report.is_empty() {
         return Err(report.finish());
     }
+    Ok(trace_head(options, &namespace))
+}
+
+/// One line's request, once every check of SPEC.md §10.2 on it passed; its reasons
+/// otherwise (pushed on `reasons`). `previous_timestamp` is the nearest earlier line
+/// whose timestamp was an integer, and becomes this one's when it has one.
+fn checked_request(
+    line_bytes: &[u8],
+    line_number: usize,
+    block_tokens: u64,
+    previous_timestamp: &mut Option<(u64, usize)>,
+    reasons: &mut Vec<String>,
+) -> Option<LineRequest> {
+    let fields = parse_line(line_bytes, reasons);
+    if let Some(timestamp) = fields.timestamp {
+        if let Some((previous, previous_line)) = *previous_timestamp {
+            if timestamp < previous {
+                reasons.push(format!(
+                    "timestamp: {timestamp} is before {previous} on line {previous_line} \
+                     (timestamps must not decrease)"
+                ));
+            }
+        }
+        *previous_timestamp = Some((timestamp, line_number));
+    }
+    let LineFields {
+        timestamp: Some(timestamp),
+        input_length: Some(prompt_tokens),
+        output_length: Some(decode_tokens),
+        hash_ids: Some(hash_ids),
+    } = fields
+    else {
+        return None;
+    };
+    request_checks(
+        prompt_tokens,
+        decode_tokens,
+        &hash_ids,
+        block_tokens,
+        reasons,
+    )
+    .then_some(LineRequest {
+        timestamp,
+        prompt_tokens,
+        decode_tokens,
+        hash_ids,
+    })
+}
+
+/// The four fields of a line that passed every check.
+struct LineRequest {
+    timestamp: u64,
+    prompt_tokens: u64,
+    decode_tokens: u64,
+    hash_ids: Vec<u64>,
+}
+
+impl LineRequest {
+    /// The request event of line `seq` (SPEC.md §10.1: `r{seq}`, `tick = timestamp`).
+    fn event(&self, seq: u64, namespace: &Namespace, prefix: Vec<Segment>) -> Event {
+        Event {
+            seq,
+            tick: self.timestamp,
+            kind: EventKind::Request(Request {
+                id: format!("r{seq}").into(),
+                namespace: namespace.clone(),
+                prefix,
+                prompt_tokens: self.prompt_tokens,
+                decode_tokens: self.decode_tokens,
+            }),
+        }
+    }
+}
+
+/// The imported trace without its events: the `scale` profile, the default policy
+/// (with `dynamo_block_tokens` when asked for) and `options.workers` identical idle
+/// workers (SPEC.md §10.1).
+fn trace_head(options: &MooncakeOptions, namespace: &Namespace) -> Trace {
     let workers = (0..options.workers)
         .map(|index| WorkerSpec {
             id: fleet_worker_id(index, options.workers).into(),
@@ -315,7 +362,7 @@ fn convert_capped(
             cache: Vec::new(),
         })
         .collect();
-    Ok(Trace {
+    Trace {
         limits: PROFILE,
         policy: PolicyParams {
             dynamo_block_tokens: options.dynamo_block_tokens,
@@ -324,7 +371,7 @@ fn convert_capped(
         sharing: Vec::new(),
         workers,
         events: Vec::new(),
-    })
+    }
 }
 
 /// The errors collected so far: the first [`ERROR_LINES_MAX`] kept, the rest counted.
