@@ -238,9 +238,20 @@ fn range_text(start: u128, end: u128) -> String {
 /// range must be shards 1..=M of the same M, each once; several ranges must follow one
 /// another with no gap or overlap. Versions must all match.
 pub fn merge(reports: &[(PathBuf, ShardReport)]) -> Result<ShardReport, MergeProblems> {
+    let problems = report_problems(reports);
+    if !problems.is_empty() {
+        return Err(MergeProblems(problems));
+    }
+    let spans = coverage(reports).map_err(MergeProblems)?;
+    union(reports, &spans)
+}
+
+/// What is wrong with each report on its own or against the first: format, mode,
+/// versions, shard numbers, seed counts and its claims about itself.
+fn report_problems(reports: &[(PathBuf, ShardReport)]) -> Vec<String> {
     let mut problems = Vec::new();
     let Some((first_path, first)) = reports.first() else {
-        return Err(MergeProblems(vec!["no reports to merge".to_string()]));
+        return vec!["no reports to merge".to_string()];
     };
     for (path, report) in reports {
         if report.format != REPORT_FORMAT {
@@ -299,10 +310,14 @@ pub fn merge(reports: &[(PathBuf, ShardReport)]) -> Result<ShardReport, MergePro
             );
         }
     }
-    if !problems.is_empty() {
-        return Err(MergeProblems(problems));
-    }
+    problems
+}
 
+/// The seed ranges the reports cover, in order, when every range has each of its `M`
+/// shards once and the ranges tile with no gap or overlap; otherwise every gap and
+/// overlap.
+fn coverage(reports: &[(PathBuf, ShardReport)]) -> Result<Vec<(u128, u128)>, Vec<String>> {
+    let mut problems = Vec::new();
     // Group the shards of each range; every range must have each of its M shards once.
     let mut ranges: BTreeMap<(u64, u64), BTreeMap<u64, Vec<&Path>>> = BTreeMap::new();
     let mut counts: BTreeMap<(u64, u64), BTreeMap<u64, &Path>> = BTreeMap::new();
@@ -383,10 +398,20 @@ pub fn merge(reports: &[(PathBuf, ShardReport)]) -> Result<ShardReport, MergePro
             ));
         }
     }
-    if !problems.is_empty() {
-        return Err(MergeProblems(problems));
+    if problems.is_empty() {
+        Ok(spans)
+    } else {
+        Err(problems)
     }
+}
 
+/// The union of reports already known to tile `spans`: counts and fingerprints summed,
+/// the first divergences by seed kept.
+fn union(
+    reports: &[(PathBuf, ShardReport)],
+    spans: &[(u128, u128)],
+) -> Result<ShardReport, MergeProblems> {
+    let first = &reports[0].1;
     let (start, _) = spans[0];
     let end = spans.iter().map(|&(_, end)| end).max().unwrap_or(start);
     let mut divergences: Vec<DivergenceEntry> = reports
