@@ -70,7 +70,15 @@ fn main() -> ExitCode {
         out: None,
         export: ExportArgs::default(),
     });
-    let result = match command {
+    match run(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => fail(&failure),
+    }
+}
+
+/// Runs one parsed and checked command.
+fn run(command: Command) -> Result<(), Failure> {
+    match command {
         Command::Replay {
             trace,
             format,
@@ -175,10 +183,6 @@ fn main() -> ExitCode {
             },
             &out,
         ),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => fail(&failure),
     }
 }
 
