@@ -10,7 +10,7 @@
 
 use crate::input::trace::{Event, Trace};
 use crate::mutant::{active, Mutant};
-use crate::route::compiled::{CEvent, Compiled, Op, Step};
+use crate::route::compiled::{CEvent, Compiled, Op, Req, Step};
 use crate::route::engine::Runner;
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
@@ -68,17 +68,22 @@ pub fn simulate_policy(
     keep_events: bool,
     sink: &mut impl RunSink,
 ) -> SimRun {
-    let mut runner = Runner::new(compiled, policy);
-    let mut engines = Engines::new(compiled, options.capacity);
-    let mut stats = EngineStats::default();
-    let mut next_seq = compiled.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1;
-    let mut completions_scheduled = 0u64;
-    let mut scheduled: BTreeMap<Key, Scheduled> = BTreeMap::new();
-    let mut generated = Vec::new();
+    let mut closed = ClosedLoop {
+        compiled,
+        options,
+        keep_events,
+        runner: Runner::new(compiled, policy),
+        engines: Engines::new(compiled, options.capacity),
+        stats: EngineStats::default(),
+        next_seq: compiled.events.iter().map(|e| e.seq).max().unwrap_or(0) + 1,
+        completions_scheduled: 0,
+        scheduled: BTreeMap::new(),
+        generated: Vec::new(),
+    };
     let mut input = compiled.events.iter().peekable();
     loop {
         let next_input = input.peek().map(|e| (e.tick, 1u8, e.seq));
-        let next_scheduled = scheduled.first_key_value().map(|(key, _)| *key);
+        let next_scheduled = closed.scheduled.first_key_value().map(|(key, _)| *key);
         let take_input = match (next_input, next_scheduled) {
             (None, None) => break,
             (Some(_), None) => true,
@@ -87,105 +92,139 @@ pub fn simulate_policy(
         };
         if take_input {
             let event = input.next().expect("peeked");
-            let Step::Request(request) = &event.step else {
-                continue;
-            };
-            if let Some(placement) = runner.step(event, sink) {
-                let engine_reuse = engines.true_reuse(placement.worker, request);
-                // The mutant subtracts the wrong way round: held minus believed.
-                stats.phantom_reuse_tokens += if active(Mutant::PhantomReversed) {
-                    engine_reuse.saturating_sub(placement.reuse_tokens)
-                } else {
-                    placement.reuse_tokens.saturating_sub(engine_reuse)
-                };
-                // The mutant counts missed tokens only where the router believed some
-                // reuse, leaving out the cold rows evidence in flight or a gap made.
-                if placement.reuse_tokens > 0 || !active(Mutant::MissedOnlyOnHits) {
-                    stats.missed_reuse_tokens +=
-                        engine_reuse.saturating_sub(placement.reuse_tokens);
-                }
-                let done = engines.admit(
-                    placement.worker,
-                    event.tick,
-                    request.prompt_tokens - engine_reuse,
-                );
-                completions_scheduled += 1;
-                let prefill = Prefill {
-                    worker: placement.worker as u32,
-                    ns: request.ns,
-                    prefix: request.prefix.clone(),
-                };
-                scheduled.insert(
-                    (done, 0, completions_scheduled),
-                    Scheduled::Completion(prefill),
-                );
+            if let Step::Request(request) = &event.step {
+                closed.route(event, request, sink);
             }
             continue;
         }
-        let ((tick, _, _), item) = scheduled.pop_first().expect("peeked");
-        let prefill = match item {
-            Scheduled::Delivery(event) => {
-                runner.step(&event, sink);
-                if let Some(worker) = runner.gap_opened() {
-                    // The router re-queries the worker; its engine answers at once from
-                    // its cache, over a channel that neither jitters nor loses.
-                    stats.resyncs += 1;
-                    let answer_tick = tick.saturating_add(options.publication_lag_ticks);
-                    for op in engines.snapshot(worker as usize, compiled) {
-                        engines.epoch[worker as usize] += 1;
-                        let epoch = engines.epoch[worker as usize];
-                        let event = CEvent {
-                            seq: next_seq,
-                            tick: answer_tick,
-                            step: Step::Cache { worker, epoch, op },
-                        };
-                        next_seq += 1;
-                        if keep_events {
-                            generated.push(to_trace_event(compiled, &event));
-                        }
-                        scheduled.insert((answer_tick, 1, event.seq), Scheduled::Delivery(event));
-                    }
-                }
-                continue;
-            }
-            Scheduled::Completion(prefill) => prefill,
-        };
-        for op in engines.complete(&prefill, compiled) {
-            let worker = prefill.worker;
-            engines.epoch[worker as usize] += 1;
-            let epoch = engines.epoch[worker as usize];
-            match &op {
-                Op::Store { .. } => stats.store_events += 1,
-                Op::Evict { .. } => stats.evict_events += 1,
-                Op::Clear => {}
-            }
-            let publish_tick = delivery_tick(options, tick, worker, epoch);
-            let event = CEvent {
-                seq: next_seq,
-                tick: publish_tick,
-                step: Step::Cache { worker, epoch, op },
-            };
-            // A lost event took its epoch and seq, and goes no further: it is dropped on
-            // the bus, before delivery. The mutant delivers it and only then drops it,
-            // from the generated trace alone.
-            next_seq += 1;
-            let lost = is_lost(options, worker, epoch);
-            stats.lost_events += lost as u64;
-            if lost && !active(Mutant::LossAfterDelivery) {
-                continue;
-            }
-            if keep_events && !lost {
-                generated.push(to_trace_event(compiled, &event));
-            }
-            scheduled.insert((publish_tick, 1, event.seq), Scheduled::Delivery(event));
+        let ((tick, _, _), item) = closed.scheduled.pop_first().expect("peeked");
+        match item {
+            Scheduled::Delivery(event) => closed.deliver(tick, &event, sink),
+            Scheduled::Completion(prefill) => closed.publish(tick, &prefill),
         }
     }
-    let (metrics, _) = runner.finish();
+    let (metrics, _) = closed.runner.finish();
     SimRun {
         policy,
         metrics,
-        stats,
-        generated,
+        stats: closed.stats,
+        generated: closed.generated,
+    }
+}
+
+/// One policy's closed loop in progress: the router, the engines, and what is in
+/// flight between them.
+struct ClosedLoop<'c, 't> {
+    compiled: &'c Compiled<'t>,
+    options: &'c SimulateOptions,
+    keep_events: bool,
+    runner: Runner<'c, 't>,
+    engines: Engines,
+    stats: EngineStats,
+    /// The seq the next generated event gets.
+    next_seq: u64,
+    completions_scheduled: u64,
+    scheduled: BTreeMap<Key, Scheduled<'t>>,
+    generated: Vec<Event>,
+}
+
+impl<'t> ClosedLoop<'_, 't> {
+    /// A request from the trace: routed, admitted on the chosen engine, and its prefill
+    /// scheduled to complete.
+    fn route(&mut self, event: &CEvent<'t>, request: &Req<'t>, sink: &mut impl RunSink) {
+        let Some(placement) = self.runner.step(event, sink) else {
+            return;
+        };
+        let engine_reuse = self.engines.true_reuse(placement.worker, request);
+        // The mutant subtracts the wrong way round: held minus believed.
+        self.stats.phantom_reuse_tokens += if active(Mutant::PhantomReversed) {
+            engine_reuse.saturating_sub(placement.reuse_tokens)
+        } else {
+            placement.reuse_tokens.saturating_sub(engine_reuse)
+        };
+        // The mutant counts missed tokens only where the router believed some
+        // reuse, leaving out the cold rows evidence in flight or a gap made.
+        if placement.reuse_tokens > 0 || !active(Mutant::MissedOnlyOnHits) {
+            self.stats.missed_reuse_tokens += engine_reuse.saturating_sub(placement.reuse_tokens);
+        }
+        let done = self.engines.admit(
+            placement.worker,
+            event.tick,
+            request.prompt_tokens - engine_reuse,
+        );
+        self.completions_scheduled += 1;
+        let prefill = Prefill {
+            worker: placement.worker as u32,
+            ns: request.ns,
+            prefix: request.prefix.clone(),
+        };
+        self.scheduled.insert(
+            (done, 0, self.completions_scheduled),
+            Scheduled::Completion(prefill),
+        );
+    }
+
+    /// A published cache event reaches the router; a gap it opens is answered by a
+    /// re-query of the worker.
+    fn deliver(&mut self, tick: u64, event: &CEvent<'t>, sink: &mut impl RunSink) {
+        self.runner.step(event, sink);
+        let Some(worker) = self.runner.gap_opened() else {
+            return;
+        };
+        // The router re-queries the worker; its engine answers at once from its cache,
+        // over a channel that neither jitters nor loses.
+        self.stats.resyncs += 1;
+        let answer_tick = tick.saturating_add(self.options.publication_lag_ticks);
+        for op in self.engines.snapshot(worker as usize, self.compiled) {
+            let event = self.generate(answer_tick, worker, op);
+            if self.keep_events {
+                self.generated.push(to_trace_event(self.compiled, &event));
+            }
+            self.scheduled
+                .insert((answer_tick, 1, event.seq), Scheduled::Delivery(event));
+        }
+    }
+
+    /// A prefill completes: its engine's cache events are published on the bus, each
+    /// delivered after the lag and its jitter unless the bus loses it.
+    fn publish(&mut self, tick: u64, prefill: &Prefill) {
+        let worker = prefill.worker;
+        for op in self.engines.complete(prefill, self.compiled) {
+            match &op {
+                Op::Store { .. } => self.stats.store_events += 1,
+                Op::Evict { .. } => self.stats.evict_events += 1,
+                Op::Clear => {}
+            }
+            let epoch = self.engines.epoch[worker as usize] + 1;
+            let publish_tick = delivery_tick(self.options, tick, worker, epoch);
+            let event = self.generate(publish_tick, worker, op);
+            // A lost event took its epoch and seq, and goes no further: it is dropped on
+            // the bus, before delivery. The mutant delivers it and only then drops it,
+            // from the generated trace alone.
+            let lost = is_lost(self.options, worker, epoch);
+            self.stats.lost_events += lost as u64;
+            if lost && !active(Mutant::LossAfterDelivery) {
+                continue;
+            }
+            if self.keep_events && !lost {
+                self.generated.push(to_trace_event(self.compiled, &event));
+            }
+            self.scheduled
+                .insert((publish_tick, 1, event.seq), Scheduled::Delivery(event));
+        }
+    }
+
+    /// A new cache event of `worker` at `tick`: the engine's next epoch, the next seq.
+    fn generate(&mut self, tick: u64, worker: u32, op: Op) -> CEvent<'t> {
+        self.engines.epoch[worker as usize] += 1;
+        let epoch = self.engines.epoch[worker as usize];
+        let event = CEvent {
+            seq: self.next_seq,
+            tick,
+            step: Step::Cache { worker, epoch, op },
+        };
+        self.next_seq += 1;
+        event
     }
 }
 
