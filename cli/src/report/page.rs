@@ -291,12 +291,9 @@ fn cohorts(lab: &Lab) -> Option<Vec<CohortRow>> {
     )
 }
 
-fn render(
-    lab: &Lab,
-    shadow: (Policy, Policy),
-    detail: Detail,
-) -> Result<Rendered, minijinja::Error> {
-    let worker_ids = lab.worker_ids();
+/// The decisions shown in detail, per run (a selection of `detail.sample` plus up to
+/// `detail.per_kind` of each interesting kind), and what each run's selection kept.
+fn detail_views<'a>(lab: &'a Lab, detail: &Detail) -> (Vec<PolicyDetail<'a>>, Vec<DetailView<'a>>) {
     let mut details = Vec::new();
     let mut detail_decisions = Vec::new();
     for run in &lab.runs {
@@ -335,6 +332,12 @@ fn render(
         });
     }
 
+    (details, detail_decisions)
+}
+
+/// The stale-evidence rows (both logs) and the boundary rows, each cut to
+/// `LOG_ROWS_MAX`, with how many there were.
+fn log_rows(lab: &Lab) -> (Vec<StaleRow<'_>>, usize, Vec<BoundaryRow<'_>>, usize) {
     // Both logs, and every row's evidence, are the same in every run (routing touches
     // neither the cache events nor the observations), so the first run lists them.
     let first = lab.runs.first();
@@ -380,6 +383,11 @@ fn render(
     stale_rows.truncate(LOG_ROWS_MAX);
     boundary_rows.truncate(LOG_ROWS_MAX);
 
+    (stale_rows, stale_total, boundary_rows, boundary_total)
+}
+
+/// The shadow diff of `candidate` against `baseline` for the page, or why there is none.
+fn shadow_view(lab: &Lab, shadow: (Policy, Policy)) -> (Option<Shadow<'_>>, Option<String>) {
     let (baseline, candidate) = (shadow.0.name(), shadow.1.name());
     let shadow_diff = match (lab.run(baseline), lab.run(candidate)) {
         (Some(b), Some(c)) => diff::diff((baseline, b), (candidate, c), lab.facts.as_ref()),
@@ -407,6 +415,19 @@ fn render(
         Err(e) => (None, Some(e.clone())),
     };
 
+    (shadow_view, shadow_error)
+}
+
+fn render(
+    lab: &Lab,
+    shadow: (Policy, Policy),
+    detail: Detail,
+) -> Result<Rendered, minijinja::Error> {
+    let worker_ids = lab.worker_ids();
+    let (details, detail_decisions) = detail_views(lab, &detail);
+    let (stale_rows, stale_total, boundary_rows, boundary_total) = log_rows(lab);
+    let (shadow_view, shadow_error) = shadow_view(lab, shadow);
+    let candidate = shadow.1.name();
     let view = PageView {
         source: &lab.source,
         trace_digest: &lab.trace_digest,
