@@ -108,6 +108,64 @@ fn tokens(milli: u64) -> f64 {
     milli as f64 / 1000.0
 }
 
+/// Where a failed row's dots go, in pixels from its point: a ring just outside the
+/// marker's own radius, so a failed row that shares its point with a live one still
+/// shows its dotted ring around it.
+fn failure_ring() -> impl Iterator<Item = (i32, i32)> {
+    let r = (CANDIDATE_MARKER_RADIUS_PX + FAILURE_DOT_RADIUS_PX) as f64;
+    (0..FAILURE_DOTS).map(move |i| {
+        let angle = i as f64 * std::f64::consts::TAU / FAILURE_DOTS as f64;
+        (
+            (r * angle.cos()).round() as i32,
+            (r * angle.sin()).round() as i32,
+        )
+    })
+}
+
+/// Per point (reuse, after_milli): plain worker ids, then lines of their own.
+type LabelBlock<'a> = (Vec<&'a str>, Vec<String>);
+
+/// Rows at the same point share one label block, so co-located workers (every cold
+/// worker of an idle fleet) read "w0, w1, w2" instead of overprinting. The chosen
+/// worker and every row with a reason get a line of their own, the chosen one first.
+fn label_blocks(decision: &DecisionDoc) -> BTreeMap<(u64, u64), LabelBlock<'_>> {
+    let chosen = decision.chosen.as_deref();
+    let mut labels: BTreeMap<(u64, u64), LabelBlock> = BTreeMap::new();
+    for row in &decision.candidates {
+        let entry = labels.entry((row.reuse, row.after_milli)).or_default();
+        let is_chosen = Some(row.worker.as_str()) == chosen;
+        if row.reasons.is_empty() && !is_chosen {
+            entry.0.push(&row.worker);
+            continue;
+        }
+        let mut line = row.worker.clone();
+        if is_chosen {
+            line.push_str(" (chosen)");
+        }
+        if !row.reasons.is_empty() {
+            line.push_str(": ");
+            line.push_str(&row.reasons.join(", "));
+        }
+        if is_chosen {
+            entry.1.insert(0, line);
+        } else {
+            entry.1.push(line);
+        }
+    }
+    labels
+}
+
+/// A label block's lines: each line of its own wrapped, then the plain ids wrapped to
+/// at most `LABEL_PLAIN_LINES_MAX` lines (the rest counted).
+fn label_lines((plain, reasoned): &LabelBlock<'_>) -> Vec<String> {
+    let mut lines: Vec<String> = reasoned
+        .iter()
+        .flat_map(|line| wrap_label(&[line.as_str()], usize::MAX))
+        .collect();
+    lines.extend(wrap_label(plain, LABEL_PLAIN_LINES_MAX));
+    lines
+}
+
 /// The Pareto view of one decision: reusable prefix tokens against live work after
 /// assignment, the front drawn as a line, the chosen worker ringed, dominated rows in
 /// orange and failed evidence (ineligible, stale, overloaded) as dotted points labelled
@@ -163,20 +221,9 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
                 EmptyElement::at((x, y))
                     + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, WHITE.filled()),
             ))?;
-            chart.draw_series((0..FAILURE_DOTS).map(|i| {
-                let angle = i as f64 * std::f64::consts::TAU / FAILURE_DOTS as f64;
-                // Outside the marker's own radius, so a failed row that shares its point
-                // with a live one still shows its dotted ring around it.
-                let r = (CANDIDATE_MARKER_RADIUS_PX + FAILURE_DOT_RADIUS_PX) as f64;
+            chart.draw_series(failure_ring().map(|offset| {
                 EmptyElement::at((x, y))
-                    + Circle::new(
-                        (
-                            (r * angle.cos()).round() as i32,
-                            (r * angle.sin()).round() as i32,
-                        ),
-                        FAILURE_DOT_RADIUS_PX,
-                        FAILURE_COLOUR.filled(),
-                    )
+                    + Circle::new(offset, FAILURE_DOT_RADIUS_PX, FAILURE_COLOUR.filled())
             }))?;
         }
         chart.draw_series(rows.iter().filter(|r| !r.is_failure()).map(|row| {
@@ -195,40 +242,9 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
             ))?;
         }
 
-        // Rows at the same point share one label block, so co-located workers (every
-        // cold worker of an idle fleet) read "w0, w1, w2" instead of overprinting. The
-        // chosen worker and every row with a reason get a line of their own.
-        let chosen = decision.chosen.as_deref();
-        // Per point (reuse, after_milli): plain worker ids, then lines of their own.
-        type LabelBlock<'a> = (Vec<&'a str>, Vec<String>);
-        let mut labels: BTreeMap<(u64, u64), LabelBlock> = BTreeMap::new();
-        for row in rows {
-            let entry = labels.entry((row.reuse, row.after_milli)).or_default();
-            let is_chosen = Some(row.worker.as_str()) == chosen;
-            if row.reasons.is_empty() && !is_chosen {
-                entry.0.push(&row.worker);
-            } else {
-                let mut line = row.worker.clone();
-                if is_chosen {
-                    line.push_str(" (chosen)");
-                }
-                if !row.reasons.is_empty() {
-                    line.push_str(": ");
-                    line.push_str(&row.reasons.join(", "));
-                }
-                if is_chosen {
-                    entry.1.insert(0, line);
-                } else {
-                    entry.1.push(line);
-                }
-            }
-        }
-        for (&(reuse, after_milli), (plain, reasoned)) in &labels {
-            let mut lines: Vec<String> = reasoned
-                .iter()
-                .flat_map(|line| wrap_label(&[line.as_str()], usize::MAX))
-                .collect();
-            lines.extend(wrap_label(plain, LABEL_PLAIN_LINES_MAX));
+        let labels = label_blocks(decision);
+        for (&(reuse, after_milli), block) in &labels {
+            let lines = label_lines(block);
             let at = (reuse as f64, tokens(after_milli));
             let top = |i: usize| -6 + LABEL_LINE_HEIGHT_PX * i as i32;
             // A white box under each line first: the front line and the grid pass
