@@ -562,6 +562,28 @@ fn expect(
     Ok(())
 }
 
+/// Records, as the first non-canonical byte when none was found yet, a member named
+/// `name` (at `path`, byte `offset`) after `previous` where RFC 8785 sorts it before.
+fn note_member_order(
+    previous: &str,
+    name: &str,
+    path: &str,
+    offset: u64,
+    slot: &mut Option<NonCanonical>,
+) {
+    if slot.is_none() && !sorts_before(previous, name) {
+        *slot = Some(NonCanonical {
+            path: path.to_owned(),
+            offset,
+            what: format!(
+                "member {} after {}, but RFC 8785 sorts members by name",
+                quote_str(name),
+                quote_str(previous)
+            ),
+        });
+    }
+}
+
 fn parse_inner(
     lexer: &mut Lexer<'_>,
     first: Lexed,
@@ -629,20 +651,8 @@ fn parse_inner(
                     });
                 }
                 note_token(&lexed, &at, slot);
-                if slot.is_none() {
-                    if let Some((previous, _)) = members.last() {
-                        if !sorts_before(previous, &name) {
-                            *slot = Some(NonCanonical {
-                                path: at.clone(),
-                                offset: lexed.start,
-                                what: format!(
-                                    "member {} after {}, but RFC 8785 sorts members by name",
-                                    quote_str(&name),
-                                    quote_str(previous)
-                                ),
-                            });
-                        }
-                    }
+                if let Some((previous, _)) = members.last() {
+                    note_member_order(previous, &name, &at, lexed.start, slot);
                 }
                 expect(lexer, &Tok::Colon, "`:`", &at, slot)?;
                 let value = lexer.next().map_err(ParseProblem::Invalid)?;
