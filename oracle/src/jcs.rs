@@ -72,25 +72,47 @@ pub fn write(value: &Json, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Json::Object(members) => {
-            let mut order: Vec<&(&str, Json)> = members.iter().collect();
-            if members.iter().all(|(name, _)| name.is_ascii()) {
-                // For ASCII names UTF-16 order is byte order (each byte one code unit).
-                order.sort_by(|a, b| a.0.cmp(b.0));
-            } else {
-                order.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-            }
-            out.push(b'{');
-            for (i, (name, item)) in order.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
+            // For ASCII names UTF-16 order is byte order (each byte one code unit).
+            let ascii = members.iter().all(|(name, _)| name.is_ascii());
+            let before = |a: &str, b: &str| {
+                if ascii {
+                    a < b
+                } else {
+                    a.encode_utf16().lt(b.encode_utf16())
                 }
-                write_string(name, out);
-                out.push(b':');
-                write(item, out);
+            };
+            // Names are distinct, so there is one sorted order: members built in it are
+            // written as they are, which is what sorting them would give.
+            if members.windows(2).all(|pair| before(pair[0].0, pair[1].0)) {
+                write_members(members.iter(), out);
+            } else {
+                let mut order: Vec<&(&str, Json)> = members.iter().collect();
+                if ascii {
+                    order.sort_by(|a, b| a.0.cmp(b.0));
+                } else {
+                    order.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+                }
+                write_members(order.into_iter(), out);
             }
-            out.push(b'}');
         }
     }
+}
+
+/// `{`, the members in the order given, `}`.
+fn write_members<'m, 'a: 'm>(
+    members: impl Iterator<Item = &'m (&'a str, Json<'a>)>,
+    out: &mut Vec<u8>,
+) {
+    out.push(b'{');
+    for (i, (name, item)) in members.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(name, out);
+        out.push(b':');
+        write(item, out);
+    }
+    out.push(b'}');
 }
 
 /// The canonical bytes of `value`.
@@ -115,13 +137,19 @@ fn write_integer(mut n: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// A JSON string as RFC 8785 §3.2.2.2 writes it.
+/// A JSON string as RFC 8785 §3.2.2.2 writes it. The runs between characters that
+/// need an escape are copied whole: most strings (ids, names) have none at all.
 pub fn write_string(text: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
+    let needs_escape = |byte: &u8| *byte < 0x20 || *byte == b'"' || *byte == b'\\';
     let bytes = text.as_bytes();
-    let mut plain_from = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut rest = bytes;
+    while let Some(at) = rest.iter().position(needs_escape) {
+        out.extend_from_slice(&rest[..at]);
+        let byte = rest[at];
+        rest = &rest[at + 1..];
         let escape: &[u8] = match byte {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -130,20 +158,16 @@ pub fn write_string(text: &str, out: &mut Vec<u8>) {
             b'\n' => b"\\n",
             b'\r' => b"\\r",
             b'\t' => b"\\t",
-            0x00..=0x1f => b"",
-            _ => continue,
+            _ => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(byte >> 4)]);
+                out.push(HEX[usize::from(byte & 0xf)]);
+                continue;
+            }
         };
-        out.extend_from_slice(&bytes[plain_from..i]);
-        plain_from = i + 1;
-        if escape.is_empty() {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(byte >> 4)]);
-            out.push(HEX[usize::from(byte & 0xf)]);
-        } else {
-            out.extend_from_slice(escape);
-        }
+        out.extend_from_slice(escape);
     }
-    out.extend_from_slice(&bytes[plain_from..]);
+    out.extend_from_slice(rest);
     out.push(b'"');
 }
 
@@ -154,9 +178,12 @@ pub fn digest(bytes: &[u8]) -> String {
 
 /// `"sha256:"` and the lowercase hex of a finished SHA-256.
 pub fn hex_digest(hash: &[u8]) -> String {
-    let mut text = String::from("sha256:");
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(7 + 2 * hash.len());
+    text.push_str("sha256:");
     for byte in hash {
-        text.push_str(&format!("{byte:02x}"));
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     text
 }

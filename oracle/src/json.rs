@@ -213,17 +213,19 @@ impl<'b> Reader<'b> {
             }
         }
         let raw = &self.bytes[start..self.at - 1];
-        let checked = match &unescaped {
-            None => std::str::from_utf8(raw),
-            Some(text) => std::str::from_utf8(text),
+        let length = unescaped.as_ref().map_or(raw.len(), Vec::len);
+        // Each text is checked once, and an unescaped one becomes the string it is.
+        let checked = match unescaped {
+            None => std::str::from_utf8(raw).map(Cow::Borrowed),
+            Some(text) => String::from_utf8(text)
+                .map(Cow::Owned)
+                .map_err(|e| e.utf8_error()),
         };
-        match (checked, unescaped.as_ref()) {
-            (Ok(_), None) => Ok(Cow::Borrowed(std::str::from_utf8(raw).unwrap_or_default())),
-            (Ok(text), Some(_)) => Ok(Cow::Owned(text.to_owned())),
-            (Err(e), text) => {
+        match checked {
+            Ok(text) => Ok(text),
+            Err(e) => {
                 // serde_json points back from the closing quote by the bytes of the
                 // (unescaped) text after its first invalid sequence.
-                let length = text.map_or(raw.len(), Vec::len);
                 let behind = length - e.valid_up_to();
                 let (line, column) = self.position(self.at);
                 let column = column.saturating_sub(behind);

@@ -9,9 +9,10 @@ use crate::model::{Event, EventKind, Profile, StaleRule, Trace};
 use crate::state::{apply_cache_event, WorkerView};
 use crate::validate::{index_path, line, member_path, INTEGER_MAX};
 
-/// `<n> <what> exceed the <profile> limit of <m><per>` at `path`, when `n > m`.
+/// `<n> <what> exceed the <profile> limit of <m><per>` at `path`, when `n > m`. The
+/// path is written only for a line that is reported.
 fn limit_line(
-    path: &str,
+    path: impl FnOnce() -> String,
     count: u64,
     what: &str,
     profile: Profile,
@@ -20,7 +21,7 @@ fn limit_line(
 ) -> Option<String> {
     (count > max).then(|| {
         line(
-            path,
+            &path(),
             &format!(
                 "{count} {what} exceed the {} limit of {max}{per}",
                 profile.name()
@@ -44,9 +45,8 @@ pub fn cross_references(trace: &Trace) -> Vec<String> {
 fn grant_limits(trace: &Trace, lines: &mut Vec<String>) {
     let profile = trace.limits;
     for (i, grant) in trace.sharing.iter().enumerate() {
-        let tenants_path = member_path(&index_path("sharing", i), "tenants");
         lines.extend(limit_line(
-            &tenants_path,
+            || member_path(&index_path("sharing", i), "tenants"),
             grant.tenants.len() as u64,
             "tenants",
             profile,
@@ -62,22 +62,23 @@ fn worker_checks<'t>(trace: &'t Trace, lines: &mut Vec<String>) -> BTreeSet<&'t 
     let profile = trace.limits;
     let mut seen_workers: BTreeSet<&str> = BTreeSet::new();
     for (i, worker) in trace.workers.iter().enumerate() {
-        let worker_path = index_path("workers", i);
+        // Paths are written only for the lines reported.
+        let worker_path = || index_path("workers", i);
         if !seen_workers.insert(worker.id.as_str()) {
             lines.push(line(
-                &member_path(&worker_path, "id"),
+                &member_path(&worker_path(), "id"),
                 &format!("duplicate worker id {}", quote_str(&worker.id)),
             ));
         }
         lines.extend(limit_line(
-            &member_path(&worker_path, "adapters"),
+            || member_path(&worker_path(), "adapters"),
             worker.adapters.len() as u64,
             "adapters",
             profile,
             profile.adapters_per_worker_max(),
             " per worker",
         ));
-        let cache_path = member_path(&worker_path, "cache");
+        let cache_path = || member_path(&worker_path(), "cache");
         let mut seen_entries: BTreeSet<(&str, &str, &str, &str)> = BTreeSet::new();
         for (j, entry) in worker.cache.iter().enumerate() {
             let entry_name = (
@@ -88,14 +89,14 @@ fn worker_checks<'t>(trace: &'t Trace, lines: &mut Vec<String>) -> BTreeSet<&'t 
             );
             if !seen_entries.insert(entry_name) {
                 lines.push(line(
-                    &index_path(&cache_path, j),
+                    &index_path(&cache_path(), j),
                     &format!("duplicate cache entry for key {}", quote_str(&entry.key)),
                 ));
             }
         }
         // The array's length, entries of 0 tokens included (SPEC §1.3).
         lines.extend(limit_line(
-            &cache_path,
+            cache_path,
             worker.cache.len() as u64,
             "cache entries",
             profile,
@@ -114,17 +115,18 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
     let mut seen_seqs: BTreeSet<u64> = BTreeSet::new();
     let mut seen_requests: BTreeSet<&str> = BTreeSet::new();
     for event in &trace.events {
-        let event_path = index_path("events", event.index);
+        // Paths are written only for the lines reported.
+        let event_path = || index_path("events", event.index);
         if !seen_seqs.insert(event.seq) {
             lines.push(line(
-                &member_path(&event_path, "seq"),
+                &member_path(&event_path(), "seq"),
                 &format!("duplicate seq {}", event.seq),
             ));
         }
         if let EventKind::Request { id, .. } = &event.kind {
             if !seen_requests.insert(id.as_str()) {
                 lines.push(line(
-                    &member_path(&event_path, "id"),
+                    &member_path(&event_path(), "id"),
                     &format!("duplicate request id {}", quote_str(id)),
                 ));
             }
@@ -132,7 +134,7 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
         if let Some(worker) = event.worker() {
             if !seen_workers.contains(worker) {
                 lines.push(line(
-                    &member_path(&event_path, "worker"),
+                    &member_path(&event_path(), "worker"),
                     &format!("unknown worker {}", quote_str(worker)),
                 ));
             }
@@ -140,7 +142,7 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
         if let EventKind::Load { observed_tick, .. } = &event.kind {
             if *observed_tick > event.tick {
                 lines.push(line(
-                    &member_path(&event_path, "observed_tick"),
+                    &member_path(&event_path(), "observed_tick"),
                     &format!(
                         "observed_tick {observed_tick} is after the event tick {}",
                         event.tick
@@ -159,7 +161,7 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
             let prefix_tokens: u128 = prefix.iter().map(|s| u128::from(s.tokens)).sum();
             if prefix_tokens > u128::from(*prompt_tokens) {
                 lines.push(line(
-                    &member_path(&event_path, "prefix"),
+                    &member_path(&event_path(), "prefix"),
                     &format!("prefix tokens {prefix_tokens} exceed prompt_tokens {prompt_tokens}"),
                 ));
             }
@@ -167,7 +169,7 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
             let limit = profile.tokens_per_request_max();
             if tokens > u128::from(limit) {
                 lines.push(line(
-                    &event_path,
+                    &event_path(),
                     &format!(
                         "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {limit}",
                         profile.name()
@@ -184,7 +186,7 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
         };
         if let Some((array_name, key_count)) = keyed {
             lines.extend(limit_line(
-                &member_path(&event_path, array_name),
+                || member_path(&event_path(), array_name),
                 key_count as u64,
                 "keys",
                 profile,
@@ -199,7 +201,7 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
 fn count_limits(trace: &Trace, lines: &mut Vec<String>) {
     let profile = trace.limits;
     lines.extend(limit_line(
-        "sharing",
+        || "sharing".to_owned(),
         trace.sharing.len() as u64,
         "sharing grants",
         profile,
@@ -207,7 +209,7 @@ fn count_limits(trace: &Trace, lines: &mut Vec<String>) {
         "",
     ));
     lines.extend(limit_line(
-        "workers",
+        || "workers".to_owned(),
         trace.workers.len() as u64,
         "workers",
         profile,
@@ -220,7 +222,7 @@ fn count_limits(trace: &Trace, lines: &mut Vec<String>) {
         .filter(|e| matches!(e.kind, EventKind::Request { .. }))
         .count() as u64;
     lines.extend(limit_line(
-        "events",
+        || "events".to_owned(),
         request_count,
         "requests",
         profile,
@@ -228,7 +230,7 @@ fn count_limits(trace: &Trace, lines: &mut Vec<String>) {
         "",
     ));
     lines.extend(limit_line(
-        "events",
+        || "events".to_owned(),
         trace.events.len() as u64,
         "events",
         profile,

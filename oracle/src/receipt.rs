@@ -23,19 +23,12 @@ use crate::{ReceiptPiece, Streamed};
 
 pub const FORMAT: &str = "kvroute-receipt/1";
 
+// The element trees list their members in byte order, the order they are written in,
+// so that the writer finds them sorted and need not sort them (it would if they were not).
+
 fn row_tree<'a>(row: &'a Row, ids: &[&'a str]) -> Json<'a> {
     Json::Object(vec![
-        ("worker", Json::Str(ids[row.worker])),
-        ("eligible", Json::Bool(row.eligible)),
-        (
-            "reasons",
-            Json::Array(row.reasons.iter().map(|r| Json::Str(r)).collect()),
-        ),
-        ("reuse", Json::Int(row.reuse)),
-        ("recomputed", Json::Int(row.recomputed)),
-        ("queued_prefill", Json::Int(row.queued_prefill)),
         ("active_decode", Json::Int(row.active_decode)),
-        ("work_milli", Json::Int(row.work_milli)),
         ("after_milli", Json::Int(row.after_milli)),
         ("cost_milli", Json::Int(row.cost_milli)),
         (
@@ -43,50 +36,60 @@ fn row_tree<'a>(row: &'a Row, ids: &[&'a str]) -> Json<'a> {
             Json::opt_str(row.dominated_by.map(|w| ids[w])),
         ),
         ("dominated_count", Json::Int(row.dominated_count)),
+        ("eligible", Json::Bool(row.eligible)),
+        ("queued_prefill", Json::Int(row.queued_prefill)),
+        (
+            "reasons",
+            Json::Array(row.reasons.iter().map(|r| Json::Str(r)).collect()),
+        ),
+        ("recomputed", Json::Int(row.recomputed)),
+        ("reuse", Json::Int(row.reuse)),
+        ("work_milli", Json::Int(row.work_milli)),
+        ("worker", Json::Str(ids[row.worker])),
     ])
 }
 
 /// A decision of §6 as a tree.
 pub fn decision_tree<'a>(d: &'a Decision, ids: &[&'a str]) -> Json<'a> {
     Json::Object(vec![
-        ("seq", Json::Int(d.seq)),
-        ("tick", Json::Int(d.tick)),
-        ("request", Json::Str(&d.request)),
-        ("chosen", Json::opt_str(d.chosen.map(|w| ids[w]))),
-        ("route_kind", Json::Str(d.route_kind)),
-        ("tie_count", Json::Int(d.tie_count)),
-        ("margin_milli", Json::Int(d.margin_milli)),
         (
             "candidates",
             Json::Array(d.candidates.iter().map(|r| row_tree(r, ids)).collect()),
         ),
+        ("chosen", Json::opt_str(d.chosen.map(|w| ids[w]))),
+        ("margin_milli", Json::Int(d.margin_milli)),
+        ("request", Json::Str(&d.request)),
+        ("route_kind", Json::Str(d.route_kind)),
+        ("seq", Json::Int(d.seq)),
+        ("tick", Json::Int(d.tick)),
+        ("tie_count", Json::Int(d.tie_count)),
     ])
 }
 
 /// A cache log entry; `stale_mutations` only under `key_epoch` (§6).
 pub fn cache_entry_tree<'a>(e: &CacheLogEntry, ids: &[&'a str], key_epoch: bool) -> Json<'a> {
     let mut members = vec![
-        ("seq", Json::Int(e.seq)),
-        ("tick", Json::Int(e.tick)),
-        ("worker", Json::Str(ids[e.worker])),
         ("epoch", Json::Int(e.epoch)),
         ("op", Json::Str(e.op)),
         ("outcome", Json::Str(e.outcome.outcome)),
+        ("seq", Json::Int(e.seq)),
     ];
     if key_epoch {
         members.push(("stale_mutations", Json::Int(e.outcome.stale_mutations)));
     }
+    members.push(("tick", Json::Int(e.tick)));
+    members.push(("worker", Json::Str(ids[e.worker])));
     Json::Object(members)
 }
 
 /// An observation log entry (§6).
 pub fn observation_tree<'a>(e: &ObservationLogEntry, ids: &[&'a str]) -> Json<'a> {
     Json::Object(vec![
+        ("observed_tick", Json::Int(e.observed_tick)),
+        ("outcome", Json::Str(e.outcome)),
         ("seq", Json::Int(e.seq)),
         ("tick", Json::Int(e.tick)),
         ("worker", Json::Str(ids[e.worker])),
-        ("observed_tick", Json::Int(e.observed_tick)),
-        ("outcome", Json::Str(e.outcome)),
     ])
 }
 

@@ -102,6 +102,27 @@ pub fn index_path(parent: &str, index: usize) -> String {
     format!("{parent}[{index}]")
 }
 
+/// Where the shape stage is in the document: the chain of member names and indexes
+/// from the root. It is written out (by [`member_path`] and [`index_path`]) only when an
+/// error is reported there, so that checking a valid trace formats no path at all.
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    /// The whole document, written `""` (and shown as `$`).
+    Root,
+    Member(&'p Path<'p>, &'p str),
+    Index(&'p Path<'p>, usize),
+}
+
+impl Path<'_> {
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Member(parent, name) => member_path(&parent.render(), name),
+            Path::Index(parent, index) => index_path(&parent.render(), *index),
+        }
+    }
+}
+
 /// Paths longer than this many characters (Unicode scalar values) are cut (SPEC §2.1).
 const PATH_LIMIT_CHARS: usize = 120;
 /// A cut path keeps this many leading characters ...
@@ -217,11 +238,11 @@ struct Shape {
 }
 
 impl Shape {
-    fn error(&mut self, path: &str, reason: String) {
-        self.lines.push(line(path, &reason));
+    fn error(&mut self, path: &Path, reason: String) {
+        self.lines.push(line(&path.render(), &reason));
     }
 
-    fn object<'a, 'd>(&mut self, node: &'a Node<'d>, path: &str) -> Option<&'a [Member<'d>]> {
+    fn object<'a, 'd>(&mut self, node: &'a Node<'d>, path: &Path) -> Option<&'a [Member<'d>]> {
         match node {
             Node::Object(members) => Some(members),
             other => {
@@ -231,7 +252,7 @@ impl Shape {
         }
     }
 
-    fn array<'a, 'd>(&mut self, node: &'a Node<'d>, path: &str) -> Option<&'a [Node<'d>]> {
+    fn array<'a, 'd>(&mut self, node: &'a Node<'d>, path: &Path) -> Option<&'a [Node<'d>]> {
         match node {
             Node::Array(items) => Some(items),
             other => {
@@ -241,7 +262,7 @@ impl Shape {
         }
     }
 
-    fn string(&mut self, node: &Node, path: &str) -> Option<String> {
+    fn string(&mut self, node: &Node, path: &Path) -> Option<String> {
         match node {
             Node::String(text) if !text.is_empty() => Some(text.to_string()),
             other => {
@@ -255,7 +276,7 @@ impl Shape {
     }
 
     /// A JSON integer literal in `0..=B`, judged by its text (SPEC §1.1).
-    fn integer(&mut self, node: &Node, path: &str) -> Option<u64> {
+    fn integer(&mut self, node: &Node, path: &Path) -> Option<u64> {
         if let Node::Number(text) = node {
             if let Some(value) = integer_literal_value(text) {
                 return Some(value);
@@ -269,7 +290,7 @@ impl Shape {
     }
 
     /// A rate: an integer (type error first), then at least 1.
-    fn rate(&mut self, node: &Node, path: &str) -> Option<u64> {
+    fn rate(&mut self, node: &Node, path: &Path) -> Option<u64> {
         let value = self.integer(node, path)?;
         if value == 0 {
             self.error(path, "expected a positive integer, found 0".to_owned());
@@ -279,7 +300,7 @@ impl Shape {
     }
 
     /// `freshness_ticks` / `max_queued_work` / `cold_reserve_milli`: an integer or `null`.
-    fn nullable_integer(&mut self, node: &Node, path: &str) -> Option<Option<u64>> {
+    fn nullable_integer(&mut self, node: &Node, path: &Path) -> Option<Option<u64>> {
         match node {
             Node::Null => Some(None),
             Node::Number(text) => match integer_literal_value(text) {
@@ -298,7 +319,7 @@ impl Shape {
 
     /// `dynamo_block_tokens`: an integer of at least 1, or `null`. Unlike a rate, one
     /// reason covers both a wrong type and `0` (SPEC §2.2).
-    fn positive_or_null(&mut self, node: &Node, path: &str) -> Option<Option<u64>> {
+    fn positive_or_null(&mut self, node: &Node, path: &Path) -> Option<Option<u64>> {
         let value = match node {
             Node::Null => return Some(None),
             Node::Number(text) => integer_literal_value(text),
@@ -316,7 +337,7 @@ impl Shape {
         }
     }
 
-    fn nullable_error(&mut self, node: &Node, path: &str) {
+    fn nullable_error(&mut self, node: &Node, path: &Path) {
         self.error(
             path,
             format!(
@@ -331,11 +352,11 @@ impl Shape {
     fn required<T>(
         &mut self,
         members: &[Member],
-        parent: &str,
+        parent: &Path,
         name: &str,
-        check: impl FnOnce(&mut Self, &Node, &str) -> Option<T>,
+        check: impl FnOnce(&mut Self, &Node, &Path) -> Option<T>,
     ) -> Option<T> {
-        let path = member_path(parent, name);
+        let path = Path::Member(parent, name);
         match member(members, name) {
             Some(node) => check(self, node, &path),
             None => {
@@ -345,11 +366,11 @@ impl Shape {
         }
     }
 
-    fn required_string(&mut self, members: &[Member], parent: &str, name: &str) -> Option<String> {
+    fn required_string(&mut self, members: &[Member], parent: &Path, name: &str) -> Option<String> {
         self.required(members, parent, name, Self::string)
     }
 
-    fn required_integer(&mut self, members: &[Member], parent: &str, name: &str) -> Option<u64> {
+    fn required_integer(&mut self, members: &[Member], parent: &Path, name: &str) -> Option<u64> {
         self.required(members, parent, name, Self::integer)
     }
 
@@ -357,30 +378,30 @@ impl Shape {
     fn list<T>(
         &mut self,
         node: &Node,
-        path: &str,
-        mut check: impl FnMut(&mut Self, &Node, &str) -> Option<T>,
+        path: &Path,
+        mut check: impl FnMut(&mut Self, &Node, &Path) -> Option<T>,
     ) -> Option<Vec<T>> {
         let items = self.array(node, path)?;
         let mut checked = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            checked.push(check(self, item, &index_path(path, i)));
+            checked.push(check(self, item, &Path::Index(path, i)));
         }
         checked.into_iter().collect()
     }
 
-    fn string_list(&mut self, node: &Node, path: &str) -> Option<Vec<String>> {
+    fn string_list(&mut self, node: &Node, path: &Path) -> Option<Vec<String>> {
         self.list(node, path, Self::string)
     }
 
     /// Unknown and repeated members, in document order (SPEC.md §2.2). An unlisted
     /// name is "unknown" at every occurrence; a listed name seen earlier in the same
     /// object is "repeated".
-    fn extras(&mut self, members: &[Member], allowed: &[&str], parent: &str) {
+    fn extras(&mut self, members: &[Member], allowed: &[&str], parent: &Path) {
         // A set of the names seen so far (membership only), so that an object with very
         // many members is not checked in quadratic time.
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for (name, _) in members {
-            let path = member_path(parent, name);
+            let path = Path::Member(parent, name);
             let earlier = !seen.insert(name.as_ref());
             if !allowed.contains(&name.as_ref()) {
                 self.error(&path, format!("unknown member {}", quote_str(name)));
@@ -395,7 +416,7 @@ impl Shape {
     fn choice(
         &mut self,
         members: &[Member],
-        parent: &str,
+        parent: &Path,
         name: &str,
         options: &[&'static str],
         expected: &str,
@@ -412,9 +433,9 @@ impl Shape {
     }
 
     fn trace(&mut self, root: &Node) -> Option<Trace> {
-        let members = self.object(root, "")?;
+        let members = self.object(root, &Path::Root)?;
 
-        let format = self.required(members, "", "format", |shape, node, path| {
+        let format = self.required(members, &Path::Root, "format", |shape, node, path| {
             if let Node::String(text) = node {
                 if text == "kvroute-trace/1" {
                     return Some(());
@@ -435,7 +456,7 @@ impl Shape {
                 Node::String(text) if text == "scale" => Some(Profile::Scale),
                 other => {
                     self.error(
-                        "limits",
+                        &Path::Member(&Path::Root, "limits"),
                         format!("expected \"lab\" or \"scale\", found {}", quote(other)),
                     );
                     None
@@ -445,28 +466,28 @@ impl Shape {
 
         let policy = match member(members, "policy") {
             None => Some(Policy::defaults()),
-            Some(node) => self.policy(node, "policy"),
+            Some(node) => self.policy(node, &Path::Member(&Path::Root, "policy")),
         };
 
         let sharing = match member(members, "sharing") {
             None => Some(Vec::new()),
-            Some(node) => self.list(node, "sharing", Self::grant),
+            Some(node) => self.list(node, &Path::Member(&Path::Root, "sharing"), Self::grant),
         };
 
-        let workers = self.required(members, "", "workers", |shape, node, path| {
+        let workers = self.required(members, &Path::Root, "workers", |shape, node, path| {
             shape.list(node, path, Self::worker)
         });
 
-        let events = self.required(members, "", "events", |shape, node, path| {
+        let events = self.required(members, &Path::Root, "events", |shape, node, path| {
             let items = shape.array(node, path)?;
             let mut checked = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
-                checked.push(shape.event(item, &index_path(path, i), i));
+                checked.push(shape.event(item, &Path::Index(path, i), i));
             }
             checked.into_iter().collect::<Option<Vec<Event>>>()
         });
 
-        self.extras(members, TOP_MEMBERS, "");
+        self.extras(members, TOP_MEMBERS, &Path::Root);
 
         format?;
         Some(Trace {
@@ -478,23 +499,23 @@ impl Shape {
         })
     }
 
-    fn policy(&mut self, node: &Node, path: &str) -> Option<Policy> {
+    fn policy(&mut self, node: &Node, path: &Path) -> Option<Policy> {
         let members = self.object(node, path)?;
         let decode_weight_milli = match member(members, "decode_weight_milli") {
             None => Some(1000),
-            Some(value) => self.integer(value, &member_path(path, "decode_weight_milli")),
+            Some(value) => self.integer(value, &Path::Member(path, "decode_weight_milli")),
         };
         let imbalance_penalty_milli = match member(members, "imbalance_penalty_milli") {
             None => Some(0),
-            Some(value) => self.integer(value, &member_path(path, "imbalance_penalty_milli")),
+            Some(value) => self.integer(value, &Path::Member(path, "imbalance_penalty_milli")),
         };
         let freshness_ticks = match member(members, "freshness_ticks") {
             None => Some(None),
-            Some(value) => self.nullable_integer(value, &member_path(path, "freshness_ticks")),
+            Some(value) => self.nullable_integer(value, &Path::Member(path, "freshness_ticks")),
         };
         let max_queued_work = match member(members, "max_queued_work") {
             None => Some(None),
-            Some(value) => self.nullable_integer(value, &member_path(path, "max_queued_work")),
+            Some(value) => self.nullable_integer(value, &Path::Member(path, "max_queued_work")),
         };
         // The named choices: only the exact strings of §1 (an explicit `null` is an error).
         let stale_rule = match member(members, "stale_rule") {
@@ -511,7 +532,7 @@ impl Shape {
                 };
                 if found.is_none() {
                     self.error(
-                        &member_path(path, "stale_rule"),
+                        &Path::Member(path, "stale_rule"),
                         format!(
                             "expected \"worker_epoch\", \"key_epoch\" or \"arrival_order\", found {}",
                             quote(value)
@@ -533,7 +554,7 @@ impl Shape {
                 };
                 if found.is_none() {
                     self.error(
-                        &member_path(path, "epochs"),
+                        &Path::Member(path, "epochs"),
                         format!("expected \"any\" or \"sequential\", found {}", quote(value)),
                     );
                 }
@@ -542,11 +563,11 @@ impl Shape {
         };
         let cold_reserve_milli = match member(members, "cold_reserve_milli") {
             None => Some(None),
-            Some(value) => self.nullable_integer(value, &member_path(path, "cold_reserve_milli")),
+            Some(value) => self.nullable_integer(value, &Path::Member(path, "cold_reserve_milli")),
         };
         let dynamo_block_tokens = match member(members, "dynamo_block_tokens") {
             None => Some(None),
-            Some(value) => self.positive_or_null(value, &member_path(path, "dynamo_block_tokens")),
+            Some(value) => self.positive_or_null(value, &Path::Member(path, "dynamo_block_tokens")),
         };
         self.extras(members, POLICY_MEMBERS, path);
         Some(Policy {
@@ -561,7 +582,7 @@ impl Shape {
         })
     }
 
-    fn grant(&mut self, node: &Node, path: &str) -> Option<Grant> {
+    fn grant(&mut self, node: &Node, path: &Path) -> Option<Grant> {
         let members = self.object(node, path)?;
         let model = self.required_string(members, path, "model");
         let adapter = self.required_string(members, path, "adapter");
@@ -574,7 +595,7 @@ impl Shape {
         })
     }
 
-    fn worker(&mut self, node: &Node, path: &str) -> Option<Worker> {
+    fn worker(&mut self, node: &Node, path: &Path) -> Option<Worker> {
         let members = self.object(node, path)?;
         let id = self.required_string(members, path, "id");
         let model = self.required_string(members, path, "model");
@@ -603,7 +624,7 @@ impl Shape {
         })
     }
 
-    fn entry(&mut self, node: &Node, path: &str) -> Option<Entry> {
+    fn entry(&mut self, node: &Node, path: &Path) -> Option<Entry> {
         let members = self.object(node, path)?;
         let tenant = self.required_string(members, path, "tenant");
         let model = self.required_string(members, path, "model");
@@ -620,7 +641,7 @@ impl Shape {
         })
     }
 
-    fn segment(&mut self, node: &Node, path: &str) -> Option<Segment> {
+    fn segment(&mut self, node: &Node, path: &Path) -> Option<Segment> {
         let members = self.object(node, path)?;
         let key = self.required_string(members, path, "key");
         let tokens = self.required_integer(members, path, "tokens");
@@ -631,14 +652,14 @@ impl Shape {
         })
     }
 
-    fn segments(&mut self, node: &Node, path: &str) -> Option<Vec<Segment>> {
+    fn segments(&mut self, node: &Node, path: &Path) -> Option<Vec<Segment>> {
         self.list(node, path, Self::segment)
     }
 
     /// An event: `seq`, `tick`, `type`, then (for cache events) `op`, then the members
     /// of its kind. With `type` or `op` missing or invalid nothing further is checked,
     /// not even unknown or repeated members (the allowed set is not known then).
-    fn event(&mut self, node: &Node, path: &str, index: usize) -> Option<Event> {
+    fn event(&mut self, node: &Node, path: &Path, index: usize) -> Option<Event> {
         let members = self.object(node, path)?;
         let seq = self.required_integer(members, path, "seq");
         let tick = self.required_integer(members, path, "tick");
@@ -671,7 +692,7 @@ impl Shape {
         })
     }
 
-    fn cache_event(&mut self, members: &[Member], path: &str, op: &str) -> Option<EventKind> {
+    fn cache_event(&mut self, members: &[Member], path: &Path, op: &str) -> Option<EventKind> {
         let worker = self.required_string(members, path, "worker");
         let epoch = self.required_integer(members, path, "epoch");
         match op {
@@ -715,7 +736,7 @@ impl Shape {
         }
     }
 
-    fn load_event(&mut self, members: &[Member], path: &str) -> Option<EventKind> {
+    fn load_event(&mut self, members: &[Member], path: &Path) -> Option<EventKind> {
         let worker = self.required_string(members, path, "worker");
         let observed_tick = self.required_integer(members, path, "observed_tick");
         let queued_prefill = self.required_integer(members, path, "queued_prefill");
@@ -729,7 +750,7 @@ impl Shape {
         })
     }
 
-    fn request_event(&mut self, members: &[Member], path: &str) -> Option<EventKind> {
+    fn request_event(&mut self, members: &[Member], path: &Path) -> Option<EventKind> {
         let id = self.required_string(members, path, "id");
         let tenant = self.required_string(members, path, "tenant");
         let model = self.required_string(members, path, "model");
