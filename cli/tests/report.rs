@@ -812,3 +812,38 @@ fn a_keyed_receipt_matches_its_cohorts_through_the_same_id_key() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("the id key is empty"), "{stderr}");
 }
+
+/// `report` and `diff` read a JSON Lines receipt (SPEC.md §6.4) as the JSON receipt its
+/// lines make (issue 25: they said `trailing characters at line 2`): the page is the
+/// one the JSON receipt gives, but for the file name it shows.
+#[test]
+fn a_json_lines_receipt_gives_the_page_of_its_json_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (jsonl, json) = (dir.path().join("r.jsonl"), dir.path().join("r.json"));
+    ok(&["replay", "--format", "jsonl", "--out", s(&jsonl)]);
+    ok(&["replay", "--format", "json", "--out", s(&json)]);
+    let page = |receipt: &Path, name: &str| {
+        let out = dir.path().join(format!("{name}.html"));
+        ok(&["report", s(receipt), "-o", s(&out)]);
+        let name = receipt.file_name().unwrap().to_str().unwrap();
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .replace(s(receipt), "RECEIPT")
+            .replace(name, "RECEIPT")
+    };
+    assert_eq!(page(&jsonl, "a"), page(&json, "b"));
+    let diff = |receipt: &Path| {
+        ok(&[
+            "diff",
+            s(receipt),
+            "--baseline",
+            "least_load",
+            "--candidate",
+            "cache_plus_load",
+            "--format",
+            "json",
+        ])
+        .stdout
+    };
+    assert_eq!(diff(&jsonl), diff(&json));
+}

@@ -30,6 +30,75 @@ struct FormatProbe {
     format: Option<serde_json::Value>,
 }
 
+/// The format of a receipt's JSON Lines form (SPEC.md §6.4).
+const STREAM_FORMAT: &str = "kvroute-receipt-stream/1";
+
+/// When `bytes` are a JSON Lines receipt (its first line names [`STREAM_FORMAT`]), the
+/// JSON receipt its lines make: the runs in the order the lines first name them, each
+/// member's elements in line order, `receipt_digest` from the last line. `None` for
+/// anything else, which is read as JSON.
+fn receipt_of_lines(bytes: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    use serde_json::{Map, Value};
+    let mut lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let head: Value = serde_json::from_slice(lines.next()?).ok()?;
+    if head.get("format").and_then(Value::as_str) != Some(STREAM_FORMAT) {
+        return None;
+    }
+    let join = || -> Result<Vec<u8>, String> {
+        let mut runs: Vec<(String, Map<String, Value>)> = Vec::new();
+        let mut receipt_digest = None;
+        for (i, line) in lines.enumerate() {
+            let line_number = i + 2;
+            let Value::Object(mut line) =
+                serde_json::from_slice(line).map_err(|e| format!("line {line_number}: {e}"))?
+            else {
+                return Err(format!("line {line_number}: not a JSON object"));
+            };
+            if let Some(digest) = line.remove("receipt_digest") {
+                receipt_digest = Some(digest);
+                continue;
+            }
+            let Some(Value::String(policy)) = line.remove("policy") else {
+                return Err(format!("line {line_number}: no policy"));
+            };
+            let (Some((member, element)), None) = (line.iter().next(), line.iter().nth(1)) else {
+                return Err(format!("line {line_number}: not one member beside policy"));
+            };
+            if runs.last().is_none_or(|(p, _)| *p != policy) {
+                runs.push((policy.clone(), Map::new()));
+            }
+            let run = &mut runs.last_mut().expect("pushed").1;
+            if member == "metrics" {
+                run.insert(member.clone(), element.clone());
+            } else if let Value::Array(items) = run
+                .entry(member.clone())
+                .or_insert_with(|| Value::Array(Vec::new()))
+            {
+                items.push(element.clone());
+            }
+        }
+        let runs: Vec<Value> = runs
+            .into_iter()
+            .map(|(policy, mut run)| {
+                for member in ["cache_log", "decisions", "observation_log"] {
+                    run.entry(member)
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                }
+                run.insert("policy".into(), Value::String(policy));
+                Value::Object(run)
+            })
+            .collect();
+        let receipt = serde_json::json!({
+            "format": head.get("receipt_format").cloned().unwrap_or(Value::Null),
+            "trace_digest": head.get("trace_digest").cloned().unwrap_or(Value::Null),
+            "runs": runs,
+            "receipt_digest": receipt_digest.ok_or("no last line with the receipt_digest")?,
+        });
+        Ok(receipt.to_string().into_bytes())
+    };
+    Some(join())
+}
+
 fn load_trace_bytes(bytes: &[u8]) -> Result<Trace, Failure> {
     parse_trace(bytes).map_err(|errors| Failure::invalid(errors.lines()))
 }
@@ -50,6 +119,16 @@ pub fn load_lab(
             kvroute_core::LAB_TRACE_JSON.as_bytes().to_vec(),
         ),
         Some(path) => (path.display().to_string(), read_input(path, "input")?),
+    };
+    // A JSON Lines receipt (SPEC.md §6.4) is read as the JSON receipt its lines make.
+    let bytes = match receipt_of_lines(&bytes) {
+        Some(Ok(joined)) => joined,
+        Some(Err(problem)) => {
+            return Err(Failure::invalid(vec![format!(
+                "{source}: not a valid {STREAM_FORMAT} receipt: {problem}"
+            )]))
+        }
+        None => bytes,
     };
     let is_receipt = serde_json::from_slice::<FormatProbe>(&bytes)
         .ok()
