@@ -575,3 +575,39 @@ fn simulate_json_is_the_canonical_document_with_the_tables_figures() {
             .starts_with("sha256:"));
     }
 }
+
+/// The replay table names its figures as `simulate`'s table and the report page do
+/// (issue 25: `lat_mean` here, `lat_mean_m` there, and one `stale` column adding
+/// events and observations where the page splits them), and each column holds the
+/// receipt's metric of that name.
+#[test]
+fn the_replay_table_names_its_columns_as_the_other_tables_do() {
+    let table = String::from_utf8(kvroute(&["replay"]).stdout).unwrap();
+    let receipt: serde_json::Value =
+        serde_json::from_slice(&kvroute(&["replay", "--format", "json"]).stdout).unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let metric_of_column = [
+        ("lat_mean_m", "latency_proxy_mean_milli"),
+        ("lat_p95_m", "latency_proxy_p95_milli"),
+        ("stale_ev", "stale_event_rejections"),
+        ("stale_obs", "stale_observation_rejections"),
+    ];
+    for run in receipt["runs"].as_array().unwrap() {
+        let policy = run["policy"].as_str().unwrap();
+        let row: Vec<&str> = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(policy))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        for (column, metric) in metric_of_column {
+            let at = header.iter().position(|h| *h == column);
+            let at = at.unwrap_or_else(|| panic!("no column {column} in {header:?}"));
+            assert_eq!(
+                row[at],
+                run["metrics"][metric].to_string(),
+                "{policy} {column}"
+            );
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! The human-readable summary `kvroute replay` prints: one row per policy with the
-//! headline metrics of SPEC.md §6.2, then the trace and receipt digests.
+//! headline metrics of SPEC.md §6.2, then the trace and receipt digests. Column names
+//! are the ones `simulate`'s table and the report page use for the same figures
+//! (`lat_mean_m`, milli-ticks; stale events and stale observations apart).
 
 use crate::route::metrics::Metrics;
 use crate::route::policy::Policy;
@@ -19,9 +21,10 @@ pub fn summary_table_of(
         "recomputed",
         "churn",
         "skew_m",
-        "lat_mean",
-        "lat_p95",
-        "stale",
+        "lat_mean_m",
+        "lat_p95_m",
+        "stale_ev",
+        "stale_obs",
         "boundary",
         "escapes",
         "dominated",
@@ -40,7 +43,8 @@ pub fn summary_table_of(
                 m.load_skew_milli.to_string(),
                 m.latency_proxy_mean_milli.to_string(),
                 m.latency_proxy_p95_milli.to_string(),
-                (m.stale_event_rejections + m.stale_observation_rejections).to_string(),
+                m.stale_event_rejections.to_string(),
+                m.stale_observation_rejections.to_string(),
                 m.boundary_rejections.to_string(),
                 m.overload_escapes.to_string(),
                 m.dominated_choices.to_string(),
@@ -50,7 +54,7 @@ pub fn summary_table_of(
     let mut out = columns(
         &header,
         &rows,
-        &[16, 6, 5, 5, 9, 11, 6, 9, 9, 9, 6, 8, 8, 8],
+        &[16, 6, 5, 5, 9, 11, 6, 9, 11, 11, 9, 10, 8, 8, 10],
     );
     out.push_str(&format!("trace   {trace_digest}\n"));
     out.push_str(&format!("receipt {receipt_digest}\n"));
