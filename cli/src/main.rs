@@ -631,7 +631,12 @@ fn verify(trace: &Path, receipt: &Path, id_key: Option<&Path>) -> Result<(), Fai
     let source: Box<dyn Read> = if receipt.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
     } else {
-        Box::new(std::fs::File::open(receipt).map_err(cannot_read)?)
+        let file = std::fs::File::open(receipt).map_err(cannot_read)?;
+        // A regular file's size is the total the progress line counts towards.
+        if let Some(meta) = file.metadata().ok().filter(|m| m.is_file()) {
+            progress.expect_read_total(meta.len());
+        }
+        Box::new(file)
     };
     let mut reader = std::io::BufReader::with_capacity(256 * 1024, progress.reading(source));
     let phase = |name: &str| progress.phase(name);

@@ -6,7 +6,8 @@
 //!
 //! What is shown is what the command can say without slowing down: its phase, the
 //! bytes of output written (or of input read, for `verify`) so far, and the time
-//! elapsed.
+//! elapsed. Where the input's size is known (a receipt file), the bytes read are shown
+//! of that total, with the share done, the rate and an estimate of the time left.
 
 use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +34,8 @@ struct Shared {
     phase: Mutex<String>,
     bytes_written: AtomicU64,
     bytes_read: AtomicU64,
+    /// The size of what is read, when known (0: unknown).
+    bytes_read_total: AtomicU64,
     done: AtomicBool,
     /// Whether the display thread showed anything.
     shown: AtomicBool,
@@ -54,6 +57,7 @@ impl Progress {
             phase: Mutex::new(phase.to_owned()),
             bytes_written: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
+            bytes_read_total: AtomicU64::new(0),
             done: AtomicBool::new(false),
             shown: AtomicBool::new(false),
             started: Instant::now(),
@@ -84,6 +88,14 @@ impl Progress {
     }
 
     /// Wraps an input reader so that its bytes are counted.
+    /// Says how many bytes the reader of [`Progress::reading`] will pass in all, so the
+    /// status can show the share done and an estimate of the time left.
+    pub fn expect_read_total(&self, total_bytes: u64) {
+        self.shared
+            .bytes_read_total
+            .store(total_bytes, Ordering::Relaxed);
+    }
+
     pub fn reading<R: io::Read>(&self, inner: R) -> Reading<'_, R> {
         Reading {
             inner,
@@ -169,12 +181,31 @@ fn status_line(shared: &Shared, started: Instant) -> String {
     };
     let read = match shared.bytes_read.load(Ordering::Relaxed) {
         0 => String::new(),
-        bytes => format!(", {} read", indicatif::HumanBytes(bytes)),
+        bytes => match shared.bytes_read_total.load(Ordering::Relaxed) {
+            0 => format!(", {} read", indicatif::HumanBytes(bytes)),
+            total => of_total(bytes, total, started.elapsed()),
+        },
     };
     format!(
         "{}: {phase}{written}{read}, {} elapsed",
         shared.command,
         indicatif::HumanDuration(started.elapsed())
+    )
+}
+
+/// `, 32 MiB of 89 MiB read (36%), 41 MiB/s, about 2s left`: the rate is the mean so
+/// far, and the estimate the rest at that rate (none before anything was read).
+fn of_total(bytes: u64, total: u64, elapsed: Duration) -> String {
+    let share = bytes.min(total) * 100 / total.max(1);
+    let seconds = elapsed.as_secs_f64().max(1e-3);
+    let rate = bytes as f64 / seconds;
+    let left = Duration::from_secs_f64(total.saturating_sub(bytes) as f64 / rate.max(1.0));
+    format!(
+        ", {} of {} read ({share}%), {}/s, about {} left",
+        indicatif::HumanBytes(bytes),
+        indicatif::HumanBytes(total),
+        indicatif::HumanBytes(rate as u64),
+        indicatif::HumanDuration(left)
     )
 }
 

@@ -90,3 +90,46 @@ fn progress_is_on_stderr_and_stdout_is_unchanged() {
         );
     }
 }
+
+/// `verify` of a receipt file counts towards the file's size: each progress line that
+/// has read anything says how much of the total, the share, the rate and the time left
+/// (issue 25's friction list: phase and seconds only). From stdin the size is unknown
+/// and the line says only what was read.
+#[test]
+fn verify_of_a_file_shows_the_share_read_and_an_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, trace) = inputs(dir.path());
+    let receipt = dir.path().join("r.json");
+    let out = kvroute(
+        &[
+            "replay",
+            &trace,
+            "--format",
+            "json",
+            "--out",
+            receipt.to_str().unwrap(),
+        ],
+        false,
+    );
+    assert!(out.status.success());
+    let total = indicatif::HumanBytes(std::fs::metadata(&receipt).unwrap().len()).to_string();
+    let shown = kvroute(
+        &["verify", "--trace", &trace, receipt.to_str().unwrap()],
+        true,
+    );
+    assert!(shown.status.success());
+    let stderr = String::from_utf8_lossy(&shown.stderr);
+    // Lines that count bytes read ("256.00 KiB read" or "256.00 KiB of 1 MiB read"),
+    // not the phase "reading the trace".
+    let reading: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("B read") || l.contains("B of "))
+        .collect();
+    assert!(!reading.is_empty(), "{stderr}");
+    for line in reading {
+        assert!(
+            line.contains(&format!(" of {total} read (")) && line.contains("/s, about "),
+            "{line}"
+        );
+    }
+}
