@@ -171,16 +171,16 @@ fn not_json_and_not_a_trace_are_invalid_input() {
     );
 }
 
-#[test]
-fn verify_exits_0_for_a_genuine_receipt_and_1_for_a_doctored_one() {
-    let dir = tempfile::tempdir().unwrap();
+/// The lab trace's receipt in `format`, written to `dir/name` by `replay`, and the
+/// output of `verify` on it, which must exit 0.
+fn verified_lab_receipt(dir: &Path, format: &str, name: &str) -> (PathBuf, PathBuf, Output) {
     let trace = fixtures().join("lab/trace.json");
-    let receipt = dir.path().join("receipt.json");
+    let receipt = dir.join(name);
     let out = kvroute(&[
         "replay",
         path_str(&trace),
         "--format",
-        "json",
+        format,
         "--out",
         path_str(&receipt),
     ]);
@@ -192,6 +192,13 @@ fn verify_exits_0_for_a_genuine_receipt_and_1_for_a_doctored_one() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    (trace, receipt, out)
+}
+
+#[test]
+fn verify_exits_0_for_a_genuine_receipt_and_1_for_a_doctored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, receipt, _) = verified_lab_receipt(dir.path(), "json", "receipt.json");
     let text = std::fs::read_to_string(&receipt)
         .unwrap()
         .replacen("\"hit\"", "\"cold\"", 1);
@@ -233,24 +240,7 @@ fn verify_without_a_receipt_compares_core_with_the_oracle_on_the_trace() {
 #[test]
 fn verify_reads_a_json_lines_receipt_line_by_line() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = fixtures().join("lab/trace.json");
-    let receipt = dir.path().join("receipt.jsonl");
-    let out = kvroute(&[
-        "replay",
-        path_str(&trace),
-        "--format",
-        "jsonl",
-        "--out",
-        path_str(&receipt),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let out = kvroute(&["verify", "--trace", path_str(&trace), path_str(&receipt)]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (trace, receipt, out) = verified_lab_receipt(dir.path(), "jsonl", "receipt.jsonl");
     let digest = std::fs::read_to_string(fixtures().join("lab/receipt.sha256")).unwrap();
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),

@@ -9,7 +9,7 @@
 
 use super::model::{DecisionDoc, RowDoc, RunDoc, TraceFacts};
 use kvroute_cli::terminal::printable;
-use kvroute_core::output::csv::{CsvIds, FORMULA_TRIGGERS};
+use kvroute_core::output::csv::{id_cell, CsvIds};
 use serde::Serialize;
 
 /// The `format` member of `kvroute diff --format json`.
@@ -220,13 +220,7 @@ impl Diff {
     /// columns (`request` and both `worker`s) follow SPEC.md §6.3's rule, as `replay
     /// --format csv` does: spreadsheet-safe unless `ids` is [`CsvIds::Plain`].
     pub fn csv(&self, ids: CsvIds) -> Result<Vec<u8>, csv::Error> {
-        let id = |text: &str| -> String {
-            if ids == CsvIds::SpreadsheetSafe && text.starts_with(FORMULA_TRIGGERS) {
-                format!("'{text}")
-            } else {
-                text.to_owned()
-            }
-        };
+        let id = |text: &str| id_cell(text, ids).into_owned();
         let mut writer = csv::Writer::from_writer(Vec::new());
         let mut header: Vec<String> = ["seq", "tick", "request"].map(String::from).to_vec();
         for side in ["baseline", "candidate"] {

@@ -9,6 +9,7 @@ use crate::output::typed::DecisionHead;
 use crate::route::candidate::CandidateRow;
 use crate::route::policy::Policy;
 use crate::route::record::{DecisionRef, Run, RunSink};
+use std::borrow::Cow;
 use std::io::Write;
 
 /// The CSV header, in column order.
@@ -53,6 +54,17 @@ pub enum CsvIds {
 /// §6.3): `=`, `+`, `-`, `@`, and tab and carriage return, which some strip first.
 pub const FORMULA_TRIGGERS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
 
+/// An id as its CSV cell holds it (SPEC.md §6.3): with a leading `'` when spreadsheet
+/// safety is asked for and the id starts with a formula trigger, else as it is. Every
+/// CSV that kvroute writes (`replay`, `diff`) puts its ids through here.
+pub fn id_cell(id: &str, mode: CsvIds) -> Cow<'_, str> {
+    if mode == CsvIds::SpreadsheetSafe && id.starts_with(FORMULA_TRIGGERS) {
+        Cow::Owned(format!("'{id}"))
+    } else {
+        Cow::Borrowed(id)
+    }
+}
+
 /// Writes one id cell. Only ids are text from the trace, so only they are guarded;
 /// numbers (which could start with `-`) never pass through here.
 fn write_id<W: Write>(
@@ -60,14 +72,7 @@ fn write_id<W: Write>(
     id: &str,
     mode: CsvIds,
 ) -> Result<(), csv::Error> {
-    if mode == CsvIds::SpreadsheetSafe && id.starts_with(FORMULA_TRIGGERS) {
-        let mut cell = Vec::with_capacity(id.len() + 1);
-        cell.push(b'\'');
-        cell.extend_from_slice(id.as_bytes());
-        writer.write_field(cell)
-    } else {
-        writer.write_field(id)
-    }
+    writer.write_field(id_cell(id, mode).as_bytes())
 }
 
 /// One line per (run, decision, candidate) of in-memory runs, header first. `ids`
