@@ -6,9 +6,8 @@
 //!
 //! One test, one child: the peak is `ru_maxrss` of every waited child.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
+#[path = "support/endless_stdin.rs"]
+mod endless_stdin;
 #[path = "support/peak_rss.rs"]
 mod peak_rss;
 
@@ -17,28 +16,17 @@ fn a_line_with_no_end_is_an_error_and_memory_stays_bounded() {
     const SPACES_BYTES: usize = 400 * 1024 * 1024;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("z.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args(["import", "mooncake", "-", "-o"])
-        .arg(&out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        stdin.write_all(br#"{"timestamp": 0, "#)?;
-        let spaces = vec![b' '; 1 << 20];
-        for _ in 0..SPACES_BYTES / spaces.len() {
-            stdin.write_all(&spaces)?;
-        }
-        Ok::<(), std::io::Error>(())
-    });
-    let output = child.wait_with_output().unwrap();
-    writer
-        .join()
-        .unwrap()
-        .expect("kvroute reads the whole input");
+    let args = [
+        "import".as_ref(),
+        "mooncake".as_ref(),
+        "-".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ];
+    let run =
+        endless_stdin::run_with_endless_stdin(&args, br#"{"timestamp": 0, "#, b' ', SPACES_BYTES);
+    let output = run.output;
+    run.fed.expect("kvroute reads the whole input");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     // Progress lines may come first: the run takes over 2 s in a debug build.

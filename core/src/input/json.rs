@@ -20,10 +20,10 @@
 //! from a file or stdin is never held as text (SPEC.md §2.2 is unchanged: the literals
 //! reach validation exactly as written).
 
-use crate::input::limits::JSON_INTEGER_MAX;
+use crate::input::limits::{JSON_INTEGER_MAX, VALUE_BYTES_MAX};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io::{self, Read};
@@ -161,17 +161,71 @@ pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
 /// characters that does not match the grammar (`01`, `1.`, `1e5e5`) is left as
 /// written, so serde_json reports it where it stands. The masking itself is
 /// [`MaskingReader`]'s: one state machine for bytes in memory and for streams.
+///
+/// No value is cut: a Mooncake line, the one caller that masks text of its own, is
+/// capped at [`VALUE_BYTES_MAX`] as a whole already.
 pub fn mask_numbers(bytes: &[u8]) -> (Vec<u8>, Literals) {
+    let (masked, literals, _) = mask_with_cap(bytes, usize::MAX);
+    (masked, literals)
+}
+
+/// [`mask_numbers`] for a trace document: the masked bytes end where a string or a
+/// number literal passes [`VALUE_BYTES_MAX`], and that value is returned with them.
+pub fn mask_trace_numbers(bytes: &[u8]) -> (Vec<u8>, Literals, Option<ValueCut>) {
+    mask_with_cap(bytes, VALUE_BYTES_MAX)
+}
+
+fn mask_with_cap(bytes: &[u8], value_bytes_max: usize) -> (Vec<u8>, Literals, Option<ValueCut>) {
     let literals = Rc::new(Literals::default());
     let mut masked = Vec::with_capacity(bytes.len());
     // A chunk no larger than the bytes: Mooncake import masks every line on its own,
     // and zeroing a whole 64 KiB chunk per line was a sixth of the import's time.
     let chunk_bytes = bytes.len().clamp(1, MASK_CHUNK_BYTES);
-    MaskingReader::with_chunk_bytes(bytes, Rc::clone(&literals), chunk_bytes)
+    let mut reader = MaskingReader::with_chunk_bytes(bytes, Rc::clone(&literals), chunk_bytes);
+    reader.value_bytes_max = value_bytes_max;
+    let cut = reader.value_cut();
+    reader
         .read_to_end(&mut masked)
         .expect("reading from a byte slice cannot fail");
+    drop(reader);
     let literals = Rc::try_unwrap(literals).expect("the reader, and its clone, are dropped");
-    (masked, literals)
+    (masked, literals, cut.get())
+}
+
+/// A string or number literal longer than [`VALUE_BYTES_MAX`] (SPEC.md §1.1, §2.2):
+/// where it starts, counted as serde_json counts positions (lines from 1 after each
+/// `\n`, columns in bytes from 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueCut {
+    pub is_string: bool,
+    pub line: u64,
+    pub column: u64,
+}
+
+impl ValueCut {
+    /// The reason after `invalid JSON: `.
+    pub fn message(&self) -> String {
+        let what = if self.is_string {
+            "a string"
+        } else {
+            "a number literal"
+        };
+        format!(
+            "{what} longer than {VALUE_BYTES_MAX} bytes at line {} column {}",
+            self.line, self.column
+        )
+    }
+
+    /// Whether the parse of bytes cut here has to be reported as this cut: serde_json
+    /// read to the cut (it reported the end of its input) or, for a literal cut at the
+    /// document's end, read no error at all. Any other error stood before the cut and
+    /// is the document's first (SPEC.md §2.2).
+    pub fn explains(parse: &Result<(), &serde_json::Error>) -> bool {
+        match parse {
+            Ok(()) => true,
+            Err(e) => e.is_eof(),
+        }
+    }
 }
 
 /// Whether `text` is one JSON number (RFC 8259 §6):
@@ -242,6 +296,19 @@ pub struct MaskingReader<R> {
     /// The previous byte was a backslash inside a string.
     escaped: bool,
     at_end: bool,
+    /// The longest string or number literal passed on whole; at the first longer one
+    /// the output ends (see [`MaskingReader::value_cut`]).
+    value_bytes_max: usize,
+    /// Bytes of the open string read so far, as written.
+    string_bytes: usize,
+    /// The line (from 1) of the next byte, and the offset where that line starts.
+    line: u64,
+    line_start: u64,
+    /// The offset of the current chunk's first byte in the source.
+    chunk_start: u64,
+    /// Where the open string or number run starts (line, column).
+    value_start: (u64, u64),
+    cut: Rc<Cell<Option<ValueCut>>>,
 }
 
 impl<R: Read> MaskingReader<R> {
@@ -261,7 +328,59 @@ impl<R: Read> MaskingReader<R> {
             in_string: false,
             escaped: false,
             at_end: false,
+            value_bytes_max: VALUE_BYTES_MAX,
+            string_bytes: 0,
+            line: 1,
+            line_start: 0,
+            chunk_start: 0,
+            value_start: (1, 1),
+            cut: Rc::new(Cell::new(None)),
         }
+    }
+
+    /// Where the output was cut, once the reader has met a string or a number literal
+    /// longer than [`VALUE_BYTES_MAX`] (SPEC.md §1.1). The output then ends inside
+    /// that string, or at a `-0` standing for that literal, so serde_json reports
+    /// either an error placed before it (the document's first) or the end of its
+    /// input, which [`ValueCut::explains`] turns into this cut. Nothing after the cut
+    /// is read from the source.
+    pub fn value_cut(&self) -> Rc<Cell<Option<ValueCut>>> {
+        Rc::clone(&self.cut)
+    }
+
+    /// The (line, column) of byte `i` of the current chunk.
+    fn position(&self, i: usize) -> (u64, u64) {
+        let offset = self.chunk_start + i as u64;
+        (self.line, offset - self.line_start + 1)
+    }
+
+    /// Ends the output at the open value: nothing more is read or yielded.
+    fn cut_here(&mut self, is_string: bool) {
+        let (line, column) = self.value_start;
+        self.cut.set(Some(ValueCut {
+            is_string,
+            line,
+            column,
+        }));
+        self.run.clear();
+        self.in_string = false;
+        self.at_end = true;
+    }
+
+    /// Whether `run` is a number literal longer than the cap: its first
+    /// `value_bytes_max + 1` bytes still fit the number grammar.
+    fn run_over_cap(&self, run: &[u8]) -> bool {
+        run.len() > self.value_bytes_max
+            && grammar_prefix_len(&run[..=self.value_bytes_max]) > self.value_bytes_max
+    }
+
+    /// Cuts at an over-long literal: the marker stands for it, so that an error at
+    /// its first byte (trailing characters, a missing `,`) is still serde_json's, and
+    /// a queued text keeps the marker count and the queue in step.
+    fn cut_literal(&mut self) {
+        self.literals.borrow_mut().push_back(Box::from(""));
+        self.out.extend_from_slice(MASK_MARKER);
+        self.cut_here(false);
     }
 
     /// Ends the number run in progress (see [`mask_run`]).
@@ -290,6 +409,7 @@ impl<R: Read> MaskingReader<R> {
                 break;
             }
             self.mask_chunk(n);
+            self.chunk_start += n as u64;
         }
         Ok(())
     }
@@ -303,6 +423,10 @@ impl<R: Read> MaskingReader<R> {
         while i < n {
             if self.in_string {
                 if self.escaped {
+                    if self.string_bytes == self.value_bytes_max {
+                        return self.cut_here(true);
+                    }
+                    self.string_bytes += 1;
                     self.escaped = false;
                     self.out.push(chunk[i]);
                     i += 1;
@@ -310,18 +434,29 @@ impl<R: Read> MaskingReader<R> {
                 }
                 // A trace's strings are names and keys of a few bytes: a plain scan
                 // beats a SIMD search's setup on them.
-                match chunk[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                let stop = chunk[i..].iter().position(|&b| b == b'"' || b == b'\\');
+                let span_end = stop.map_or(n, |k| i + k);
+                // The string's bytes in this step: the span, and a backslash ending it.
+                let backslash = stop.is_some() && chunk[span_end] == b'\\';
+                let content = span_end - i + usize::from(backslash);
+                let room = self.value_bytes_max - self.string_bytes;
+                if content > room {
+                    self.out.extend_from_slice(&chunk[i..i + room]);
+                    return self.cut_here(true);
+                }
+                self.string_bytes += content;
+                match stop {
                     None => {
                         self.out.extend_from_slice(&chunk[i..]);
                         i = n;
                     }
-                    Some(k) => {
-                        let end = i + k;
+                    Some(_) => {
+                        let end = span_end;
                         self.out.extend_from_slice(&chunk[i..=end]);
-                        if chunk[end] == b'"' {
-                            self.in_string = false;
-                        } else {
+                        if backslash {
                             self.escaped = true;
+                        } else {
+                            self.in_string = false;
                         }
                         i = end + 1;
                     }
@@ -339,6 +474,17 @@ impl<R: Read> MaskingReader<R> {
                 // The run begun in an earlier chunk goes on to `run_end`.
                 self.run.extend_from_slice(&chunk[i..run_end]);
                 i = run_end;
+                if self.run.len() > self.value_bytes_max {
+                    if self.run_over_cap(&self.run) {
+                        return self.cut_literal();
+                    }
+                    // The run stopped fitting the grammar before the cap, so serde_json
+                    // fails inside it or right after its literal, and what follows
+                    // cannot change that: it is passed on, never gathered.
+                    mask_run(&mut self.out, &self.literals, &self.run);
+                    self.run.clear();
+                    continue;
+                }
                 if i == n {
                     break;
                 }
@@ -349,7 +495,11 @@ impl<R: Read> MaskingReader<R> {
             let b = chunk[i];
             // A run starts only at `-` or a digit.
             if matches!(b, b'-' | b'0'..=b'9') {
+                self.value_start = self.position(i);
                 let run_end = run_end(i);
+                if self.run_over_cap(&chunk[i..run_end]) {
+                    return self.cut_literal();
+                }
                 if run_end == n {
                     self.run.extend_from_slice(&chunk[i..]);
                 } else {
@@ -360,11 +510,51 @@ impl<R: Read> MaskingReader<R> {
             }
             if b == b'"' {
                 self.in_string = true;
+                self.string_bytes = 0;
+                self.value_start = self.position(i);
+            } else if b == b'\n' {
+                // Outside strings only: a raw line feed inside one is serde_json's error
+                // where it stands, and nothing after an error is placed.
+                self.line += 1;
+                self.line_start = self.chunk_start + i as u64 + 1;
             }
             self.out.push(b);
             i += 1;
         }
     }
+}
+
+/// How many bytes at the start of `run` still fit JSON's number grammar (RFC 8259 §6),
+/// as a prefix of some literal: `1.5e` fits whole, `01` up to its `0`, `1..` up to
+/// its first `.`. A literal's length for the cap of SPEC.md §1.1 counts these bytes.
+fn grammar_prefix_len(run: &[u8]) -> usize {
+    let digits = |from: usize| {
+        run[from.min(run.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut i = usize::from(run.first() == Some(&b'-'));
+    match run.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i += digits(i),
+        _ => return i,
+    }
+    if run.get(i) == Some(&b'.') {
+        let n = digits(i + 1);
+        i += 1 + n;
+        if n == 0 {
+            return i;
+        }
+    }
+    if matches!(run.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(run.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i += digits(i);
+    }
+    i
 }
 
 /// Whether `b` can be part of a number run: what JSON's number grammar is written in.
@@ -835,6 +1025,103 @@ mod tests {
             );
             let texts: Vec<Box<str>> = literals.borrow().iter().cloned().collect();
             assert_eq!(texts, queued.map(Box::from), "{step}");
+        }
+    }
+
+    /// The masked bytes and the cut of `doc` with a cap of `cap` bytes, read `step`
+    /// bytes at a time.
+    fn capped(doc: &[u8], cap: usize, step: usize) -> (String, Option<ValueCut>) {
+        let literals = Rc::new(Literals::default());
+        let mut reader = MaskingReader::with_chunk_bytes(doc, Rc::clone(&literals), step);
+        reader.value_bytes_max = cap;
+        let cut = reader.value_cut();
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).unwrap();
+        (String::from_utf8_lossy(&out).into_owned(), cut.get())
+    }
+
+    fn masked_bytes(doc: &[u8], cap: usize) -> Vec<u8> {
+        let mut reader = MaskingReader::new(doc, Rc::new(Literals::default()));
+        reader.value_bytes_max = cap;
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_value_over_the_cap_ends_the_output_at_its_cap() {
+        let at = |is_string, line, column| {
+            Some(ValueCut {
+                is_string,
+                line,
+                column,
+            })
+        };
+        // (document, masked output, cut) with a cap of 8 bytes.
+        let cases: [(&[u8], &str, Option<ValueCut>); 10] = [
+            (br#"["12345678"]"#, r#"["12345678"]"#, None),
+            (br#"["123456789"]"#, r#"["12345678"#, at(true, 1, 2)),
+            // Escapes count as written: four `\n` are 8 bytes, five pass the cap at
+            // the fifth backslash, which is not passed on.
+            (br#"["\n\n\n\n"]"#, r#"["\n\n\n\n"]"#, None),
+            (br#"["\n\n\n\n\n"]"#, r#"["\n\n\n\n"#, at(true, 1, 2)),
+            (
+                b"{\n\n  \"k\": 1,\n   \"123456789\": 2}",
+                "{\n\n  \"k\": 1,\n   \"12345678",
+                at(true, 4, 4),
+            ),
+            (b"[12345678]", "[12345678]", None),
+            (b"[1234567.]", "[1234567.]", None),
+            (b"[0, -123456789]", "[0, -0", at(false, 1, 5)),
+            // `1.` then dots stops fitting the grammar at its second byte past `1`:
+            // passed on whole for serde_json to reject where it stands.
+            (b"[1.........]", "[1.........]", None),
+            (b"[1.5e+123456]", "[-0", at(false, 1, 2)),
+        ];
+        for (doc, masked, cut) in cases {
+            for step in 1..=doc.len() {
+                let what = String::from_utf8_lossy(doc);
+                assert_eq!(
+                    capped(doc, 8, step),
+                    (masked.to_owned(), cut),
+                    "{what} by {step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_cut_value_is_the_error_only_when_serde_json_reads_up_to_it() {
+        for (doc, explained) in [
+            (&br#"["123456789"]"#[..], true),
+            (br#"{"123456789": 1}"#, true),
+            (b"123456789", true),
+            (b"[0, 123456789]", true),
+            // UTF-8 is judged at a string's end, which the cut comes before.
+            (b"[\"\xFF23456789\"]", true),
+            // An error at or before the value's first byte is the document's first.
+            (b"{} 123456789", false),
+            (br#"{} "123456789""#, false),
+            (b"[1 123456789]", false),
+            (b"[\"\x01123456789\"]", false),
+            (br#"["\x123456789"]"#, false),
+        ] {
+            let (_, cut) = capped(doc, 8, doc.len());
+            assert!(cut.is_some(), "{doc:?}");
+            let masked = masked_bytes(doc, 8);
+            // The marker of a cut literal has its (empty) text queued.
+            let literals = Literals::new(VecDeque::from([Box::from("")]));
+            let mut de = serde_json::Deserializer::from_slice(&masked);
+            let parsed = NodeSeed {
+                literals: &literals,
+            }
+            .deserialize(&mut de)
+            .and_then(|_| de.end());
+            assert_eq!(
+                ValueCut::explains(&parsed.as_ref().map(|_| ())),
+                explained,
+                "{doc:?}: {parsed:?}"
+            );
         }
     }
 

@@ -13,6 +13,13 @@ pub const ERROR_LINES_MAX: usize = 100;
 /// The largest integer a trace or a receipt may carry: 2^53 - 1.
 pub const JSON_INTEGER_MAX: u64 = (1 << 53) - 1;
 
+/// The longest string (between its quotes, escapes as written) or number literal a
+/// trace may hold, in bytes, whatever its profile (SPEC.md §1.1): a valid trace needs
+/// nothing near it, and it bounds what a reader holds for a stream whose string never
+/// closes. The same figure as the Mooncake line cap, so no imported line can hold a
+/// longer value.
+pub const VALUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 // The profile itself is a field of the trace (`crate::input::trace`, which imports
 // nothing); its figures live here.
 pub use crate::input::trace::LimitsProfile;

@@ -16,7 +16,7 @@ mod residency;
 mod shape;
 
 use crate::input::document::{self, Path};
-use crate::input::json::{self, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::json::{self, ValueCut, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::trace::*;
 pub use errors::{
     cut_path, ValidationErrors, PATH_CHARS_MAX, PATH_CUT_MARKER, PATH_HEAD_CHARS, PATH_TAIL_CHARS,
@@ -36,12 +36,15 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
     if bytes.starts_with(BYTE_ORDER_MARK) {
         return Err(invalid_json(BYTE_ORDER_MARK_MESSAGE));
     }
-    let (masked, literals) = json::mask_numbers(bytes);
+    let (masked, literals, cut) = json::mask_trace_numbers(bytes);
     let mut de = serde_json::Deserializer::from_slice(&masked);
     let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
         de.end()?;
         Ok(read)
     });
+    if let Some(cut) = cut.filter(|_| ValueCut::explains(&read.as_ref().map(|_| ()))) {
+        return Err(invalid_json(&cut.message()));
+    }
     match read {
         Ok(read) => validated(read),
         Err(e) => Err(invalid_json(&e.to_string())),
@@ -85,11 +88,18 @@ pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
     }
     let literals = Rc::new(RefCell::new(VecDeque::new()));
     let masked = json::MaskingReader::new(io::Cursor::new(head).chain(source), literals.clone());
+    let cut = masked.value_cut();
     let mut de = serde_json::Deserializer::from_reader(io::BufReader::new(masked));
     let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
         de.end()?;
         Ok(read)
     });
+    if let Some(cut) = cut
+        .get()
+        .filter(|_| ValueCut::explains(&read.as_ref().map(|_| ())))
+    {
+        return Err(ReadTraceError::Invalid(invalid_json(&cut.message())));
+    }
     match read {
         Ok(read) => validated(read).map_err(ReadTraceError::Invalid),
         Err(e) if e.is_io() => Err(ReadTraceError::Io(e.into())),
