@@ -15,7 +15,7 @@ use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, table};
 use kvroute_core::replay;
-use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::compiled::{Compiled, DecisionsRouted};
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, Policy, ReadTraceError, Trace};
 use std::io::{Read, Write};
@@ -265,25 +265,30 @@ fn replay(
         csv::CsvIds::SpreadsheetSafe
     };
     progress.phase("replaying the four policies");
+    let compiled = Compiled::new(&trace);
+    // `write_json` replays once for the digest and once to write (its doc says so).
+    let replays = if matches!(format, Format::Json) { 2 } else { 1 };
+    progress.count_decisions(
+        &compiled.decisions_routed,
+        replays * replay::decisions_per_replay(&compiled),
+    );
     match format {
         // Streamed: the receipt is never held in memory, whatever the trace's size.
         Format::Json => emit_with(out, |w| {
-            replay::write_json(&Compiled::new(&trace), &digest, &mut progress.counting(w))
-                .map(|_| ())
+            replay::write_json(&compiled, &digest, &mut progress.counting(w)).map(|_| ())
         }),
         Format::Table => {
             // The digest is hashed as the receipt is produced, so a large trace never
             // holds its receipt in memory just to print a table.
-            let (receipt_digest, runs) = replay::stream_digest(&Compiled::new(&trace), &digest);
+            let (receipt_digest, runs) = replay::stream_digest(&compiled, &digest);
             let table = table::summary_table_of(&runs, &digest, &receipt_digest);
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {
-            replay::write_jsonl(&Compiled::new(&trace), &digest, &mut progress.counting(w))
-                .map(|_| ())
+            replay::write_jsonl(&compiled, &digest, &mut progress.counting(w)).map(|_| ())
         }),
         Format::Csv => emit_with(out, |w| {
-            replay::write_csv(&Compiled::new(&trace), &mut progress.counting(w), csv_ids)
+            replay::write_csv(&compiled, &mut progress.counting(w), csv_ids)
                 .map(|_| ())
                 .map_err(out::csv_io)
         }),
@@ -327,8 +332,12 @@ fn simulate(
     let mut trace = load_trace(Some(path))?;
     overrides.apply(&mut trace.policy);
     progress.phase("running the closed loop of the four policies");
+    // The closed loop routes each request once a policy.
+    let policy_count = Policy::STANDARD.len() as u64;
     let (stdout_bytes, generated) = if format == SimulateFormat::Json {
-        let result = simulate::result::simulate_result(&trace, workers, options)
+        let routed = DecisionsRouted::default();
+        progress.count_decisions(&routed, policy_count * trace.request_count() as u64);
+        let result = simulate::result::simulate_result(&trace, workers, options, &routed)
             .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
         note_dropped_events(result.dropped_events);
         let mut bytes = result.document;
@@ -343,6 +352,10 @@ fn simulate(
             .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
         note_dropped_events(dropped);
         let compiled = Compiled::new(&sim_trace);
+        progress.count_decisions(
+            &compiled.decisions_routed,
+            policy_count * compiled.request_count(),
+        );
         let keep_events = events_out.is_some();
         let runs: Vec<simulate::SimRun> = Policy::STANDARD
             .iter()

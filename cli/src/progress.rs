@@ -7,8 +7,11 @@
 //! What is shown is what the command can say without slowing down: its phase, the
 //! bytes of output written (or of input read, for `verify`) so far, and the time
 //! elapsed. Where the input's size is known (a receipt file), the bytes read are shown
-//! of that total, with the share done, the rate and an estimate of the time left.
+//! of that total, with the share done, the rate and an estimate of the time left; the
+//! decisions a `replay` or `simulate` has routed are shown the same way, of the total
+//! its trace makes them route (core counts them, one relaxed addition a decision).
 
+use kvroute_core::route::compiled::DecisionsRouted;
 use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +39,8 @@ struct Shared {
     bytes_read: AtomicU64,
     /// The size of what is read, when known (0: unknown).
     bytes_read_total: AtomicU64,
+    /// The decisions counted, how many the command routes in all, and since when.
+    decisions: Mutex<Option<(DecisionsRouted, u64, Instant)>>,
     done: AtomicBool,
     /// Whether the display thread showed anything.
     shown: AtomicBool,
@@ -58,6 +63,7 @@ impl Progress {
             bytes_written: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
             bytes_read_total: AtomicU64::new(0),
+            decisions: Mutex::new(None),
             done: AtomicBool::new(false),
             shown: AtomicBool::new(false),
             started: Instant::now(),
@@ -94,6 +100,17 @@ impl Progress {
         self.shared
             .bytes_read_total
             .store(total_bytes, Ordering::Relaxed);
+    }
+
+    /// Shows `routed` (from now on) as decisions done of `total`, with the rate and an
+    /// estimate of the time left.
+    pub fn count_decisions(&self, routed: &DecisionsRouted, total: u64) {
+        let mut decisions = self
+            .shared
+            .decisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *decisions = Some((routed.clone(), total, Instant::now()));
     }
 
     pub fn reading<R: io::Read>(&self, inner: R) -> Reading<'_, R> {
@@ -186,10 +203,29 @@ fn status_line(shared: &Shared, started: Instant) -> String {
             total => of_total(bytes, total, started.elapsed()),
         },
     };
+    let decisions = match &*shared.decisions.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some((routed, total, since)) => decisions_of_total(routed.get(), *total, since.elapsed()),
+        None => String::new(),
+    };
     format!(
-        "{}: {phase}{written}{read}, {} elapsed",
+        "{}: {phase}{decisions}{written}{read}, {} elapsed",
         shared.command,
         indicatif::HumanDuration(started.elapsed())
+    )
+}
+
+/// `, 1,200,000 of 4,800,000 decisions (25%), 410,000/s, about 9s left`, like
+/// [`of_total`].
+fn decisions_of_total(done: u64, total: u64, elapsed: Duration) -> String {
+    let share = done.min(total) * 100 / total.max(1);
+    let rate = done as f64 / elapsed.as_secs_f64().max(1e-3);
+    let left = Duration::from_secs_f64(total.saturating_sub(done) as f64 / rate.max(1.0));
+    format!(
+        ", {} of {} decisions ({share}%), {}/s, about {} left",
+        indicatif::HumanCount(done),
+        indicatif::HumanCount(total),
+        indicatif::HumanCount(rate as u64),
+        indicatif::HumanDuration(left)
     )
 }
 

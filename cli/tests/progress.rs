@@ -133,3 +133,50 @@ fn verify_of_a_file_shows_the_share_read_and_an_estimate() {
         );
     }
 }
+
+/// `replay` and `simulate` count decisions routed towards the total their trace makes
+/// them route (issue 25's friction list): 300 requests are 4 runs × 300 for the
+/// closed loop, a CSV or JSON Lines replay, and twice that for `--format json`, which
+/// replays once for its digest first.
+#[test]
+fn replay_and_simulate_show_decisions_done_of_the_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, trace) = inputs(dir.path());
+    for (command, args, total) in [
+        (
+            "replay",
+            vec!["replay", &trace, "--format", "jsonl"],
+            "1,200",
+        ),
+        (
+            "replay",
+            vec!["replay", &trace, "--format", "json"],
+            "2,400",
+        ),
+        (
+            "simulate",
+            vec!["simulate", &trace, "--workers", "4"],
+            "1,200",
+        ),
+        (
+            "simulate",
+            vec!["simulate", &trace, "--workers", "4", "--format", "json"],
+            "1,200",
+        ),
+    ] {
+        let shown = kvroute(&args, true);
+        assert!(shown.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&shown.stderr);
+        let counting: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("{command}: ")) && l.contains(" decisions ("))
+            .collect();
+        assert!(!counting.is_empty(), "{args:?}: {stderr}");
+        for line in counting {
+            assert!(
+                line.contains(&format!(" of {total} decisions (")) && line.contains("/s, about "),
+                "{args:?}: {line}"
+            );
+        }
+    }
+}

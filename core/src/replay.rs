@@ -116,6 +116,13 @@ impl<S: RunSink> RunSink for Only<'_, S> {
     }
 }
 
+/// How many decisions one replay of every run routes, as counted into
+/// [`Compiled::decisions_routed`] by [`stream_digest`], [`write_jsonl`], [`write_csv`]
+/// and [`metrics`]; [`write_json`] replays twice (the digest first), so twice this.
+pub fn decisions_per_replay(compiled: &Compiled) -> u64 {
+    compiled.request_count() * Policy::runs_for(&compiled.trace.policy).len() as u64
+}
+
 /// Replays the trace under every policy and keeps the receipt in memory.
 pub fn receipt(trace: &Trace) -> Receipt {
     let compiled = Compiled::new(trace);

@@ -63,7 +63,13 @@ pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec
     let core = kvroute_core::parse_trace(trace_json)
         .map_err(|e| e.to_string())
         .and_then(|trace| {
-            simulate_result(&trace, settings.workers, &settings.options).map_err(|e| e.to_string())
+            simulate_result(
+                &trace,
+                settings.workers,
+                &settings.options,
+                &Default::default(),
+            )
+            .map_err(|e| e.to_string())
         });
     let oracle = kvroute_oracle::simulate(trace_json, &settings.oracle_options());
     let diverge = |first_difference: String| Err(Divergence { first_difference });

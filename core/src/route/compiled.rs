@@ -218,6 +218,24 @@ pub struct Compiled<'t> {
     /// The id of `"base"`, the adapter every eligible worker serves.
     pub base_adapter: NameId,
     pub sharing: &'t [Grant],
+    /// Decisions routed from this trace so far, by every replay of it: what a long
+    /// command's progress line counts, read from another thread. Never read by routing.
+    pub decisions_routed: DecisionsRouted,
+}
+
+/// A count of routed decisions shared with whoever watches the replay (a clone counts
+/// into the same figure). Counting is one relaxed addition a decision.
+#[derive(Debug, Default, Clone)]
+pub struct DecisionsRouted(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl DecisionsRouted {
+    pub fn add_one(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl<'t> Compiled<'t> {
@@ -316,7 +334,16 @@ impl<'t> Compiled<'t> {
             tables,
             base_adapter,
             sharing: &trace.sharing,
+            decisions_routed: DecisionsRouted::default(),
         }
+    }
+
+    /// How many requests the trace routes in one run.
+    pub fn request_count(&self) -> u64 {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.step, Step::Request(_)))
+            .count() as u64
     }
 
     pub fn worker_count(&self) -> usize {

@@ -150,6 +150,7 @@ impl<'c, 't> Runner<'c, 't> {
                 recomputed_tokens: rows.recomputed[c],
             }
         });
+        self.compiled.decisions_routed.add_one();
         sink.decided(&DecisionRef {
             seq: event.seq,
             tick: event.tick,

@@ -4,7 +4,7 @@
 
 use crate::input::trace::Trace;
 use crate::output::canonical::{canonical_trace_bytes, jcs_bytes, sha256_tag, trace_digest};
-use crate::route::compiled::Compiled;
+use crate::route::compiled::{Compiled, DecisionsRouted};
 use crate::route::policy::Policy;
 use crate::simulate::closed_loop::{generated_trace, simulate_policy, SimRun};
 use crate::simulate::options::{simulation_trace, Capacity, SimulateError, SimulateOptions};
@@ -25,14 +25,17 @@ pub struct SimulateResult {
 }
 
 /// Simulates every policy on `trace` (the input, before `--workers`) and builds the
-/// §11.1 document.
+/// §11.1 document, counting each routed decision into `decisions_routed` (one per
+/// request and policy of the simulated trace).
 pub fn simulate_result(
     trace: &Trace,
     workers: Option<u32>,
     options: &SimulateOptions,
+    decisions_routed: &DecisionsRouted,
 ) -> Result<SimulateResult, SimulateError> {
     let (sim_trace, dropped_events) = simulation_trace(trace, workers)?;
-    let compiled = Compiled::new(&sim_trace);
+    let mut compiled = Compiled::new(&sim_trace);
+    compiled.decisions_routed = decisions_routed.clone();
     let runs: Vec<SimRun> = Policy::STANDARD
         .iter()
         .map(|&policy| simulate_policy(&compiled, policy, options, true, &mut ()))
