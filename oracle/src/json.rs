@@ -11,6 +11,11 @@
 //! byte consumed (`error`) or the next byte to be looked at (`peek_error`, capped at the
 //! document's end); nesting deeper than 127 arrays and objects is "recursion limit
 //! exceeded" at the 128th opening bracket. The renderings of §2.2 follow the reader.
+//!
+//! One syntax error is SPEC's own, not serde_json's (§1.1, §2.2): a string or number
+//! literal longer than [`MAX_VALUE_LENGTH_BYTES`] is "a string (number literal) longer
+//! than 67108864 bytes" at its first byte, when reading reaches the byte after the cap
+//! before any other error has been reported at an earlier byte.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -33,6 +38,11 @@ pub type Member<'d> = (Cow<'d, str>, Node<'d>);
 
 /// Containers open at once before the reader gives up (serde_json's limit).
 const MAX_DEPTH: usize = 128;
+
+/// Longest string (bytes between its quotes, escapes as written) or number literal a
+/// document may hold (SPEC §1.1, 64 MiB): no valid trace needs anything near it, and
+/// the cap bounds what a reader must hold of one value when a stream never ends it.
+const MAX_VALUE_LENGTH_BYTES: usize = 64 * 1024 * 1024;
 
 struct Reader<'b> {
     bytes: &'b [u8],
@@ -69,6 +79,24 @@ impl<'b> Reader<'b> {
     /// An error at the next byte (or the end).
     fn peek_error<T>(&self, what: &str) -> Parsed<T> {
         Err(self.located(what, self.bytes.len().min(self.at + 1)))
+    }
+
+    /// SPEC §2.2's error for a value of more than [`MAX_VALUE_LENGTH_BYTES`] whose first
+    /// byte (a string's opening quote, a literal's first character) is at offset `first`.
+    fn too_long<T>(&self, what: &str, first: usize) -> Parsed<T> {
+        Err(self.located(
+            &format!("a {what} longer than {MAX_VALUE_LENGTH_BYTES} bytes"),
+            first + 1,
+        ))
+    }
+
+    /// The number literal starting at offset `start` is too long once the bytes read
+    /// for it, each still fitting the grammar, are more than the cap (SPEC §2.2).
+    fn literal_within_cap(&self, start: usize) -> Parsed<()> {
+        if self.at - start > MAX_VALUE_LENGTH_BYTES {
+            return self.too_long("number literal", start);
+        }
+        Ok(())
     }
 
     fn peek(&self) -> Option<u8> {
@@ -142,6 +170,8 @@ impl<'b> Reader<'b> {
     }
 
     /// RFC 8259 §6: `[-] (0 | [1-9][0-9]*) [. [0-9]+] [(e|E) [+|-] [0-9]+]`, kept as text.
+    /// The length cap is checked after each part, before any error the next byte could
+    /// give: every byte counted then fits the grammar, and comes before that error.
     fn number(&mut self) -> Parsed<Node<'b>> {
         let start = self.at;
         if self.peek() == Some(b'-') {
@@ -159,9 +189,12 @@ impl<'b> Reader<'b> {
             }
             Some(_) => return self.error("invalid number"),
         }
+        self.literal_within_cap(start)?;
         if self.peek() == Some(b'.') {
             self.at += 1;
-            if self.digits() == 0 {
+            let fraction_digits = self.digits();
+            self.literal_within_cap(start)?;
+            if fraction_digits == 0 {
                 return match self.peek() {
                     Some(_) => self.peek_error("invalid number"),
                     None => self.peek_error("EOF while parsing a value"),
@@ -173,10 +206,12 @@ impl<'b> Reader<'b> {
             if let Some(b'+' | b'-') = self.peek() {
                 self.at += 1;
             }
+            self.literal_within_cap(start)?;
             match self.next() {
                 None => return self.error("EOF while parsing a value"),
                 Some(b'0'..=b'9') => {
                     self.digits();
+                    self.literal_within_cap(start)?;
                 }
                 Some(_) => return self.error("invalid number"),
             }
@@ -187,10 +222,21 @@ impl<'b> Reader<'b> {
     }
 
     /// The rest of a string after its opening quote: borrowed when it has no escape.
+    ///
+    /// The length cap (SPEC §2.2): a string is too long when reading reaches the byte
+    /// after the cap (offset `cap_end`) and that byte is not the closing quote. Another
+    /// error wins only when it is reported at an earlier byte; an escape's errors are
+    /// reported at its last byte read, so an escape that fails or ends past the cap is
+    /// the cap's error. UTF-8 is judged at the closing quote, which a too-long string
+    /// never reaches; and no text beyond the cap is ever kept.
     fn string(&mut self) -> Parsed<Cow<'b, str>> {
         let start = self.at;
+        let cap_end = start + MAX_VALUE_LENGTH_BYTES;
         let mut unescaped: Option<Vec<u8>> = None;
         loop {
+            if self.at >= cap_end && self.peek().is_some_and(|b| b != b'"') {
+                return self.too_long("string", start - 1);
+            }
             let Some(byte) = self.next() else {
                 return self.error("EOF while parsing a string");
             };
@@ -199,7 +245,12 @@ impl<'b> Reader<'b> {
                 b'\\' => {
                     let bytes = self.bytes;
                     let text = unescaped.get_or_insert_with(|| bytes[start..self.at - 1].to_vec());
-                    self.escape(text)?;
+                    let escaped = self.escape(text);
+                    // `self.at` is past the escape's last byte read, where its error is.
+                    if self.at > cap_end {
+                        return self.too_long("string", start - 1);
+                    }
+                    escaped?;
                 }
                 0x00..=0x1f => {
                     return self

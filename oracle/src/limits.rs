@@ -200,43 +200,37 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
 /// The count limits: sharing grants, workers, requests, events.
 fn count_limits(trace: &Trace, lines: &mut Vec<String>) {
     let profile = trace.limits;
-    lines.extend(limit_line(
-        || "sharing".to_owned(),
-        trace.sharing.len() as u64,
-        "sharing grants",
-        profile,
-        profile.sharing_grants_max(),
-        "",
-    ));
-    lines.extend(limit_line(
-        || "workers".to_owned(),
-        trace.workers.len() as u64,
-        "workers",
-        profile,
-        profile.workers_max(),
-        "",
-    ));
     let request_count = trace
         .events
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Request { .. }))
-        .count() as u64;
-    lines.extend(limit_line(
-        || "events".to_owned(),
-        request_count,
-        "requests",
-        profile,
-        profile.requests_max(),
-        "",
-    ));
-    lines.extend(limit_line(
-        || "events".to_owned(),
-        trace.events.len() as u64,
-        "events",
-        profile,
-        profile.events_max(),
-        "",
-    ));
+        .count();
+    // (path, count, what is counted, the profile's maximum), in the order of §2.3.
+    for (path, count, what, max) in [
+        (
+            "sharing",
+            trace.sharing.len(),
+            "sharing grants",
+            profile.sharing_grants_max(),
+        ),
+        (
+            "workers",
+            trace.workers.len(),
+            "workers",
+            profile.workers_max(),
+        ),
+        ("events", request_count, "requests", profile.requests_max()),
+        ("events", trace.events.len(), "events", profile.events_max()),
+    ] {
+        lines.extend(limit_line(
+            || path.to_owned(),
+            count as u64,
+            what,
+            profile,
+            max,
+            "",
+        ));
+    }
 }
 
 /// Stage 4, the residency limit of SPEC §1.3: the cache events alone are replayed from

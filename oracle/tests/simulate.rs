@@ -6,13 +6,8 @@ use serde_json::{json, Value};
 use kvroute_oracle::simulate::{jitter, lost};
 use kvroute_oracle::{simulate, EpochNumbering, SimCache, SimOptions, SimOutcome, StaleRule};
 
-/// `"sha256:" + lowercase hex(SHA-256(bytes))`.
-fn digest(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(bytes);
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
-}
+mod common;
+use common::digest;
 
 // ---------------------------------------------------------------------------------
 // Helpers
@@ -53,6 +48,8 @@ fn run(trace: &Value, options: &SimOptions) -> (Value, SimOutcome) {
     (result, outcome)
 }
 
+/// The entry of `policy` in a document's `runs`: a simulate result's figures, or a
+/// receipt's run.
 fn figures<'a>(result: &'a Value, policy: &str) -> &'a Value {
     result["runs"]
         .as_array()
@@ -60,6 +57,31 @@ fn figures<'a>(result: &'a Value, policy: &str) -> &'a Value {
         .iter()
         .find(|r| r["policy"] == policy)
         .expect("run present")
+}
+
+/// The simulate figures (SPEC §11.1) and the receipt metrics (§6.2) that count the same
+/// thing, as (figure, metric).
+const FIGURES_AS_METRICS: [(&str, &str); 7] = [
+    ("routed", "routed"),
+    ("reused", "reused_tokens"),
+    ("recomputed", "recomputed_tokens"),
+    ("skew_m", "load_skew_milli"),
+    ("lat_mean_m", "latency_proxy_mean_milli"),
+    ("lat_p95_m", "latency_proxy_p95_milli"),
+    ("stale", "stale_event_rejections"),
+];
+
+/// Replays `policy`'s generated trace and asserts that the receipt's run of `policy`
+/// repeats its simulated figures `f` (SPEC §11), `case` naming a failure; that run's
+/// metrics.
+fn replayed_metrics(generated: &[u8], policy: &str, f: &Value, case: &str) -> Value {
+    let receipt: Value =
+        serde_json::from_slice(&kvroute_oracle::replay(generated).expect("valid")).expect("json");
+    let m = figures(&receipt, policy)["metrics"].clone();
+    for (figure, metric) in FIGURES_AS_METRICS {
+        assert_eq!(f[figure], m[metric], "{case} {figure}");
+    }
+    m
 }
 
 /// The generated cache events of one policy's generated trace, in `(tick, seq)` order.
@@ -744,28 +766,7 @@ fn generated_traces_replay_to_the_same_figures() {
         let outcome = simulate(lab, &o).expect("lab simulates");
         let result: Value = serde_json::from_slice(&outcome.result).expect("json");
         for (policy, bytes) in &outcome.generated_traces {
-            let receipt: Value =
-                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid"))
-                    .expect("json");
-            let run = receipt["runs"]
-                .as_array()
-                .expect("runs")
-                .iter()
-                .find(|r| &r["policy"] == policy)
-                .expect("run");
-            let m = &run["metrics"];
-            let f = figures(&result, policy);
-            for (mine, theirs) in [
-                ("routed", "routed"),
-                ("reused", "reused_tokens"),
-                ("recomputed", "recomputed_tokens"),
-                ("skew_m", "load_skew_milli"),
-                ("lat_mean_m", "latency_proxy_mean_milli"),
-                ("lat_p95_m", "latency_proxy_p95_milli"),
-                ("stale", "stale_event_rejections"),
-            ] {
-                assert_eq!(f[mine], m[theirs], "{policy} {mine}");
-            }
+            replayed_metrics(bytes, policy, figures(&result, policy), policy);
         }
     }
 }
@@ -859,18 +860,19 @@ fn check_mooncake(options: SimOptions, expected: [Row; 4]) {
     );
     for (policy, row) in POLICIES.iter().zip(expected) {
         let f = figures(&result, policy);
+        let figure = |name: &str| f[name].as_u64().unwrap_or(0);
         let got: Row = (
-            f["routed"].as_u64().unwrap_or(0),
-            f["hit_pm"].as_u64().unwrap_or(0),
-            f["reused"].as_u64().unwrap_or(0),
-            f["recomputed"].as_u64().unwrap_or(0),
-            f["skew_m"].as_u64().unwrap_or(0),
-            f["lat_mean_m"].as_u64().unwrap_or(0),
-            f["lat_p95_m"].as_u64().unwrap_or(0),
-            f["stale"].as_u64().unwrap_or(0),
-            f["stores"].as_u64().unwrap_or(0),
-            f["evicts"].as_u64().unwrap_or(0),
-            f["phantom"].as_u64().unwrap_or(0),
+            figure("routed"),
+            figure("hit_pm"),
+            figure("reused"),
+            figure("recomputed"),
+            figure("skew_m"),
+            figure("lat_mean_m"),
+            figure("lat_p95_m"),
+            figure("stale"),
+            figure("stores"),
+            figure("evicts"),
+            figure("phantom"),
             "",
         );
         let digest = f["events_digest"]
@@ -1226,28 +1228,9 @@ fn generated_traces_replay_with_loss_rules_and_gaps() {
         let outcome = simulate(lab, &o).expect("lab simulates");
         let result: Value = serde_json::from_slice(&outcome.result).expect("json");
         for (policy, bytes) in &outcome.generated_traces {
-            let receipt: Value =
-                serde_json::from_slice(&kvroute_oracle::replay(bytes).expect("valid"))
-                    .expect("json");
-            let run = receipt["runs"]
-                .as_array()
-                .expect("runs")
-                .iter()
-                .find(|r| &r["policy"] == policy)
-                .expect("run");
-            let m = &run["metrics"];
             let f = figures(&result, policy);
-            for (mine, theirs) in [
-                ("routed", "routed"),
-                ("reused", "reused_tokens"),
-                ("recomputed", "recomputed_tokens"),
-                ("skew_m", "load_skew_milli"),
-                ("lat_mean_m", "latency_proxy_mean_milli"),
-                ("lat_p95_m", "latency_proxy_p95_milli"),
-                ("stale", "stale_event_rejections"),
-            ] {
-                assert_eq!(f[mine], m[theirs], "{rule:?} {epochs:?} {policy} {mine}");
-            }
+            let case = format!("{rule:?} {epochs:?} {policy}");
+            let m = replayed_metrics(bytes, policy, f, &case);
             // Every re-query follows a new gap (one per gap opening the router saw).
             if epochs == EpochNumbering::Sequential {
                 assert_eq!(f["resyncs"], m["evidence_gaps"], "{rule:?} {policy}");

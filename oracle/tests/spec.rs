@@ -6,18 +6,13 @@ use serde_json::{json, Value};
 
 use kvroute_oracle::{replay, validate};
 
+mod common;
+use common::digest;
+
 /// RFC 8785 bytes of a value, through the canonicalizer crate: an independent check of
 /// the oracle's own writer.
 fn jcs(value: &Value) -> Result<Vec<u8>, String> {
     serde_json_canonicalizer::to_vec(value).map_err(|e| e.to_string())
-}
-
-/// `"sha256:" + lowercase hex(SHA-256(bytes))`.
-fn digest(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(bytes);
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
 }
 
 // ---------------------------------------------------------------------------------
@@ -68,6 +63,38 @@ fn row<'a>(decision: &'a Value, worker: &str) -> &'a Value {
         .iter()
         .find(|r| r["worker"] == worker)
         .expect("row present")
+}
+
+/// Asserts how a decision routed: its chosen worker, route kind, tie count and margin.
+fn assert_route(
+    decision: &Value,
+    chosen: &str,
+    route_kind: &str,
+    tie_count: u64,
+    margin_milli: u64,
+) {
+    assert_eq!(
+        (
+            &decision["chosen"],
+            &decision["route_kind"],
+            &decision["tie_count"],
+            &decision["margin_milli"]
+        ),
+        (
+            &json!(chosen),
+            &json!(route_kind),
+            &json!(tie_count),
+            &json!(margin_milli)
+        )
+    );
+}
+
+/// Asserts that no row of a decision on the three workers of §8 is dominated.
+fn assert_none_dominated(decision: &Value) {
+    for w in ["w0", "w1", "w2"] {
+        assert_eq!(row(decision, w)["dominated_by"], Value::Null, "{w}");
+        assert_eq!(row(decision, w)["dominated_count"], 0, "{w}");
+    }
 }
 
 fn worker(id: &str, model: &str, queued: u64, active: u64, cache: Value) -> Value {
@@ -285,10 +312,7 @@ fn worked_example_with_cap() {
     let receipt = replay_value(&worked_example(Some(1270)));
     let cpl = run(&receipt, "cache_plus_load");
     let decision = &cpl["decisions"][0];
-    assert_eq!(decision["chosen"], "w0");
-    assert_eq!(decision["route_kind"], "overload_escape");
-    assert_eq!(decision["tie_count"], 1);
-    assert_eq!(decision["margin_milli"], 24_000);
+    assert_route(decision, "w0", "overload_escape", 1, 24_000);
     assert_eq!(row(decision, "w0")["reasons"], json!(["overloaded"]));
     assert_eq!(
         row(decision, "w1")["reasons"],
@@ -296,10 +320,7 @@ fn worked_example_with_cap() {
     );
     assert_eq!(row(decision, "w1")["eligible"], true);
     assert_eq!(row(decision, "w2")["reasons"], json!(["model_not_served"]));
-    for w in ["w0", "w1", "w2"] {
-        assert_eq!(row(decision, w)["dominated_by"], Value::Null, "{w}");
-        assert_eq!(row(decision, w)["dominated_count"], 0, "{w}");
-    }
+    assert_none_dominated(decision);
     // Cost figures do not change with the cap (n and S count every eligible row).
     assert_eq!(row(decision, "w0")["cost_milli"], 1_176_000);
     assert_eq!(row(decision, "w1")["cost_milli"], 1_206_000);
@@ -379,10 +400,7 @@ fn base_trace_scenario() {
     // Every row ties: round robin takes w0 and least-load / cache_plus_load the
     // smallest id, both with two tied rows.
     let ll = &run(&receipt, "least_load")["decisions"][0];
-    assert_eq!(ll["chosen"], "w0");
-    assert_eq!(ll["tie_count"], 2);
-    assert_eq!(ll["margin_milli"], 0);
-    assert_eq!(ll["route_kind"], "cold");
+    assert_route(ll, "w0", "cold", 2, 0);
 }
 
 #[test]
@@ -819,6 +837,24 @@ fn many_workers(count: usize) -> Value {
     trace
 }
 
+/// The base trace with `count` copies of its event `template` appended, copy `i` with
+/// seq `100 + i` and, when the event has an id (a request), id `q<i>`, so that only the
+/// count is wrong.
+fn with_event_copies(template: usize, count: usize) -> Value {
+    let mut trace = base_trace();
+    let original = trace["events"][template].clone();
+    let events = trace["events"].as_array_mut().unwrap();
+    for i in 0..count {
+        let mut e = original.clone();
+        e["seq"] = json!(100 + i);
+        if e.get("id").is_some() {
+            e["id"] = json!(format!("q{i}"));
+        }
+        events.push(e);
+    }
+    trace
+}
+
 #[test]
 fn count_limits() {
     assert!(validate(&bytes(&many_workers(8))).is_ok());
@@ -829,26 +865,14 @@ fn count_limits() {
     let scale = with(many_workers(9), "/limits", json!("scale"));
     assert!(validate(&bytes(&scale)).is_ok());
 
-    let mut trace = base_trace();
-    let template = trace["events"][4].clone();
-    let events = trace["events"].as_array_mut().unwrap();
-    for i in 0..64 {
-        let mut e = template.clone();
-        e["seq"] = json!(100 + i);
-        e["id"] = json!(format!("q{i}"));
-        events.push(e);
-    }
-    assert_single(&trace, "events: 65 requests exceed the lab limit of 64");
-
-    let mut trace = base_trace();
-    let template = trace["events"][2].clone();
-    let events = trace["events"].as_array_mut().unwrap();
-    for i in 0..1020 {
-        let mut e = template.clone();
-        e["seq"] = json!(100 + i);
-        events.push(e);
-    }
-    assert_single(&trace, "events: 1025 events exceed the lab limit of 1024");
+    assert_single(
+        &with_event_copies(4, 64),
+        "events: 65 requests exceed the lab limit of 64",
+    );
+    assert_single(
+        &with_event_copies(2, 1020),
+        "events: 1025 events exceed the lab limit of 1024",
+    );
 }
 
 #[test]
@@ -2158,17 +2182,11 @@ fn cold_reserve_worked_example() {
     let receipt = replay_value(&reserve_example(Some(1300), Some(50_000)));
     let cpl = run(&receipt, "cache_plus_load");
     let d = &cpl["decisions"][0];
-    assert_eq!(d["chosen"], "w1");
-    assert_eq!(d["route_kind"], "cold");
-    assert_eq!(d["tie_count"], 1);
-    assert_eq!(d["margin_milli"], 0);
+    assert_route(d, "w1", "cold", 1, 0);
     assert_eq!(row(d, "w0")["reasons"], json!(["cold_reserve"]));
     assert_eq!(row(d, "w0")["eligible"], true);
     assert_eq!(row(d, "w1")["reasons"], json!(["tenant_mismatch"]));
-    for w in ["w0", "w1", "w2"] {
-        assert_eq!(row(d, w)["dominated_by"], Value::Null, "{w}");
-        assert_eq!(row(d, w)["dominated_count"], 0, "{w}");
-    }
+    assert_none_dominated(d);
     assert_eq!(cpl["metrics"]["cold_reserve_exclusions"], 1);
     assert_eq!(cpl["metrics"]["cold_reserve_fallbacks"], 0);
     assert_eq!(cpl["metrics"]["dominated_choices"], 0);
@@ -2218,19 +2236,13 @@ fn cold_reserve_falls_back_before_the_overload_escape() {
     let receipt = replay_value(&reserve_example(Some(1299), Some(50_000)));
     let cpl = run(&receipt, "cache_plus_load");
     let d = &cpl["decisions"][0];
-    assert_eq!(d["chosen"], "w0");
-    assert_eq!(d["route_kind"], "hit");
-    assert_eq!(d["tie_count"], 1);
-    assert_eq!(d["margin_milli"], 0);
+    assert_route(d, "w0", "hit", 1, 0);
     assert_eq!(row(d, "w0")["reasons"], json!(["cold_reserve"]));
     assert_eq!(
         row(d, "w1")["reasons"],
         json!(["tenant_mismatch", "overloaded"])
     );
-    for w in ["w0", "w1", "w2"] {
-        assert_eq!(row(d, w)["dominated_by"], Value::Null, "{w}");
-        assert_eq!(row(d, w)["dominated_count"], 0, "{w}");
-    }
+    assert_none_dominated(d);
     let m = &cpl["metrics"];
     assert_eq!(m["cold_reserve_exclusions"], 1);
     assert_eq!(m["cold_reserve_fallbacks"], 1);
@@ -2444,10 +2456,7 @@ fn dynamo_worked_example_block_512() {
     );
     let dynamo = run(&receipt, "dynamo_default");
     let decision = &dynamo["decisions"][0];
-    assert_eq!(decision["chosen"], "w0");
-    assert_eq!(decision["route_kind"], "hit");
-    assert_eq!(decision["tie_count"], 1);
-    assert_eq!(decision["margin_milli"], 24_000);
+    assert_route(decision, "w0", "hit", 1, 24_000);
     assert_eq!(row(decision, "w0")["cost_milli"], 1_176_000);
     assert_eq!(row(decision, "w1")["cost_milli"], 1_200_000);
     assert_eq!(row(decision, "w2")["cost_milli"], 1_200_000);
@@ -2505,10 +2514,7 @@ fn dynamo_worked_example_block_1000() {
     let receipt = replay_value(&dynamo_example(1000));
     let dynamo = run(&receipt, "dynamo_default");
     let decision = &dynamo["decisions"][0];
-    assert_eq!(decision["chosen"], "w0");
-    assert_eq!(decision["route_kind"], "hit");
-    assert_eq!(decision["tie_count"], 2);
-    assert_eq!(decision["margin_milli"], 0);
+    assert_route(decision, "w0", "hit", 2, 0);
     for w in ["w0", "w1", "w2"] {
         assert_eq!(row(decision, w)["cost_milli"], 1_200_000, "{w}");
     }
@@ -2609,10 +2615,7 @@ fn dynamo_default_places_and_counts_like_any_run() {
     assert_eq!(w0["dominated_count"], 0);
     assert_eq!(row(decision, "w1")["cost_milli"], 1_200_000);
     assert_eq!(row(decision, "w1")["dominated_count"], 0);
-    assert_eq!(decision["chosen"], "w1");
-    assert_eq!(decision["route_kind"], "cold");
-    assert_eq!(decision["tie_count"], 1);
-    assert_eq!(decision["margin_milli"], 664_000);
+    assert_route(decision, "w1", "cold", 1, 664_000);
     let m = &dynamo["metrics"];
     assert_eq!(m["routed"], 2);
     assert_eq!(m["cache_hits"], 1);
@@ -2859,10 +2862,7 @@ fn dynamo_route_kind_follows_reuse_not_whole_blocks() {
     assert_eq!(row(decision, "w0")["reuse"], 1024);
     assert_eq!(row(decision, "w0")["cost_milli"], 1_200_000);
     assert_eq!(row(decision, "w1")["cost_milli"], 1_200_000);
-    assert_eq!(decision["chosen"], "w0");
-    assert_eq!(decision["tie_count"], 2);
-    assert_eq!(decision["margin_milli"], 0);
-    assert_eq!(decision["route_kind"], "hit");
+    assert_route(decision, "w0", "hit", 2, 0);
     let m = &dynamo["metrics"];
     assert_eq!(m["cache_hits"], 1);
     assert_eq!(m["reused_tokens"], 1024);

@@ -9,21 +9,15 @@ use std::path::PathBuf;
 use kvroute_oracle::{replay, replay_streaming, ReceiptPiece, Streamed};
 use serde_json::Value;
 
+mod common;
+use common::digest;
+
 fn fixture(topic: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../fixtures")
         .join(topic)
         .join("trace.json");
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn digest(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    let hex: String = sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
 }
 
 /// One piece: its path (`None` for structure) and its bytes.
