@@ -82,3 +82,34 @@ proptest! {
         prop_assert_eq!(oracle_lines(&bytes), core);
     }
 }
+
+/// The cap on one value (SPEC.md §1.1, §2.2) where the three readers could part: an
+/// escape whose bad digit stands before the cap and whose last digit is past it, a
+/// control character at the first byte past the cap, and a fraction past it. Each
+/// document is 64 MiB, so there are three (a debug build masks about 10 MB/s), read by
+/// core from bytes only: `core/tests/value_cap.rs` holds its stream to its bytes.
+#[test]
+fn the_value_cap_is_one_rule_for_the_three_readers() {
+    use kvroute_core::input::limits::VALUE_BYTES_MAX;
+    let string = |content: &[u8]| [b"{\"format\": [\n \"".as_slice(), content, b"\"]}"].concat();
+    let mut escape_across = vec![b'a'; VALUE_BYTES_MAX - 4];
+    escape_across.extend_from_slice(br"\u1x23");
+    let mut control_at = vec![b'a'; VALUE_BYTES_MAX];
+    control_at.push(0x1f);
+    let mut fraction = b"{\"format\": [0, -0.".to_vec();
+    fraction.resize(VALUE_BYTES_MAX + 20, b'7');
+    fraction.extend_from_slice(b"]}");
+    let cap_line = |what: &str, line: u32, column: u32| {
+        Some(vec![format!(
+            "$: invalid JSON: a {what} longer than {VALUE_BYTES_MAX} bytes at line {line} column {column}"
+        )])
+    };
+    for (doc, expected) in [
+        (string(&escape_across), cap_line("string", 2, 2)),
+        (string(&control_at), cap_line("string", 2, 2)),
+        (fraction, cap_line("number literal", 1, 16)),
+    ] {
+        assert_eq!(core_lines(&doc), expected);
+        assert_eq!(oracle_lines(&doc), expected);
+    }
+}
