@@ -10,14 +10,14 @@
 //! line number instead of by a JSON path into a document the user never wrote, and an
 //! accepted import always validates.
 
-use crate::input::json::{self, quote_str, Node};
-use crate::input::limits::{CostBound, LimitsProfile, ERROR_LINES_MAX, JSON_INTEGER_MAX};
+use crate::input::json::{quote_str, Node};
+use crate::input::json_lines::{self, read_line_capped, LineErrors, LineRead};
+use crate::input::limits::{CostBound, LimitsProfile, JSON_INTEGER_MAX};
 use crate::input::trace::members;
 use crate::input::trace::{
     fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
 };
 use rustc_hash::FxHashMap;
-use std::fmt;
 use std::io::BufRead;
 use std::sync::Arc;
 
@@ -35,58 +35,7 @@ const PROFILE: LimitsProfile = LimitsProfile::Scale;
 /// The Mooncake members of one line, in the order their errors are reported.
 const FIELDS: &[&str] = members::MOONCAKE_LINE;
 
-/// The longest line read (SPEC.md §10.2). A valid request needs at most
-/// `ceil(2,097,152 tokens / 1 token a block)` ids of at most 16 digits, about 38 MB with
-/// their separators; 64 MiB leaves room for whitespace. A longer line is an error and
-/// is read past, never held: a line with no end (a pipe of spaces) once grew until the
-/// allocator aborted.
-pub const LINE_BYTES_MAX: usize = 64 * 1024 * 1024;
-
-/// What reading one line gave.
-enum LineRead {
-    /// The end of the input.
-    End,
-    /// A line, in the buffer (with its `\n`, when it has one).
-    Line,
-    /// A line over the cap, read to its end and dropped.
-    TooLong,
-}
-
-/// Reads one line of at most `cap` bytes into `line`; a longer one is consumed to its
-/// `\n` (or the input's end) a buffer at a time, and only its first `cap + 1` bytes
-/// were ever held.
-fn read_line_capped(
-    input: &mut impl BufRead,
-    line: &mut Vec<u8>,
-    cap: usize,
-) -> std::io::Result<LineRead> {
-    line.clear();
-    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
-    let n = std::io::Read::take(&mut *input, limit).read_until(b'\n', line)?;
-    if n == 0 {
-        return Ok(LineRead::End);
-    }
-    if line.len() <= cap || (line.ends_with(b"\n") && line.len() == cap + 1) {
-        return Ok(LineRead::Line);
-    }
-    line.clear();
-    loop {
-        let buffer = input.fill_buf()?;
-        if buffer.is_empty() {
-            return Ok(LineRead::TooLong);
-        }
-        match buffer.iter().position(|&b| b == b'\n') {
-            Some(end) => {
-                input.consume(end + 1);
-                return Ok(LineRead::TooLong);
-            }
-            None => {
-                let all = buffer.len();
-                input.consume(all);
-            }
-        }
-    }
-}
+pub use crate::input::json_lines::{LineError as ImportError, LINE_BYTES_MAX};
 
 /// How the lines become requests, and which fleet replays them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,26 +64,6 @@ impl Default for MooncakeOptions {
         }
     }
 }
-
-/// One reason the input was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportError {
-    /// The 1-based input line; 0 for a problem with the options or the input as a whole.
-    pub line: usize,
-    pub reason: String,
-}
-
-impl fmt::Display for ImportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            f.write_str(&self.reason)
-        } else {
-            write!(f, "line {}: {}", self.line, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for ImportError {}
 
 /// Converts Mooncake JSONL into a `scale` trace, or returns every problem found.
 ///
@@ -199,7 +128,7 @@ fn convert_capped(
     mut block_keys: BlockKeys,
     line_bytes_max: usize,
 ) -> Result<Trace, Vec<ImportError>> {
-    let mut report = Report::default();
+    let mut report = LineErrors::default();
     for reason in option_errors(options) {
         report.push(0, reason);
     }
@@ -374,37 +303,6 @@ fn trace_head(options: &MooncakeOptions, namespace: &Namespace) -> Trace {
     }
 }
 
-/// The errors collected so far: the first [`ERROR_LINES_MAX`] kept, the rest counted.
-#[derive(Default)]
-struct Report {
-    shown: Vec<ImportError>,
-    more: usize,
-}
-
-impl Report {
-    fn push(&mut self, line: usize, reason: String) {
-        if self.shown.len() < ERROR_LINES_MAX {
-            self.shown.push(ImportError { line, reason });
-        } else {
-            self.more += 1;
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.shown.is_empty()
-    }
-
-    fn finish(mut self) -> Vec<ImportError> {
-        if self.more > 0 {
-            self.shown.push(ImportError {
-                line: 0,
-                reason: format!("... and {} more errors", self.more),
-            });
-        }
-        self.shown
-    }
-}
-
 fn option_errors(options: &MooncakeOptions) -> Vec<String> {
     let mut reasons = Vec::new();
     if options.block_tokens == 0 {
@@ -447,26 +345,10 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
         reasons.push("empty line".to_owned());
         return fields;
     }
-    // Named, as for a trace (SPEC.md §2.2): the parser would only say `expected value`.
-    if line_bytes.starts_with(b"\xEF\xBB\xBF") {
-        reasons.push(
-            "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), which \
-             JSON text must not carry"
-                .to_owned(),
-        );
-        return fields;
-    }
-    // The line's own terminator is not part of its JSON: left in, an error at the end of
-    // the line would be placed on "line 2" of it.
-    let json_bytes = line_bytes
-        .strip_suffix(b"\n")
-        .map_or(line_bytes, |rest| rest.strip_suffix(b"\r").unwrap_or(rest));
-    // [`Node`] keeps repeated members, which `serde_json::Value` would silently collapse
-    // to the last one, and numbers as written (SPEC.md §10.2: `1e400` is a type error).
-    let node = match json::parse_node(json_bytes) {
+    let node = match json_lines::line_json(line_bytes) {
         Ok(node) => node,
-        Err(e) => {
-            reasons.push(invalid_json_reason(&e));
+        Err(reason) => {
+            reasons.push(reason);
             return fields;
         }
     };
@@ -498,19 +380,6 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
         }
     }
     fields
-}
-
-/// `invalid JSON: <parser message> at column <c>`: the parser's own position says
-/// "line 1" of a single line, which reads like the wrong input line.
-fn invalid_json_reason(e: &serde_json::Error) -> String {
-    let text = e.to_string();
-    let position = format!(" at line {} column {}", e.line(), e.column());
-    match text.strip_suffix(&position) {
-        Some(message) if e.line() == 1 => {
-            format!("invalid JSON: {message} at column {}", e.column())
-        }
-        _ => format!("invalid JSON: {text}"),
-    }
 }
 
 fn quote_name(name: &str) -> String {
@@ -698,6 +567,7 @@ fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::limits::ERROR_LINES_MAX;
     use crate::output::canonical::canonical_trace_bytes;
     use crate::parse_trace;
 
