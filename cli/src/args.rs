@@ -188,6 +188,40 @@ pub enum Command {
         #[arg(long)]
         csv_plain: bool,
     },
+    /// A receipt's run against measured completion records (AIPerf's
+    /// profile_export.jsonl): what was dropped, never routed, retried, cancelled or
+    /// failed; whether the predicted work ranks TTFT; per-worker calibration; and
+    /// goodput under declared latency objectives (SPEC.md §14).
+    Join {
+        /// The receipt (`replay --format json` or `--format jsonl`); `-` is stdin.
+        receipt: PathBuf,
+        /// The completion records; `-` is stdin.
+        completions: PathBuf,
+        /// The layout of the completion records.
+        #[arg(long, value_enum, default_value_t = CompletionsFormat::Aiperf)]
+        completions_format: CompletionsFormat,
+        /// The run that served the traffic.
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy,
+              default_value = "cache_plus_load")]
+        run: Policy,
+        /// The key the receipt's request ids were keyed with (`replay --id-key`):
+        /// completion ids are keyed the same way before they are matched.
+        #[arg(long, value_name = "FILE")]
+        id_key: Option<PathBuf>,
+        /// Latency objectives in whole milliseconds, `ttft_ms=X,tpot_ms=Y` (either alone).
+        #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
+        slo: Option<kvroute_core::join::figures::Slo>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
+        format: DiffFormat,
+        /// Write to FILE instead of stdout (atomically).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// CSV only: write worker ids exactly as in the receipt. By default an id
+        /// starting with `=`, `+`, `-`, `@`, tab or CR gets a leading `'`.
+        #[arg(long)]
+        csv_plain: bool,
+    },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {
         #[command(subcommand)]
@@ -409,6 +443,39 @@ pub fn parse_policy(text: &str) -> Result<Policy, String> {
             let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
             format!("expected one of {}, found {text:?}", names.join(", "))
         })
+}
+
+/// The layouts of completion records `join` reads (SPEC.md §14.1).
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum CompletionsFormat {
+    /// AIPerf's profile_export.jsonl, one record a line.
+    Aiperf,
+}
+
+/// `ttft_ms=X,tpot_ms=Y`, either alone, each a whole number of milliseconds up to 2^53 - 1.
+fn parse_slo(text: &str) -> Result<kvroute_core::join::figures::Slo, String> {
+    let mut slo = kvroute_core::join::figures::Slo::default();
+    for part in text.split(',') {
+        let (name, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("expected NAME=MILLISECONDS, found {part:?}"))?;
+        let ms = value
+            .parse::<u64>()
+            .ok()
+            .filter(|&ms| ms <= kvroute_core::input::limits::JSON_INTEGER_MAX)
+            .ok_or_else(|| {
+                format!("{name}: expected whole milliseconds up to 2^53 - 1, found {value:?}")
+            })?;
+        let slot = match name {
+            "ttft_ms" => &mut slo.ttft_ms,
+            "tpot_ms" => &mut slo.tpot_ms,
+            _ => return Err(format!("expected ttft_ms or tpot_ms, found {name:?}")),
+        };
+        if slot.replace(ms).is_some() {
+            return Err(format!("{name} given twice"));
+        }
+    }
+    Ok(slo)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

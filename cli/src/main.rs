@@ -37,6 +37,8 @@ macro_rules! outln {
 }
 
 mod failure;
+mod inputs;
+mod join;
 mod out;
 mod progress;
 mod report;
@@ -45,6 +47,7 @@ mod swarm_report;
 mod verify_core;
 
 use failure::Failure;
+use inputs::{read_bytes, read_id_key, read_input};
 use kvroute_cli::terminal::counted;
 use out::{emit, emit_with};
 
@@ -156,6 +159,26 @@ fn run(command: Command) -> Result<(), Failure> {
             baseline,
             candidate,
             trace,
+            format,
+            out,
+            csv_plain,
+        }),
+        Command::Join {
+            receipt,
+            completions,
+            completions_format: _,
+            run,
+            id_key,
+            slo,
+            format,
+            out,
+            csv_plain,
+        } => join::join_command(&join::JoinArgs {
+            receipt,
+            completions,
+            run,
+            id_key,
+            slo,
             format,
             out,
             csv_plain,
@@ -596,36 +619,6 @@ impl ImportSource {
             ImportSource::Stdin => Box::new(std::io::stdin().lock()),
         })
     }
-}
-
-/// Reads a whole input file; `-` is stdin.
-fn read_input(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
-    read_bytes(path)
-        .map_err(|e| Failure::invalid(vec![format!("{}: cannot read {what}: {e}", path.display())]))
-}
-
-fn read_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
-    if path.as_os_str() == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin().lock().read_to_end(&mut bytes)?;
-        Ok(bytes)
-    } else {
-        std::fs::read(path)
-    }
-}
-
-/// The bytes of an `--id-key` file (SPEC.md §6.5): unreadable or empty is bad usage.
-fn read_id_key(path: &Path) -> Result<Vec<u8>, Failure> {
-    let key = read_bytes(path).map_err(|e| {
-        Failure::invalid(vec![format!("{}: cannot read id key: {e}", path.display())])
-    })?;
-    if key.is_empty() {
-        return Err(Failure::invalid(vec![format!(
-            "{}: the id key is empty",
-            path.display()
-        )]));
-    }
-    Ok(key)
 }
 
 /// `kvroute verify --trace TRACE RECEIPT`: the receipt is streamed from its file or

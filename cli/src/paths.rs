@@ -43,6 +43,16 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             some(&[Some(first), second.as_ref(), trace.as_ref()]),
             out.iter().cloned().collect(),
         ),
+        Command::Join {
+            receipt,
+            completions,
+            id_key,
+            out,
+            ..
+        } => (
+            some(&[Some(receipt), Some(completions), id_key.as_ref()]),
+            out.iter().cloned().collect(),
+        ),
         Command::Import {
             format: ImportFormat::Mooncake { file, out, .. },
         } => (vec![file.as_path()], vec![out.clone()]),
@@ -83,6 +93,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Replay { .. } => "replay",
         Command::Report { .. } => "report",
         Command::Diff { .. } => "diff",
+        Command::Join { .. } => "join",
         Command::Import { .. } => "import mooncake",
         Command::Simulate { .. } => "simulate",
         Command::Verify { .. } => "verify",

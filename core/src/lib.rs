@@ -7,7 +7,7 @@
 //! `SPEC.md` at the repository root is the behaviour this crate implements.
 //!
 //! The folders follow SPEC.md's parts and depend one way only: [`input`] ← [`route`] ←
-//! [`output`] ← [`replay`] ← [`simulate`] (`core/tests/layout.rs` checks it). Where each rule lives:
+//! [`output`] ← [`replay`] ← [`simulate`] ← [`join`] (`core/tests/layout.rs` checks it). Where each rule lives:
 //! - **limits** (profiles, integer literals, the per-request token limit, the overflow
 //!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
 //!   rules: [`input::validate`], one file a stage;
@@ -30,9 +30,12 @@
 //!   [`output::jsonl`]; CSV: [`output::csv`] (each run into them by [`replay`]);
 //! - the **closed-loop engine model** (LRU, prefill, publication lag, jitter and loss,
 //!   re-query, residency error):
-//!   [`simulate`].
+//!   [`simulate`];
+//! - the **join** of a receipt's run with measured completion records (counts,
+//!   prediction figures, goodput): [`join`], the last layer.
 
 pub mod input;
+pub mod join;
 pub mod mutant;
 pub mod output;
 pub mod replay;

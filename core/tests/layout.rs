@@ -4,7 +4,8 @@
 //! The folders follow the parts of SPEC.md, and they may only depend on each other in
 //! one direction: `input` (reading and validating) ← `route` (the rules that decide) ←
 //! `output` (the bytes written) ← `replay` (the driver: which runs, into which output)
-//! ← `simulate` (the closed loop, which drives routing and writes traces). No two files
+//! ← `simulate` (the closed loop, which drives routing and writes traces) ← `join` (a
+//! receipt against measured completions). No two files
 //! of core may import each other, directly or through others, and `output` only writes:
 //! none of its files imports the engine or runs a replay. No folder (directory) holds
 //! more than ten files and no import chain is longer than ten files.
@@ -15,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The folders in dependency order: each may import only from itself and those before it.
-const LAYERS: [&str; 5] = ["input", "route", "output", "replay", "simulate"];
+const LAYERS: [&str; 6] = ["input", "route", "output", "replay", "simulate", "join"];
 
 /// The most `.rs` files one folder of core may hold, so a newcomer can take it in.
 const FOLDER_FILES_MAX: usize = 10;

@@ -1,0 +1,76 @@
+//! `kvroute join` end to end (SPEC.md §14): the lab receipt written by `replay`, the
+//! hand-checked AIPerf records of `fixtures/join/`, read from a file and from stdin, as
+//! a table, JSON and CSV, and to `--out`. The figures themselves are checked against
+//! the fixture's README in `core/tests/join.rs`; here, that the command reads and
+//! writes them.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const COMPLETIONS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../fixtures/join/lab.completions.jsonl"
+);
+
+fn kvroute(args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or_default()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn the_lab_receipt_joins_its_records_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("r.json").display().to_string();
+    assert!(
+        kvroute(&["replay", "--format", "json", "--out", &receipt], None)
+            .status
+            .success()
+    );
+    let slo = ["--slo", "ttft_ms=200,tpot_ms=20"];
+    let table = kvroute(&[&["join", &receipt, COMPLETIONS][..], &slo].concat(), None);
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let table = String::from_utf8(table.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[2],
+        "matched 7  dropped 21  rejected_served 1  unrouted 1  retried 1"
+    );
+    assert_eq!(
+        lines[5],
+        "goodput (ttft <= 200 ms, tpot <= 20 ms): good 2  good_pm 71  span_ns 1500000000  \
+         good_per_second_milli 1333"
+    );
+    // The records on stdin, the document to --out: the same figures.
+    let completions = std::fs::read(COMPLETIONS).unwrap();
+    let out = dir.path().join("join.json").display().to_string();
+    let args = [
+        &["join", &receipt, "-", "--format", "json", "--out", &out][..],
+        &slo,
+    ]
+    .concat();
+    let written = kvroute(&args, Some(&completions));
+    assert!(written.status.success() && written.stdout.is_empty());
+    let document: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(document["counts"]["completed"], 5);
+    assert_eq!(document["prediction"]["ttft_rank_gamma_pm"], -143);
+    assert_eq!(document["goodput"]["good"], 2);
+    let csv = kvroute(&["join", &receipt, COMPLETIONS, "--format", "csv"], None);
+    assert_eq!(
+        String::from_utf8(csv.stdout).unwrap().lines().nth(1),
+        Some("w0,2,210250,11125,892000,235")
+    );
+}

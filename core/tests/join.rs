@@ -1,0 +1,213 @@
+//! `join` (SPEC.md §14) on the fixture of `fixtures/join/README.md`, whose every figure
+//! was computed by hand: the counts, the prediction figures, goodput, the per-worker
+//! calibration; the same from a JSON Lines receipt and with keyed ids; and each kind of
+//! bad input named with its line and path.
+
+use kvroute_core::join::figures::{Counts, Goodput, JoinFigures, Slo, WorkerFigures};
+use kvroute_core::join::receipt::ReceiptError;
+use kvroute_core::join::{join, output, JoinError, JoinOptions};
+use kvroute_core::{parse_trace, replay_bytes, Policy, LAB_TRACE_JSON};
+
+const COMPLETIONS: &str = include_str!("../../fixtures/join/lab.completions.jsonl");
+
+fn lab_receipt() -> Vec<u8> {
+    replay_bytes(LAB_TRACE_JSON.as_bytes()).expect("the lab trace is valid")
+}
+
+fn options(slo: Option<Slo>) -> JoinOptions {
+    JoinOptions {
+        run: Some(Policy::CachePlusLoad),
+        slo,
+        id_key: None,
+    }
+}
+
+const SLO: Slo = Slo {
+    ttft_ms: Some(200),
+    tpot_ms: Some(20),
+};
+
+fn worker(
+    name: &str,
+    completed: u64,
+    ttft: u64,
+    tpot: u64,
+    predicted: u64,
+    per_token: u64,
+) -> WorkerFigures {
+    WorkerFigures {
+        worker: name.to_owned(),
+        completed,
+        ttft_mean_us: ttft,
+        tpot_mean_us: tpot,
+        predicted_mean_milli: predicted,
+        us_per_predicted_token: Some(per_token),
+    }
+}
+
+/// The figures of fixtures/join/README.md.
+fn hand_computed() -> JoinFigures {
+    JoinFigures {
+        counts: Counts {
+            decisions: 29,
+            routed: 28,
+            rejected: 1,
+            completion_lines: 10,
+            matched: 7,
+            dropped: 21,
+            rejected_served: 1,
+            unrouted: 1,
+            retried: 1,
+            cancelled: 1,
+            errors: 1,
+            completed: 5,
+            error_rate_pm: 142,
+        },
+        ttft_rank_gamma_pm: Some(-143),
+        us_per_predicted_token: Some(101),
+        goodput: Some(Goodput {
+            good: 2,
+            good_pm: 71,
+            span_ns: 1_500_000_000,
+            good_per_second_milli: 1333,
+        }),
+        workers: vec![
+            worker("w0", 2, 210_250, 11_125, 892_000, 235),
+            worker("w1", 1, 50_000, 30_000, 2_600_000, 19),
+            worker("w2", 1, 100_000, 8_500, 2_600_000, 38),
+            worker("w3", 1, 400_250, 15_999, 2_600_000, 153),
+        ],
+    }
+}
+
+#[test]
+fn the_fixture_joins_to_the_hand_computed_figures() {
+    let receipt = lab_receipt();
+    let joined = join(&receipt[..], COMPLETIONS.as_bytes(), &options(Some(SLO))).unwrap();
+    assert_eq!(joined.figures, hand_computed());
+    // Without objectives the goodput is absent and nothing else moves.
+    let plain = join(&receipt[..], COMPLETIONS.as_bytes(), &options(None)).unwrap();
+    assert_eq!(plain.figures.goodput, None);
+    assert_eq!(plain.figures.counts, hand_computed().counts);
+}
+
+#[test]
+fn the_document_is_canonical_and_says_the_figures() {
+    let receipt = lab_receipt();
+    let joined = join(&receipt[..], COMPLETIONS.as_bytes(), &options(Some(SLO))).unwrap();
+    let bytes = output::json_bytes(&joined);
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(serde_json_canonicalizer::to_vec(&value).unwrap(), bytes);
+    assert_eq!(value["format"], "kvroute-join/1");
+    assert_eq!(value["run"], "cache_plus_load");
+    assert_eq!(
+        value["slo"],
+        serde_json::json!({"ttft_ms": 200, "tpot_ms": 20})
+    );
+    assert_eq!(value["counts"]["dropped"], 21);
+    assert_eq!(value["prediction"]["ttft_rank_gamma_pm"], -143);
+    assert_eq!(value["goodput"]["good_per_second_milli"], 1333);
+    assert_eq!(value["workers"][0]["us_per_predicted_token"], 235);
+    let receipt_value: serde_json::Value = serde_json::from_slice(&receipt).unwrap();
+    assert_eq!(value["receipt_digest"], receipt_value["receipt_digest"]);
+}
+
+#[test]
+fn a_json_lines_receipt_and_keyed_ids_join_the_same() {
+    let trace = parse_trace(LAB_TRACE_JSON.as_bytes()).unwrap();
+    let compiled = kvroute_core::route::compiled::Compiled::new(&trace);
+    let digest = kvroute_core::output::canonical::trace_digest(&trace);
+    let mut lines = Vec::new();
+    kvroute_core::replay::write_jsonl(&compiled, &digest, &mut lines).unwrap();
+    let joined = join(&lines[..], COMPLETIONS.as_bytes(), &options(Some(SLO))).unwrap();
+    assert_eq!(joined.figures, hand_computed());
+    // A receipt of keyed ids joins plain completion ids through the same key.
+    let key = b"join-test-key".to_vec();
+    let mut keyed = trace.clone();
+    kvroute_core::output::ids::key_request_ids(&mut keyed, &key);
+    let keyed_receipt = kvroute_core::replay::receipt_bytes(
+        &kvroute_core::route::compiled::Compiled::new(&keyed),
+        &digest,
+    );
+    let keyed_options = JoinOptions {
+        id_key: Some(key),
+        ..options(Some(SLO))
+    };
+    let joined = join(&keyed_receipt[..], COMPLETIONS.as_bytes(), &keyed_options).unwrap();
+    assert_eq!(joined.figures.counts, hand_computed().counts);
+}
+
+fn completion_errors(text: &str) -> Vec<String> {
+    let receipt = lab_receipt();
+    match join(&receipt[..], text.as_bytes(), &options(None)) {
+        Err(JoinError::Completions(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+        other => panic!("expected completion errors, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_line_that_is_not_the_layout_names_its_line_and_path() {
+    let good = COMPLETIONS.lines().next().unwrap();
+    let text = [
+        good.to_owned(),
+        good.replace(r#""x_request_id": "acme-01""#, r#""x_request_id": 5"#),
+        good.replace(r#""unit": "ms"}, "inter"#, r#""unit": "s"}, "inter"#),
+        good.replace(r#""x_request_id": "acme-01", "#, ""),
+        good.replace("120.5", "-3"),
+        good.replace(r#""was_cancelled": false"#, r#""was_cancelled": 0"#),
+        "[1]".to_owned(),
+        "{".to_owned(),
+    ]
+    .join("\n");
+    assert_eq!(
+        completion_errors(&text),
+        [
+            "line 2: metadata.x_request_id: expected a non-empty string, found 5",
+            "line 3: metrics.time_to_first_token.unit: expected \"ms\", found \"s\"",
+            "line 4: metadata.x_request_id: missing required member \"x_request_id\"",
+            "line 5: metrics.time_to_first_token.value: expected a non-negative number of \
+             milliseconds below 2^53 µs, found -3",
+            "line 6: metadata.was_cancelled: expected true or false, found 0",
+            "line 7: $: expected an object, found [1]",
+            "line 8: invalid JSON: EOF while parsing an object at column 1",
+        ]
+    );
+}
+
+#[test]
+fn a_join_that_matches_nothing_or_names_no_run_is_an_error() {
+    let receipt = lab_receipt();
+    let renamed = COMPLETIONS.replace("\"x_request_id\": \"", "\"x_request_id\": \"other-");
+    assert_eq!(
+        join(&receipt[..], renamed.as_bytes(), &options(None)),
+        Err(JoinError::NothingMatched {
+            completion_id: "other-acme-01".to_owned(),
+            request_id: "acme-01".to_owned(),
+        })
+    );
+    let dynamo = JoinOptions {
+        run: Some(Policy::DynamoDefault),
+        ..options(None)
+    };
+    assert_eq!(
+        join(&receipt[..], COMPLETIONS.as_bytes(), &dynamo),
+        Err(JoinError::Receipt(ReceiptError::NoSuchRun(
+            [
+                "round_robin",
+                "least_load",
+                "longest_prefix",
+                "cache_plus_load"
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        )))
+    );
+    assert!(matches!(
+        join(
+            &b"{\"format\":\"other\"}"[..],
+            COMPLETIONS.as_bytes(),
+            &options(None)
+        ),
+        Err(JoinError::Receipt(ReceiptError::NotAReceipt(_)))
+    ));
+}
