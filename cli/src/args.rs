@@ -94,6 +94,15 @@ pub enum Command {
         /// Each is validated first: when one would be rejected, none is written (exit 2).
         #[arg(long, value_name = "DIR")]
         events_out: Option<PathBuf>,
+        /// Write each policy's AIPerf completion records (one per routed request, times
+        /// from the engine model) to DIR/<policy>.completions.jsonl, for `kvroute join`
+        /// (SPEC.md §14.4).
+        #[arg(long, value_name = "DIR")]
+        completions_out: Option<PathBuf>,
+        /// With --completions-out: ticks per millisecond (1 to 1000000).
+        #[arg(long, value_name = "N", default_value_t = 1,
+              value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        ticks_per_ms: u64,
         /// Output format: the comparison table, or the canonical kvroute-simulate/1
         /// document of SPEC.md §11.1 (figures plus each generated trace's digest).
         #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]

@@ -101,6 +101,8 @@ fn run(command: Command) -> Result<(), Failure> {
             stale_rule,
             epochs,
             events_out,
+            completions_out,
+            ticks_per_ms,
             format,
         } => simulate(
             &trace,
@@ -117,6 +119,7 @@ fn run(command: Command) -> Result<(), Failure> {
             },
             PolicyOverrides { stale_rule, epochs },
             events_out.as_deref(),
+            completions_out.as_deref().map(|dir| (dir, ticks_per_ms)),
             format,
         ),
         Command::Verify {
@@ -343,6 +346,7 @@ fn simulate(
     options: &SimulateOptions,
     overrides: PolicyOverrides,
     events_out: Option<&Path>,
+    completions_out: Option<(&Path, u64)>,
     format: SimulateFormat,
 ) -> Result<(), Failure> {
     if options.loss_per_mille > simulate::LOSS_PER_MILLE_MAX {
@@ -415,6 +419,11 @@ fn simulate(
         progress.phase("validating and writing the generated traces");
         write_generated_traces(dir, &generated)?;
     }
+    if let Some((dir, ticks_per_ms)) = completions_out {
+        progress.phase("writing the completion records");
+        let files = simulated_completions(&trace, workers, options, ticks_per_ms)?;
+        write_policy_files(dir, &files, "completions.jsonl")?;
+    }
     progress.finish();
     emit(&stdout_bytes, None)?;
     if let Some(dir) = events_out {
@@ -451,21 +460,60 @@ fn write_generated_traces(dir: &Path, traces: &[(Policy, Vec<u8>)]) -> Result<()
             return Err(Failure::invalid(lines));
         }
     }
+    let with_newlines: Vec<(Policy, Vec<u8>)> = traces
+        .iter()
+        .map(|(policy, bytes)| (*policy, [bytes.as_slice(), b"\n"].concat()))
+        .collect();
+    write_policy_files(dir, &with_newlines, "trace.json")
+}
+
+/// Writes `DIR/<policy>.<suffix>` for each policy, all or none: every file is staged
+/// before any is renamed into place, and directories this created go if one fails.
+fn write_policy_files(
+    dir: &Path,
+    files: &[(Policy, Vec<u8>)],
+    suffix: &str,
+) -> Result<(), Failure> {
     let created = out::CreatedDirs::create(dir)
         .map_err(|e| Failure::other(format!("{}: cannot create: {e}", dir.display())))?;
     let mut staged = Vec::new();
-    for (policy, bytes) in traces {
-        let file = dir.join(format!("{}.trace.json", policy.name()));
-        staged.push(out::stage(&file, |w| {
-            w.write_all(bytes)?;
-            w.write_all(b"\n")
-        })?);
+    for (policy, bytes) in files {
+        let file = dir.join(format!("{}.{suffix}", policy.name()));
+        staged.push(out::stage(&file, |w| w.write_all(bytes))?);
     }
     for file in staged {
         file.commit()?;
     }
     created.keep();
     Ok(())
+}
+
+/// Each policy's AIPerf completion records (SPEC.md §14.4), from a closed loop of its
+/// own: `simulate`'s runs keep no per-request record, and asking for them costs one
+/// more loop per policy only when `--completions-out` is given.
+fn simulated_completions(
+    trace: &Trace,
+    workers: Option<u32>,
+    options: &SimulateOptions,
+    ticks_per_ms: u64,
+) -> Result<Vec<(Policy, Vec<u8>)>, Failure> {
+    let (sim_trace, _) = simulate::simulation_trace(trace, workers)
+        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+    let compiled = Compiled::new(&sim_trace);
+    Ok(Policy::STANDARD
+        .iter()
+        .map(|&policy| {
+            let (_, served) = simulate::closed_loop::simulate_policy_with_completions(
+                &compiled,
+                policy,
+                options,
+                false,
+                &mut (),
+            );
+            let lines = simulate::completions::completion_lines(&served, &compiled, ticks_per_ms);
+            (policy, lines)
+        })
+        .collect())
 }
 
 fn validate(path: &Path) -> Result<(), Failure> {

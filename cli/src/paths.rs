@@ -57,15 +57,23 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             format: ImportFormat::Mooncake { file, out, .. },
         } => (vec![file.as_path()], vec![out.clone()]),
         Command::Simulate {
-            trace, events_out, ..
+            trace,
+            events_out,
+            completions_out,
+            ..
         } => (
             vec![trace.as_path()],
-            events_out
-                .iter()
-                .flat_map(|dir| {
-                    Policy::STANDARD.map(|p| dir.join(format!("{}.trace.json", p.name())))
+            [
+                (events_out, "trace.json"),
+                (completions_out, "completions.jsonl"),
+            ]
+            .into_iter()
+            .flat_map(|(dir, suffix)| {
+                dir.iter().flat_map(move |dir| {
+                    Policy::STANDARD.map(|p| dir.join(format!("{}.{suffix}", p.name())))
                 })
-                .collect(),
+            })
+            .collect(),
         ),
         Command::Verify {
             trace,

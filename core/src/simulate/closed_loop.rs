@@ -58,6 +58,19 @@ enum Scheduled<'t> {
     Delivery(CEvent<'t>),
 }
 
+/// One routed request as the engine model served it, for its completion record
+/// (SPEC.md §14.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimCompletion {
+    pub request_id: String,
+    /// The tick it arrived at and the tick its prefill completed.
+    pub arrival_tick: u64,
+    pub prefill_done_tick: u64,
+    pub worker: u32,
+    pub prompt_tokens: u64,
+    pub decode_tokens: u64,
+}
+
 /// Runs one policy's closed loop over a compiled request-only trace. Memory is the
 /// router state, the engines' caches and the work in flight (plus the generated events
 /// when `keep_events` asks for them), not the length of the trace.
@@ -68,7 +81,40 @@ pub fn simulate_policy(
     keep_events: bool,
     sink: &mut impl RunSink,
 ) -> SimRun {
+    run_closed_loop(compiled, policy, options, keep_events, None, sink)
+}
+
+/// [`simulate_policy`], also keeping each routed request's [`SimCompletion`], in the
+/// order it was routed (memory then grows with the requests routed).
+pub fn simulate_policy_with_completions(
+    compiled: &Compiled,
+    policy: Policy,
+    options: &SimulateOptions,
+    keep_events: bool,
+    sink: &mut impl RunSink,
+) -> (SimRun, Vec<SimCompletion>) {
+    let mut served = Vec::new();
+    let run = run_closed_loop(
+        compiled,
+        policy,
+        options,
+        keep_events,
+        Some(&mut served),
+        sink,
+    );
+    (run, served)
+}
+
+fn run_closed_loop(
+    compiled: &Compiled,
+    policy: Policy,
+    options: &SimulateOptions,
+    keep_events: bool,
+    served: Option<&mut Vec<SimCompletion>>,
+    sink: &mut impl RunSink,
+) -> SimRun {
     let mut closed = ClosedLoop {
+        served,
         compiled,
         options,
         keep_events,
@@ -115,6 +161,8 @@ pub fn simulate_policy(
 /// One policy's closed loop in progress: the router, the engines, and what is in
 /// flight between them.
 struct ClosedLoop<'c, 't> {
+    /// Where each routed request's completion is kept, when asked.
+    served: Option<&'c mut Vec<SimCompletion>>,
     compiled: &'c Compiled<'t>,
     options: &'c SimulateOptions,
     keep_events: bool,
@@ -152,6 +200,16 @@ impl<'t> ClosedLoop<'_, 't> {
             event.tick,
             request.prompt_tokens - engine_reuse,
         );
+        if let Some(served) = self.served.as_mut() {
+            served.push(SimCompletion {
+                request_id: request.id.to_owned(),
+                arrival_tick: event.tick,
+                prefill_done_tick: done,
+                worker: placement.worker as u32,
+                prompt_tokens: request.prompt_tokens,
+                decode_tokens: request.decode_tokens,
+            });
+        }
         self.completions_scheduled += 1;
         let prefill = Prefill {
             worker: placement.worker as u32,

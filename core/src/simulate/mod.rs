@@ -30,10 +30,12 @@
 //! - [`closed_loop`]: the scheduler that interleaves routing, completions and
 //!   deliveries in one policy's run;
 //! - [`trace_out`]: the generated events in the trace's own terms, for `--events-out`;
+//! - [`completions`]: each routed request's AIPerf record, for `--completions-out`;
 //! - [`table`]: the comparison `kvroute simulate` prints; [`result`]: the same as the
 //!   canonical `kvroute-simulate/1` document of SPEC.md §11.1.
 
 pub mod closed_loop;
+pub mod completions;
 pub mod engine_model;
 pub mod lru;
 pub mod options;

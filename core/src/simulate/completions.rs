@@ -1,0 +1,87 @@
+//! The AIPerf completion records of one closed-loop run (SPEC.md §14.4), so `join` can
+//! be exercised end to end and a user sees what such a file looks like. Times are the
+//! engine model's ticks read as `1/N` ms; every figure is an integer, and milliseconds
+//! are written as exact decimals, never through a binary float.
+
+use crate::output::json_text::{push_str, push_u64};
+use crate::route::compiled::Compiled;
+use crate::simulate::closed_loop::SimCompletion;
+
+/// The largest `--ticks-per-ms`: a tick of one nanosecond.
+pub const TICKS_PER_MS_MAX: u64 = 1_000_000;
+
+/// The lines of `completions` (one record and `\n` each), ticks read as `1/ticks_per_ms`
+/// ms (at least 1).
+pub fn completion_lines(
+    completions: &[SimCompletion],
+    compiled: &Compiled,
+    ticks_per_ms: u64,
+) -> Vec<u8> {
+    let n = u128::from(ticks_per_ms.max(1));
+    let nanos = |tick: u64| (u128::from(tick) * 1_000_000 / n) as u64;
+    let mut out = Vec::new();
+    for c in completions {
+        let decode_rate = compiled.workers[c.worker as usize].decode_rate.max(1);
+        let decode_ticks = c.decode_tokens.div_ceil(decode_rate);
+        let end_tick = c.prefill_done_tick.saturating_add(decode_ticks);
+        let ttft_us = (u128::from(c.prefill_done_tick - c.arrival_tick) * 1000 / n) as u64;
+        let tpot_us = (1000 / (n * u128::from(decode_rate))) as u64;
+        out.extend_from_slice(br#"{"metadata":{"x_request_id":"#);
+        push_str(&mut out, &c.request_id);
+        out.extend_from_slice(br#","request_start_ns":"#);
+        push_u64(&mut out, nanos(c.arrival_tick));
+        out.extend_from_slice(br#","request_end_ns":"#);
+        push_u64(&mut out, nanos(end_tick));
+        out.extend_from_slice(br#","was_cancelled":false},"metrics":{"input_sequence_length":"#);
+        push_tokens(&mut out, c.prompt_tokens);
+        out.extend_from_slice(br#","time_to_first_token":"#);
+        push_milliseconds(&mut out, ttft_us);
+        out.extend_from_slice(br#","inter_token_latency":"#);
+        push_milliseconds(&mut out, tpot_us);
+        out.extend_from_slice(br#","output_sequence_length":"#);
+        push_tokens(&mut out, c.decode_tokens);
+        out.extend_from_slice(b"},\"error\":null}\n");
+    }
+    out
+}
+
+fn push_tokens(out: &mut Vec<u8>, tokens: u64) {
+    out.extend_from_slice(br#"{"value":"#);
+    push_u64(out, tokens);
+    out.extend_from_slice(br#","unit":"tokens"}"#);
+}
+
+/// `{"value":<µs / 1000 as an exact decimal>,"unit":"ms"}`: `12.345`, `12.3`, `12`.
+fn push_milliseconds(out: &mut Vec<u8>, micros: u64) {
+    out.extend_from_slice(br#"{"value":"#);
+    out.extend_from_slice(milliseconds_text(micros).as_bytes());
+    out.extend_from_slice(br#","unit":"ms"}"#);
+}
+
+fn milliseconds_text(micros: u64) -> String {
+    let (whole, fraction) = (micros / 1000, micros % 1000);
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{fraction:03}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::milliseconds_text;
+
+    #[test]
+    fn milliseconds_are_exact_decimals_without_trailing_zeros() {
+        for (micros, text) in [
+            (0, "0"),
+            (1, "0.001"),
+            (12_300, "12.3"),
+            (12_345, "12.345"),
+            (12_000, "12"),
+            (250, "0.25"),
+        ] {
+            assert_eq!(milliseconds_text(micros), text);
+        }
+    }
+}
