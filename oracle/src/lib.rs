@@ -8,12 +8,15 @@
 //! trace of §1), `validate` (the five stages of §2), `canonical` (the canonical trace
 //! of §6.1), `jcs` (the RFC 8785 writer and digests), `state` (§3), `candidates` (§4),
 //! `policies` (§5), `run` (one policy's run and its metrics, §3.5, §6.2), `receipt`
-//! (§6, streamed) and `simulate` (§11).
+//! (§6, streamed), `simulate` (§11), `keyed` (the keyed request ids of §6.5, HMAC from
+//! RFC 2104) and `join` (completion records against a receipt's run, §14).
 
 mod candidates;
 mod canonical;
 mod jcs;
+mod join;
 mod json;
+mod keyed;
 mod limits;
 mod model;
 mod policies;
@@ -25,6 +28,7 @@ mod validate;
 
 use std::ops::ControlFlow;
 
+pub use join::{join, JoinFailure};
 pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
 
@@ -119,4 +123,10 @@ pub fn validated(trace_json: &[u8]) -> Result<Validated, Vec<String>> {
 /// receipt order. Benchmarks use it to time the routing alone.
 pub fn replay_metrics(trace: &Validated) -> Result<Vec<u8>, Vec<String>> {
     Ok(receipt::metrics_bytes(&trace.0))
+}
+
+/// SPEC §6.5: the keyed form of a request id under the key file's bytes (the first 16
+/// bytes of HMAC-SHA-256, as 32 lowercase hex digits).
+pub fn keyed_request_id(key: &[u8], id: &str) -> String {
+    keyed::keyed_id(key, id)
 }

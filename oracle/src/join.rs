@@ -1,0 +1,857 @@
+//! SPEC §14: joining a receipt's run with AIPerf completion records (`kvroute join`).
+//!
+//! Written naively from §14 (with §2 for paths and quoted values, §6/§6.4 for the two
+//! receipt forms, §6.5 for keyed ids, §10.2 for the line cap and the column of a line's
+//! syntax error): the completions are read line by line into a `BTreeMap` keyed by the
+//! (possibly keyed) request id, the run's decisions into a plain list, and every figure
+//! is a loop over those, in 128-bit integers. The rank correlation is the double loop
+//! over every unordered pair.
+//!
+//! Which error applies when (§14.4 lists five, and this module takes the list's order as
+//! the order of precedence): the completion lines' layout errors first (all lines are
+//! checked); then a file with no record at all; then the receipt (not a receipt); then
+//! `--run` (no such run); then the join that matches nothing.
+//!
+//! Readings of §14 where it leaves a choice (each a guess, to be settled by SPEC):
+//! - A missing member is reported at the path of the object that lacks it, as §14.4's
+//!   example writes it (`metadata: missing required member "x_request_id"`, `$: missing
+//!   required member "metadata"`), not at the member's own path as §2.1 does for traces.
+//! - `metadata.request_start_ns` is required (its row allows neither `null` nor absent);
+//!   `value` and `unit` are both required in a latency object.
+//! - Wordings §14 does not give: `expected a non-negative integer, found <v>`
+//!   (`request_start_ns`), `... or null` (`request_end_ns`), `expected a boolean`
+//!   (`was_cancelled`), `expected an object or null` (`metrics`, `error`), `expected an
+//!   object` (a latency), `expected a non-negative number` (a `value` that is not a number,
+//!   or negative), `expected a number of milliseconds below 9007199254740.992` (a `value`
+//!   whose microseconds would pass `B`), and §10.2's byte-order-mark line.
+//! - A blank line is one of JSON whitespace only; the 64 MiB cap is checked first, so an
+//!   over-long line of spaces is an error (§10.2's order), and the cap counts the line's
+//!   bytes without its `\n`.
+//! - The receipt is checked only as far as it is read: its format, `receipt_digest`, each
+//!   run's `policy` and `decisions`, and of the chosen run's decisions `request`, `tick`,
+//!   `chosen`, each row's `worker` and the chosen row's `recomputed` and `work_milli`
+//!   (integers of §1.1). A JSON Lines receipt's line order is not checked.
+//! - A figure is written as plain decimal digits whatever its size (§6.1: integers written
+//!   plainly): `span_ns` may pass 2^53, `us_per_predicted_token` even 2^64.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::jcs::{self, Json};
+use crate::json::{self, Member, Node};
+use crate::keyed;
+
+/// The longest completion line, in bytes without its `\n` (SPEC §14.1, §10.2).
+const MAX_LINE_BYTES: usize = 67_108_864;
+
+/// `B = 2^53 - 1` (SPEC conventions).
+const B: u64 = 9_007_199_254_740_991;
+
+/// The largest `request_start_ns` / `request_end_ns`: 10^19 − 1 (SPEC §14.1).
+const NS_MAX: u64 = 9_999_999_999_999_999_999;
+
+/// Error lines kept before the rest are only counted (SPEC §2.3).
+const ERROR_LINES: usize = 100;
+
+/// Why [`join`] wrote nothing (SPEC §14.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinFailure {
+    /// Completion lines that are not the layout: (1-based line, `"<path>: <reason>"` or
+    /// `"invalid JSON: ..."` or `"line longer than 67108864 bytes"`), the first 100
+    /// kept, then, if there were more, one entry `(0, "... and N more errors")`.
+    Lines(Vec<(usize, String)>),
+    /// The receipt is not §6's shape (canonical or JSON Lines).
+    NotAReceipt,
+    /// `--run` names no run of the receipt: the receipt's runs, in order.
+    NoSuchRun(Vec<String>),
+    /// The completions hold no record at all (empty, or only blank lines).
+    NoRecords,
+    /// Nothing matched while both sides have ids: the first completion id (in file
+    /// order, keyed when a key was given, i.e. as it was compared) and the run's first
+    /// request id (in receipt order).
+    NothingMatched {
+        completion_id: String,
+        request_id: String,
+    },
+}
+
+/// What the join keeps of one completion record (the first line of its id).
+#[derive(Debug, Clone)]
+struct Record {
+    start_ns: u64,
+    end_ns: Option<u64>,
+    cancelled: bool,
+    error: bool,
+    ttft_us: Option<u64>,
+    tpot_us: Option<u64>,
+}
+
+/// What the join keeps of one decision: its request id and, when routed, the chosen
+/// worker with `predicted_milli = work_milli + 1000 × recomputed` of the chosen row.
+#[derive(Debug, Clone)]
+struct Decision {
+    request: String,
+    chosen: Option<(String, u128)>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Completion lines (SPEC §14.1)
+// ---------------------------------------------------------------------------------------
+
+/// A member's path below `parent` (SPEC §2.1; every name here is a plain identifier).
+fn child(parent: &str, name: &str) -> String {
+    if parent == "$" {
+        name.to_owned()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+/// `repeated member "<name>"` at the member's path for the second and later occurrence
+/// of each name in `table`, in document order; names not in the table are ignored
+/// (SPEC §14.1: every other member is ignored).
+fn repeats(members: &[Member], table: &[&str], parent: &str, problems: &mut Vec<String>) {
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for (name, _) in members {
+        if !table.contains(&name.as_ref()) {
+            continue;
+        }
+        if !seen.insert(name.as_ref()) {
+            problems.push(format!(
+                "{}: repeated member {}",
+                child(parent, name),
+                json::quote_str(name)
+            ));
+        }
+    }
+}
+
+/// An integer as SPEC §1.1 writes one (`0` or a non-zero digit then digits, no sign,
+/// fraction or exponent) of at most 10^19 − 1.
+fn nanoseconds(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    let plain = !bytes.is_empty()
+        && bytes.iter().all(u8::is_ascii_digit)
+        && (bytes == b"0" || bytes[0] != b'0');
+    if !plain || bytes.len() > 19 {
+        return None;
+    }
+    let value: u64 = text.parse().ok()?;
+    (value <= NS_MAX).then_some(value)
+}
+
+/// Why a millisecond literal has no microsecond figure.
+enum MsProblem {
+    Negative,
+    TooLarge,
+}
+
+/// `floor(value × 1000)` of a JSON number literal, from its decimal digits as written
+/// (SPEC §14.1): the literal is `digits × 10^(exponent − fraction digits)`, so the
+/// microseconds are the digits shifted by `exponent + 3 − fraction digits` places and
+/// cut (a floor, the value being non-negative). `-0` (any zero) is 0, any other negative
+/// value an error, and a result above `B` an error.
+fn microseconds(literal: &str) -> Result<u64, MsProblem> {
+    let (negative, unsigned) = match literal.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, literal),
+    };
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], &unsigned[at + 1..]),
+        None => (unsigned, ""),
+    };
+    let (integer, fraction) = match mantissa.find('.') {
+        Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
+        None => (mantissa, ""),
+    };
+    // The exponent as written, saturated far beyond any digit count a line can hold.
+    let (exponent_negative, exponent_digits) = match exponent.as_bytes().first() {
+        Some(b'-') => (true, &exponent[1..]),
+        Some(b'+') => (false, &exponent[1..]),
+        _ => (false, exponent),
+    };
+    let mut exponent_value: i128 = 0;
+    for digit in exponent_digits.bytes() {
+        exponent_value = (exponent_value * 10 + i128::from(digit - b'0')).min(1_000_000_000_000);
+    }
+    if exponent_negative {
+        exponent_value = -exponent_value;
+    }
+    let all_digits = format!("{integer}{fraction}");
+    let digits = all_digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    if negative {
+        return Err(MsProblem::Negative);
+    }
+    // value × 1000 = digits × 10^shift.
+    let shift = exponent_value + 3 - fraction.len() as i128;
+    // How many digits the integer part of value × 1000 has (the first digit is not 0).
+    let whole_digits = digits.len() as i128 + shift;
+    if whole_digits <= 0 {
+        return Ok(0);
+    }
+    if whole_digits > 16 {
+        return Err(MsProblem::TooLarge); // at least 10^16 > B
+    }
+    let whole: String = if shift >= 0 {
+        format!("{digits}{}", "0".repeat(shift as usize))
+    } else {
+        digits[..whole_digits as usize].to_owned()
+    };
+    let value: u64 = whole.parse().map_err(|_| MsProblem::TooLarge)?;
+    if value > B {
+        return Err(MsProblem::TooLarge);
+    }
+    Ok(value)
+}
+
+/// `metrics.time_to_first_token` or `metrics.inter_token_latency`: `{"value": number,
+/// "unit": "ms"}`; the microseconds when both members are good.
+fn duration(members: &[Member], path: &str, problems: &mut Vec<String>) -> Option<u64> {
+    let mut micros = None;
+    match json::member(members, "value") {
+        None => problems.push(format!("{path}: missing required member \"value\"")),
+        Some(node @ Node::Number(text)) => match microseconds(text) {
+            Ok(us) => micros = Some(us),
+            Err(MsProblem::Negative) => problems.push(format!(
+                "{path}.value: expected a non-negative number, found {}",
+                json::quote(node)
+            )),
+            Err(MsProblem::TooLarge) => problems.push(format!(
+                "{path}.value: expected a number of milliseconds below 9007199254740.992, found {}",
+                json::quote(node)
+            )),
+        },
+        Some(other) => problems.push(format!(
+            "{path}.value: expected a non-negative number, found {}",
+            json::quote(other)
+        )),
+    }
+    let mut unit_ok = false;
+    match json::member(members, "unit") {
+        None => problems.push(format!("{path}: missing required member \"unit\"")),
+        Some(Node::String(unit)) if unit == "ms" => unit_ok = true,
+        Some(other) => problems.push(format!(
+            "{path}.unit: expected \"ms\", found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(members, &["value", "unit"], path, problems);
+    micros.filter(|_| unit_ok)
+}
+
+/// One optional duration member of `metrics`.
+fn metric(members: &[Member], name: &str, problems: &mut Vec<String>) -> Option<u64> {
+    let path = child("metrics", name);
+    match json::member(members, name) {
+        None => None,
+        Some(Node::Object(inner)) => duration(inner, &path, problems),
+        Some(other) => {
+            problems.push(format!(
+                "{path}: expected an object, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    }
+}
+
+/// One non-blank completion line, parsed: its id and record, or its reasons (each
+/// `"<path>: <reason>"`), in the order of §2.3: members in the order of §14.1's table,
+/// each object's repeated members after its listed ones.
+fn record(root: &Node) -> Result<(String, Record), Vec<String>> {
+    let mut problems = Vec::new();
+    let Node::Object(top) = root else {
+        return Err(vec![format!(
+            "$: expected an object, found {}",
+            json::quote(root)
+        )]);
+    };
+    let mut id = None;
+    let mut start_ns = None;
+    let mut end_ns = None;
+    let mut cancelled = false;
+    match json::member(top, "metadata") {
+        None => problems.push("$: missing required member \"metadata\"".to_owned()),
+        Some(Node::Object(meta)) => {
+            match json::member(meta, "x_request_id") {
+                None => {
+                    problems.push("metadata: missing required member \"x_request_id\"".to_owned())
+                }
+                Some(Node::String(text)) if !text.is_empty() => id = Some(text.to_string()),
+                Some(other) => problems.push(format!(
+                    "metadata.x_request_id: expected a non-empty string, found {}",
+                    json::quote(other)
+                )),
+            }
+            match json::member(meta, "request_start_ns") {
+                None => problems
+                    .push("metadata: missing required member \"request_start_ns\"".to_owned()),
+                Some(node) => match node {
+                    Node::Number(text) if nanoseconds(text).is_some() => {
+                        start_ns = nanoseconds(text)
+                    }
+                    other => problems.push(format!(
+                        "metadata.request_start_ns: expected a non-negative integer, found {}",
+                        json::quote(other)
+                    )),
+                },
+            }
+            match json::member(meta, "request_end_ns") {
+                None | Some(Node::Null) => {}
+                Some(Node::Number(text)) if nanoseconds(text).is_some() => {
+                    end_ns = nanoseconds(text)
+                }
+                Some(other) => problems.push(format!(
+                    "metadata.request_end_ns: expected a non-negative integer or null, found {}",
+                    json::quote(other)
+                )),
+            }
+            match json::member(meta, "was_cancelled") {
+                None => {}
+                Some(Node::Bool(value)) => cancelled = *value,
+                Some(other) => problems.push(format!(
+                    "metadata.was_cancelled: expected a boolean, found {}",
+                    json::quote(other)
+                )),
+            }
+            repeats(
+                meta,
+                &[
+                    "x_request_id",
+                    "request_start_ns",
+                    "request_end_ns",
+                    "was_cancelled",
+                ],
+                "metadata",
+                &mut problems,
+            );
+        }
+        Some(other) => problems.push(format!(
+            "metadata: expected an object, found {}",
+            json::quote(other)
+        )),
+    }
+    let mut ttft_us = None;
+    let mut tpot_us = None;
+    match json::member(top, "metrics") {
+        None | Some(Node::Null) => {}
+        Some(Node::Object(metrics)) => {
+            ttft_us = metric(metrics, "time_to_first_token", &mut problems);
+            tpot_us = metric(metrics, "inter_token_latency", &mut problems);
+            repeats(
+                metrics,
+                &["time_to_first_token", "inter_token_latency"],
+                "metrics",
+                &mut problems,
+            );
+        }
+        Some(other) => problems.push(format!(
+            "metrics: expected an object or null, found {}",
+            json::quote(other)
+        )),
+    }
+    let mut error = false;
+    match json::member(top, "error") {
+        None | Some(Node::Null) => {}
+        Some(Node::Object(_)) => error = true,
+        Some(other) => problems.push(format!(
+            "error: expected an object or null, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(top, &["metadata", "metrics", "error"], "$", &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    match (id, start_ns) {
+        (Some(id), Some(start_ns)) => Ok((
+            id,
+            Record {
+                start_ns,
+                end_ns,
+                cancelled,
+                error,
+                ttft_us,
+                tpot_us,
+            },
+        )),
+        _ => Err(vec!["$: internal error: a record without its id".to_owned()]),
+    }
+}
+
+/// `invalid JSON: <what> at column C` from the reader's `<what> at line 1 column C`
+/// (a line holds no `\n`, so its position is a column alone, SPEC §10.2).
+fn syntax_reason(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => {
+            let what = &message[..at];
+            let column = message[at..].rsplit(" column ").next().unwrap_or("0");
+            format!("invalid JSON: {what} at column {column}")
+        }
+        None => format!("invalid JSON: {message}"),
+    }
+}
+
+/// Whether a line is blank: only JSON whitespace (space, tab, CR; LF never occurs).
+fn blank(line: &[u8]) -> bool {
+    line.iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+}
+
+/// A record's line: its 1-based number, its id as written, the record.
+type Line = (usize, String, Record);
+
+/// The completions read: each non-blank line's (1-based line number, id, record) in
+/// file order, or every line's problems.
+fn completion_records(bytes: &[u8]) -> Result<Vec<Line>, Vec<(usize, String)>> {
+    let mut records = Vec::new();
+    let mut problems: Vec<(usize, String)> = Vec::new();
+    let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    if lines.last().is_some_and(|last| last.is_empty()) {
+        lines.pop(); // the newline that ends the last line starts no line
+    }
+    for (index, line) in lines.iter().enumerate() {
+        let number = index + 1;
+        if line.len() > MAX_LINE_BYTES {
+            problems.push((number, format!("line longer than {MAX_LINE_BYTES} bytes")));
+            continue;
+        }
+        if blank(line) {
+            continue;
+        }
+        if line.starts_with(&[0xef, 0xbb, 0xbf]) {
+            problems.push((
+                number,
+                "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), \
+                 which JSON text must not carry"
+                    .to_owned(),
+            ));
+            continue;
+        }
+        let root = match json::parse(line) {
+            Ok(root) => root,
+            Err(message) => {
+                problems.push((number, syntax_reason(&message)));
+                continue;
+            }
+        };
+        match record(&root) {
+            Ok((id, rec)) => records.push((number, id, rec)),
+            Err(reasons) => problems.extend(reasons.into_iter().map(|r| (number, r))),
+        }
+    }
+    if problems.is_empty() {
+        return Ok(records);
+    }
+    let more = problems.len().saturating_sub(ERROR_LINES);
+    problems.truncate(ERROR_LINES);
+    if more > 0 {
+        problems.push((0, format!("... and {more} more errors")));
+    }
+    Err(problems)
+}
+
+// ---------------------------------------------------------------------------------------
+// The receipt (SPEC §6, §6.4)
+// ---------------------------------------------------------------------------------------
+
+/// An integer of SPEC §1.1 (plain digits, at most `B`).
+fn receipt_integer(node: &Node) -> Option<u64> {
+    let Node::Number(text) = node else {
+        return None;
+    };
+    let bytes = text.as_bytes();
+    let plain = !bytes.is_empty()
+        && bytes.iter().all(u8::is_ascii_digit)
+        && (bytes == b"0" || bytes[0] != b'0')
+        && bytes.len() <= 16;
+    if !plain {
+        return None;
+    }
+    text.parse::<u64>().ok().filter(|v| *v <= B)
+}
+
+fn string<'a>(node: Option<&'a Node>) -> Option<&'a str> {
+    match node {
+        Some(Node::String(text)) => Some(text),
+        _ => None,
+    }
+}
+
+/// The receipt read as SPEC §6 / §6.4 shape it: its `receipt_digest` and its runs in
+/// order, each run's policy and its decision nodes (in receipt order).
+type Runs<'a, 'd> = (String, Vec<(String, Vec<&'a Node<'d>>)>);
+
+/// The receipt's parsed form: one document (canonical receipt) or its lines (JSON Lines).
+enum ReceiptText<'d> {
+    Whole(Node<'d>),
+    Lines(Vec<Node<'d>>),
+}
+
+/// Tells the two forms apart by content: a document that is one JSON value is the
+/// canonical receipt (whatever its format member then says); otherwise each line must be
+/// one JSON value, the form of §6.4 (checked by [`runs`]).
+fn receipt_text(bytes: &[u8]) -> Option<ReceiptText<'_>> {
+    if let Ok(root) = json::parse(bytes) {
+        return Some(ReceiptText::Whole(root));
+    }
+    let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    if lines.last().is_some_and(|last| last.is_empty()) {
+        lines.pop();
+    }
+    let nodes: Result<Vec<Node>, String> = lines.iter().map(|line| json::parse(line)).collect();
+    nodes.ok().map(ReceiptText::Lines)
+}
+
+fn runs<'a, 'd>(text: &'a ReceiptText<'d>) -> Option<Runs<'a, 'd>> {
+    match text {
+        ReceiptText::Whole(Node::Object(top)) => {
+            if string(json::member(top, "format")) != Some("kvroute-receipt/1") {
+                return None;
+            }
+            let digest = string(json::member(top, "receipt_digest"))?.to_owned();
+            let Some(Node::Array(items)) = json::member(top, "runs") else {
+                return None;
+            };
+            let mut runs = Vec::new();
+            for item in items {
+                let Node::Object(run) = item else {
+                    return None;
+                };
+                let policy = string(json::member(run, "policy"))?.to_owned();
+                let Some(Node::Array(decisions)) = json::member(run, "decisions") else {
+                    return None;
+                };
+                runs.push((policy, decisions.iter().collect()));
+            }
+            Some((digest, runs))
+        }
+        ReceiptText::Whole(_) => None,
+        ReceiptText::Lines(lines) => {
+            if lines.len() < 2 {
+                return None;
+            }
+            let Node::Object(first) = &lines[0] else {
+                return None;
+            };
+            if string(json::member(first, "format")) != Some("kvroute-receipt-stream/1") {
+                return None;
+            }
+            let Node::Object(last) = &lines[lines.len() - 1] else {
+                return None;
+            };
+            let digest = string(json::member(last, "receipt_digest"))?.to_owned();
+            let mut runs: Vec<(String, Vec<&Node>)> = Vec::new();
+            for line in &lines[1..lines.len() - 1] {
+                let Node::Object(members) = line else {
+                    return None;
+                };
+                let policy = string(json::member(members, "policy"))?;
+                if members.len() != 2 {
+                    return None;
+                }
+                let (name, value) = members.iter().find(|(name, _)| name != "policy")?;
+                if !["cache_log", "decisions", "metrics", "observation_log"]
+                    .contains(&name.as_ref())
+                {
+                    return None;
+                }
+                let at = match runs.iter().position(|(p, _)| p == policy) {
+                    Some(at) => at,
+                    None => {
+                        runs.push((policy.to_owned(), Vec::new()));
+                        runs.len() - 1
+                    }
+                };
+                if name == "decisions" {
+                    runs[at].1.push(value);
+                }
+            }
+            Some((digest, runs))
+        }
+    }
+}
+
+/// One decision of the run: `request`, `tick`, `chosen` and the chosen row's `worker`,
+/// `recomputed` and `work_milli` (SPEC §14.1).
+fn decision(node: &Node) -> Option<Decision> {
+    let Node::Object(members) = node else {
+        return None;
+    };
+    let request = string(json::member(members, "request"))?.to_owned();
+    receipt_integer(json::member(members, "tick")?)?;
+    let chosen = match json::member(members, "chosen")? {
+        Node::Null => None,
+        Node::String(worker) => Some(worker.to_string()),
+        _ => return None,
+    };
+    let Some(Node::Array(rows)) = json::member(members, "candidates") else {
+        return None;
+    };
+    let mut chosen_row = None;
+    for row in rows {
+        let Node::Object(row) = row else {
+            return None;
+        };
+        let worker = string(json::member(row, "worker"))?;
+        if chosen_row.is_none() && chosen.as_deref() == Some(worker) {
+            chosen_row = Some(row);
+        }
+    }
+    let chosen = match chosen {
+        None => None,
+        Some(worker) => {
+            let row = chosen_row?;
+            let recomputed = receipt_integer(json::member(row, "recomputed")?)?;
+            let work_milli = receipt_integer(json::member(row, "work_milli")?)?;
+            Some((
+                worker,
+                u128::from(work_milli) + 1000 * u128::from(recomputed),
+            ))
+        }
+    };
+    Some(Decision { request, chosen })
+}
+
+// ---------------------------------------------------------------------------------------
+// The join (SPEC §14.2) and the document (§14.3)
+// ---------------------------------------------------------------------------------------
+
+/// An integer written plainly (SPEC §6.1), whatever its size or sign.
+fn number<'a>(value: i128) -> Json<'a> {
+    Json::Written(value.to_string().into_bytes())
+}
+
+fn optional<'a>(value: Option<i128>) -> Json<'a> {
+    value.map_or(Json::Null, number)
+}
+
+/// `floor(1000 × Σ ttft_us / Σ predicted_milli)`, `None` when the sum is 0.
+fn per_token(ttft_sum: u128, predicted_sum: u128) -> Option<i128> {
+    (predicted_sum > 0).then(|| (1000 * ttft_sum / predicted_sum) as i128)
+}
+
+/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
+/// or the errors.
+pub fn join(
+    receipt: &[u8],
+    completions: &[u8],
+    run: &str,
+    slo: Option<(Option<u64>, Option<u64>)>,
+    id_key: Option<&[u8]>,
+) -> Result<Vec<u8>, JoinFailure> {
+    // The completions: every line is checked before anything else.
+    let lines = completion_records(completions).map_err(JoinFailure::Lines)?;
+    if lines.is_empty() {
+        return Err(JoinFailure::NoRecords);
+    }
+    let completion_lines = lines.len() as u128;
+    // Each id's record is its first line; `lines_of` counts its lines.
+    let mut records: BTreeMap<String, Record> = BTreeMap::new();
+    let mut lines_of: BTreeMap<String, u128> = BTreeMap::new();
+    let mut first_completion_id = None;
+    for (_, id, rec) in lines {
+        let id = match id_key {
+            Some(key) => keyed::keyed_id(key, &id),
+            None => id,
+        };
+        if first_completion_id.is_none() {
+            first_completion_id = Some(id.clone());
+        }
+        *lines_of.entry(id.clone()).or_insert(0) += 1;
+        records.entry(id).or_insert(rec);
+    }
+
+    // The receipt and its run.
+    let text = receipt_text(receipt).ok_or(JoinFailure::NotAReceipt)?;
+    let (receipt_digest, all_runs) = runs(&text).ok_or(JoinFailure::NotAReceipt)?;
+    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == run) else {
+        return Err(JoinFailure::NoSuchRun(
+            all_runs.iter().map(|(policy, _)| policy.clone()).collect(),
+        ));
+    };
+    let mut decisions = Vec::new();
+    for node in decision_nodes {
+        decisions.push(decision(node).ok_or(JoinFailure::NotAReceipt)?);
+    }
+
+    // Counts.
+    let total = decisions.len() as u128;
+    let routed = decisions.iter().filter(|d| d.chosen.is_some()).count() as u128;
+    let rejected = total - routed;
+    let mut matched = 0u128;
+    let mut rejected_served = 0u128;
+    let mut cancelled = 0u128;
+    let mut errors = 0u128;
+    // The completed records with their decisions: (worker, predicted_milli, record).
+    let mut completed: Vec<(&str, u128, &Record)> = Vec::new();
+    let mut min_start: Option<u64> = None;
+    let mut max_end: Option<u64> = None;
+    for d in &decisions {
+        let Some(rec) = records.get(&d.request) else {
+            continue;
+        };
+        let Some((worker, predicted)) = &d.chosen else {
+            rejected_served += 1;
+            continue;
+        };
+        matched += 1;
+        min_start = Some(min_start.map_or(rec.start_ns, |m| m.min(rec.start_ns)));
+        if let Some(end) = rec.end_ns {
+            max_end = Some(max_end.map_or(end, |m| m.max(end)));
+        }
+        if rec.cancelled {
+            cancelled += 1;
+        } else if rec.error {
+            errors += 1;
+        } else if rec.ttft_us.is_some() && rec.tpot_us.is_some() {
+            completed.push((worker, *predicted, rec));
+        }
+    }
+    let dropped = routed - matched;
+    let requests: BTreeSet<&str> = decisions.iter().map(|d| d.request.as_str()).collect();
+    let unrouted = records
+        .keys()
+        .filter(|id| !requests.contains(id.as_str()))
+        .count() as u128;
+    let retried = lines_of.values().filter(|n| **n > 1).count() as u128;
+    let error_rate_pm = (1000 * errors).checked_div(matched).unwrap_or(0);
+
+    // "A join that matches nothing while both sides have ids" (§14.4): read with §14.2's
+    // definition, "a completion matches a decision when its x_request_id equals the
+    // decision's request", for any decision of the run, routed or rejected. So the error
+    // is for a run with at least one decision and completions with at least one record
+    // (always, by now) where no record's id is the request of any decision: `matched`
+    // and `rejected_served` are both 0. A run without decisions has no ids, so it gives
+    // the document (everything unrouted); a join whose only matches are rejected
+    // decisions gives the document too.
+    if !decisions.is_empty() && matched == 0 && rejected_served == 0 {
+        return Err(JoinFailure::NothingMatched {
+            completion_id: first_completion_id.unwrap_or_default(),
+            request_id: decisions[0].request.clone(),
+        });
+    }
+
+    // Prediction figures over the completed records.
+    let ttft = |rec: &Record| u128::from(rec.ttft_us.unwrap_or(0));
+    let tpot = |rec: &Record| u128::from(rec.tpot_us.unwrap_or(0));
+    let mut concordant: i128 = 0;
+    let mut discordant: i128 = 0;
+    for i in 0..completed.len() {
+        for j in i + 1..completed.len() {
+            let (_, p_i, r_i) = completed[i];
+            let (_, p_j, r_j) = completed[j];
+            let (t_i, t_j) = (ttft(r_i), ttft(r_j));
+            if p_i == p_j || t_i == t_j {
+                continue;
+            }
+            if (p_i > p_j) == (t_i > t_j) {
+                concordant += 1;
+            } else {
+                discordant += 1;
+            }
+        }
+    }
+    let gamma = (concordant + discordant > 0)
+        .then(|| (1000 * (concordant - discordant)).div_euclid(concordant + discordant));
+    let ttft_sum: u128 = completed.iter().map(|(_, _, r)| ttft(r)).sum();
+    let predicted_sum: u128 = completed.iter().map(|(_, p, _)| *p).sum();
+    let fleet_per_token = per_token(ttft_sum, predicted_sum);
+
+    // Per worker, in worker id byte order.
+    let mut by_worker: BTreeMap<&str, Vec<(u128, &Record)>> = BTreeMap::new();
+    for (worker, predicted, rec) in &completed {
+        by_worker.entry(worker).or_default().push((*predicted, rec));
+    }
+    let mut workers = Vec::new();
+    for (worker, entries) in &by_worker {
+        let n = entries.len() as u128;
+        let ttft_total: u128 = entries.iter().map(|(_, r)| ttft(r)).sum();
+        let tpot_total: u128 = entries.iter().map(|(_, r)| tpot(r)).sum();
+        let predicted_total: u128 = entries.iter().map(|(p, _)| *p).sum();
+        workers.push(Json::Object(vec![
+            ("worker", Json::Str(worker)),
+            ("completed", number(n as i128)),
+            ("ttft_mean_us", number((ttft_total / n) as i128)),
+            ("tpot_mean_us", number((tpot_total / n) as i128)),
+            (
+                "predicted_mean_milli",
+                number((predicted_total / n) as i128),
+            ),
+            (
+                "us_per_predicted_token",
+                optional(per_token(ttft_total, predicted_total)),
+            ),
+        ]));
+    }
+
+    // Goodput, only with objectives.
+    let goodput = match slo {
+        None => Json::Null,
+        Some((ttft_ms, tpot_ms)) => {
+            let good = completed
+                .iter()
+                .filter(|(_, _, r)| {
+                    ttft_ms.into_iter().all(|x| ttft(r) <= 1000 * u128::from(x))
+                        && tpot_ms.into_iter().all(|y| tpot(r) <= 1000 * u128::from(y))
+                })
+                .count() as u128;
+            let good_pm = (1000 * good).checked_div(routed).unwrap_or(0);
+            let span_ns: u128 = match (min_start, max_end) {
+                (Some(start), Some(end)) if end > start => u128::from(end - start),
+                _ => 0,
+            };
+            let per_second = (good * 1_000_000_000_000).checked_div(span_ns).unwrap_or(0);
+            Json::Object(vec![
+                ("good", number(good as i128)),
+                ("good_pm", number(good_pm as i128)),
+                ("span_ns", number(span_ns as i128)),
+                ("good_per_second_milli", number(per_second as i128)),
+            ])
+        }
+    };
+    let (ttft_ms, tpot_ms) = slo.unwrap_or((None, None));
+    let count = |v: u128| number(v as i128);
+    let document = Json::Object(vec![
+        ("format", Json::Str("kvroute-join/1")),
+        ("receipt_digest", Json::Str(&receipt_digest)),
+        ("run", Json::Str(run)),
+        (
+            "slo",
+            Json::Object(vec![
+                ("ttft_ms", optional(ttft_ms.map(i128::from))),
+                ("tpot_ms", optional(tpot_ms.map(i128::from))),
+            ]),
+        ),
+        (
+            "counts",
+            Json::Object(vec![
+                ("decisions", count(total)),
+                ("routed", count(routed)),
+                ("rejected", count(rejected)),
+                ("completion_lines", count(completion_lines)),
+                ("matched", count(matched)),
+                ("dropped", count(dropped)),
+                ("rejected_served", count(rejected_served)),
+                ("unrouted", count(unrouted)),
+                ("retried", count(retried)),
+                ("cancelled", count(cancelled)),
+                ("errors", count(errors)),
+                ("completed", count(completed.len() as u128)),
+                ("error_rate_pm", count(error_rate_pm)),
+            ]),
+        ),
+        (
+            "prediction",
+            Json::Object(vec![
+                ("ttft_rank_gamma_pm", optional(gamma)),
+                ("us_per_predicted_token", optional(fleet_per_token)),
+            ]),
+        ),
+        ("goodput", goodput),
+        ("workers", Json::Array(workers)),
+    ]);
+    Ok(jcs::to_bytes(&document))
+}
