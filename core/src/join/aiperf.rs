@@ -71,14 +71,23 @@ impl<'n> Fields<'n, '_> {
         first
     }
 
+    /// The member `name`; a missing one is reported at this object (SPEC.md §14.5).
     fn required(&mut self, name: &str) -> Option<&'n Node> {
         let value = self.member(name);
         if value.is_none() {
-            let path = self.at(name);
             let quoted = crate::input::json::quote_str(name);
-            self.fail(path, format!("missing required member {quoted}"));
+            self.fail(self.own_path(), format!("missing required member {quoted}"));
         }
         value
+    }
+
+    /// This object's path, `$` for the line itself.
+    fn own_path(&self) -> String {
+        if self.path.is_empty() {
+            "$".to_owned()
+        } else {
+            self.path.clone()
+        }
     }
 
     fn child(&mut self, name: &str, node: &'n Node) -> Fields<'n, '_> {
@@ -93,13 +102,11 @@ impl<'n> Fields<'n, '_> {
         if matches!(self.node, Node::Object(_)) {
             return true;
         }
-        let path = if self.path.is_empty() {
-            "$".to_owned()
-        } else {
-            self.path.clone()
-        };
         let found = self.node.quoted();
-        self.fail(path, format!("expected an object, found {found}"));
+        self.fail(
+            self.own_path(),
+            format!("expected an object, found {found}"),
+        );
         false
     }
 
@@ -118,9 +125,17 @@ impl<'n> Fields<'n, '_> {
             .and_then(|n| metadata.nanos("request_start_ns", n));
         let end_ns = match metadata.member("request_end_ns") {
             None | Some(Node::Null) => Some(None),
-            Some(n) => metadata.nanos("request_end_ns", n).map(Some),
+            Some(Node::Number(Number::Integer(v))) => Some(Some(*v)),
+            Some(other) => {
+                let (path, found) = (metadata.at("request_end_ns"), other.quoted());
+                let reason = format!("expected a non-negative integer or null, found {found}");
+                metadata.fail(path, reason);
+                None
+            }
         };
         let cancelled = metadata.flag("was_cancelled");
+        // Metrics before the error, in the order SPEC.md §14.1 lists the members.
+        let metrics = self.metrics();
         let failed = match self.member("error") {
             None | Some(Node::Null) => Some(false),
             Some(Node::Object(_)) => Some(true),
@@ -133,7 +148,7 @@ impl<'n> Fields<'n, '_> {
                 None
             }
         };
-        let (ttft_us, tpot_us) = self.metrics()?;
+        let (ttft_us, tpot_us) = metrics?;
         Some(Completion {
             request_id: request_id?,
             start_ns: start_ns?,
@@ -177,7 +192,7 @@ impl<'n> Fields<'n, '_> {
             Some(Node::Bool(b)) => Some(*b),
             Some(other) => {
                 let (path, found) = (self.at(name), other.quoted());
-                self.fail(path, format!("expected true or false, found {found}"));
+                self.fail(path, format!("expected a boolean, found {found}"));
                 None
             }
         }
@@ -219,68 +234,80 @@ impl<'n> Fields<'n, '_> {
         let value = metric.required("value");
         let micros = value.and_then(|value| {
             let micros = microseconds(value);
-            if micros.is_none() {
+            if let Err(reason) = &micros {
                 let (path, found) = (metric.at("value"), value.quoted());
-                metric.fail(path, format!("expected a non-negative number of milliseconds below 2^53 µs, found {found}"));
+                metric.fail(path, format!("{reason}, found {found}"));
             }
-            micros
+            micros.ok()
         });
         (unit_ok && micros.is_some()).then_some(micros)
     }
 }
 
+/// Why a metric's value is not whole microseconds (SPEC.md §14.5).
+const NOT_NON_NEGATIVE: &str = "expected a non-negative number";
+const PAST_THE_BOUND: &str = "expected a number of milliseconds below 9007199254740.992";
+
 /// `floor(value × 1000)` of a non-negative number of milliseconds, from its decimal
-/// digits as written (SPEC.md §14.1); `None` for anything else or a result past 2^53 - 1.
-pub fn microseconds(node: &Node) -> Option<u64> {
+/// digits as written (SPEC.md §14.1); else why not.
+pub fn microseconds(node: &Node) -> Result<u64, &'static str> {
+    let bounded = |us: u64| {
+        if us <= crate::input::limits::JSON_INTEGER_MAX {
+            Ok(us)
+        } else {
+            Err(PAST_THE_BOUND)
+        }
+    };
     let text = match node {
         Node::Number(Number::Integer(v)) => {
-            return v
-                .checked_mul(1000)
-                .filter(|&us| us <= crate::input::limits::JSON_INTEGER_MAX)
+            return v.checked_mul(1000).ok_or(PAST_THE_BOUND).and_then(bounded)
         }
         Node::Number(Number::Literal(text)) => text,
-        _ => return None,
+        _ => return Err(NOT_NON_NEGATIVE),
     };
     if let Some(magnitude) = text.strip_prefix('-') {
-        // `-0` and `-0.0` are zero; any other negative value is refused.
-        return magnitude
-            .bytes()
-            .all(|b| matches!(b, b'0' | b'.'))
-            .then_some(0);
+        // Any zero (`-0`, `-0.0`, `-0e5`) is zero; any other negative value is refused.
+        let mantissa = magnitude.split(['e', 'E']).next().unwrap_or("");
+        return if mantissa.bytes().all(|b| matches!(b, b'0' | b'.')) {
+            Ok(0)
+        } else {
+            Err(NOT_NON_NEGATIVE)
+        };
     }
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(at) => match text[at + 1..].parse::<i64>() {
             Ok(exponent) => (&text[..at], exponent),
             // An exponent past 64 bits: below any microsecond, or past any bound.
-            Err(_) => return text[at + 1..].starts_with('-').then_some(0),
+            Err(_) if text[at + 1..].starts_with('-') => return Ok(0),
+            Err(_) => return Err(PAST_THE_BOUND),
         },
         None => (&text[..], 0),
     };
     let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let digits: String = [whole, fraction].concat();
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
     // The value is `digits × 10^(exponent - fraction digits)`; times 1000 for µs.
     let shift = exponent
-        .checked_sub(fraction.len() as i64)?
-        .checked_add(3)?;
-    let digits = digits.trim_start_matches('0');
+        .saturating_sub(fraction.len() as i64)
+        .saturating_add(3);
     let kept = if shift >= 0 {
-        if digits.is_empty() {
-            return Some(0);
-        }
         if digits.len() as i64 + shift > 16 {
-            return None;
+            return Err(PAST_THE_BOUND);
         }
         format!("{digits}{}", "0".repeat(shift as usize))
     } else {
         let keep = digits.len() as i64 + shift;
         if keep <= 0 {
-            return Some(0);
+            return Ok(0);
         }
         digits[..keep as usize].to_owned()
     };
     kept.parse::<u64>()
-        .ok()
-        .filter(|&us| us <= crate::input::limits::JSON_INTEGER_MAX)
+        .map_err(|_| PAST_THE_BOUND)
+        .and_then(bounded)
 }
 
 #[cfg(test)]
@@ -288,7 +315,7 @@ mod tests {
     use super::*;
 
     fn us(literal: &str) -> Option<u64> {
-        microseconds(&crate::input::json::parse_node(literal.as_bytes()).unwrap())
+        microseconds(&crate::input::json::parse_node(literal.as_bytes()).unwrap()).ok()
     }
 
     #[test]

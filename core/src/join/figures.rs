@@ -63,20 +63,25 @@ pub struct JoinFigures {
 pub struct Records {
     first: BTreeMap<String, (Completion, u64)>,
     lines: u64,
+    /// The id of the first record in file order.
+    first_in_file: Option<String>,
 }
 
 impl Records {
     pub fn add(&mut self, completion: Completion) {
         self.lines += 1;
+        if self.first_in_file.is_none() {
+            self.first_in_file = Some(completion.request_id.clone());
+        }
         self.first
             .entry(completion.request_id.clone())
             .and_modify(|(_, seen)| *seen += 1)
             .or_insert((completion, 1));
     }
 
-    /// Some completion id, for the error when nothing matches: the smallest.
+    /// The first record's id in file order, for the error when nothing matches.
     pub fn first_id(&self) -> Option<&str> {
-        self.first.keys().next().map(String::as_str)
+        self.first_in_file.as_deref()
     }
 }
 
@@ -144,6 +149,12 @@ pub fn join(decisions: &[DecisionSummary], records: &Records, slo: Option<Slo>) 
     }
 }
 
+/// A figure as the document writes it: its exact value, or `B` when that would pass it
+/// (SPEC.md §14.5).
+fn saturated(value: u128) -> u64 {
+    value.min(u128::from(crate::input::limits::JSON_INTEGER_MAX)) as u64
+}
+
 fn per_mille(part: u64, whole: u64) -> u64 {
     if whole == 0 {
         0
@@ -156,7 +167,7 @@ fn us_per_predicted_token<'a>(served: impl Iterator<Item = &'a Served<'a>>) -> O
     let (ttft, predicted) = served.fold((0u128, 0u128), |(t, p), s| {
         (t + u128::from(s.ttft_us), p + u128::from(s.predicted_milli))
     });
-    (predicted > 0).then(|| (1000 * ttft / predicted) as u64)
+    (predicted > 0).then(|| saturated(1000 * ttft / predicted))
 }
 
 /// Goodman and Kruskal's gamma of predicted work against TTFT, per mille, floored.
@@ -228,15 +239,17 @@ fn goodput(served: &[Served], matched: &[&Completion], routed: u64, slo: Slo) ->
         .count() as u64;
     let start = matched.iter().map(|c| c.start_ns).min();
     let end = matched.iter().filter_map(|c| c.end_ns).max();
-    let span_ns = match (start, end) {
-        (Some(start), Some(end)) => end.saturating_sub(start),
+    // The rate is computed from the exact span; only the written figures saturate.
+    let span_exact_ns = match (start, end) {
+        (Some(start), Some(end)) => u128::from(end.saturating_sub(start)),
         _ => 0,
     };
-    let good_per_second_milli = if span_ns == 0 {
+    let good_per_second_milli = if span_exact_ns == 0 {
         0
     } else {
-        (u128::from(good) * 1_000_000_000_000 / u128::from(span_ns)) as u64
+        saturated(u128::from(good) * 1_000_000_000_000 / span_exact_ns)
     };
+    let span_ns = saturated(span_exact_ns);
     Goodput {
         good,
         good_pm: per_mille(good, routed),

@@ -57,15 +57,18 @@ pub fn join(
     options: &JoinOptions,
 ) -> Result<Join, JoinError> {
     let run = options.run.unwrap_or(Policy::CachePlusLoad);
-    let ReceiptRun {
-        receipt_digest,
-        decisions,
-        ..
-    } = receipt::read_run(receipt, run).map_err(JoinError::Receipt)?;
+    // Both are read before either is judged: a bad completion line comes first, then
+    // no records, then the receipt's problems (SPEC.md §14.5).
+    let receipt_run = receipt::read_run(receipt, run);
     let records = read_records(completions, options.id_key.as_deref())?;
     if records.first_id().is_none() {
         return Err(JoinError::NoRecords);
     }
+    let ReceiptRun {
+        receipt_digest,
+        decisions,
+        ..
+    } = receipt_run.map_err(JoinError::Receipt)?;
     let figures = figures::join(&decisions, &records, options.slo);
     if figures.counts.matched + figures.counts.rejected_served == 0 {
         if let (Some(completion_id), Some(decision)) = (records.first_id(), decisions.first()) {
@@ -106,7 +109,11 @@ fn read_records(
                 break;
             }
         }
-        if line.iter().all(u8::is_ascii_whitespace) {
+        // Blank: JSON's own whitespace only (a form feed is not, SPEC.md §14.5).
+        if line
+            .iter()
+            .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        {
             continue;
         }
         match aiperf::parse_completion(&line) {
