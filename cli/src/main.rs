@@ -426,9 +426,14 @@ fn simulate(
     }
     progress.finish();
     emit(&stdout_bytes, None)?;
-    if let Some(dir) = events_out {
-        for (policy, _) in &generated {
-            let file = dir.join(format!("{}.trace.json", policy.name()));
+    let written = [
+        (events_out, "trace.json"),
+        (completions_out.map(|(dir, _)| dir), "completions.jsonl"),
+    ];
+    for (dir, suffix) in written {
+        let Some(dir) = dir else { continue };
+        for policy in Policy::STANDARD {
+            let file = dir.join(format!("{}.{suffix}", policy.name()));
             note!("simulate: {} -> {}", policy.name(), file.display());
         }
     }

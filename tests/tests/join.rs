@@ -98,8 +98,11 @@ fn core_and_oracle_agree_on_the_fixture() {
     }
 }
 
-/// One generated completion line for request `id`.
-fn record_line() -> impl Strategy<Value = (u8, u64, u64, String, String, u8)> {
+/// What one generated line is: its kind (cancelled, failed, no TPOT, completed), start
+/// and length in ns, TTFT and TPOT as written, and its shape (a few are broken).
+type RecordPick = (u8, u64, u64, String, String, u8);
+
+fn record_line() -> impl Strategy<Value = RecordPick> {
     (
         0u8..10,
         0u64..5_000_000_000,
@@ -122,10 +125,7 @@ fn milliseconds() -> impl Strategy<Value = String> {
     ]
 }
 
-fn completions_for(
-    ids: &[String],
-    picks: &[(usize, (u8, u64, u64, String, String, u8))],
-) -> Vec<u8> {
+fn completions_for(ids: &[String], picks: &[(usize, RecordPick)]) -> Vec<u8> {
     let mut out = String::new();
     for (pick, (kind, start, length, ttft, tpot, shape)) in picks {
         let id = match ids.get(pick % (ids.len() + 2)) {

@@ -244,11 +244,9 @@ fn goodput(served: &[Served], matched: &[&Completion], routed: u64, slo: Slo) ->
         (Some(start), Some(end)) => u128::from(end.saturating_sub(start)),
         _ => 0,
     };
-    let good_per_second_milli = if span_exact_ns == 0 {
-        0
-    } else {
-        saturated(u128::from(good) * 1_000_000_000_000 / span_exact_ns)
-    };
+    let good_per_second_milli = (u128::from(good) * 1_000_000_000_000)
+        .checked_div(span_exact_ns)
+        .map_or(0, saturated);
     let span_ns = saturated(span_exact_ns);
     Goodput {
         good,
