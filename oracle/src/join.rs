@@ -7,32 +7,40 @@
 //! is a loop over those, in 128-bit integers. The rank correlation is the double loop
 //! over every unordered pair.
 //!
-//! Which error applies when (§14.4 lists five, and this module takes the list's order as
-//! the order of precedence): the completion lines' layout errors first (all lines are
-//! checked); then a file with no record at all; then the receipt (not a receipt); then
+//! Which error applies when (SPEC §14.5, "the first that applies, in this order"): the
+//! completion lines' layout errors first (all lines are checked, the first 100 errors
+//! kept); then a file with no record at all; then the receipt (not a receipt); then
 //! `--run` (no such run); then the join that matches nothing.
 //!
-//! Readings of §14 where it leaves a choice (each a guess, to be settled by SPEC):
-//! - A missing member is reported at the path of the object that lacks it, as §14.4's
-//!   example writes it (`metadata: missing required member "x_request_id"`, `$: missing
-//!   required member "metadata"`), not at the member's own path as §2.1 does for traces.
-//! - `metadata.request_start_ns` is required (its row allows neither `null` nor absent);
-//!   `value` and `unit` are both required in a latency object.
-//! - Wordings §14 does not give: `expected a non-negative integer, found <v>`
-//!   (`request_start_ns`), `... or null` (`request_end_ns`), `expected a boolean`
-//!   (`was_cancelled`), `expected an object or null` (`metrics`, `error`), `expected an
-//!   object` (a latency), `expected a non-negative number` (a `value` that is not a number,
-//!   or negative), `expected a number of milliseconds below 9007199254740.992` (a `value`
-//!   whose microseconds would pass `B`), and §10.2's byte-order-mark line.
-//! - A blank line is one of JSON whitespace only; the 64 MiB cap is checked first, so an
-//!   over-long line of spaces is an error (§10.2's order), and the cap counts the line's
-//!   bytes without its `\n`.
+//! Inside one line (§14.5): the members in the order §14.1 lists them, a member's own
+//! problems before the members inside it; a missing member is reported at the object
+//! that lacks it (`$` for the line), with the §14.5 table's wordings.
+//!
+//! Figures (§14.5, "Figures above `B`"): every figure is computed exactly in 128-bit
+//! integers and written as `B` when its exact value passes `B`; nothing is computed
+//! from a saturated figure (`good_per_second_milli` divides by the exact span).
+//!
+//! Readings of §14 where it still leaves a choice (each a guess, to be settled by SPEC):
+//! - A member's own problems among themselves: its missing or type error (read from its
+//!   first occurrence, as §2.2 accepts the first occurrence) before its repeats (the
+//!   later occurrences), i.e. document order for errors at one path (§2.2). A missing
+//!   member's line, though written at its parent's path, takes the missing member's
+//!   place in the order, not the parent's.
+//! - In a metric, `value` before `unit` (the order §14.1 writes `{"value": number,
+//!   "unit": "ms"}` in; §14.5's table happens to list `unit` first). Both are "listed
+//!   members" for the repeat rule.
+//! - `-0` (any zero written with a sign) as a `value` is 0 µs, not negative; `-1e-400`
+//!   is negative.
+//! - The byte-order-mark line is §10.2's (`invalid JSON: the line starts with a UTF-8
+//!   byte order mark ...`, no column).
+//! - The 64 MiB cap is checked before the blank-line rule, so an over-long line of spaces
+//!   is an error (§10.2's order), and the cap counts the line's bytes without its `\n`.
 //! - The receipt is checked only as far as it is read: its format, `receipt_digest`, each
 //!   run's `policy` and `decisions`, and of the chosen run's decisions `request`, `tick`,
 //!   `chosen`, each row's `worker` and the chosen row's `recomputed` and `work_milli`
-//!   (integers of §1.1). A JSON Lines receipt's line order is not checked.
-//! - A figure is written as plain decimal digits whatever its size (§6.1: integers written
-//!   plainly): `span_ns` may pass 2^53, `us_per_predicted_token` even 2^64.
+//!   (integers of §1.1). A JSON Lines receipt's line order is not checked. So a defect in
+//!   another run's decisions is no error, and one in the chosen run's decisions is found
+//!   only once `--run` has named an existing run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,7 +60,7 @@ const NS_MAX: u64 = 9_999_999_999_999_999_999;
 /// Error lines kept before the rest are only counted (SPEC §2.3).
 const ERROR_LINES: usize = 100;
 
-/// Why [`join`] wrote nothing (SPEC §14.4).
+/// Why [`join`] wrote nothing (SPEC §14.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinFailure {
     /// Completion lines that are not the layout: (1-based line, `"<path>: <reason>"` or
@@ -106,22 +114,18 @@ fn child(parent: &str, name: &str) -> String {
     }
 }
 
-/// `repeated member "<name>"` at the member's path for the second and later occurrence
-/// of each name in `table`, in document order; names not in the table are ignored
-/// (SPEC §14.1: every other member is ignored).
-fn repeats(members: &[Member], table: &[&str], parent: &str, problems: &mut Vec<String>) {
-    let mut seen: BTreeSet<&str> = BTreeSet::new();
-    for (name, _) in members {
-        if !table.contains(&name.as_ref()) {
-            continue;
-        }
-        if !seen.insert(name.as_ref()) {
-            problems.push(format!(
-                "{}: repeated member {}",
-                child(parent, name),
-                json::quote_str(name)
-            ));
-        }
+/// `repeated member "<name>"` at the member's path for the second and each later
+/// occurrence of `name` (SPEC §14.5, §2.2). Called for listed names only (SPEC §14.1:
+/// every other member is ignored, repeats included), right after the member's own type
+/// check: a member's errors keep document order (the first occurrence is the one read,
+/// §2.2), and come before the errors of the members inside it (§14.5).
+fn repeats(members: &[Member], name: &str, parent: &str, problems: &mut Vec<String>) {
+    for _ in members.iter().filter(|(n, _)| n == name).skip(1) {
+        problems.push(format!(
+            "{}: repeated member {}",
+            child(parent, name),
+            json::quote_str(name)
+        ));
     }
 }
 
@@ -207,7 +211,8 @@ fn microseconds(literal: &str) -> Result<u64, MsProblem> {
 }
 
 /// `metrics.time_to_first_token` or `metrics.inter_token_latency`: `{"value": number,
-/// "unit": "ms"}`; the microseconds when both members are good.
+/// "unit": "ms"}`; the microseconds when both members are good. `value` is checked
+/// before `unit`, the order §14.1 writes them in; each one's repeats right after it.
 fn duration(members: &[Member], path: &str, problems: &mut Vec<String>) -> Option<u64> {
     let mut micros = None;
     match json::member(members, "value") {
@@ -228,6 +233,7 @@ fn duration(members: &[Member], path: &str, problems: &mut Vec<String>) -> Optio
             json::quote(other)
         )),
     }
+    repeats(members, "value", path, problems);
     let mut unit_ok = false;
     match json::member(members, "unit") {
         None => problems.push(format!("{path}: missing required member \"unit\"")),
@@ -237,16 +243,17 @@ fn duration(members: &[Member], path: &str, problems: &mut Vec<String>) -> Optio
             json::quote(other)
         )),
     }
-    repeats(members, &["value", "unit"], path, problems);
+    repeats(members, "unit", path, problems);
     micros.filter(|_| unit_ok)
 }
 
-/// One optional duration member of `metrics`.
+/// One optional duration member of `metrics`: its own type, its repeats, then (when it
+/// is an object) its `value` and `unit`.
 fn metric(members: &[Member], name: &str, problems: &mut Vec<String>) -> Option<u64> {
     let path = child("metrics", name);
-    match json::member(members, name) {
+    let inner = match json::member(members, name) {
         None => None,
-        Some(Node::Object(inner)) => duration(inner, &path, problems),
+        Some(Node::Object(inner)) => Some(inner),
         Some(other) => {
             problems.push(format!(
                 "{path}: expected an object, found {}",
@@ -254,12 +261,18 @@ fn metric(members: &[Member], name: &str, problems: &mut Vec<String>) -> Option<
             ));
             None
         }
-    }
+    };
+    repeats(members, name, "metrics", problems);
+    inner.and_then(|inner| duration(inner, &path, problems))
 }
 
 /// One non-blank completion line, parsed: its id and record, or its reasons (each
-/// `"<path>: <reason>"`), in the order of §2.3: members in the order of §14.1's table,
-/// each object's repeated members after its listed ones.
+/// `"<path>: <reason>"`), in the order of SPEC §14.5: the members in the order §14.1
+/// lists them (`metadata` with `x_request_id`, `request_start_ns`, `request_end_ns`,
+/// `was_cancelled`; `metrics` with `time_to_first_token`, `inter_token_latency`, each
+/// with `value`, `unit`; `error`), a member's own problems (missing, wrong type, then its
+/// repeats) before those of the members inside it. A missing member is reported at the
+/// object that lacks it, in the missing member's place in that order.
 fn record(root: &Node) -> Result<(String, Record), Vec<String>> {
     let mut problems = Vec::new();
     let Node::Object(top) = root else {
@@ -272,85 +285,78 @@ fn record(root: &Node) -> Result<(String, Record), Vec<String>> {
     let mut start_ns = None;
     let mut end_ns = None;
     let mut cancelled = false;
-    match json::member(top, "metadata") {
-        None => problems.push("$: missing required member \"metadata\"".to_owned()),
-        Some(Node::Object(meta)) => {
-            match json::member(meta, "x_request_id") {
-                None => {
-                    problems.push("metadata: missing required member \"x_request_id\"".to_owned())
-                }
-                Some(Node::String(text)) if !text.is_empty() => id = Some(text.to_string()),
-                Some(other) => problems.push(format!(
-                    "metadata.x_request_id: expected a non-empty string, found {}",
-                    json::quote(other)
-                )),
-            }
-            match json::member(meta, "request_start_ns") {
-                None => problems
-                    .push("metadata: missing required member \"request_start_ns\"".to_owned()),
-                Some(node) => match node {
-                    Node::Number(text) if nanoseconds(text).is_some() => {
-                        start_ns = nanoseconds(text)
-                    }
-                    other => problems.push(format!(
-                        "metadata.request_start_ns: expected a non-negative integer, found {}",
-                        json::quote(other)
-                    )),
-                },
-            }
-            match json::member(meta, "request_end_ns") {
-                None | Some(Node::Null) => {}
-                Some(Node::Number(text)) if nanoseconds(text).is_some() => {
-                    end_ns = nanoseconds(text)
-                }
-                Some(other) => problems.push(format!(
-                    "metadata.request_end_ns: expected a non-negative integer or null, found {}",
-                    json::quote(other)
-                )),
-            }
-            match json::member(meta, "was_cancelled") {
-                None => {}
-                Some(Node::Bool(value)) => cancelled = *value,
-                Some(other) => problems.push(format!(
-                    "metadata.was_cancelled: expected a boolean, found {}",
-                    json::quote(other)
-                )),
-            }
-            repeats(
-                meta,
-                &[
-                    "x_request_id",
-                    "request_start_ns",
-                    "request_end_ns",
-                    "was_cancelled",
-                ],
-                "metadata",
-                &mut problems,
-            );
+    let meta = match json::member(top, "metadata") {
+        None => {
+            problems.push("$: missing required member \"metadata\"".to_owned());
+            None
         }
-        Some(other) => problems.push(format!(
-            "metadata: expected an object, found {}",
-            json::quote(other)
-        )),
+        Some(Node::Object(meta)) => Some(meta),
+        Some(other) => {
+            problems.push(format!(
+                "metadata: expected an object, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(top, "metadata", "$", &mut problems);
+    if let Some(meta) = meta {
+        match json::member(meta, "x_request_id") {
+            None => problems.push("metadata: missing required member \"x_request_id\"".to_owned()),
+            Some(Node::String(text)) if !text.is_empty() => id = Some(text.to_string()),
+            Some(other) => problems.push(format!(
+                "metadata.x_request_id: expected a non-empty string, found {}",
+                json::quote(other)
+            )),
+        }
+        repeats(meta, "x_request_id", "metadata", &mut problems);
+        match json::member(meta, "request_start_ns") {
+            None => {
+                problems.push("metadata: missing required member \"request_start_ns\"".to_owned())
+            }
+            Some(Node::Number(text)) if nanoseconds(text).is_some() => start_ns = nanoseconds(text),
+            Some(other) => problems.push(format!(
+                "metadata.request_start_ns: expected a non-negative integer, found {}",
+                json::quote(other)
+            )),
+        }
+        repeats(meta, "request_start_ns", "metadata", &mut problems);
+        match json::member(meta, "request_end_ns") {
+            None | Some(Node::Null) => {}
+            Some(Node::Number(text)) if nanoseconds(text).is_some() => end_ns = nanoseconds(text),
+            Some(other) => problems.push(format!(
+                "metadata.request_end_ns: expected a non-negative integer or null, found {}",
+                json::quote(other)
+            )),
+        }
+        repeats(meta, "request_end_ns", "metadata", &mut problems);
+        match json::member(meta, "was_cancelled") {
+            None => {}
+            Some(Node::Bool(value)) => cancelled = *value,
+            Some(other) => problems.push(format!(
+                "metadata.was_cancelled: expected a boolean, found {}",
+                json::quote(other)
+            )),
+        }
+        repeats(meta, "was_cancelled", "metadata", &mut problems);
     }
     let mut ttft_us = None;
     let mut tpot_us = None;
-    match json::member(top, "metrics") {
-        None | Some(Node::Null) => {}
-        Some(Node::Object(metrics)) => {
-            ttft_us = metric(metrics, "time_to_first_token", &mut problems);
-            tpot_us = metric(metrics, "inter_token_latency", &mut problems);
-            repeats(
-                metrics,
-                &["time_to_first_token", "inter_token_latency"],
-                "metrics",
-                &mut problems,
-            );
+    let metrics = match json::member(top, "metrics") {
+        None | Some(Node::Null) => None,
+        Some(Node::Object(metrics)) => Some(metrics),
+        Some(other) => {
+            problems.push(format!(
+                "metrics: expected an object or null, found {}",
+                json::quote(other)
+            ));
+            None
         }
-        Some(other) => problems.push(format!(
-            "metrics: expected an object or null, found {}",
-            json::quote(other)
-        )),
+    };
+    repeats(top, "metrics", "$", &mut problems);
+    if let Some(metrics) = metrics {
+        ttft_us = metric(metrics, "time_to_first_token", &mut problems);
+        tpot_us = metric(metrics, "inter_token_latency", &mut problems);
     }
     let mut error = false;
     match json::member(top, "error") {
@@ -361,7 +367,7 @@ fn record(root: &Node) -> Result<(String, Record), Vec<String>> {
             json::quote(other)
         )),
     }
-    repeats(top, &["metadata", "metrics", "error"], "$", &mut problems);
+    repeats(top, "error", "$", &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -619,9 +625,11 @@ fn decision(node: &Node) -> Option<Decision> {
 // The join (SPEC §14.2) and the document (§14.3)
 // ---------------------------------------------------------------------------------------
 
-/// An integer written plainly (SPEC §6.1), whatever its size or sign.
+/// A figure of the document, computed exactly, written plainly (SPEC §6.1) and, when
+/// its exact value passes `B`, written as `B` (SPEC §14.5, "Figures above `B`"). Only
+/// the written figure saturates: every computation uses the exact values.
 fn number<'a>(value: i128) -> Json<'a> {
-    Json::Written(value.to_string().into_bytes())
+    Json::Written(value.min(i128::from(B)).to_string().into_bytes())
 }
 
 fn optional<'a>(value: Option<i128>) -> Json<'a> {
@@ -719,14 +727,13 @@ pub fn join(
     let retried = lines_of.values().filter(|n| **n > 1).count() as u128;
     let error_rate_pm = (1000 * errors).checked_div(matched).unwrap_or(0);
 
-    // "A join that matches nothing while both sides have ids" (§14.4): read with §14.2's
-    // definition, "a completion matches a decision when its x_request_id equals the
-    // decision's request", for any decision of the run, routed or rejected. So the error
-    // is for a run with at least one decision and completions with at least one record
-    // (always, by now) where no record's id is the request of any decision: `matched`
-    // and `rejected_served` are both 0. A run without decisions has no ids, so it gives
-    // the document (everything unrouted); a join whose only matches are rejected
-    // decisions gives the document too.
+    // "A join that matches nothing (`matched` and `rejected_served` both 0) while both
+    // sides have ids" (§14.5): the completions have a record (always, by now), so the
+    // error needs a run with at least one decision. A run without decisions gives the
+    // document (everything unrouted); a join whose only matches are rejected decisions
+    // gives the document too. The completion id is the first record's in file order
+    // (the first non-blank line's), keyed when a key is given; the request id the run's
+    // first decision's.
     if !decisions.is_empty() && matched == 0 && rejected_served == 0 {
         return Err(JoinFailure::NothingMatched {
             completion_id: first_completion_id.unwrap_or_default(),
@@ -803,6 +810,7 @@ pub fn join(
                 (Some(start), Some(end)) if end > start => u128::from(end - start),
                 _ => 0,
             };
+            // The exact span, not the written (saturated) one (SPEC §14.5).
             let per_second = (good * 1_000_000_000_000).checked_div(span_ns).unwrap_or(0);
             Json::Object(vec![
                 ("good", number(good as i128)),

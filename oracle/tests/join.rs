@@ -571,19 +571,25 @@ fn a_line_gives_every_reason_in_table_order() {
             r.as_str()
         })
         .collect();
+    // §14.5: the members in §14.1's order (metadata and its four, metrics and its two
+    // with value then unit, error), a member's own problems before the members inside
+    // it: the repeated `metadata` (its own problem) comes first, before anything inside
+    // the first `metadata`; x_request_id's type error (its first occurrence) before its
+    // repeat (the later one); the missing request_start_ns, written at `metadata`, in
+    // request_start_ns's place.
     assert_eq!(
         reasons,
         [
+            r#"metadata: repeated member "metadata""#,
             "metadata.x_request_id: expected a non-empty string, found null",
+            r#"metadata.x_request_id: repeated member "x_request_id""#,
             r#"metadata: missing required member "request_start_ns""#,
             "metadata.request_end_ns: expected a non-negative integer or null, found -0",
             "metadata.was_cancelled: expected a boolean, found null",
-            r#"metadata.x_request_id: repeated member "x_request_id""#,
             "metrics.time_to_first_token: expected an object, found 7",
             r#"metrics.inter_token_latency.value: expected a non-negative number, found "1""#,
             r#"metrics.inter_token_latency.unit: expected "ms", found "us""#,
             "error: expected an object or null, found 1",
-            r#"metadata: repeated member "metadata""#,
         ]
     );
 }
@@ -720,8 +726,9 @@ fn nanoseconds_pass_2_to_the_53() {
         None,
     ));
     let value: Value = serde_json::from_str(&got).unwrap();
-    // good 1 of 8 routed: 125; 10^12 / (10^19 − 1) = 0.
-    assert!(got.contains(r#""goodput":{"good":1,"good_per_second_milli":0,"good_pm":125,"span_ns":9999999999999999999}"#), "{got}");
+    // good 1 of 8 routed: 125; 10^12 / (10^19 − 1) = 0; the span, 10^19 − 1 > B, is
+    // written as B (§14.5, "Figures above B").
+    assert!(got.contains(r#""goodput":{"good":1,"good_per_second_milli":0,"good_pm":125,"span_ns":9007199254740991}"#), "{got}");
     assert_eq!(
         value["slo"],
         serde_json::json!({"ttft_ms": null, "tpot_ms": null})
@@ -858,17 +865,19 @@ fn each_error_kind() {
     );
 }
 
-/// Figures past 2^64 and the nulls of an empty sum. Two workers at tick 0:
+/// Figures past 2^64, written as B (§14.5), and the nulls of an empty sum. Two workers
+/// at tick 0:
 /// `w0` with `active_decode 1` under `decode_weight_milli 1` (work_milli 1), `w1` idle;
 /// four requests of 0 prompt tokens. `round_robin` routes z1 w0, z2 w1, z3 w0, z4 w1, so
 /// predicted_milli is 1 on w0 (work 1, recomputed 0) and 0 on w1. Records for z1, z2,
 /// z4 (z3 dropped), each with TTFT 9007199254740.991 ms = B µs:
 /// - gamma: every TTFT is equal, every pair tied: `null`;
-/// - fleet: floor(1000 × 3B / 1) = 3000 × B = 27021597764222973000 (past 2^64, written
-///   plainly);
-/// - w0: floor(1000 × B / 1) = 9007199254740991000; w1: Σ predicted 0: `null`.
+/// - fleet: floor(1000 × 3B / 1) = 3000 × B = 27021597764222973000 (past 2^64), written
+///   as B = 9007199254740991;
+/// - w0: floor(1000 × B / 1) = 9007199254740991000, written as B; w1: Σ predicted 0:
+///   `null`; each worker's `ttft_mean_us` is B exactly (written as it is).
 #[test]
-fn figures_past_2_to_the_64_and_empty_sums() {
+fn figures_past_2_to_the_64_are_written_as_b_and_empty_sums() {
     let trace = r#"{"format":"kvroute-trace/1","policy":{"decode_weight_milli":1},"workers":[
         {"id":"w0","model":"m","adapters":[],"prefill_rate":1,"decode_rate":1,"queued_prefill":0,
          "active_decode":1,"observed_tick":0,"epoch":0,"cache":[]},
@@ -893,8 +902,13 @@ fn figures_past_2_to_the_64_and_empty_sums() {
         None,
         None,
     ));
-    assert!(got.contains(r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":27021597764222973000}"#), "{got}");
-    assert!(got.ends_with(r#""workers":[{"completed":1,"predicted_mean_milli":1,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":9007199254740991000,"worker":"w0"},{"completed":2,"predicted_mean_milli":0,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":null,"worker":"w1"}]}"#), "{got}");
+    assert!(
+        got.contains(
+            r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":9007199254740991}"#
+        ),
+        "{got}"
+    );
+    assert!(got.ends_with(r#""workers":[{"completed":1,"predicted_mean_milli":1,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":9007199254740991,"worker":"w0"},{"completed":2,"predicted_mean_milli":0,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":null,"worker":"w1"}]}"#), "{got}");
     assert!(
         got.contains(r#""dropped":1,"#) && got.contains(r#""completed":3,"#),
         "{got}"
@@ -924,4 +938,278 @@ fn syntax_messages_are_serde_jsons() {
             "{bad}"
         );
     }
+}
+
+/// §14.5: a repeated member is reported in its own place (right after its own type
+/// check), not after the object's other members; the repeat of an object comes before
+/// the problems inside it. Every later occurrence is one error (§2.2).
+#[test]
+fn a_repeat_is_reported_in_its_members_place() {
+    let got = lines(concat!(
+        r#"{"metadata":{"x_request_id":"r1","request_start_ns":0,"request_start_ns":1,"#,
+        r#""was_cancelled":true,"was_cancelled":5},"#,
+        r#""metrics":{"time_to_first_token":{"value":1,"unit":"ms","value":2},"time_to_first_token":null,"#,
+        r#""inter_token_latency":{"unit":"ms","unit":"s"}},"#,
+        r#""error":null,"metrics":1,"error":{},"error":2}"#,
+    ));
+    let reasons: Vec<&str> = got.iter().map(|(_, r)| r.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            r#"metadata.request_start_ns: repeated member "request_start_ns""#,
+            r#"metadata.was_cancelled: repeated member "was_cancelled""#,
+            // metrics: its own repeat, then its members inside (the first occurrence's).
+            r#"metrics: repeated member "metrics""#,
+            r#"metrics.time_to_first_token: repeated member "time_to_first_token""#,
+            r#"metrics.time_to_first_token.value: repeated member "value""#,
+            r#"metrics.inter_token_latency: missing required member "value""#,
+            r#"metrics.inter_token_latency.unit: repeated member "unit""#,
+            r#"error: repeated member "error""#,
+            r#"error: repeated member "error""#,
+        ]
+    );
+    assert!(got.iter().all(|(line, _)| *line == 1));
+    // A member's type error (its first occurrence) before its repeat (a later one).
+    let got = lines(r#"{"metadata":5,"metadata":{}}"#);
+    assert_eq!(
+        got,
+        [
+            (1, "metadata: expected an object, found 5".to_owned()),
+            (1, r#"metadata: repeated member "metadata""#.to_owned()),
+        ]
+    );
+}
+
+/// §14.5: a missing member at the object that lacks it, in the missing member's place.
+#[test]
+fn missing_members_at_the_object_that_lacks_them() {
+    let got = lines(concat!(
+        r#"{"metadata":{"request_end_ns":true},"#,
+        r#""metrics":{"inter_token_latency":{},"time_to_first_token":{"unit":"ms"}}}"#,
+        "\n",
+        r#"{"error":null}"#,
+    ));
+    assert_eq!(
+        got,
+        [
+            (
+                1,
+                r#"metadata: missing required member "x_request_id""#.to_owned()
+            ),
+            (
+                1,
+                r#"metadata: missing required member "request_start_ns""#.to_owned()
+            ),
+            (
+                1,
+                "metadata.request_end_ns: expected a non-negative integer or null, found true"
+                    .to_owned()
+            ),
+            (
+                1,
+                r#"metrics.time_to_first_token: missing required member "value""#.to_owned()
+            ),
+            (
+                1,
+                r#"metrics.inter_token_latency: missing required member "value""#.to_owned()
+            ),
+            (
+                1,
+                r#"metrics.inter_token_latency: missing required member "unit""#.to_owned()
+            ),
+            (2, r#"$: missing required member "metadata""#.to_owned()),
+        ]
+    );
+}
+
+/// §14.5: the five kinds of error, the first that applies: line errors, then no
+/// records, then the receipt, then `--run`, then the join that matches nothing.
+#[test]
+fn the_five_kinds_of_error_in_order() {
+    let receipt = receipt();
+    let unknown = r#"{"metadata":{"x_request_id":"q1","request_start_ns":0}}"#;
+    // 1 before 2: a file whose only non-blank line is not the layout.
+    assert_eq!(
+        join(b"{}", b"\n[]\n\n", "nope", None, None),
+        Err(JoinFailure::Lines(vec![(
+            2,
+            "$: expected an object, found []".to_owned()
+        )]))
+    );
+    // 2 before 3.
+    assert_eq!(
+        join(b"{}", b" \n", "nope", None, None),
+        Err(JoinFailure::NoRecords)
+    );
+    // 3 before 4, and before 5.
+    assert_eq!(
+        join(b"{}", unknown.as_bytes(), "nope", None, None),
+        Err(JoinFailure::NotAReceipt)
+    );
+    // 4 before 5.
+    assert_eq!(
+        join(&receipt, unknown.as_bytes(), "nope", None, None),
+        Err(JoinFailure::NoSuchRun(POLICIES.map(str::to_owned).to_vec()))
+    );
+    // 5.
+    assert_eq!(
+        join(&receipt, unknown.as_bytes(), RUN, None, None),
+        Err(JoinFailure::NothingMatched {
+            completion_id: "q1".to_owned(),
+            request_id: "r1".to_owned(),
+        })
+    );
+}
+
+/// §14.5: the first completion id is the first record's in file order: blank lines are
+/// no record, and a later line of an id (a retry) does not move it.
+#[test]
+fn the_first_completion_id_is_the_first_records() {
+    let record =
+        |id: &str| format!(r#"{{"metadata":{{"x_request_id":"{id}","request_start_ns":0}}}}"#);
+    let text = format!(
+        "\n \t\r\n{}\r\n{}\n{}\n",
+        record("q2"),
+        record("q1"),
+        record("q2")
+    );
+    assert_eq!(
+        join(&receipt(), text.as_bytes(), RUN, None, None),
+        Err(JoinFailure::NothingMatched {
+            completion_id: "q2".to_owned(),
+            request_id: "r1".to_owned(),
+        })
+    );
+    // Keyed: as compared, HMAC-SHA256 of "q2" under the key, first 16 bytes in hex.
+    assert_eq!(
+        join(&receipt(), text.as_bytes(), RUN, None, Some(KEY)),
+        Err(JoinFailure::NothingMatched {
+            completion_id: keyed_request_id(KEY, "q2"),
+            request_id: "r1".to_owned(),
+        })
+    );
+}
+
+/// §14.5: a blank line holds only JSON whitespace (space, tab, `\n`, `\r`). CRLF line
+/// ends and lines of `\r` are blank or part of a record; a form feed, a vertical tab or
+/// a no-break space is not JSON whitespace, so such a line is a syntax error.
+#[test]
+fn what_a_blank_line_is() {
+    let r1 = r#"{"metadata":{"x_request_id":"r1","request_start_ns":0}}"#;
+    let text = format!("\r\n{r1}\r\n\t \r\n\r\r\n");
+    let got = text_of(join(&receipt(), text.as_bytes(), RUN, None, None));
+    assert!(got.contains(r#""completion_lines":1,"#), "{got}");
+    assert!(got.contains(r#""matched":1,"#), "{got}");
+    for not_blank in ["\u{c}", "\u{b}", " \u{a0}", "\u{c}\r"] {
+        let serde = serde_json::from_slice::<Value>(not_blank.as_bytes())
+            .unwrap_err()
+            .to_string();
+        let (what, column) = serde.rsplit_once(" at line 1 column ").unwrap();
+        let got = lines(&format!("{r1}\n{not_blank}\n"));
+        assert_eq!(
+            got,
+            [(2, format!("invalid JSON: {what} at column {column}"))],
+            "{not_blank:?}"
+        );
+    }
+}
+
+fn text_of(bytes: Result<Vec<u8>, JoinFailure>) -> String {
+    String::from_utf8(bytes.expect("the join succeeds")).unwrap()
+}
+
+/// A receipt written by hand, as join reads it (it does not verify, §14): one run,
+/// `cache_plus_load`, whose decisions route each id to `w0` with the given
+/// `recomputed` and `work_milli`.
+fn hand_receipt(decisions: &[(String, u64, u64)]) -> Vec<u8> {
+    let decisions: Vec<String> = decisions
+        .iter()
+        .map(|(id, recomputed, work_milli)| {
+            format!(
+                r#"{{"request":"{id}","tick":0,"chosen":"w0","candidates":[{{"worker":"w0","recomputed":{recomputed},"work_milli":{work_milli}}}]}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{{"policy":"cache_plus_load","decisions":[{}]}}]}}"#,
+        decisions.join(",")
+    )
+    .into_bytes()
+}
+
+/// §14.5 "Figures above B": `good_per_second_milli` divides by the exact span, not the
+/// written (saturated) `span_ns`; and it saturates itself.
+///
+/// 9008 decisions q0 … q9007 on w0 (recomputed 0, work_milli 1: predicted 1 each), each
+/// with a record of TTFT and TPOT 1 ms, start 0; `--slo ttft_ms=1`: all 9008 good,
+/// good_pm 1000.
+/// - q0 ends at 9,008,000,000,000,001 ns, the others `null`: the span is
+///   9,008,000,000,000,001, above B, written B; good_per_second_milli =
+///   floor(9008 × 10^12 / 9,008,000,000,000,001) = 0 (with the saturated span it would
+///   be floor(9.008·10^15 / B) = 1).
+/// - q0 ends at 1 ns: span 1; floor(9008 × 10^12 / 1) = 9.008·10^15 > B, written B.
+///
+/// Both: workers w0 completed 9008, ttft/tpot means 1000, predicted mean 1,
+/// us_per_predicted_token floor(1000 × 9,008,000 / 9008) = 1,000,000 (fleet too);
+/// gamma null (every prediction tied).
+#[test]
+fn good_per_second_divides_by_the_exact_span() {
+    const N: usize = 9008;
+    let ids: Vec<String> = (0..N).map(|i| format!("q{i}")).collect();
+    let receipt = hand_receipt(&ids.iter().map(|id| (id.clone(), 0, 1)).collect::<Vec<_>>());
+    let completions = |first_end: &str| {
+        let mut text = String::new();
+        for (i, id) in ids.iter().enumerate() {
+            let end = if i == 0 { first_end } else { "null" };
+            text.push_str(&format!(
+                r#"{{"metadata":{{"x_request_id":"{id}","request_start_ns":0,"request_end_ns":{end}}},"metrics":{{"time_to_first_token":{{"value":1,"unit":"ms"}},"inter_token_latency":{{"value":1,"unit":"ms"}}}}}}"#
+            ));
+            text.push('\n');
+        }
+        text
+    };
+    let tail = r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":1000000},"receipt_digest":"d","run":"cache_plus_load","slo":{"tpot_ms":null,"ttft_ms":1},"workers":[{"completed":9008,"predicted_mean_milli":1,"tpot_mean_us":1000,"ttft_mean_us":1000,"us_per_predicted_token":1000000,"worker":"w0"}]}"#;
+    let got = text_of(join(
+        &receipt,
+        completions("9008000000000001").as_bytes(),
+        RUN,
+        Some((Some(1), None)),
+        None,
+    ));
+    assert_eq!(
+        got,
+        format!(
+            r#"{{"counts":{{"cancelled":0,"completed":9008,"completion_lines":9008,"decisions":9008,"dropped":0,"error_rate_pm":0,"errors":0,"matched":9008,"rejected":0,"rejected_served":0,"retried":0,"routed":9008,"unrouted":0}},"format":"kvroute-join/1","goodput":{{"good":9008,"good_per_second_milli":0,"good_pm":1000,"span_ns":9007199254740991}},{tail}"#
+        )
+    );
+    let got = text_of(join(
+        &receipt,
+        completions("1").as_bytes(),
+        RUN,
+        Some((Some(1), None)),
+        None,
+    ));
+    assert!(
+        got.contains(r#""goodput":{"good":9008,"good_per_second_milli":9007199254740991,"good_pm":1000,"span_ns":1}"#),
+        "{}",
+        &got[..400]
+    );
+}
+
+/// §14.5 "Figures above B": a mean above B is written as B, and the ratio over it is
+/// computed from the exact sums. One decision q0 with recomputed B and work_milli B:
+/// predicted_milli = B + 1000 × B = 1001 × B, written B; its record's TTFT is
+/// 9007199254740.991 ms = B µs (written as it is: not above B), TPOT 0;
+/// us_per_predicted_token = floor(1000 × B / (1001 × B)) = 0, for the worker and the
+/// fleet (from a saturated mean it would be 1000).
+#[test]
+fn a_mean_above_b_is_written_as_b() {
+    const BIG: u64 = 9_007_199_254_740_991;
+    let receipt = hand_receipt(&[("q0".to_owned(), BIG, BIG)]);
+    let record = r#"{"metadata":{"x_request_id":"q0","request_start_ns":0},"metrics":{"time_to_first_token":{"value":9007199254740.991,"unit":"ms"},"inter_token_latency":{"value":0,"unit":"ms"}}}"#;
+    let got = text_of(join(&receipt, record.as_bytes(), RUN, None, None));
+    assert!(
+        got.ends_with(r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":0},"receipt_digest":"d","run":"cache_plus_load","slo":{"tpot_ms":null,"ttft_ms":null},"workers":[{"completed":1,"predicted_mean_milli":9007199254740991,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":0,"worker":"w0"}]}"#),
+        "{got}"
+    );
 }
