@@ -109,7 +109,7 @@ fn record_line() -> impl Strategy<Value = RecordPick> {
         0u64..5_000_000_000,
         milliseconds(),
         milliseconds(),
-        0u8..12,
+        0u8..16,
     )
 }
 
@@ -156,6 +156,22 @@ fn completions_for(ids: &[String], picks: &[(usize, RecordPick)]) -> Vec<u8> {
             1 => line.replacen(r#""x_request_id": "#, r#""x_request_id": 7, "y": "#, 1),
             2 => String::new(),
             3 => line.replacen("\"metadata\"", "\"meta\"", 1),
+            4 => line.replacen("\"metadata\": {", "\"metadata\": 3, \"metadata\": {", 1),
+            5 => line
+                .replacen(
+                    r#""x_request_id": "#,
+                    r#""x_request_id": 5, "x_request_id": "#,
+                    1,
+                )
+                .replacen("\"metrics\": ", "\"metrics\": 1, \"metrics\": ", 1),
+            6 => line
+                .replacen(
+                    r#""unit": "ms"}"#,
+                    r#""unit": "ms", "value": "x", "unit": 2}"#,
+                    1,
+                )
+                .replacen("\"metadata\"", "\"meta\"", 1),
+            7 => line.replacen("\"error\": ", "\"error\": [], \"error\": ", 1),
             _ => line,
         };
         out.push_str(&line);

@@ -2,7 +2,7 @@
 //! [`Completion`], or the reasons it is none, each with its path. Only the members the
 //! join reads are looked at; AIPerf adds others from one version to the next.
 
-use crate::input::json::{Node, Number};
+use crate::input::json::{quote_str, Node, Number};
 use crate::input::json_lines::line_json;
 
 /// What the join reads of one completion record.
@@ -50,37 +50,6 @@ impl<'n> Fields<'n, '_> {
         }
     }
 
-    fn fail(&mut self, path: String, reason: String) {
-        self.reasons.push(format!("{path}: {reason}"));
-    }
-
-    /// The member `name`, once; a repeated one is an error (it would mean two things).
-    fn member(&mut self, name: &str) -> Option<&'n Node> {
-        let Node::Object(members) = self.node else {
-            return None;
-        };
-        let mut found = members.iter().filter(|(k, _)| k == name).map(|(_, v)| v);
-        let first = found.next();
-        if found.next().is_some() {
-            let path = self.at(name);
-            self.fail(
-                path,
-                format!("repeated member {}", crate::input::json::quote_str(name)),
-            );
-        }
-        first
-    }
-
-    /// The member `name`; a missing one is reported at this object (SPEC.md §14.5).
-    fn required(&mut self, name: &str) -> Option<&'n Node> {
-        let value = self.member(name);
-        if value.is_none() {
-            let quoted = crate::input::json::quote_str(name);
-            self.fail(self.own_path(), format!("missing required member {quoted}"));
-        }
-        value
-    }
-
     /// This object's path, `$` for the line itself.
     fn own_path(&self) -> String {
         if self.path.is_empty() {
@@ -88,6 +57,84 @@ impl<'n> Fields<'n, '_> {
         } else {
             self.path.clone()
         }
+    }
+
+    fn fail(&mut self, path: String, reason: String) {
+        self.reasons.push(format!("{path}: {reason}"));
+    }
+
+    /// The type error of member `name` (SPEC.md §14.5's reason, after its path).
+    fn wrong(&mut self, name: &str, expected: &str, found: &Node) {
+        let (path, found) = (self.at(name), found.quoted());
+        self.fail(path, format!("{expected}, found {found}"));
+    }
+
+    /// The first occurrence of member `name`; a missing required one is reported at
+    /// this object, in the member's place (SPEC.md §14.5).
+    fn first(&mut self, name: &str, required: bool) -> Option<&'n Node> {
+        let Node::Object(members) = self.node else {
+            return None;
+        };
+        let first = members.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+        if first.is_none() && required {
+            let quoted = quote_str(name);
+            self.fail(self.own_path(), format!("missing required member {quoted}"));
+        }
+        first
+    }
+
+    /// One error for each later occurrence of member `name`: after the member's own
+    /// problem, before those of the members inside it.
+    fn repeats(&mut self, name: &str) {
+        let Node::Object(members) = self.node else {
+            return;
+        };
+        let later = members
+            .iter()
+            .filter(|(k, _)| k == name)
+            .count()
+            .saturating_sub(1);
+        for _ in 0..later {
+            self.fail(
+                self.at(name),
+                format!("repeated member {}", quote_str(name)),
+            );
+        }
+    }
+
+    /// Member `name` read by `read` (which reports its own problem), then its repeats.
+    fn scalar<T>(
+        &mut self,
+        name: &str,
+        required: bool,
+        read: impl FnOnce(&mut Self, &'n Node) -> Option<T>,
+    ) -> Option<Option<T>> {
+        let value = match self.first(name, required) {
+            None if required => None,
+            None => Some(None),
+            Some(node) => read(self, node).map(Some),
+        };
+        self.repeats(name);
+        value
+    }
+
+    /// Member `name` when it is an object (else its type error; `null` is allowed
+    /// when `nullable`), then its repeats. `Some(None)`: absent or null.
+    fn object(&mut self, name: &str, required: bool, nullable: bool) -> Option<Option<&'n Node>> {
+        let expected = if nullable {
+            "expected an object or null"
+        } else {
+            "expected an object"
+        };
+        self.scalar(name, required, |fields, node| match node {
+            Node::Object(_) => Some(Some(node)),
+            Node::Null if nullable => Some(None),
+            other => {
+                fields.wrong(name, expected, other);
+                None
+            }
+        })
+        .map(Option::flatten)
     }
 
     fn child(&mut self, name: &str, node: &'n Node) -> Fields<'n, '_> {
@@ -98,149 +145,104 @@ impl<'n> Fields<'n, '_> {
         }
     }
 
-    fn expect_object(&mut self) -> bool {
-        if matches!(self.node, Node::Object(_)) {
-            return true;
-        }
-        let found = self.node.quoted();
-        self.fail(
-            self.own_path(),
-            format!("expected an object, found {found}"),
-        );
-        false
-    }
-
+    /// The whole record; every member is checked whatever the others gave, so a line
+    /// lists all its problems in SPEC.md §14.1's order.
     fn record(&mut self) -> Option<Completion> {
-        if !self.expect_object() {
+        if !matches!(self.node, Node::Object(_)) {
+            let found = self.node.quoted();
+            self.fail("$".to_owned(), format!("expected an object, found {found}"));
             return None;
         }
-        let metadata = self.required("metadata")?;
-        let mut metadata = self.child("metadata", metadata);
-        if !metadata.expect_object() {
-            return None;
-        }
-        let request_id = metadata.request_id();
-        let start_ns = metadata
-            .required("request_start_ns")
-            .and_then(|n| metadata.nanos("request_start_ns", n));
-        let end_ns = match metadata.member("request_end_ns") {
-            None | Some(Node::Null) => Some(None),
-            Some(Node::Number(Number::Integer(v))) => Some(Some(*v)),
-            Some(other) => {
-                let (path, found) = (metadata.at("request_end_ns"), other.quoted());
-                let reason = format!("expected a non-negative integer or null, found {found}");
-                metadata.fail(path, reason);
-                None
-            }
+        let metadata = match self.object("metadata", true, false) {
+            Some(Some(node)) => self.child("metadata", node).metadata(),
+            _ => None,
         };
-        let cancelled = metadata.flag("was_cancelled");
-        // Metrics before the error, in the order SPEC.md §14.1 lists the members.
-        let metrics = self.metrics();
-        let failed = match self.member("error") {
-            None | Some(Node::Null) => Some(false),
-            Some(Node::Object(_)) => Some(true),
-            Some(other) => {
-                let found = other.quoted();
-                self.fail(
-                    "error".to_owned(),
-                    format!("expected an object or null, found {found}"),
-                );
-                None
-            }
+        let metrics = match self.object("metrics", false, true) {
+            Some(Some(node)) => self.child("metrics", node).metrics(),
+            Some(None) => Some((None, None)),
+            None => None,
         };
+        let failed = self
+            .object("error", false, true)
+            .map(|error| error.is_some());
+        let (request_id, start_ns, end_ns, cancelled) = metadata?;
         let (ttft_us, tpot_us) = metrics?;
         Some(Completion {
-            request_id: request_id?,
-            start_ns: start_ns?,
-            end_ns: end_ns?,
-            cancelled: cancelled?,
+            request_id,
+            start_ns,
+            end_ns,
+            cancelled,
             failed: failed?,
             ttft_us,
             tpot_us,
         })
     }
 
-    fn request_id(&mut self) -> Option<String> {
-        match self.required("x_request_id")? {
+    /// `x_request_id`, `request_start_ns`, `request_end_ns`, `was_cancelled`.
+    fn metadata(&mut self) -> Option<(String, u64, Option<u64>, bool)> {
+        let id = self.scalar("x_request_id", true, |fields, node| match node {
             Node::String(id) if !id.is_empty() => Some(id.to_string()),
             other => {
-                let (path, found) = (self.at("x_request_id"), other.quoted());
-                self.fail(path, format!("expected a non-empty string, found {found}"));
+                fields.wrong("x_request_id", "expected a non-empty string", other);
                 None
             }
-        }
-    }
-
-    /// An integer below 10^19: epoch nanoseconds, which pass 2^53.
-    fn nanos(&mut self, name: &str, node: &Node) -> Option<u64> {
-        match node {
+        });
+        let start = self.scalar("request_start_ns", true, |fields, node| match node {
             Node::Number(Number::Integer(v)) => Some(*v),
             other => {
-                let (path, found) = (self.at(name), other.quoted());
-                self.fail(
-                    path,
-                    format!("expected a non-negative integer, found {found}"),
-                );
+                fields.wrong("request_start_ns", "expected a non-negative integer", other);
                 None
             }
-        }
-    }
-
-    fn flag(&mut self, name: &str) -> Option<bool> {
-        match self.member(name) {
-            None => Some(false),
-            Some(Node::Bool(b)) => Some(*b),
-            Some(other) => {
-                let (path, found) = (self.at(name), other.quoted());
-                self.fail(path, format!("expected a boolean, found {found}"));
+        });
+        let end = self.scalar("request_end_ns", false, |fields, node| match node {
+            Node::Null => Some(None),
+            Node::Number(Number::Integer(v)) => Some(Some(*v)),
+            other => {
+                let expected = "expected a non-negative integer or null";
+                fields.wrong("request_end_ns", expected, other);
                 None
             }
-        }
+        });
+        let cancelled = self.scalar("was_cancelled", false, |fields, node| match node {
+            Node::Bool(b) => Some(*b),
+            other => {
+                fields.wrong("was_cancelled", "expected a boolean", other);
+                None
+            }
+        });
+        Some((id??, start??, end?.flatten(), cancelled?.unwrap_or(false)))
     }
 
     /// TTFT and TPOT, each when present; `None` after an error.
     fn metrics(&mut self) -> Option<(Option<u64>, Option<u64>)> {
-        let metrics = match self.member("metrics") {
-            None | Some(Node::Null) => return Some((None, None)),
-            Some(metrics) => metrics,
-        };
-        let mut metrics = self.child("metrics", metrics);
-        if !metrics.expect_object() {
-            return None;
-        }
-        let ttft = metrics.milliseconds("time_to_first_token");
-        let tpot = metrics.milliseconds("inter_token_latency");
+        let ttft = self.milliseconds("time_to_first_token");
+        let tpot = self.milliseconds("inter_token_latency");
         Some((ttft?, tpot?))
     }
 
     /// `{"value": number, "unit": "ms"}` as whole microseconds; `Some(None)` when absent.
     fn milliseconds(&mut self, name: &str) -> Option<Option<u64>> {
-        let Some(node) = self.member(name) else {
-            return Some(None);
+        let node = match self.object(name, false, false)? {
+            None => return Some(None),
+            Some(node) => node,
         };
         let mut metric = self.child(name, node);
-        if !metric.expect_object() {
-            return None;
-        }
-        let unit_ok = match metric.required("unit") {
-            Some(Node::String(unit)) if unit == "ms" => true,
-            Some(other) => {
-                let (path, found) = (metric.at("unit"), other.quoted());
-                metric.fail(path, format!("expected \"ms\", found {found}"));
-                false
+        let micros = metric.scalar("value", true, |fields, value| match microseconds(value) {
+            Ok(us) => Some(us),
+            Err(expected) => {
+                fields.wrong("value", expected, value);
+                None
             }
-            None => false,
-        };
-        let value = metric.required("value");
-        let micros = value.and_then(|value| {
-            let micros = microseconds(value);
-            if let Err(reason) = &micros {
-                let (path, found) = (metric.at("value"), value.quoted());
-                metric.fail(path, format!("{reason}, found {found}"));
-            }
-            micros.ok()
         });
-        (unit_ok && micros.is_some()).then_some(micros)
+        let unit = metric.scalar("unit", true, |fields, unit| match unit {
+            Node::String(text) if text == "ms" => Some(()),
+            other => {
+                fields.wrong("unit", "expected \"ms\"", other);
+                None
+            }
+        });
+        unit??;
+        Some(Some(micros??))
     }
 }
 
