@@ -1,12 +1,14 @@
 //! Runs the oracle's closed-loop simulation (SPEC §11) on a trace file:
 //! `cargo run --release -p kvroute-oracle --example simulate -- TRACE [--workers N]
 //! [--cache-tokens T | --cache-blocks B] [--lag L] [--jitter J] [--seed S]
-//! [--events-out DIR]`. Prints the `kvroute-simulate/1` document plus `\n` on stdout
-//! and, with `--events-out`, writes `DIR/<policy>.trace.json` (canonical bytes + `\n`).
+//! [--events-out DIR] [--completions-out DIR [--ticks-per-ms N]]`. Prints the
+//! `kvroute-simulate/1` document plus `\n` on stdout and, with `--events-out`, writes
+//! `DIR/<policy>.trace.json` (canonical bytes + `\n`); with `--completions-out`,
+//! `DIR/<policy>.completions.jsonl` (SPEC §14.4).
 
 use std::process::exit;
 
-use kvroute_oracle::{simulate, SimCache, SimOptions};
+use kvroute_oracle::{simulate_with_completions, SimCache, SimOptions};
 
 fn number(args: &mut impl Iterator<Item = String>, flag: &str) -> u64 {
     match args.next().and_then(|v| v.parse().ok()) {
@@ -23,6 +25,8 @@ fn main() {
     let mut trace = None;
     let mut options = SimOptions::default();
     let mut events_out = None;
+    let mut completions_out = None;
+    let mut ticks_per_ms = 1;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--workers" => options.workers = Some(number(&mut args, &arg) as u32),
@@ -32,6 +36,8 @@ fn main() {
             "--jitter" => options.jitter_ticks = number(&mut args, &arg),
             "--seed" => options.seed = number(&mut args, &arg),
             "--events-out" => events_out = args.next(),
+            "--completions-out" => completions_out = args.next(),
+            "--ticks-per-ms" => ticks_per_ms = number(&mut args, &arg),
             _ => trace = Some(arg),
         }
     }
@@ -44,7 +50,7 @@ fn main() {
         exit(2)
     });
     let started = std::time::Instant::now();
-    let outcome = simulate(&bytes, &options).unwrap_or_else(|e| {
+    let (outcome, completions) = simulate_with_completions(&bytes, &options).unwrap_or_else(|e| {
         eprintln!("{e}");
         exit(2)
     });
@@ -56,6 +62,19 @@ fn main() {
             bytes.push(b'\n');
             let path = format!("{dir}/{policy}.trace.json");
             std::fs::write(&path, bytes).unwrap_or_else(|e| {
+                eprintln!("{path}: {e}");
+                exit(1)
+            });
+        }
+    }
+    if let Some(dir) = completions_out {
+        let files = completions.jsonl(ticks_per_ms).unwrap_or_else(|e| {
+            eprintln!("{e}");
+            exit(2)
+        });
+        for (policy, lines) in &files {
+            let path = format!("{dir}/{policy}.completions.jsonl");
+            std::fs::write(&path, lines).unwrap_or_else(|e| {
                 eprintln!("{path}: {e}");
                 exit(1)
             });

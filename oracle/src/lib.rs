@@ -8,7 +8,7 @@
 //! trace of §1), `validate` (the five stages of §2), `canonical` (the canonical trace
 //! of §6.1), `jcs` (the RFC 8785 writer and digests), `state` (§3), `candidates` (§4),
 //! `policies` (§5), `run` (one policy's run and its metrics, §3.5, §6.2), `receipt`
-//! (§6, streamed), `simulate` (§11), `keyed` (the keyed request ids of §6.5, HMAC from
+//! (§6, streamed), `simulate` (§11, and the completion records of §14.4), `keyed` (the keyed request ids of §6.5, HMAC from
 //! RFC 2104) and `join` (completion records against a receipt's run, §14).
 
 mod candidates;
@@ -30,7 +30,10 @@ use std::ops::ControlFlow;
 
 pub use join::{join, JoinFailure};
 pub use model::{EpochNumbering, StaleRule};
-pub use simulate::{simulate, SimCache, SimOptions, SimOutcome};
+pub use simulate::{
+    simulate, simulate_completions, simulate_with_completions, CompletionRecord, SimCache,
+    SimCompletions, SimOptions, SimOutcome,
+};
 
 /// One piece of the canonical receipt without its `receipt_digest` member, in byte order:
 /// concatenating every piece's bytes gives exactly those canonical bytes (SPEC §6.1, §6.4).

@@ -1,5 +1,6 @@
 //! The naive reference for SPEC.md §11 and §11.1 (`kvroute simulate`, the closed-loop
-//! engine model), written from SPEC.md alone, without looking at kvroute-core. Per
+//! engine model) and §14.4 (the AIPerf completion records of `--completions-out`),
+//! written from SPEC.md alone, without looking at kvroute-core. Per
 //! policy, a fresh router run ([`Router`], the same code as the open-loop replay) is
 //! fed one event at a time, interleaved with a plain model of each worker's engine: an
 //! LRU cache kept as a `Vec` of stamped entries and scanned linearly, a FIFO prefill
@@ -25,7 +26,12 @@
 //! - a lost event (`--loss`) takes its seq as well as its epoch (generated events "lost
 //!   ones included" get seqs in generation order), so the generated trace has a hole in
 //!   its seqs where it was;
-//! - `--loss` is checked before the trace is read, as a usage error.
+//! - `--loss` is checked before the trace is read, as a usage error;
+//! - §14.4: `t` is the request's own tick (it is placed when it arrives), `done` the
+//!   tick its prefill completes at as admitted above, the decode rate the chosen
+//!   worker's (a `--workers` copy's is the first worker's); the nanosecond figures are
+//!   written exactly even past 2^64 (SPEC bounds neither); a `--ticks-per-ms` outside
+//!   1 to 1,000,000 is refused with a message of the oracle's own wording.
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -96,6 +102,16 @@ const LOSS_PER_MILLE_MAX: u64 = 1_000;
 /// Validates the trace, builds the simulated trace and runs the closed loop once per
 /// policy. Err: the validation error lines joined by `\n`, or a bad option.
 pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, String> {
+    simulate_with_completions(trace_json, options).map(|(outcome, _)| outcome)
+}
+
+/// [`simulate`], and the completion records of every policy's closed loop (SPEC §14.4),
+/// kept in ticks so that [`SimCompletions::jsonl`] can write them at any
+/// `--ticks-per-ms`.
+pub fn simulate_with_completions(
+    trace_json: &[u8],
+    options: &SimOptions,
+) -> Result<(SimOutcome, SimCompletions), String> {
     if options.loss_per_mille > LOSS_PER_MILLE_MAX {
         return Err(format!(
             "kvroute simulate: --loss {}: expected a per-mille integer from 0 to 1000",
@@ -108,8 +124,13 @@ pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, S
 
     let mut runs = Vec::new();
     let mut generated_traces = Vec::new();
+    let mut completions = SimCompletions { runs: Vec::new() };
     for policy in PolicyKind::FOUR {
-        let outcome = closed_loop(&sim, policy, options);
+        let mut outcome = closed_loop(&sim, policy, options);
+        completions.runs.push((
+            policy.name().to_owned(),
+            std::mem::take(&mut outcome.completions),
+        ));
         let mut generated = sim.clone();
         generated.events.extend(outcome.generated);
         let bytes = canonical_bytes(&generated)?;
@@ -159,10 +180,138 @@ pub fn simulate(trace_json: &[u8], options: &SimOptions) -> Result<SimOutcome, S
         "trace_digest": trace_digest,
         "runs": runs,
     });
-    Ok(SimOutcome {
-        result: jcs(&result)?,
-        generated_traces,
-    })
+    Ok((
+        SimOutcome {
+            result: jcs(&result)?,
+            generated_traces,
+        },
+        completions,
+    ))
+}
+
+/// [`simulate`]'s closed loops written as SPEC §14.4's completion files at
+/// `ticks_per_ms` ticks per millisecond: per policy in receipt order, (policy name,
+/// bytes of `<policy>.completions.jsonl`).
+pub fn simulate_completions(
+    trace_json: &[u8],
+    options: &SimOptions,
+    ticks_per_ms: u64,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let (_, completions) = simulate_with_completions(trace_json, options)?;
+    completions.jsonl(ticks_per_ms)
+}
+
+/// The largest `--ticks-per-ms` (SPEC §14.4).
+pub const TICKS_PER_MS_MAX: u64 = 1_000_000;
+
+/// One routed request of a closed loop, as the engine model saw it (SPEC §14.4): the
+/// figures its completion record is computed from, in ticks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionRecord {
+    /// The request's id (`x_request_id`).
+    pub request: String,
+    /// The worker it was placed on.
+    pub worker: String,
+    /// `t`: the tick it arrived (and was placed) at.
+    pub arrival_tick: u64,
+    /// `done`: the tick its prefill completed at in the engine model (§11 *Prefill*).
+    pub prefill_done_tick: u64,
+    pub prompt_tokens: u64,
+    pub decode_tokens: u64,
+    /// The chosen worker's `decode_rate` (at least 1).
+    pub decode_rate: u64,
+}
+
+/// The completion records of every policy's closed loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimCompletions {
+    /// Per policy in receipt order: (policy name, its routed requests in routing order).
+    pub runs: Vec<(String, Vec<CompletionRecord>)>,
+}
+
+impl SimCompletions {
+    /// Per policy in receipt order: (policy name, the bytes of
+    /// `<policy>.completions.jsonl`). Err when `ticks_per_ms` is outside 1 to 1,000,000.
+    pub fn jsonl(&self, ticks_per_ms: u64) -> Result<Vec<(String, Vec<u8>)>, String> {
+        check_ticks_per_ms(ticks_per_ms)?;
+        Ok(self
+            .runs
+            .iter()
+            .map(|(policy, records)| {
+                let mut bytes = Vec::new();
+                for record in records {
+                    bytes.extend_from_slice(&completion_line(record, ticks_per_ms));
+                }
+                (policy.clone(), bytes)
+            })
+            .collect())
+    }
+}
+
+fn check_ticks_per_ms(ticks_per_ms: u64) -> Result<(), String> {
+    if (1..=TICKS_PER_MS_MAX).contains(&ticks_per_ms) {
+        Ok(())
+    } else {
+        Err(format!(
+            "kvroute simulate: --ticks-per-ms {ticks_per_ms}: expected an integer from 1 to {TICKS_PER_MS_MAX}"
+        ))
+    }
+}
+
+/// Whole microseconds as exact decimal milliseconds without trailing zeros (SPEC §14.4):
+/// 12,345 µs is `12.345`, 12,300 `12.3`, 12,000 `12`, 1 `0.001`, 0 `0`.
+pub fn ms_decimal(us: u128) -> String {
+    let whole = us / 1000;
+    let frac = us % 1000;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{frac:03}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// One AIPerf record line of SPEC §14.4, `\n` included, for `ticks_per_ms = N` ticks per
+/// millisecond (the caller keeps N from 1 to 1,000,000; 0 is taken as 1). Members in the
+/// order SPEC lists them, no whitespace, the id written as §6.1 writes strings; every
+/// figure computed exactly in 128 bits, floors as written:
+/// `request_start_ns = floor(t·10^6/N)`, `request_end_ns = floor((done + d)·10^6/N)` with
+/// `d = ceil(decode_tokens / decode_rate)`, TTFT `floor((done − t)·1000/N)` µs and ITL
+/// `floor(1000/(N·decode_rate))` µs.
+pub fn completion_line(record: &CompletionRecord, ticks_per_ms: u64) -> Vec<u8> {
+    let n = u128::from(ticks_per_ms.max(1));
+    let rate = u128::from(record.decode_rate.max(1));
+    let t = u128::from(record.arrival_tick);
+    let done = u128::from(record.prefill_done_tick);
+    let d = u128::from(record.decode_tokens).div_ceil(rate);
+    let start_ns = t * 1_000_000 / n;
+    let end_ns = (done + d) * 1_000_000 / n;
+    let ttft_us = done.saturating_sub(t) * 1000 / n;
+    let itl_us = 1000 / (n * rate);
+
+    let mut out = Vec::new();
+    out.extend_from_slice(b"{\"metadata\":{\"x_request_id\":");
+    crate::jcs::write_string(&record.request, &mut out);
+    out.extend_from_slice(
+        format!(
+            ",\"request_start_ns\":{start_ns},\"request_end_ns\":{end_ns},\"was_cancelled\":false}},"
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(
+        format!(
+            "\"metrics\":{{\"input_sequence_length\":{{\"value\":{},\"unit\":\"tokens\"}},\
+             \"time_to_first_token\":{{\"value\":{},\"unit\":\"ms\"}},\
+             \"inter_token_latency\":{{\"value\":{},\"unit\":\"ms\"}},\
+             \"output_sequence_length\":{{\"value\":{},\"unit\":\"tokens\"}}}},",
+            record.prompt_tokens,
+            ms_decimal(ttft_us),
+            ms_decimal(itl_us),
+            record.decode_tokens,
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(b"\"error\":null}\n");
+    out
 }
 
 fn canonical_bytes(trace: &Trace) -> Result<Vec<u8>, String> {
@@ -237,6 +386,8 @@ struct Engine {
     id: String,
     index: usize,
     prefill_rate: u64,
+    /// The worker's `decode_rate`: only the completion records use it (§14.4).
+    decode_rate: u64,
     cache: Vec<EngineEntry>,
     next_stamp: u64,
     /// Tick at which the worker's last admitted prefill completes (0 before any).
@@ -272,6 +423,8 @@ struct LoopOutcome {
     phantom: u64,
     /// Σ max(0, held − reuse) over routed decisions, in tokens.
     missed: u64,
+    /// Every routed request in routing order, with its prefill completion tick (§14.4).
+    completions: Vec<CompletionRecord>,
 }
 
 fn fresh_engines(sim: &Trace) -> Vec<Engine> {
@@ -313,6 +466,7 @@ fn fresh_engines(sim: &Trace) -> Vec<Engine> {
                 id: w.id.clone(),
                 index,
                 prefill_rate: w.prefill_rate,
+                decode_rate: w.decode_rate,
                 cache,
                 next_stamp,
                 prefill_end: 0,
@@ -755,7 +909,8 @@ impl<'s> ClosedLoop<'s> {
                 adapter,
                 prefix,
                 prompt_tokens,
-                ..
+                decode_tokens,
+                id,
             },
         ) = (decision.chosen, &event.kind)
         else {
@@ -776,6 +931,15 @@ impl<'s> ClosedLoop<'s> {
         let start = event.tick.max(engine.prefill_end);
         let completion = start.saturating_add(recomputed.div_ceil(engine.prefill_rate));
         engine.prefill_end = completion;
+        self.outcome.completions.push(CompletionRecord {
+            request: id.clone(),
+            worker: engine.id.clone(),
+            arrival_tick: event.tick,
+            prefill_done_tick: completion,
+            prompt_tokens: *prompt_tokens,
+            decode_tokens: *decode_tokens,
+            decode_rate: engine.decode_rate,
+        });
         self.pending.push(Pending {
             completion,
             admitted: self.admitted,
