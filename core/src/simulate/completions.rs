@@ -7,6 +7,9 @@ use crate::output::json_text::{push_str, push_u64};
 use crate::route::compiled::Compiled;
 use crate::simulate::closed_loop::SimCompletion;
 
+/// The largest nanosecond figure written: 10^19 - 1 (SPEC.md §14.1, §14.4).
+const NANOS_MAX: u128 = 9_999_999_999_999_999_999;
+
 /// The largest `--ticks-per-ms`: a tick of one nanosecond.
 pub const TICKS_PER_MS_MAX: u64 = 1_000_000;
 
@@ -18,7 +21,9 @@ pub fn completion_lines(
     ticks_per_ms: u64,
 ) -> Vec<u8> {
     let n = u128::from(ticks_per_ms.max(1));
-    let nanos = |tick: u64| (u128::from(tick) * 1_000_000 / n) as u64;
+    // At most 10^19 - 1, the largest nanosecond figure a record is read with (SPEC.md
+    // §14.4): ticks near 2^53 at 1 tick a ms would pass it.
+    let nanos = |tick: u64| (u128::from(tick) * 1_000_000 / n).min(NANOS_MAX) as u64;
     let mut out = Vec::new();
     for c in completions {
         let decode_rate = compiled.workers[c.worker as usize].decode_rate.max(1);
