@@ -152,9 +152,72 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
     }
 }
 
+/// Each policy's completion records (SPEC.md §14.4) from core's loop and from the
+/// oracle's, at `ticks_per_ms`: `Ok` when every file is the same byte for byte (or
+/// both reject the trace).
+pub fn compare_completions(
+    trace_json: &[u8],
+    settings: &SimSettings,
+    ticks_per_ms: u64,
+) -> Result<(), Divergence> {
+    use kvroute_core::route::compiled::Compiled;
+    use kvroute_core::simulate::closed_loop::simulate_policy_with_completions;
+    use kvroute_core::simulate::completions::completion_lines;
+    let core = kvroute_core::parse_trace(trace_json)
+        .map_err(|e| e.to_string())
+        .and_then(|trace| {
+            kvroute_core::simulate::simulation_trace(&trace, settings.workers)
+                .map_err(|e| e.to_string())
+                .map(|(sim, _)| {
+                    let compiled = Compiled::new(&sim);
+                    kvroute_core::Policy::STANDARD
+                        .iter()
+                        .map(|&policy| {
+                            let (_, served) = simulate_policy_with_completions(
+                                &compiled,
+                                policy,
+                                &settings.options,
+                                false,
+                                &mut (),
+                            );
+                            (
+                                policy.name().to_owned(),
+                                completion_lines(&served, &compiled, ticks_per_ms),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+        });
+    let oracle = kvroute_oracle::simulate_with_completions(trace_json, &settings.oracle_options())
+        .and_then(|(_, completions)| completions.jsonl(ticks_per_ms));
+    let diverge = |first_difference: String| Err(Divergence { first_difference });
+    match (core, oracle) {
+        (Err(_), Err(_)) => Ok(()),
+        (Ok(_), Err(e)) => diverge(format!("core writes completion records, the oracle: {e}")),
+        (Err(e), Ok(_)) => diverge(format!(
+            "core rejects the trace ({e}), the oracle writes records"
+        )),
+        (Ok(core), Ok(oracle)) => {
+            for ((name, core_bytes), (oracle_name, oracle_bytes)) in core.iter().zip(&oracle) {
+                if name != oracle_name || core_bytes != oracle_bytes {
+                    return diverge(format!(
+                        "{name}: completion records at {ticks_per_ms} ticks a ms differ {}",
+                        first_receipt_difference(core_bytes, oracle_bytes, "core", "oracle")
+                    ));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
 /// One seed of the closed-loop sweep (`kvroute swarm --closed-loop`): the seed's
-/// generated trace simulated by both engine models under [`settings_for_seed`].
+/// generated trace simulated by both engine models under [`settings_for_seed`], the
+/// documents and generated traces, then the completion records at 1, 7 or 1,000 ticks
+/// a ms (by seed).
 pub fn check_closed_loop_seed(seed: u64) -> Result<(), Divergence> {
     let trace = crate::generators::TraceRecipe::from_seed(seed).build_bytes();
-    compare_simulate(&trace, &settings_for_seed(seed)).map(|_| ())
+    let settings = settings_for_seed(seed);
+    compare_simulate(&trace, &settings)?;
+    compare_completions(&trace, &settings, [1, 7, 1000][(seed % 3) as usize])
 }
