@@ -1,5 +1,5 @@
-//! Reading input: the trace as Rust types, strict JSON, validation, the limits, and the
-//! Mooncake import (SPEC.md §1, §2, §10).
+//! Reading input: the trace as Rust types, strict JSON, validation, the limits, the
+//! Mooncake import and the engine KV-event import (SPEC.md §1, §2, §10, §13).
 //!
 //! Everything here turns bytes into a [`trace::Trace`] that satisfies every rule of the
 //! contract, or into errors that name a JSON path (or an input line) and a reason. What
@@ -10,6 +10,7 @@
 mod document;
 pub mod epoch;
 pub mod json;
+pub mod kv_events;
 pub mod limits;
 pub mod mooncake;
 pub mod trace;

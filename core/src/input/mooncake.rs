@@ -43,7 +43,7 @@ const FIELDS: &[&str] = members::MOONCAKE_LINE;
 pub const LINE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// What reading one line gave.
-enum LineRead {
+pub(crate) enum LineRead {
     /// The end of the input.
     End,
     /// A line, in the buffer (with its `\n`, when it has one).
@@ -55,7 +55,7 @@ enum LineRead {
 /// Reads one line of at most `cap` bytes into `line`; a longer one is consumed to its
 /// `\n` (or the input's end) a buffer at a time, and only its first `cap + 1` bytes
 /// were ever held.
-fn read_line_capped(
+pub(crate) fn read_line_capped(
     input: &mut impl BufRead,
     line: &mut Vec<u8>,
     cap: usize,
