@@ -11,6 +11,7 @@ use kvroute_cli::args::{
     Cli, Command, ExportArgs, Format, ImportFormat, PolicyOverrides, SimulateFormat, SAMPLE_MAX,
 };
 use kvroute_cli::verify::VerifyError;
+use kvroute_core::input::kv_events::{self, EventsOptions};
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, table};
@@ -39,6 +40,7 @@ macro_rules! outln {
 mod failure;
 mod out;
 mod progress;
+mod record;
 mod report;
 mod swarm;
 mod swarm_report;
@@ -161,6 +163,17 @@ fn run(command: Command) -> Result<(), Failure> {
             csv_plain,
         }),
         Command::Help { command } => help(&command),
+        Command::Record {
+            endpoints,
+            out,
+            count,
+            seconds,
+        } => record::record(&record::RecordArgs {
+            endpoints: &endpoints,
+            out: &out,
+            count,
+            seconds,
+        }),
         Command::Import {
             format:
                 ImportFormat::Mooncake {
@@ -180,6 +193,26 @@ fn run(command: Command) -> Result<(), Failure> {
                 model,
                 workers,
                 dynamo_block_tokens,
+            },
+            &out,
+        ),
+        Command::Import {
+            format:
+                ImportFormat::VllmEvents {
+                    capture,
+                    requests,
+                    block_tokens,
+                    tenant,
+                    model,
+                    out,
+                },
+        } => import_engine_events(
+            &capture,
+            &requests,
+            &EventsOptions {
+                block_tokens,
+                tenant,
+                model,
             },
             &out,
         ),
@@ -542,6 +575,59 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
         counted(segments as u64, "segment", "segments"),
         out.display(),
     );
+    Ok(())
+}
+
+/// Converts an engine-event capture and its request log (SPEC.md §13). Both inputs
+/// are read line by line; the trace is held, since its events are only ordered and
+/// ticked once both inputs are read, and is parsed back through validation before
+/// anything is written, so an accepted import always validates.
+fn import_engine_events(
+    capture: &Path,
+    requests: &Path,
+    options: &EventsOptions,
+    out: &Path,
+) -> Result<(), Failure> {
+    let open = |path: &Path| -> Result<Box<dyn std::io::BufRead>, Failure> {
+        if path.as_os_str() == "-" {
+            return Ok(Box::new(std::io::stdin().lock()));
+        }
+        std::fs::File::open(path)
+            .map(|f| Box::new(std::io::BufReader::new(f)) as Box<dyn std::io::BufRead>)
+            .map_err(|e| Failure::invalid(vec![format!("{}: cannot read: {e}", path.display())]))
+    };
+    let imported = kv_events::import_engine_events(open(capture)?, open(requests)?, options);
+    let (trace, report) = imported.map_err(|errors| {
+        let line = |e: &kv_events::EventsImportError| match e.input {
+            kv_events::Input::Capture => format!("{}:{}: {}", capture.display(), e.line, e.reason),
+            kv_events::Input::Requests => {
+                format!("{}:{}: {}", requests.display(), e.line, e.reason)
+            }
+            kv_events::Input::Whole => format!("kvroute import vllm-events: {}", e.reason),
+        };
+        Failure::invalid(errors.iter().map(line).collect())
+    })?;
+    let mut bytes = canonical::canonical_trace_bytes(&trace);
+    let validated = parse_trace(&bytes).map_err(|errors| {
+        let first = errors.lines().into_iter().next().unwrap_or_default();
+        Failure::invalid(vec![format!(
+            "kvroute import vllm-events: the imported trace does not validate: {first}"
+        )])
+    })?;
+    bytes.push(b'\n');
+    emit(&bytes, Some(out))?;
+    let cache_events = validated.events.len() - validated.request_count();
+    note!(
+        "imported {}, {}, {} -> {} ({})",
+        counted(validated.request_count() as u64, "request", "requests"),
+        counted(validated.workers.len() as u64, "worker", "workers"),
+        counted(cache_events as u64, "cache event", "cache events"),
+        out.display(),
+        canonical::trace_digest(&validated),
+    );
+    for line in report.lines(&capture.display().to_string()) {
+        note!("{line}");
+    }
     Ok(())
 }
 

@@ -46,6 +46,19 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
         Command::Import {
             format: ImportFormat::Mooncake { file, out, .. },
         } => (vec![file.as_path()], vec![out.clone()]),
+        Command::Record { out, .. } => (Vec::new(), vec![out.clone()]),
+        Command::Import {
+            format:
+                ImportFormat::VllmEvents {
+                    capture,
+                    requests,
+                    out,
+                    ..
+                },
+        } => (
+            vec![capture.as_path(), requests.as_path()],
+            vec![out.clone()],
+        ),
         Command::Simulate {
             trace, events_out, ..
         } => (
@@ -83,8 +96,14 @@ fn command_name(command: &Command) -> &'static str {
         Command::Replay { .. } => "replay",
         Command::Report { .. } => "report",
         Command::Diff { .. } => "diff",
-        Command::Import { .. } => "import mooncake",
+        Command::Import {
+            format: ImportFormat::Mooncake { .. },
+        } => "import mooncake",
+        Command::Import {
+            format: ImportFormat::VllmEvents { .. },
+        } => "import vllm-events",
         Command::Simulate { .. } => "simulate",
+        Command::Record { .. } => "record",
         Command::Verify { .. } => "verify",
         Command::Swarm(SwarmArgs {
             action: Some(SwarmAction::Merge { .. }),
