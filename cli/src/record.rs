@@ -85,8 +85,10 @@ async fn receive(
     let deadline = args
         .seconds
         .map(|s| Instant::now() + Duration::from_secs(s));
-    while args.count.map_or(true, |n| tally.written < n) {
-        if out::stop_signal().is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
+    loop {
+        let counted_out = args.count.is_some_and(|n| tally.written >= n);
+        let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        if counted_out || timed_out || out::stop_signal().is_some() {
             break;
         }
         let received = match tokio::time::timeout(POLL_INTERVAL, receiver.recv()).await {
