@@ -64,3 +64,54 @@ fn core_and_the_oracle_validate_every_imported_fixture_alike() {
         );
     }
 }
+
+/// The fixtures' payloads, decoded from their capture lines.
+fn fixture_payloads() -> Vec<Vec<u8>> {
+    let mut payloads = Vec::new();
+    for name in [
+        "vllm.capture.jsonl",
+        "sglang.capture.jsonl",
+        "kthena-1535.capture.jsonl",
+    ] {
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        for line in text.lines() {
+            let message = kvroute_core::input::kv_events::lines::capture_line(line.as_bytes())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            payloads.push(message.payload);
+        }
+    }
+    payloads
+}
+
+proptest::proptest! {
+    /// Any bytes decode to a batch or to a reason, never a panic.
+    #[test]
+    fn any_payload_decodes_or_is_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+        let _ = kvroute_core::input::kv_events::wire::decode_batch(&bytes);
+    }
+
+    /// A real payload with one byte changed, cut short or run on decodes or is
+    /// refused, and whatever decodes imports without a panic.
+    #[test]
+    fn a_damaged_real_payload_decodes_or_is_refused(
+        which in 0usize..9, at in proptest::num::usize::ANY, byte in proptest::num::u8::ANY,
+        cut in proptest::bool::ANY,
+    ) {
+        let payloads = fixture_payloads();
+        let mut payload = payloads[which % payloads.len()].clone();
+        let at = at % payload.len();
+        payload[at] = byte;
+        if cut {
+            payload.truncate(at);
+        }
+        if kvroute_core::input::kv_events::wire::decode_batch(&payload).is_ok() {
+            use base64::Engine as _;
+            let line = format!(
+                r#"{{"endpoint":"e","topic":"t","seq":0,"payload_b64":"{}"}}"#,
+                base64::engine::general_purpose::STANDARD.encode(&payload)
+            );
+            let requests = std::fs::read(fixture("requests.jsonl")).unwrap();
+            let _ = import_engine_events(line.as_bytes(), &requests[..], &EventsOptions::default());
+        }
+    }
+}
