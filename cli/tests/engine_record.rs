@@ -128,3 +128,99 @@ fn a_real_publisher_is_recorded_imported_and_replayed() {
     let columns: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(&columns[1..5], ["2", "0", "1", "48"], "{table}");
 }
+
+#[test]
+fn a_recording_that_hears_nothing_keeps_an_empty_capture_when_its_time_is_up() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    let out = kvroute(&[
+        "record",
+        &endpoint,
+        "-o",
+        capture.to_str().unwrap(),
+        "--seconds",
+        "1",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&capture).unwrap(), b"");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("recorded 0 messages from 1 endpoints")
+    );
+}
+
+#[test]
+fn an_endpoint_that_is_no_zeromq_address_exits_2_and_writes_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let out = kvroute(&[
+        "record",
+        "nonsense://x",
+        "-o",
+        capture.to_str().unwrap(),
+        "--seconds",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "nonsense://x: cannot subscribe: Endpoint Error: Unknown transport type nonsense\n"
+    );
+    assert!(!capture.exists());
+    assert_eq!(
+        std::fs::read_dir(scratch.path()).unwrap().count(),
+        0,
+        "no temporary file left"
+    );
+}
+
+#[test]
+fn the_first_sigint_stops_the_recording_and_keeps_the_capture() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "record",
+            &endpoint,
+            "-o",
+            capture.to_str().unwrap(),
+            "--seconds",
+            "60",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Recording has begun once its temporary file exists (SPEC.md §7): by then the
+    // first signal is a request to stop.
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(scratch.path()).unwrap().count() == 0 {
+        assert!(started.elapsed().as_secs() < 30, "record never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: `kill` only sends a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&capture).unwrap(),
+        b"",
+        "kept, with the nothing it heard"
+    );
+    assert_eq!(
+        std::fs::read_dir(scratch.path()).unwrap().count(),
+        1,
+        "no temporary file left"
+    );
+}
