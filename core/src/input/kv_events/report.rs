@@ -85,6 +85,9 @@ impl ImportReport {
                 l.no_token_ids, l.token_count, l.unknown_parent, l.unknown_removed_hashes
             ),
         ];
+        // Tags and field names come from the payload, so they are escaped (and cut)
+        // as every quoted value is (SPEC.md §2.2); a field is shown without its quotes,
+        // since `Type.name` is a path, not a value.
         for (title, counts, quote) in [
             ("unknown event types", &self.unknown_types, true),
             ("unknown fields", &self.unknown_fields, false),
