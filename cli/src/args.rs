@@ -254,26 +254,35 @@ pub enum ImportFormat {
     /// engines served: a worker per publisher, sequential epochs (SPEC.md §13). Both
     /// engines' layouts are read, each told apart by its values.
     #[command(name = "vllm-events", alias = "sglang-events")]
-    VllmEvents {
-        /// The capture: one ZeroMQ message a line (SPEC.md §13.2).
-        capture: PathBuf,
-        /// The request log: one request a line (SPEC.md §13.3).
-        #[arg(long, value_name = "REQUESTS")]
-        requests: PathBuf,
-        /// The engines' KV block size in tokens (vLLM's default on GPUs is 16).
-        #[arg(long, default_value_t = 16,
-              value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
-        block_tokens: u64,
-        /// The tenant of the engines' stores, and of requests that name none.
-        #[arg(long, default_value = "default")]
-        tenant: String,
-        /// The workers' model; by default the one model the request log names.
-        #[arg(long)]
-        model: Option<String>,
-        /// Where to write the trace (atomically: nothing is left on failure).
-        #[arg(short = 'o', long = "out", value_name = "OUT")]
-        out: PathBuf,
-    },
+    VllmEvents(EngineImportArgs),
+    /// NVIDIA Dynamo's RouterEvent, one JSON object a line, with the requests the
+    /// workers served: blocks keyed by Dynamo's tokens_hash (SPEC.md §13.7).
+    #[command(name = "dynamo-events")]
+    DynamoEvents(EngineImportArgs),
+}
+
+/// The options of the engine-event imports (SPEC.md §13).
+#[derive(clap::Args)]
+pub struct EngineImportArgs {
+    /// The events: a capture of ZeroMQ messages (SPEC.md §13.2) for vllm-events,
+    /// RouterEvent lines (§13.7) for dynamo-events.
+    pub capture: PathBuf,
+    /// The request log: one request a line (SPEC.md §13.3).
+    #[arg(long, value_name = "REQUESTS")]
+    pub requests: PathBuf,
+    /// The engines' KV block size in tokens (vLLM's default on GPUs is 16).
+    #[arg(long, default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
+    pub block_tokens: u64,
+    /// The tenant of the engines' stores, and of requests that name none.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// The workers' model; by default the one model the request log names.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Where to write the trace (atomically: nothing is left on failure).
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    pub out: PathBuf,
 }
 
 /// How `replay` exports ids (SPEC.md §6.3, §6.5).

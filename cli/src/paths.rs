@@ -48,16 +48,10 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
         } => (vec![file.as_path()], vec![out.clone()]),
         Command::Record { out, .. } => (Vec::new(), vec![out.clone()]),
         Command::Import {
-            format:
-                ImportFormat::VllmEvents {
-                    capture,
-                    requests,
-                    out,
-                    ..
-                },
+            format: ImportFormat::VllmEvents(args) | ImportFormat::DynamoEvents(args),
         } => (
-            vec![capture.as_path(), requests.as_path()],
-            vec![out.clone()],
+            vec![args.capture.as_path(), args.requests.as_path()],
+            vec![args.out.clone()],
         ),
         Command::Simulate {
             trace, events_out, ..
@@ -100,8 +94,11 @@ fn command_name(command: &Command) -> &'static str {
             format: ImportFormat::Mooncake { .. },
         } => "import mooncake",
         Command::Import {
-            format: ImportFormat::VllmEvents { .. },
+            format: ImportFormat::VllmEvents(_),
         } => "import vllm-events",
+        Command::Import {
+            format: ImportFormat::DynamoEvents(_),
+        } => "import dynamo-events",
         Command::Simulate { .. } => "simulate",
         Command::Record { .. } => "record",
         Command::Verify { .. } => "verify",

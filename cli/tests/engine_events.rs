@@ -277,3 +277,58 @@ fn an_output_that_is_an_input_is_refused() {
     );
     assert!(Path::new(&fixture("requests.jsonl")).exists());
 }
+
+#[test]
+fn dynamos_router_events_import_keyed_by_tokens_hash() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("trace.json");
+    let output = kvroute(&[
+        "import",
+        "dynamo-events",
+        &fixture("dynamo.events.jsonl"),
+        "--requests",
+        &fixture("requests.jsonl"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: Vec<String> = stderr(&output).lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(
+        report,
+        [
+            "engine events: 3 BlockStored, 1 BlockRemoved, 1 AllBlocksCleared, 0 of unknown type in 5 messages",
+            "publishers: 1 restarts, 1 sequence gaps, 0 joined mid-stream",
+            "left out: 1 not on GPU, 0 other cache group, 0 extra keys, 0 other block size, 0 no token ids, 0 token count, 0 unknown parent, 0 unknown removed hashes",
+            "tests/engine_events/dynamo.events.jsonl:3: worker \"dynamo|7|dp0\": sequence gap: seq 3 after 1",
+            "tests/engine_events/dynamo.events.jsonl:5: worker \"dynamo|7|dp0\": restart: seq 0 after 4",
+        ]
+    );
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    // By hand from engines.py: event 0 stores two blocks (epoch 1), 1 removes the
+    // second (2), 2 is lost (3 skipped), 3 stores under the first (4), 4 is a host
+    // copy (left out), and 0 again is the restart's clear (5) then Dynamo's own (6).
+    assert_eq!(
+        cache_ops(&trace),
+        [
+            "store@0#1",
+            "evict@20#2",
+            "store@30#4",
+            "clear@50#5",
+            "clear@50#6"
+        ]
+    );
+    // Dynamo's token hash of the request's first two blocks meets the stores' keys:
+    // `hit` (tick 15) reuses both blocks; `gap` (tick 45) sees the lost event.
+    assert_eq!(
+        decisions(&trace),
+        [
+            ("hit".to_owned(), 32, vec![]),
+            ("gap".to_owned(), 0, vec!["evidence_gap".to_owned()]),
+        ]
+    );
+    let committed = std::fs::read(fixture("dynamo.trace.json")).unwrap();
+    assert_eq!(
+        trace,
+        serde_json::from_slice::<serde_json::Value>(&committed).unwrap()
+    );
+}

@@ -47,22 +47,35 @@ fn core_and_the_oracle_validate_every_imported_fixture_alike() {
         let request_bytes = std::fs::read(fixture(requests)).unwrap();
         let (trace, _) = import_engine_events(&capture_bytes[..], &request_bytes[..], &options)
             .unwrap_or_else(|e| panic!("{capture}: {e:?}"));
-        let bytes = canonical::canonical_trace_bytes(&trace);
-        let core = kvroute_core::parse_trace(&bytes)
-            .map(|t| canonical::canonical_trace_bytes(&t))
-            .map_err(|e| e.lines());
-        let oracle = kvroute_oracle::validate(&bytes);
-        assert_eq!(
-            core, oracle,
-            "{capture} at {} tokens a block",
-            options.block_tokens
-        );
-        assert_eq!(
-            core.as_deref(),
-            Ok(&bytes[..]),
-            "{capture}: canonical as written"
-        );
+        let what = format!("{capture} at {} tokens a block", options.block_tokens);
+        validates_alike(&trace, &what);
     }
+}
+
+/// Checks that core and the oracle validate `trace` alike, and that it is canonical.
+fn validates_alike(trace: &kvroute_core::Trace, what: &str) {
+    let bytes = canonical::canonical_trace_bytes(trace);
+    let core = kvroute_core::parse_trace(&bytes)
+        .map(|t| canonical::canonical_trace_bytes(&t))
+        .map_err(|e| e.lines());
+    let oracle = kvroute_oracle::validate(&bytes);
+    assert_eq!(core, oracle, "{what}");
+    assert_eq!(
+        core.as_deref(),
+        Ok(&bytes[..]),
+        "{what}: canonical as written"
+    );
+}
+
+#[test]
+fn core_and_the_oracle_validate_the_imported_dynamo_fixture_alike() {
+    let events = std::fs::read(fixture("dynamo.events.jsonl")).unwrap();
+    let requests = std::fs::read(fixture("requests.jsonl")).unwrap();
+    let options = EventsOptions::default();
+    let (trace, _) =
+        kvroute_core::input::kv_events::import_dynamo_events(&events[..], &requests[..], &options)
+            .unwrap();
+    validates_alike(&trace, "dynamo.events.jsonl");
 }
 
 /// The fixtures' payloads, decoded from their capture lines.

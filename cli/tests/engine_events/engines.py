@@ -7,12 +7,15 @@ same msgspec options, so msgspec writes the bytes an engine would:
   (the record quoted in volcano-sh/kthena#1535);
 - `Sglang*`: SGLang's positional batch and events, with `attn_dp_rank` and `medium`.
 
+- `dynamo_lines`: NVIDIA Dynamo's `RouterEvent` as its router reads them (JSON).
+
 Two uses, both deterministic (fixed times, hashes and tokens):
 
-    python engines.py capture DIR          # DIR/{vllm,sglang}.capture.jsonl and requests
+    python engines.py capture DIR          # every fixture capture, and the requests
     python engines.py publish ENDPOINT N   # bind a PUB socket, publish the vLLM script
 
-Pinned: pyzmq 27.2.0, msgspec 0.22.0 (cli/tests/engine_events/requirements.txt).
+Pinned: pyzmq 27.2.0, msgspec 0.22.0, and xxhash 3.6.0 for Dynamo's token hash
+(cli/tests/engine_events/requirements.txt).
 """
 
 import base64
@@ -179,8 +182,39 @@ KTHENA_1535 = [1789095808.8378847, [{
     "extra_keys": [None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}], 0]
 
 
+def dynamo_tokens_hash(token_ids: list[int]) -> int:
+    """Dynamo's `tokens_hash` of one block for the base model (dynamo-kv-router 1.6.1):
+    XXH3-64, seed 1337, over the ids as 32-bit little-endian integers."""
+    import xxhash
+
+    return xxhash.xxh3_64_intdigest(b"".join(t.to_bytes(4, "little") for t in token_ids), seed=1337)
+
+
+def dynamo_lines() -> list[dict]:
+    """RouterEvent lines as Dynamo's router hears them: a chain of two blocks, the
+    removal of its tail, a lost event (id 2), a host-tier copy, then a restart."""
+    def stored(event_id, parent, blocks, **extra):
+        return {"worker_id": 7, **extra, "event": {"event_id": event_id, "dp_rank": 0, "data": {
+            "stored": {"parent_hash": parent, "start_position": None, "blocks": [
+                {"block_hash": b, "tokens_hash": dynamo_tokens_hash(t), "mm_extra_info": None}
+                for b, t in blocks]}}}}
+    ms = int(T0 * 1000)
+    return [
+        stored(0, None, [(100, tokens(1000, 1)), (101, tokens(1016, 1))], storage_tier="device",
+               received_ms=ms),
+        {"worker_id": 7, "received_ms": ms + 20,
+         "event": {"event_id": 1, "dp_rank": 0, "data": {"removed": {"block_hashes": [101]}}}},
+        stored(3, 100, [(102, tokens(2000, 1))], received_ms=ms + 30),
+        stored(4, None, [(103, tokens(3000, 1))], storage_tier="host_pinned", received_ms=ms + 35),
+        {"worker_id": 7, "received_ms": ms + 50, "event": {"event_id": 0, "dp_rank": 0, "data": "cleared"}},
+    ]
+
+
 def write_captures(directory: str) -> None:
     encoder = msgspec.msgpack.Encoder()
+    with open(os.path.join(directory, "dynamo.events.jsonl"), "w") as out:
+        for line in dynamo_lines():
+            out.write(json.dumps(line) + "\n")
     with open(os.path.join(directory, "kthena-1535.capture.jsonl"), "w") as out:
         out.write(capture_line("tcp://127.0.0.1:5557", b"kv-events", 0,
                                encoder.encode(KTHENA_1535)) + "\n")

@@ -30,6 +30,34 @@ pub struct EventsOptions {
     pub tenant: String,
     /// The workers' model; `None` takes the one model the request log names.
     pub model: Option<String>,
+    /// What a block's key is made from: its tokens, or Dynamo's hash of them.
+    pub keying: Keying,
+}
+
+/// What a block's key chains on (SPEC.md §13.4, §13.7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Keying {
+    /// The block's token ids: vLLM and SGLang publish them.
+    #[default]
+    Tokens,
+    /// Dynamo's hash of the block's tokens, which is all its events carry: requests'
+    /// blocks are hashed the same way, so both sides key alike.
+    DynamoTokensHash,
+}
+
+/// Dynamo's seed for hashing a block's tokens without an adapter or a cache
+/// namespace (`dynamo-tokens` 1.6.1 `CHAIN_XXH3_SEED`).
+const DYNAMO_XXH3_SEED: u64 = 1337;
+
+/// Dynamo's hash of one block of tokens (`compute_block_hash_for_seq` of
+/// `dynamo-kv-router` 1.6.1 for the base model): XXH3-64 of the token ids as 32-bit
+/// little-endian integers. The caller has checked that every id fits 32 bits.
+pub fn dynamo_tokens_hash(tokens: &[u64]) -> u64 {
+    let bytes: Vec<u8> = tokens
+        .iter()
+        .flat_map(|&t| (t as u32).to_le_bytes())
+        .collect();
+    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, DYNAMO_XXH3_SEED)
 }
 
 impl Default for EventsOptions {
@@ -38,6 +66,7 @@ impl Default for EventsOptions {
             block_tokens: 16,
             tenant: "default".to_owned(),
             model: None,
+            keying: Keying::Tokens,
         }
     }
 }
@@ -48,6 +77,26 @@ const BASE_ADAPTER: &str = "base";
 const MEDIUM_GPU: &str = "GPU";
 /// The cache-group kind whose blocks are keyed by their tokens alone.
 const FULL_ATTENTION: &str = "full_attention";
+
+/// Why a logged request cannot be keyed as Dynamo keys blocks (SPEC.md §13.7):
+/// Dynamo hashes token ids as 32-bit integers, and its events do not name adapters.
+pub fn dynamo_request_problem(request: &LoggedRequest) -> Option<String> {
+    if let Some(i) = request
+        .token_ids
+        .iter()
+        .position(|&t| t > u64::from(u32::MAX))
+    {
+        return Some(format!(
+            "token_ids[{i}]: expected a token id from 0 to {} (Dynamo hashes 32-bit ids), found {}",
+            u32::MAX,
+            request.token_ids[i]
+        ));
+    }
+    request.adapter.as_ref().map(|_| {
+        "adapter: Dynamo's events do not name adapters, so dynamo-events imports base-model requests only"
+            .to_owned()
+    })
+}
 
 /// The workers' model: `--model`, else the one model of the request log.
 pub fn fleet_model(
@@ -95,7 +144,8 @@ struct Publisher {
 
 /// A cache event waiting for its tick and seq.
 struct Staged {
-    time_ms: u64,
+    /// `None`: before any time was known (a Dynamo stream without times), tick 0.
+    time_ms: Option<u64>,
     worker: Arc<str>,
     epoch: u64,
     op: CacheOp,
@@ -127,8 +177,10 @@ impl<'o> Converter<'o> {
         }
     }
 
-    fn saw_time(&mut self, time_ms: u64) {
-        self.earliest_ms = Some(self.earliest_ms.map_or(time_ms, |t| t.min(time_ms)));
+    fn saw_time(&mut self, time_ms: Option<u64>) {
+        if let Some(time_ms) = time_ms {
+            self.earliest_ms = Some(self.earliest_ms.map_or(time_ms, |t| t.min(time_ms)));
+        }
     }
 
     /// Takes one message of capture line `line`.
@@ -153,7 +205,7 @@ impl<'o> Converter<'o> {
     }
 
     /// Applies the sequence rules of SPEC.md §13.4 before a message's events.
-    fn sequence(&mut self, publisher: &mut Publisher, line: usize, seq: u64, time_ms: u64) {
+    fn sequence(&mut self, publisher: &mut Publisher, line: usize, seq: u64, time_ms: Option<u64>) {
         let previous = publisher.last_seq.replace(seq);
         let note = |restart| SequenceNote {
             line,
@@ -181,7 +233,7 @@ impl<'o> Converter<'o> {
         }
     }
 
-    fn stage(&mut self, publisher: &mut Publisher, time_ms: u64, op: CacheOp) {
+    fn stage(&mut self, publisher: &mut Publisher, time_ms: Option<u64>, op: CacheOp) {
         publisher.epoch += 1;
         self.staged.push(Staged {
             time_ms,
@@ -191,11 +243,11 @@ impl<'o> Converter<'o> {
         });
     }
 
-    fn event(&mut self, publisher: &mut Publisher, event: EngineEvent, time_ms: u64) {
+    fn event(&mut self, publisher: &mut Publisher, event: EngineEvent, time_ms: Option<u64>) {
         match event {
             EngineEvent::Stored(stored) => {
                 self.report.stored += 1;
-                if let Some(op) = self.store(publisher, stored) {
+                if let Some(op) = self.store(publisher, *stored) {
                     self.stage(publisher, time_ms, op);
                 }
             }
@@ -252,6 +304,8 @@ impl<'o> Converter<'o> {
             Some(&mut left_out.extra_keys)
         } else if stored.block_size != self.options.block_tokens {
             Some(&mut left_out.other_block_size)
+        } else if stored.tokens_hashes.is_some() {
+            None
         } else if stored.token_ids.is_empty() && blocks > 0 {
             Some(&mut left_out.no_token_ids)
         } else if Some(stored.token_ids.len() as u64) != blocks.checked_mul(stored.block_size) {
@@ -278,13 +332,14 @@ impl<'o> Converter<'o> {
         }
         let adapter = self.adapter_of(&stored);
         let size = usize::try_from(stored.block_size).unwrap_or(usize::MAX);
+        // Each block's key material: its tokens, or Dynamo's hash of them.
+        let material: Vec<Vec<u64>> = match &stored.tokens_hashes {
+            Some(hashes) => hashes.iter().map(|&h| vec![h]).collect(),
+            None => stored.token_ids.chunks(size).map(<[u64]>::to_vec).collect(),
+        };
         let mut segments = Vec::with_capacity(stored.block_hashes.len());
-        for (hash, tokens) in stored
-            .block_hashes
-            .into_iter()
-            .zip(stored.token_ids.chunks(size))
-        {
-            let key = chained_key(&parent, tokens);
+        for (hash, block) in stored.block_hashes.into_iter().zip(&material) {
+            let key = chained_key(&parent, block);
             publisher.table.insert(hash, (adapter.clone(), key.clone()));
             segments.push(Segment {
                 key: key.clone(),
@@ -355,7 +410,7 @@ impl<'o> Converter<'o> {
     /// from the earliest time of both inputs.
     pub fn finish(mut self, logged: Vec<(usize, LoggedRequest)>) -> (Trace, ImportReport) {
         for (_, request) in &logged {
-            self.saw_time(request.arrival_ms);
+            self.saw_time(Some(request.arrival_ms));
             if let Some(adapter) = &request.adapter {
                 self.known_adapter(adapter);
             }
@@ -365,7 +420,7 @@ impl<'o> Converter<'o> {
         for staged in std::mem::take(&mut self.staged) {
             events.push(Event {
                 seq: events.len() as u64 + 1,
-                tick: staged.time_ms - origin,
+                tick: staged.time_ms.map_or(0, |t| t - origin),
                 kind: EventKind::Cache {
                     worker: staged.worker,
                     epoch: staged.epoch,
@@ -411,7 +466,10 @@ impl<'o> Converter<'o> {
             .token_ids
             .chunks_exact(size)
             .map(|block| {
-                parent = chained_key(&parent, block);
+                parent = match self.options.keying {
+                    Keying::Tokens => chained_key(&parent, block),
+                    Keying::DynamoTokensHash => chained_key(&parent, &[dynamo_tokens_hash(block)]),
+                };
                 Segment {
                     key: parent.clone(),
                     tokens: self.options.block_tokens,

@@ -15,6 +15,7 @@
 //! on any input.
 
 pub mod convert;
+pub mod dynamo;
 pub mod lines;
 pub mod report;
 pub mod wire;
@@ -22,7 +23,7 @@ pub mod wire;
 use crate::input::limits::{LimitsProfile, ERROR_LINES_MAX};
 use crate::input::mooncake::{read_line_capped, LineRead};
 use crate::input::trace::Trace;
-pub use convert::EventsOptions;
+pub use convert::{EventsOptions, Keying};
 pub use report::ImportReport;
 use std::fmt;
 use std::io::BufRead;
@@ -111,21 +112,47 @@ pub fn import_engine_events(
     requests: impl BufRead,
     options: &EventsOptions,
 ) -> Result<(Trace, ImportReport), Vec<EventsImportError>> {
-    import_capped(capture, requests, options, LINE_BYTES_MAX)
+    import_capped(capture, requests, options, LINE_BYTES_MAX, vllm_line)
 }
 
-/// [`import_engine_events`] with capture lines capped at `line_bytes_max` (smaller in
-/// tests).
+/// A capture line of SPEC.md §13.2 as a message and its decoded batch.
+fn vllm_line(bytes: &[u8]) -> Result<(lines::Message, wire::Batch), String> {
+    let message = lines::capture_line(bytes)?;
+    let batch = wire::decode_batch(&message.payload)?;
+    Ok((message, batch))
+}
+
+/// Converts Dynamo `RouterEvent` lines (SPEC.md §13.7) and a request log, as
+/// [`import_engine_events`] converts a capture: `options.keying` is taken as
+/// [`Keying::DynamoTokensHash`] whatever it says, since Dynamo's stores carry no tokens.
+pub fn import_dynamo_events(
+    events: impl BufRead,
+    requests: impl BufRead,
+    options: &EventsOptions,
+) -> Result<(Trace, ImportReport), Vec<EventsImportError>> {
+    let options = EventsOptions {
+        keying: Keying::DynamoTokensHash,
+        ..options.clone()
+    };
+    let mut reader = dynamo::DynamoReader::new(options.block_tokens);
+    import_capped(events, requests, &options, LINE_BYTES_MAX, |bytes| {
+        reader.line(bytes)
+    })
+}
+
+/// The import, with capture lines capped at `line_bytes_max` (smaller in tests) and
+/// read by `decode`.
 fn import_capped(
     capture: impl BufRead,
     requests: impl BufRead,
     options: &EventsOptions,
     line_bytes_max: usize,
+    mut decode: impl FnMut(&[u8]) -> Result<(lines::Message, wire::Batch), String>,
 ) -> Result<(Trace, ImportReport), Vec<EventsImportError>> {
     let mut errors = Errors::default();
     // The requests come first: without `--model`, the model they name is the
     // workers', and every store's namespace needs it.
-    let logged = read_requests(requests, &mut errors);
+    let logged = read_requests(requests, options.keying, &mut errors);
     let model = match convert::fleet_model(options, &logged) {
         Ok(model) => model,
         Err(reason) => {
@@ -139,13 +166,9 @@ fn import_capped(
         line_bytes_max,
         Input::Capture,
         &mut errors,
-        |line, bytes, errors| {
-            let decoded = lines::capture_line(bytes)
-                .and_then(|message| wire::decode_batch(&message.payload).map(|b| (message, b)));
-            match decoded {
-                Ok((message, batch)) => converter.message(line, &message, batch),
-                Err(reason) => errors.push(Input::Capture, line, reason),
-            }
+        |line, bytes, errors| match decode(bytes) {
+            Ok((message, batch)) => converter.message(line, &message, batch),
+            Err(reason) => errors.push(Input::Capture, line, reason),
         },
     );
     let (trace, report) = converter.finish(logged);
@@ -153,7 +176,11 @@ fn import_capped(
 }
 
 /// The request log's requests with their line numbers; bad lines go to `errors`.
-fn read_requests(input: impl BufRead, errors: &mut Errors) -> Vec<(usize, lines::LoggedRequest)> {
+fn read_requests(
+    input: impl BufRead,
+    keying: Keying,
+    errors: &mut Errors,
+) -> Vec<(usize, lines::LoggedRequest)> {
     let mut logged = Vec::new();
     let mut first_line_of = rustc_hash::FxHashMap::<String, usize>::default();
     let tokens_max = LimitsProfile::Scale.tokens_per_request_max();
@@ -172,6 +199,12 @@ fn read_requests(input: impl BufRead, errors: &mut Errors) -> Vec<(usize, lines:
                     return;
                 }
             };
+            if keying == Keying::DynamoTokensHash {
+                if let Some(reason) = convert::dynamo_request_problem(&request) {
+                    errors.push(Input::Requests, line, reason);
+                    return;
+                }
+            }
             if let Some(first) = first_line_of.get(&request.id) {
                 let reason = format!(
                     "duplicate request id {} (first on line {first})",

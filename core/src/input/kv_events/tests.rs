@@ -49,6 +49,7 @@ fn options() -> EventsOptions {
         block_tokens: 2,
         tenant: "default".to_owned(),
         model: None,
+        ..EventsOptions::default()
     }
 }
 
@@ -332,11 +333,110 @@ fn bad_lines_of_both_inputs_are_all_reported() {
 #[test]
 fn an_over_long_capture_line_is_read_past() {
     let long = format!("{}\n{REQUEST}", " ".repeat(100));
-    let errors = import_capped(long.as_bytes(), REQUEST.as_bytes(), &options(), 50).unwrap_err();
+    let errors = import_capped(
+        long.as_bytes(),
+        REQUEST.as_bytes(),
+        &options(),
+        50,
+        vllm_line,
+    )
+    .unwrap_err();
     assert_eq!(errors[0].reason, "line longer than 50 bytes");
     assert_eq!(
         errors.len(),
         2,
         "the next line is read as a line: {errors:?}"
     );
+}
+
+#[test]
+fn dynamos_tokens_hash_is_xxh3_of_32_bit_ids() {
+    // Hand-checked with Python's xxhash 3.6.0:
+    // xxh3_64_intdigest(b"".join(struct.pack("<I", t) for t in range(1, 17)), seed=1337).
+    let tokens: Vec<u64> = (1..=16).collect();
+    assert_eq!(convert::dynamo_tokens_hash(&tokens), 16863443419780771464);
+}
+
+fn dynamo_stored(id: u64, parent: &str, blocks: &[(u64, u64)], extra: &str) -> String {
+    let blocks: Vec<String> = blocks
+        .iter()
+        .map(|(b, t)| format!(r#"{{"block_hash":{b},"tokens_hash":{t},"mm_extra_info":null}}"#))
+        .collect();
+    format!(
+        r#"{{"worker_id":7,{extra}"event":{{"event_id":{id},"data":{{"stored":{{"parent_hash":{parent},"start_position":null,"blocks":[{}]}}}},"dp_rank":0}}}}"#,
+        blocks.join(",")
+    )
+}
+
+#[test]
+fn a_dynamo_stream_keys_blocks_by_tokens_hash_as_requests_are_keyed() {
+    let first: Vec<u64> = (1..=16).collect();
+    let second: Vec<u64> = (17..=32).collect();
+    let (h1, h2) = (
+        convert::dynamo_tokens_hash(&first),
+        convert::dynamo_tokens_hash(&second),
+    );
+    let lines = [
+        dynamo_stored(
+            0,
+            "null",
+            &[(100, h1), (101, h2)],
+            r#""received_ms":1000,"session_id":"s","colour":1,"#,
+        ),
+        r#"{"worker_id":7,"event":{"event_id":1,"data":{"removed":{"block_hashes":[101]}}}}"#
+            .to_owned(),
+        dynamo_stored(3, "100", &[(102, 5)], r#""received_ms":1030,"#),
+        dynamo_stored(4, "null", &[(103, 6)], r#""storage_tier":"host_pinned","#),
+        r#"{"worker_id":7,"event":{"event_id":0,"data":"cleared"}}"#.to_owned(),
+    ];
+    let request = format!(
+        r#"{{"arrival_ms":1010,"id":"r","model":"m","token_ids":{:?},"output_tokens":1}}"#,
+        (1..=33).collect::<Vec<u64>>()
+    );
+    let options = EventsOptions::default();
+    let (trace, report) =
+        import_dynamo_events(lines.join("\n").as_bytes(), request.as_bytes(), &options).unwrap();
+    let k1 = chained_key("", &[h1]);
+    let k2 = chained_key(&k1, &[h2]);
+    let k3 = chained_key(&k1, &[5]);
+    // event 0 at 1000 ms (tick 0), 1 at the same time (no received_ms), 2 lost (3 is
+    // skipped), 3 at 1030 ms; 4 not on GPU; 0 again: the restart's clear, then the
+    // stream's own.
+    assert_eq!(
+        cache_ops(&trace),
+        vec![
+            (0, 1, format!("store {k1},{k2}")),
+            (0, 2, format!("evict {k2}")),
+            (30, 4, format!("store {k3}")),
+            (30, 5, "clear".to_owned()),
+            (30, 6, "clear".to_owned()),
+        ]
+    );
+    let EventKind::Request(request) = &trace.events.last().unwrap().kind else {
+        panic!()
+    };
+    let keys: Vec<&str> = request.prefix.iter().map(|s| &*s.key).collect();
+    assert_eq!(keys, vec![&*k1, &*k2]);
+    assert_eq!(&*trace.workers[0].id, "dynamo|7|dp0");
+    assert_eq!(
+        (report.gaps, report.restarts, report.left_out.not_on_gpu),
+        (1, 1, 1)
+    );
+    assert_eq!(report.unknown_fields.get("RouterEvent.colour"), Some(&1));
+}
+
+#[test]
+fn a_dynamo_line_of_the_wrong_shape_or_a_request_with_an_adapter_is_refused() {
+    let bad = r#"{"worker_id":"x","event":{"event_id":0,"data":"cleared"}}"#;
+    let request =
+        r#"{"arrival_ms":0,"id":"r","model":"m","adapter":"a","token_ids":[],"output_tokens":1}"#;
+    let errors = import_dynamo_events(
+        bad.as_bytes(),
+        request.as_bytes(),
+        &EventsOptions::default(),
+    )
+    .unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(shown[0], "request line 1: adapter: Dynamo's events do not name adapters, so dynamo-events imports base-model requests only");
+    assert_eq!(shown[2], "capture line 1: worker_id: expected an integer from 0 to 18446744073709551615, found a string");
 }

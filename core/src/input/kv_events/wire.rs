@@ -46,6 +46,9 @@ pub struct Stored {
     pub group_idx: Option<i128>,
     pub kv_cache_spec_kind: Option<String>,
     pub kv_cache_spec_sliding_window: Option<i128>,
+    /// Dynamo's hash of each block's tokens, where Dynamo gives it in place of the
+    /// tokens (§13.7): the blocks are then keyed by these.
+    pub tokens_hashes: Option<Vec<u64>>,
 }
 
 /// `BlockRemoved`'s fields.
@@ -59,7 +62,8 @@ pub struct Removed {
 /// One event of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EngineEvent {
-    Stored(Stored),
+    /// Boxed: a store has many more fields than the other events.
+    Stored(Box<Stored>),
     Removed(Removed),
     Cleared,
     /// A tag that is none of the three, kept for the report.
@@ -69,8 +73,9 @@ pub enum EngineEvent {
 /// One decoded `EventBatch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
-    /// `ts` as whole milliseconds since the Unix epoch (SPEC.md §13.4).
-    pub time_ms: u64,
+    /// `ts` as whole milliseconds since the Unix epoch (SPEC.md §13.4); `None` only
+    /// for a Dynamo event that carries no time (§13.7).
+    pub time_ms: Option<u64>,
     pub events: Vec<EngineEvent>,
     /// The data-parallel rank; nil or absent is 0.
     pub rank: u64,
@@ -135,7 +140,7 @@ pub fn decode_batch(payload: &[u8]) -> Result<Batch, String> {
             })
         })?;
     Ok(Batch {
-        time_ms,
+        time_ms: Some(time_ms),
         events,
         rank,
         unknown_fields,
@@ -183,7 +188,7 @@ fn decode_event(
     };
     let fields = struct_fields(value, path, type_name, names, None, unknown_fields)?;
     Ok(match type_name {
-        "BlockStored" => EngineEvent::Stored(stored(&fields, path)?),
+        "BlockStored" => EngineEvent::Stored(Box::new(stored(&fields, path)?)),
         "BlockRemoved" => EngineEvent::Removed(removed(&fields, path)?),
         _ => EngineEvent::Cleared,
     })
@@ -283,6 +288,7 @@ fn stored(fields: &[Option<&Value>], path: &str) -> Result<Stored, String> {
         group_idx: optional(fields[8], &at(8), integer)?,
         kv_cache_spec_kind: optional(fields[9], &at(9), owned_text)?,
         kv_cache_spec_sliding_window: optional(fields[10], &at(10), integer)?,
+        tokens_hashes: None,
     })
 }
 
