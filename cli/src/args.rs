@@ -231,6 +231,23 @@ pub enum Command {
         #[arg(long)]
         csv_plain: bool,
     },
+    /// Subscribe to vLLM or SGLang KV event publishers and write a capture for
+    /// `import vllm-events` (SPEC.md §13.6). Stops after --count messages, after
+    /// --seconds, or on Ctrl-C, and keeps what it received.
+    Record {
+        /// ZeroMQ PUB endpoints, such as tcp://127.0.0.1:5557.
+        #[arg(required = true)]
+        endpoints: Vec<String>,
+        /// Where to write the capture (atomically, when recording stops).
+        #[arg(short = 'o', long = "out", value_name = "CAPTURE")]
+        out: PathBuf,
+        /// Stop after this many messages.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "S")]
+        seconds: Option<u64>,
+    },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {
         #[command(subcommand)]
@@ -276,6 +293,39 @@ pub enum ImportFormat {
         #[arg(short = 'o', long = "out", value_name = "OUT")]
         out: PathBuf,
     },
+    /// vLLM or SGLang KV events captured by `kvroute record`, with the requests the
+    /// engines served: a worker per publisher, sequential epochs (SPEC.md §13). Both
+    /// engines' layouts are read, each told apart by its values.
+    #[command(name = "vllm-events", alias = "sglang-events")]
+    VllmEvents(EngineImportArgs),
+    /// NVIDIA Dynamo's RouterEvent, one JSON object a line, with the requests the
+    /// workers served: blocks keyed by Dynamo's tokens_hash (SPEC.md §13.7).
+    #[command(name = "dynamo-events")]
+    DynamoEvents(EngineImportArgs),
+}
+
+/// The options of the engine-event imports (SPEC.md §13).
+#[derive(clap::Args)]
+pub struct EngineImportArgs {
+    /// The events: a capture of ZeroMQ messages (SPEC.md §13.2) for vllm-events,
+    /// RouterEvent lines (§13.7) for dynamo-events.
+    pub capture: PathBuf,
+    /// The request log: one request a line (SPEC.md §13.3).
+    #[arg(long, value_name = "REQUESTS")]
+    pub requests: PathBuf,
+    /// The engines' KV block size in tokens (vLLM's default on GPUs is 16).
+    #[arg(long, default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
+    pub block_tokens: u64,
+    /// The tenant of the engines' stores, and of requests that name none.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// The workers' model; by default the one model the request log names.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Where to write the trace (atomically: nothing is left on failure).
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    pub out: PathBuf,
 }
 
 /// How `replay` exports ids (SPEC.md §6.3, §6.5).

@@ -8,9 +8,11 @@
 
 use clap::{CommandFactory, Parser};
 use kvroute_cli::args::{
-    Cli, Command, ExportArgs, Format, ImportFormat, PolicyOverrides, SimulateFormat, SAMPLE_MAX,
+    Cli, Command, EngineImportArgs, ExportArgs, Format, ImportFormat, PolicyOverrides,
+    SimulateFormat, SAMPLE_MAX,
 };
 use kvroute_cli::verify::VerifyError;
+use kvroute_core::input::kv_events::{self, EventsOptions, Keying};
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, table};
@@ -41,6 +43,7 @@ mod inputs;
 mod join;
 mod out;
 mod progress;
+mod record;
 mod report;
 mod swarm;
 mod swarm_report;
@@ -187,6 +190,17 @@ fn run(command: Command) -> Result<(), Failure> {
             csv_plain,
         }),
         Command::Help { command } => help(&command),
+        Command::Record {
+            endpoints,
+            out,
+            count,
+            seconds,
+        } => record::record(&record::RecordArgs {
+            endpoints: &endpoints,
+            out: &out,
+            count,
+            seconds,
+        }),
         Command::Import {
             format:
                 ImportFormat::Mooncake {
@@ -209,6 +223,12 @@ fn run(command: Command) -> Result<(), Failure> {
             },
             &out,
         ),
+        Command::Import {
+            format: ImportFormat::VllmEvents(args),
+        } => import_engine_events(&args, EngineSource::VllmOrSglang),
+        Command::Import {
+            format: ImportFormat::DynamoEvents(args),
+        } => import_engine_events(&args, EngineSource::Dynamo),
     }
 }
 
@@ -619,6 +639,90 @@ fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result
         out.display(),
     );
     Ok(())
+}
+
+/// Converts an engine-event capture, or Dynamo's RouterEvent lines, and its request
+/// log (SPEC.md §13, §13.7). Both inputs
+/// are read line by line; the trace is held, since its events are only ordered and
+/// ticked once both inputs are read, and is parsed back through validation before
+/// anything is written, so an accepted import always validates.
+fn import_engine_events(args: &EngineImportArgs, source: EngineSource) -> Result<(), Failure> {
+    let (capture, requests, out) = (&args.capture, &args.requests, &args.out);
+    let options = EventsOptions {
+        block_tokens: args.block_tokens,
+        tenant: args.tenant.clone(),
+        model: args.model.clone(),
+        keying: Keying::Tokens,
+    };
+    let open = |path: &Path| -> Result<Box<dyn std::io::BufRead>, Failure> {
+        if path.as_os_str() == "-" {
+            return Ok(Box::new(std::io::stdin().lock()));
+        }
+        std::fs::File::open(path)
+            .map(|f| Box::new(std::io::BufReader::new(f)) as Box<dyn std::io::BufRead>)
+            .map_err(|e| Failure::invalid(vec![format!("{}: cannot read: {e}", path.display())]))
+    };
+    let (capture_lines, request_lines) = (open(capture)?, open(requests)?);
+    let imported = match source {
+        EngineSource::VllmOrSglang => {
+            kv_events::import_engine_events(capture_lines, request_lines, &options)
+        }
+        EngineSource::Dynamo => {
+            kv_events::import_dynamo_events(capture_lines, request_lines, &options)
+        }
+    };
+    let command = source.command();
+    let (trace, report) = imported.map_err(|errors| {
+        let line = |e: &kv_events::EventsImportError| match e.input {
+            kv_events::Input::Capture => format!("{}:{}: {}", capture.display(), e.line, e.reason),
+            kv_events::Input::Requests => {
+                format!("{}:{}: {}", requests.display(), e.line, e.reason)
+            }
+            kv_events::Input::Whole => format!("kvroute {command}: {}", e.reason),
+        };
+        Failure::invalid(errors.iter().map(line).collect())
+    })?;
+    let mut bytes = canonical::canonical_trace_bytes(&trace);
+    let validated = parse_trace(&bytes).map_err(|errors| {
+        let first = errors.lines().into_iter().next().unwrap_or_default();
+        Failure::invalid(vec![format!(
+            "kvroute {command}: the imported trace does not validate: {first}"
+        )])
+    })?;
+    bytes.push(b'\n');
+    emit(&bytes, Some(out))?;
+    let cache_events = validated.events.len() - validated.request_count();
+    note!(
+        "imported {}, {}, {} -> {} ({})",
+        counted(validated.request_count() as u64, "request", "requests"),
+        counted(validated.workers.len() as u64, "worker", "workers"),
+        counted(cache_events as u64, "cache event", "cache events"),
+        out.display(),
+        canonical::trace_digest(&validated),
+    );
+    for line in report.lines(&capture.display().to_string()) {
+        note!("{line}");
+    }
+    Ok(())
+}
+
+/// Whose events an engine-event import reads.
+#[derive(Clone, Copy)]
+enum EngineSource {
+    /// ZeroMQ captures of vLLM or SGLang (SPEC.md §13.2).
+    VllmOrSglang,
+    /// Dynamo's RouterEvent lines (SPEC.md §13.7).
+    Dynamo,
+}
+
+impl EngineSource {
+    /// The command, as its messages name it.
+    fn command(self) -> &'static str {
+        match self {
+            EngineSource::VllmOrSglang => "import vllm-events",
+            EngineSource::Dynamo => "import dynamo-events",
+        }
+    }
 }
 
 /// Where an import's lines come from.

@@ -12,7 +12,8 @@
 //! - A FIFO or a character device (`/dev/stdout`, `/dev/null`) is written in place,
 //!   without a temporary file. A directory or a block device is refused.
 //! - On SIGINT or SIGTERM the temporary files (and the directories `--events-out`
-//!   created) are removed and the process exits with 128 + the signal (130, 143).
+//!   created) are removed and the process exits with 128 + the signal (130, 143);
+//!   `record` alone takes the first signal as its cue to stop and keep its capture.
 //! - Writing to stdout never panics: a closed pipe (the reader went away, as in
 //!   `kvroute swarm ... | head -1`) ends the run quietly with status 141, the status
 //!   of a process killed by SIGPIPE; any other write error is exit 1 with a message.
@@ -26,6 +27,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// The status of a run cut short by a closed stdout pipe: 128 + SIGPIPE, as a shell
@@ -63,7 +65,16 @@ pub fn install_signal_handlers() {
         return;
     };
     std::thread::spawn(move || {
-        if let Some(signal) = signals.forever().next() {
+        for signal in signals.forever() {
+            // A command that stops cleanly (`record`) takes the first signal as its
+            // cue; a second one ends the run as any signal ends the others.
+            if STOP_CLEANLY.load(Ordering::SeqCst)
+                && STOP_SIGNAL
+                    .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                continue;
+            }
             let pending = pending();
             for entry in pending.iter().rev() {
                 let _ = match entry {
@@ -74,6 +85,23 @@ pub fn install_signal_handlers() {
             std::process::exit(128 + signal);
         }
     });
+}
+
+/// Whether the first SIGINT or SIGTERM asks the command to stop and keep its output
+/// instead of ending the run.
+static STOP_CLEANLY: AtomicBool = AtomicBool::new(false);
+/// The signal that asked to stop; 0 for none yet.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// From now on, the first SIGINT or SIGTERM is a request to stop (read with
+/// [`stop_signal`]), not the end of the run: `record`'s normal way to end.
+pub fn stop_on_signal() {
+    STOP_CLEANLY.store(true, Ordering::SeqCst);
+}
+
+/// The signal that asked this command to stop, once one did.
+pub fn stop_signal() -> Option<i32> {
+    Some(STOP_SIGNAL.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }
 
 /// A line on stderr; a closed or full stderr is ignored rather than a panic.

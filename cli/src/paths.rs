@@ -56,6 +56,13 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
         Command::Import {
             format: ImportFormat::Mooncake { file, out, .. },
         } => (vec![file.as_path()], vec![out.clone()]),
+        Command::Record { out, .. } => (Vec::new(), vec![out.clone()]),
+        Command::Import {
+            format: ImportFormat::VllmEvents(args) | ImportFormat::DynamoEvents(args),
+        } => (
+            vec![args.capture.as_path(), args.requests.as_path()],
+            vec![args.out.clone()],
+        ),
         Command::Simulate {
             trace,
             events_out,
@@ -102,8 +109,17 @@ fn command_name(command: &Command) -> &'static str {
         Command::Report { .. } => "report",
         Command::Diff { .. } => "diff",
         Command::Join { .. } => "join",
-        Command::Import { .. } => "import mooncake",
+        Command::Import {
+            format: ImportFormat::Mooncake { .. },
+        } => "import mooncake",
+        Command::Import {
+            format: ImportFormat::VllmEvents(_),
+        } => "import vllm-events",
+        Command::Import {
+            format: ImportFormat::DynamoEvents(_),
+        } => "import dynamo-events",
         Command::Simulate { .. } => "simulate",
+        Command::Record { .. } => "record",
         Command::Verify { .. } => "verify",
         Command::Swarm(SwarmArgs {
             action: Some(SwarmAction::Merge { .. }),

@@ -1,7 +1,8 @@
 //! Writes the committed fuzz seed corpora under `fuzz/seeds/<target>/` (`just fuzz-seed`).
 //!
 //! `parse_trace` starts from every fixture trace, valid and invalid; `import_mooncake`
-//! from the first lines of the real Mooncake trace. The structured
+//! from the first lines of the real Mooncake trace; `import_engine_events` from the
+//! engine-event fixtures, each payload alone and each capture whole. The structured
 //! targets read their input through `Arbitrary`, so their seeds are the byte blocks of
 //! the sweep's first seeds: the same traces `kvroute swarm` starts from.
 
@@ -39,6 +40,24 @@ fn main() -> std::io::Result<()> {
         let mut bytes = vec![(i as u8) * 0x13];
         bytes.extend_from_slice(head.as_bytes());
         std::fs::write(import.join(format!("head-{lines}")), bytes)?;
+    }
+    // `import_engine_events` starts from the engine fixtures: each payload alone (an
+    // even option byte) and each capture whole (an odd one).
+    let engines = root.join("import_engine_events");
+    std::fs::create_dir_all(&engines)?;
+    let fixtures_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/engine_events");
+    for name in ["vllm", "sglang", "kthena-1535"] {
+        let capture = std::fs::read(fixtures_dir.join(format!("{name}.capture.jsonl")))?;
+        let mut whole = vec![1u8];
+        whole.extend_from_slice(&capture);
+        std::fs::write(engines.join(format!("{name}-capture")), whole)?;
+        for (i, line) in String::from_utf8_lossy(&capture).lines().enumerate() {
+            let message = kvroute_core::input::kv_events::lines::capture_line(line.as_bytes())
+                .map_err(std::io::Error::other)?;
+            let mut bytes = vec![0u8];
+            bytes.extend_from_slice(&message.payload);
+            std::fs::write(engines.join(format!("{name}-payload-{i}")), bytes)?;
+        }
     }
     for target in [
         "differential",

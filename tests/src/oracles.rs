@@ -284,6 +284,58 @@ pub fn csv_export(recipe: &TraceRecipe) {
     }
 }
 
+/// The request log every fuzzed engine-event capture is imported with: one request of
+/// two blocks of 16 tokens, so that the imported trace has a model and a prefix.
+const ENGINE_REQUESTS: &str = r#"{"arrival_ms":1789095808000,"id":"r","model":"m","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32],"output_tokens":4}"#;
+
+/// Arbitrary bytes as an engine-event import (SPEC.md §13): with the first byte even,
+/// the rest is one MessagePack payload, wrapped in a capture line whose seq is the
+/// byte's half (so both decoders' layouts are reached without base64 in the way); odd,
+/// the rest is the capture's text. The import never panics, and every trace it
+/// accepts validates in core and in the oracle to the same canonical bytes.
+pub fn import_engine_events(data: &[u8]) {
+    use base64::Engine as _;
+    use kvroute_core::input::kv_events::{self, EventsOptions};
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let capture = match mode % 2 {
+        0 => format!(
+            r#"{{"endpoint":"tcp://e:1","topic":"t","seq":{},"payload_b64":"{}"}}"#,
+            mode / 2,
+            base64::engine::general_purpose::STANDARD.encode(rest)
+        )
+        .into_bytes(),
+        _ => rest.to_vec(),
+    };
+    let options = EventsOptions {
+        block_tokens: [16, 2, 1, 32][(mode as usize >> 1) % 4],
+        ..EventsOptions::default()
+    };
+    let Ok((trace, _report)) =
+        kv_events::import_engine_events(&capture[..], ENGINE_REQUESTS.as_bytes(), &options)
+    else {
+        return;
+    };
+    let bytes = kvroute_core::output::canonical::canonical_trace_bytes(&trace);
+    // More than 4,096 publishers, or figures past the overflow bound, are the
+    // validation errors an import may meet (SPEC.md §13.5): both readers must agree.
+    let core = kvroute_core::parse_trace(&bytes)
+        .map(|t| kvroute_core::output::canonical::canonical_trace_bytes(&t))
+        .map_err(|e| e.lines());
+    assert_eq!(
+        core,
+        kvroute_oracle::validate(&bytes),
+        "core and the oracle disagree"
+    );
+    if let Ok(canonical) = core {
+        assert_eq!(
+            canonical, bytes,
+            "an imported trace is canonical as written"
+        );
+    }
+}
+
 /// Arbitrary bytes as a Mooncake JSONL file (the first byte picks the worker count, the
 /// block size and `--dynamo-block-tokens`, 0 included): the import never panics, and
 /// every trace it accepts validates.

@@ -57,6 +57,9 @@ fn import_and_closed_loop_on_seeded_bytes() {
         }
         oracles::import_mooncake(&bytes);
     }
+    for seed in 0..200 {
+        oracles::import_engine_events(&seeded_bytes(seed, (seed as usize * 5) % 200));
+    }
     for seed in 0..30 {
         let bytes = seeded_bytes(seed, 2048);
         let case = LoopCase::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
@@ -75,6 +78,7 @@ fn committed_fuzz_inputs_replay() {
             "differential",
             "csv_export",
             "import_mooncake",
+            "import_engine_events",
             "closed_loop",
         ] {
             let dir = fuzz.join(kind).join(target);
@@ -98,6 +102,7 @@ fn committed_fuzz_inputs_replay() {
                         }
                     }
                     "import_mooncake" => oracles::import_mooncake(&data),
+                    "import_engine_events" => oracles::import_engine_events(&data),
                     "closed_loop" => {
                         if let Ok(case) = LoopCase::arbitrary_take_rest(u) {
                             oracles::closed_loop(&case);

@@ -1,5 +1,6 @@
 //! Reading input: the trace as Rust types, strict JSON, validation, the limits, the
-//! Mooncake import and what every JSON Lines reader shares (SPEC.md §1, §2, §10, §14).
+//! Mooncake import, the engine KV-event import and what every JSON Lines reader shares
+//! (SPEC.md §1, §2, §10, §13, §14).
 //!
 //! Everything here turns bytes into a [`trace::Trace`] that satisfies every rule of the
 //! contract, or into errors that name a JSON path (or an input line) and a reason. What
@@ -11,6 +12,7 @@ mod document;
 pub mod epoch;
 pub mod json;
 pub mod json_lines;
+pub mod kv_events;
 pub mod limits;
 pub mod mooncake;
 pub mod trace;
