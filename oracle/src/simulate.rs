@@ -204,6 +204,10 @@ pub fn simulate_completions(
 /// The largest `--ticks-per-ms` (SPEC §14.4).
 pub const TICKS_PER_MS_MAX: u64 = 1_000_000;
 
+/// The largest nanosecond figure a completion record carries, 10^19 − 1 (the largest
+/// §14.1 reads): a figure whose exact value would pass it is written as it (SPEC §14.4).
+pub const NS_MAX: u128 = 9_999_999_999_999_999_999;
+
 /// One routed request of a closed loop, as the engine model saw it (SPEC §14.4): the
 /// figures its completion record is computed from, in ticks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,15 +280,16 @@ pub fn ms_decimal(us: u128) -> String {
 /// figure computed exactly in 128 bits, floors as written:
 /// `request_start_ns = floor(t·10^6/N)`, `request_end_ns = floor((done + d)·10^6/N)` with
 /// `d = ceil(decode_tokens / decode_rate)`, TTFT `floor((done − t)·1000/N)` µs and ITL
-/// `floor(1000/(N·decode_rate))` µs.
+/// `floor(1000/(N·decode_rate))` µs. The two nanosecond figures are written as at most
+/// [`NS_MAX`] (10^19 − 1). No decode tokens: d = 0, the same ITL formula.
 pub fn completion_line(record: &CompletionRecord, ticks_per_ms: u64) -> Vec<u8> {
     let n = u128::from(ticks_per_ms.max(1));
     let rate = u128::from(record.decode_rate.max(1));
     let t = u128::from(record.arrival_tick);
     let done = u128::from(record.prefill_done_tick);
     let d = u128::from(record.decode_tokens).div_ceil(rate);
-    let start_ns = t * 1_000_000 / n;
-    let end_ns = (done + d) * 1_000_000 / n;
+    let start_ns = (t * 1_000_000 / n).min(NS_MAX);
+    let end_ns = ((done + d) * 1_000_000 / n).min(NS_MAX);
     let ttft_us = done.saturating_sub(t) * 1000 / n;
     let itl_us = 1000 / (n * rate);
 

@@ -251,7 +251,7 @@ fn milliseconds_as_exact_decimals() {
 /// A record whose prefill took 0 ticks (everything reused, or nothing to prefill):
 /// TTFT 0 → `0`; no decode tokens: d = 0, so the end is the prefill's completion; and
 /// the largest N with a fast worker: ITL floor(1000/(10^6·5)) = 0. Ticks near `B`
-/// (2^53 − 1) are computed exactly: floor(B·10^6/10^6) = B.
+/// (2^53 − 1) at N = 10^6 are exact: floor(B·10^6/10^6) = B.
 #[test]
 fn single_lines_at_the_edges() {
     let record = CompletionRecord {
@@ -272,11 +272,62 @@ fn single_lines_at_the_edges() {
          \"inter_token_latency\":{\"value\":0,\"unit\":\"ms\"},\
          \"output_sequence_length\":{\"value\":0,\"unit\":\"tokens\"}},\"error\":null}\n"
     );
-    // N = 1 with B ticks: B·10^6 ns is past 2^64 and is written exactly.
+    // N = 1 with B ticks: B·10^6 = 9,007,199,254,740,991,000,000 ns passes 10^19 − 1, so
+    // both figures are written as 9,999,999,999,999,999,999 (§14.4).
     let line = String::from_utf8(completion_line(&record, 1)).unwrap();
     assert!(
-        line.contains("\"request_start_ns\":9007199254740991000000,"),
+        line.contains(
+            "\"request_start_ns\":9999999999999999999,\"request_end_ns\":9999999999999999999,"
+        ),
         "{line}"
+    );
+}
+
+/// §14.4: a nanosecond figure whose exact value would pass 10^19 − 1 is written as
+/// 10^19 − 1; one at or below it is exact. At N = 1, t = done = 9,999,999,999,999 ticks:
+/// start = 9,999,999,999,999·10^6 = 9,999,999,999,999,000,000 ns, just below the bound,
+/// exact. `decode_tokens` 3 at rate 3: d = 1, end = 10^13·10^6 = 10^19, one past the
+/// bound, written as 9,999,999,999,999,999,999. TTFT 0 → `0`; ITL floor(1000/3) = 333 →
+/// `0.333`. With no decode tokens (d = 0) the end is the start, exact, and the ITL is
+/// the same formula, `0.333`. At N = 1,000,000 with t = 9,999,999,999,999,999,999 ticks
+/// the figures are exactly 10^19 − 1, the bound itself, exact (ITL floor(1000/(3·10^6))
+/// = 0 → `0`).
+#[test]
+fn nanoseconds_saturate_at_ten_to_the_nineteen_minus_one() {
+    let line = |t: u64, decode: u64, n: u64| {
+        let record = CompletionRecord {
+            request: "s".to_owned(),
+            worker: "w".to_owned(),
+            arrival_tick: t,
+            prefill_done_tick: t,
+            prompt_tokens: 1,
+            decode_tokens: decode,
+            decode_rate: 3,
+        };
+        String::from_utf8(completion_line(&record, n)).unwrap()
+    };
+    let expected = |start: &str, end: &str, itl: &str, decode: u64| {
+        format!(
+            "{{\"metadata\":{{\"x_request_id\":\"s\",\"request_start_ns\":{start},\
+             \"request_end_ns\":{end},\"was_cancelled\":false}},\"metrics\":{{\
+             \"input_sequence_length\":{{\"value\":1,\"unit\":\"tokens\"}},\
+             \"time_to_first_token\":{{\"value\":0,\"unit\":\"ms\"}},\
+             \"inter_token_latency\":{{\"value\":{itl},\"unit\":\"ms\"}},\
+             \"output_sequence_length\":{{\"value\":{decode},\"unit\":\"tokens\"}}}},\
+             \"error\":null}}\n"
+        )
+    };
+    assert_eq!(
+        line(9_999_999_999_999, 3, 1),
+        expected("9999999999999000000", "9999999999999999999", "0.333", 3)
+    );
+    assert_eq!(
+        line(9_999_999_999_999, 0, 1),
+        expected("9999999999999000000", "9999999999999000000", "0.333", 0)
+    );
+    assert_eq!(
+        line(9_999_999_999_999_999_999, 0, TICKS_PER_MS_MAX),
+        expected("9999999999999999999", "9999999999999999999", "0", 0)
     );
 }
 
