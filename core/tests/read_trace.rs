@@ -280,3 +280,81 @@ fn a_huge_literal_before_more_number_characters_is_read_as_a_literal() {
         assert_same(line, bytes);
     }
 }
+
+/// Elements that the typed read cannot take as they are, each at a different point of
+/// the element, so that the shape walk checks a node rebuilt from members already typed,
+/// the member that broke the read, and the rest read as nodes; and numbers that only the
+/// masked reading keeps as written. Bytes and streams give the same lines.
+#[test]
+fn irregular_elements_read_the_same_as_a_stream() {
+    let segment = "\"key\": \"sys1\",\n     \"tokens\": 512";
+    let cases: [(&str, Vec<u8>, &str); 9] = [
+        (
+            "a repeated member after a typed one",
+            lab_with(
+                "\"key\": \"sys1\",",
+                "\"key\": \"sys1\", \"key\": \"sys1\",",
+            ),
+            "events[0].segments[1].key: repeated member \"key\"",
+        ),
+        (
+            "a literal kept as written",
+            lab_with(segment, "\"key\": \"sys1\",\n     \"tokens\": 5.12e2"),
+            "events[0].segments[1].tokens: expected a non-negative integer, found 5.12e2",
+        ),
+        (
+            "an unknown member holding a masked literal",
+            lab_with("\"key\": \"sys1\",", "\"colour\": -0, \"key\": \"sys1\","),
+            "events[0].segments[1].colour: unknown member \"colour\"",
+        ),
+        (
+            "an empty string",
+            lab_with("\"key\": \"sys1\"", "\"key\": \"\""),
+            "events[0].segments[1].key: expected a non-empty string, found \"\"",
+        ),
+        (
+            "an integer over 2^53 - 1",
+            lab_with(
+                segment,
+                "\"key\": \"sys1\",\n     \"tokens\": 9007199254740992",
+            ),
+            "events[0].segments[1].tokens: expected a non-negative integer, found 9007199254740992",
+        ),
+        (
+            "a rate of 0",
+            lab_with("\"prefill_rate\": 512,", "\"prefill_rate\": 0,"),
+            "workers[0].prefill_rate: expected a positive integer, found 0",
+        ),
+        (
+            "a list with an irregular item after typed ones",
+            lab_with("\"lora-support\"\n   ]", "\"lora-support\", 7, -1.5]"),
+            "workers[3].adapters[1]: expected a non-empty string, found 7",
+        ),
+        (
+            "an object in place of a list, then the list repeated",
+            lab_with(
+                "\"segments\": [",
+                "\"segments\": {\"a\": 1.5}, \"segments\": [",
+            ),
+            "events[0].segments: expected an array, found {\"a\":1.5}",
+        ),
+        (
+            "an unknown event type",
+            lab_with("\"type\": \"cache\",", "\"type\": \"cache \","),
+            "events[0].type: expected \"cache\", \"load\" or \"request\", found \"cache \"",
+        ),
+    ];
+    for (name, bytes, first_line) in cases {
+        assert_same(name, &bytes);
+        let errors = parse_trace(&bytes).expect_err(name);
+        assert_eq!(
+            errors.errors.first().map(String::as_str),
+            Some(first_line),
+            "{name}: {errors}"
+        );
+    }
+    // Members in another order than the contract's are as regular as any.
+    let reordered = lab_with(segment, "\"tokens\": 512,\n     \"key\": \"sys1\"");
+    assert_same("reordered segment", &reordered);
+    assert_eq!(parse_trace(&reordered), parse_trace(LAB.as_bytes()));
+}

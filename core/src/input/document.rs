@@ -4,17 +4,18 @@
 //! of the whole document cost about 40 bytes of memory per byte of text. Here serde
 //! visits the top-level object member by member: `format`, `limits` and `policy` are
 //! small and kept as [`Node`]s; each element of `sharing`, `workers` and `events` is
-//! read as a `Node`, shape-checked at its path by the per-member functions of
-//! [`crate::input::validate`], turned into its typed form and dropped; unknown and
+//! handed to validation's [`Check`], which reads it straight into its typed form when
+//! it is regular and as a `Node` to shape-check at its path when not; unknown and
 //! repeated members are parsed (the document must still be JSON) and only their names
 //! kept. Shape errors are collected per top-level member and put in the order the
 //! tree walk reported them in (`format`, `limits`, `policy`, `sharing`, `workers`,
 //! `events`, then unknown and repeated members) whatever order the document has.
 
-use crate::input::json::{self, Literals, MemberName, NodeOf as Node, NodeSeed};
+use crate::input::json::{self, MemberName, NodeOf as Node, NodeSeed};
 use crate::input::trace::{Event, Grant, WorkerSpec};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
+use std::marker::PhantomData;
 
 /// A JSON path (SPEC.md §2.1), built as a chain of borrowed steps and only written out
 /// when an error is reported: formatting the path of every member of every event, as
@@ -63,10 +64,73 @@ impl fmt::Display for Path<'_> {
     }
 }
 
-/// What collects one streamed array's shape errors (validation's walk).
+/// What reads and checks the elements of the streamed arrays (validation's walk).
 pub(super) trait Check: Default {
     /// Reports that the array at `path` is `node`, which is not an array.
     fn expected_array(&mut self, path: &Path, node: &Node<'_>);
+    /// Reads the element at `path` from `de`: its typed form, or `None` once its shape
+    /// errors are reported.
+    fn grant<'de, D: Deserializer<'de>>(
+        &mut self,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<Grant>, D::Error>;
+    fn worker<'de, D: Deserializer<'de>>(
+        &mut self,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<WorkerSpec>, D::Error>;
+    fn event<'de, D: Deserializer<'de>>(
+        &mut self,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<Event>, D::Error>;
+}
+
+/// The typed form of one streamed array's elements, and which [`Check`] method reads one.
+pub(super) trait Element: Sized {
+    fn read<'de, D: Deserializer<'de>, W: Check>(
+        walk: &mut W,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<Self>, D::Error>;
+}
+
+impl Element for Grant {
+    fn read<'de, D: Deserializer<'de>, W: Check>(
+        walk: &mut W,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<Self>, D::Error> {
+        walk.grant(de, path, nodes)
+    }
+}
+
+impl Element for WorkerSpec {
+    fn read<'de, D: Deserializer<'de>, W: Check>(
+        walk: &mut W,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<Self>, D::Error> {
+        walk.worker(de, path, nodes)
+    }
+}
+
+impl Element for Event {
+    fn read<'de, D: Deserializer<'de>, W: Check>(
+        walk: &mut W,
+        de: D,
+        path: &Path,
+        nodes: NodeSeed<'_>,
+    ) -> Result<Option<Self>, D::Error> {
+        walk.event(de, path, nodes)
+    }
 }
 
 /// One streamed top-level array: its items when every one was valid, and its errors.
@@ -91,35 +155,25 @@ pub(super) enum Read<'s, W> {
     Other(Node<'s>),
 }
 
-/// How one element of a streamed array is checked and typed.
-pub(super) type ItemFn<T, W> = for<'s> fn(&mut W, &Path, &Node<'s>) -> Option<T>;
-
-/// The item functions of the three streamed members.
-pub(super) struct ItemFns<W> {
-    pub grant: ItemFn<Grant, W>,
-    pub worker: ItemFn<WorkerSpec, W>,
-    pub event: ItemFn<Event, W>,
-}
-
 /// Reads one trace document from `de` (the caller checks the end of input).
 pub(super) fn read<'de, D: Deserializer<'de>, W: Check>(
     de: D,
-    literals: &Literals,
-    items: &ItemFns<W>,
+    nodes: NodeSeed<'_>,
 ) -> Result<Read<'de, W>, D::Error> {
-    de.deserialize_any(DocumentVisitor { literals, items })
+    de.deserialize_any(DocumentVisitor {
+        nodes,
+        walk: PhantomData,
+    })
 }
 
 struct DocumentVisitor<'a, W> {
-    literals: &'a Literals,
-    items: &'a ItemFns<W>,
+    nodes: NodeSeed<'a>,
+    walk: PhantomData<W>,
 }
 
 impl<W> DocumentVisitor<'_, W> {
     fn node(&self) -> NodeSeed<'_> {
-        NodeSeed {
-            literals: self.literals,
-        }
+        self.nodes
     }
 }
 
@@ -177,25 +231,22 @@ impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
             let first = !document.members.iter().any(|(seen, _)| *seen == name);
             let value = match name.as_str() {
                 "sharing" if first => {
-                    document.sharing =
-                        Some(map.next_value_seed(self.list("sharing", self.items.grant))?);
+                    document.sharing = Some(map.next_value_seed(self.list("sharing"))?);
                     Node::Null
                 }
                 "workers" if first => {
-                    document.workers =
-                        Some(map.next_value_seed(self.list("workers", self.items.worker))?);
+                    document.workers = Some(map.next_value_seed(self.list("workers"))?);
                     Node::Null
                 }
                 "events" if first => {
-                    document.events =
-                        Some(map.next_value_seed(self.list("events", self.items.event))?);
+                    document.events = Some(map.next_value_seed(self.list("events"))?);
                     Node::Null
                 }
                 "format" | "limits" | "policy" if first => map.next_value_seed(self.node())?,
                 // Unknown or repeated: only its name is reported, its value never read.
                 _ => {
                     map.next_value_seed(Discard {
-                        literals: self.literals,
+                        literals: self.nodes.literals,
                     })?;
                     Node::Null
                 }
@@ -207,27 +258,25 @@ impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
 }
 
 impl<'a, W> DocumentVisitor<'a, W> {
-    fn list<T>(&self, name: &'static str, item: ItemFn<T, W>) -> ListSeed<'a, T, W> {
+    fn list<T>(&self, name: &'static str) -> ListSeed<'a, T, W> {
         ListSeed {
-            literals: self.literals,
+            nodes: self.nodes,
             name,
-            item,
+            read: PhantomData,
         }
     }
 }
 
 /// One top-level array, element by element.
 struct ListSeed<'a, T, W> {
-    literals: &'a Literals,
+    nodes: NodeSeed<'a>,
     name: &'static str,
-    item: ItemFn<T, W>,
+    read: PhantomData<(T, W)>,
 }
 
 impl<T, W: Check> ListSeed<'_, T, W> {
     fn node(&self) -> NodeSeed<'_> {
-        NodeSeed {
-            literals: self.literals,
-        }
+        self.nodes
     }
 
     /// Not an array: the error the tree walk reported.
@@ -239,7 +288,7 @@ impl<T, W: Check> ListSeed<'_, T, W> {
     }
 }
 
-impl<'de, T, W: Check> DeserializeSeed<'de> for ListSeed<'_, T, W> {
+impl<'de, T: Element, W: Check> DeserializeSeed<'de> for ListSeed<'_, T, W> {
     type Value = Listed<T, W>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -247,7 +296,7 @@ impl<'de, T, W: Check> DeserializeSeed<'de> for ListSeed<'_, T, W> {
     }
 }
 
-impl<'de, T, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
+impl<'de, T: Element, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
     type Value = Listed<T, W>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -292,8 +341,13 @@ impl<'de, T, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
         let path = root.member(self.name);
         let mut items = Some(Vec::new());
         let mut i = 0;
-        while let Some(node) = seq.next_element_seed(self.node())? {
-            match (self.item)(&mut walk, &path.index(i), &node) {
+        while let Some(item) = seq.next_element_seed(ElementSeed {
+            walk: &mut walk,
+            path: &path.index(i),
+            nodes: self.nodes,
+            element: PhantomData,
+        })? {
+            match item {
                 Some(item) => {
                     if let Some(items) = &mut items {
                         items.push(item);
@@ -308,11 +362,27 @@ impl<'de, T, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
     }
 }
 
+/// One element of a streamed array, read by its [`Element`] method.
+struct ElementSeed<'a, T, W> {
+    walk: &'a mut W,
+    path: &'a Path<'a>,
+    nodes: NodeSeed<'a>,
+    element: PhantomData<T>,
+}
+
+impl<'de, T: Element, W: Check> DeserializeSeed<'de> for ElementSeed<'_, T, W> {
+    type Value = Option<T>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<T>, D::Error> {
+        T::read(self.walk, deserializer, self.path, self.nodes)
+    }
+}
+
 /// Parses a value and keeps nothing of it, taking its literals off the queue so the
 /// ones after it stay aligned.
 #[derive(Clone, Copy)]
 struct Discard<'a> {
-    literals: &'a Literals,
+    literals: &'a json::Literals,
 }
 
 impl<'de> DeserializeSeed<'de> for Discard<'_> {

@@ -18,7 +18,9 @@
 //! `n`-th masked literal. A trace's numbers are nearly all plain integers, so nearly
 //! none is copied. [`MaskingReader`] runs the same masking on a stream, so a trace read
 //! from a file or stdin is never held as text (SPEC.md §2.2 is unchanged: the literals
-//! reach validation exactly as written).
+//! reach validation exactly as written). A caller holding the text may first read it
+//! unmasked with [`NodeSeed::unmasked`], which fails at any number that is not a plain
+//! integer, and mask only then.
 
 use crate::input::limits::{JSON_INTEGER_MAX, VALUE_BYTES_MAX};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -100,7 +102,7 @@ pub type MemberName = Cow<'static, str>;
 
 /// `name` as a [`MemberName`]: borrowed when a member table of the trace model lists
 /// it ([`crate::input::trace::members`]).
-fn member_name(name: &str) -> MemberName {
+pub(crate) fn member_name(name: &str) -> MemberName {
     match crate::input::trace::members::known_member_name(name) {
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(name.to_owned()),
@@ -147,10 +149,7 @@ pub fn parse(bytes: &[u8]) -> Result<Node, String> {
 pub fn parse_node(bytes: &[u8]) -> Result<Node, serde_json::Error> {
     let (masked, literals) = mask_numbers(bytes);
     let mut de = serde_json::Deserializer::from_slice(&masked);
-    let node = NodeSeed {
-        literals: &literals,
-    }
-    .deserialize(&mut de)?;
+    let node = NodeSeed::masked(&literals).deserialize(&mut de)?;
     de.end()?;
     Ok(node.into_owned())
 }
@@ -306,8 +305,11 @@ pub struct MaskingReader<R> {
     line_start: u64,
     /// The offset of the current chunk's first byte in the source.
     chunk_start: u64,
-    /// Where the open string or number run starts (line, column).
-    value_start: (u64, u64),
+    /// The offset in the source of `out`'s first byte.
+    out_origin: u64,
+    /// The offset in the source where the open string or number run starts: its line
+    /// is `line` still, since no line feed outside a string can stand inside either.
+    value_start: u64,
     cut: Rc<Cell<Option<ValueCut>>>,
 }
 
@@ -333,7 +335,8 @@ impl<R: Read> MaskingReader<R> {
             line: 1,
             line_start: 0,
             chunk_start: 0,
-            value_start: (1, 1),
+            out_origin: 0,
+            value_start: 0,
             cut: Rc::new(Cell::new(None)),
         }
     }
@@ -348,15 +351,9 @@ impl<R: Read> MaskingReader<R> {
         Rc::clone(&self.cut)
     }
 
-    /// The (line, column) of byte `i` of the current chunk.
-    fn position(&self, i: usize) -> (u64, u64) {
-        let offset = self.chunk_start + i as u64;
-        (self.line, offset - self.line_start + 1)
-    }
-
     /// Ends the output at the open value: nothing more is read or yielded.
     fn cut_here(&mut self, is_string: bool) {
-        let (line, column) = self.value_start;
+        let (line, column) = (self.line, self.value_start - self.line_start + 1);
         self.cut.set(Some(ValueCut {
             is_string,
             line,
@@ -385,10 +382,8 @@ impl<R: Read> MaskingReader<R> {
 
     /// Ends the number run in progress (see [`mask_run`]).
     fn end_run(&mut self) {
-        if !self.run.is_empty() {
-            mask_run(&mut self.out, &self.literals, &self.run);
-            self.run.clear();
-        }
+        mask_run(&mut self.run, &self.literals);
+        self.out.append(&mut self.run);
     }
 
     /// Reads and masks the next chunk; at the source's end, ends the last run.
@@ -414,113 +409,145 @@ impl<R: Read> MaskingReader<R> {
         Ok(())
     }
 
-    /// Masks `chunk[..n]` onto `out`. Strings are copied a span at a time, up to the
-    /// next quote or backslash; a number run that ends inside the chunk is masked from
-    /// the chunk itself, and only one still open at its end is gathered in `run`.
+    /// Masks `chunk[..n]` onto `out`: the chunk is appended whole (after the end of a
+    /// number run begun in an earlier chunk) and masked where it lies, so a trace's
+    /// many short strings and numbers cost a scan and no copy each. A run still open at
+    /// the chunk's end is taken back into `run` to be ended by a later chunk.
     fn mask_chunk(&mut self, n: usize) {
-        let chunk = &self.chunk[..n];
-        let mut i = 0;
-        while i < n {
+        let Some(resume) = self.end_carried_run(n) else {
+            return;
+        };
+        // `out` holds the carried run's end (masked) so far, then the rest of the chunk.
+        let emitted = self.out.len();
+        self.out_origin = self.chunk_start + resume as u64 - emitted as u64;
+        self.out.extend_from_slice(&self.chunk[resume..n]);
+        let mut i = emitted;
+        while i < self.out.len() {
             if self.in_string {
-                if self.escaped {
-                    if self.string_bytes == self.value_bytes_max {
-                        return self.cut_here(true);
-                    }
-                    self.string_bytes += 1;
-                    self.escaped = false;
-                    self.out.push(chunk[i]);
-                    i += 1;
-                    continue;
-                }
-                // A trace's strings are names and keys of a few bytes: a plain scan
-                // beats a SIMD search's setup on them.
-                let stop = chunk[i..].iter().position(|&b| b == b'"' || b == b'\\');
-                let span_end = stop.map_or(n, |k| i + k);
-                // The string's bytes in this step: the span, and a backslash ending it.
-                let backslash = stop.is_some() && chunk[span_end] == b'\\';
-                let content = span_end - i + usize::from(backslash);
-                let room = self.value_bytes_max - self.string_bytes;
-                if content > room {
-                    self.out.extend_from_slice(&chunk[i..i + room]);
-                    return self.cut_here(true);
-                }
-                self.string_bytes += content;
-                match stop {
-                    None => {
-                        self.out.extend_from_slice(&chunk[i..]);
-                        i = n;
-                    }
-                    Some(_) => {
-                        let end = span_end;
-                        self.out.extend_from_slice(&chunk[i..=end]);
-                        if backslash {
-                            self.escaped = true;
-                        } else {
-                            self.in_string = false;
-                        }
-                        i = end + 1;
-                    }
+                match self.scan_string(i) {
+                    Some(next) => i = next,
+                    None => return,
                 }
                 continue;
             }
-            let run_end = |i: usize| {
-                i + chunk[i..]
-                    .iter()
-                    .take_while(|&&b| is_number_char(b))
-                    .count()
+            // Outside strings only a quote, a line feed and a run's first byte matter.
+            let stop = self.out[i..]
+                .iter()
+                .position(|&b| STOPS_OUTSIDE_STRINGS[usize::from(b)]);
+            let Some(skipped) = stop else {
+                return;
             };
-            if !self.run.is_empty() {
-                let run_end = run_end(i);
-                // The run begun in an earlier chunk goes on to `run_end`.
-                self.run.extend_from_slice(&chunk[i..run_end]);
-                i = run_end;
-                if self.run.len() > self.value_bytes_max {
-                    if self.run_over_cap(&self.run) {
-                        return self.cut_literal();
-                    }
-                    // The run stopped fitting the grammar before the cap, so serde_json
-                    // fails inside it or right after its literal, and what follows
-                    // cannot change that: it is passed on, never gathered.
-                    mask_run(&mut self.out, &self.literals, &self.run);
-                    self.run.clear();
-                    continue;
-                }
-                if i == n {
-                    break;
-                }
-                mask_run(&mut self.out, &self.literals, &self.run);
-                self.run.clear();
-                continue;
-            }
-            let b = chunk[i];
-            // A run starts only at `-` or a digit.
-            if matches!(b, b'-' | b'0'..=b'9') {
-                self.value_start = self.position(i);
-                let run_end = run_end(i);
-                if self.run_over_cap(&chunk[i..run_end]) {
-                    return self.cut_literal();
-                }
-                if run_end == n {
-                    self.run.extend_from_slice(&chunk[i..]);
-                } else {
-                    mask_run(&mut self.out, &self.literals, &chunk[i..run_end]);
-                }
-                i = run_end;
-                continue;
-            }
-            if b == b'"' {
+            i += skipped;
+            if self.out[i] == b'"' {
                 self.in_string = true;
                 self.string_bytes = 0;
-                self.value_start = self.position(i);
-            } else if b == b'\n' {
+                self.value_start = self.out_origin + i as u64;
+                i += 1;
+            } else if self.out[i] == b'\n' {
                 // Outside strings only: a raw line feed inside one is serde_json's error
                 // where it stands, and nothing after an error is placed.
                 self.line += 1;
-                self.line_start = self.chunk_start + i as u64 + 1;
+                self.line_start = self.out_origin + i as u64 + 1;
+                i += 1;
+            } else {
+                match self.scan_run(i) {
+                    Some(next) => i = next,
+                    None => return,
+                }
             }
-            self.out.push(b);
-            i += 1;
         }
+    }
+
+    /// Goes on with a number run begun in an earlier chunk through the first bytes of
+    /// `chunk[..n]`: where in the chunk the scan resumes, its bytes before that (the
+    /// run's end, masked) already on `out`; or `None` when nothing more of this chunk
+    /// is read (the run is still open, or the output is cut). The run is gathered
+    /// apart and only its new bytes are scanned, so a long literal costs its length
+    /// once, not once a chunk.
+    fn end_carried_run(&mut self, n: usize) -> Option<usize> {
+        if self.run.is_empty() {
+            return Some(0);
+        }
+        let chunk = &self.chunk[..n];
+        let end = chunk.iter().take_while(|&&b| is_number_char(b)).count();
+        self.run.extend_from_slice(&chunk[..end]);
+        if self.run.len() > self.value_bytes_max {
+            if self.run_over_cap(&self.run) {
+                self.cut_literal();
+                return None;
+            }
+            // The run stopped fitting the grammar before the cap, so serde_json fails
+            // inside it or right after its literal, and what follows cannot change
+            // that: it is passed on, never gathered further.
+        } else if end == n {
+            return None;
+        }
+        self.end_run();
+        Some(end)
+    }
+
+    /// Goes on through the open string from `out[i]`, up to the next quote or backslash
+    /// or the escaped byte: where to go on from, or `None` once the output is cut.
+    #[inline]
+    fn scan_string(&mut self, i: usize) -> Option<usize> {
+        if self.escaped {
+            if self.string_bytes == self.value_bytes_max {
+                self.out.truncate(i);
+                self.cut_here(true);
+                return None;
+            }
+            self.string_bytes += 1;
+            self.escaped = false;
+            return Some(i + 1);
+        }
+        // A trace's strings are names and keys of a few bytes: a plain scan beats a
+        // SIMD search's setup on them.
+        let stop = self.out[i..].iter().position(|&b| b == b'"' || b == b'\\');
+        let span_end = stop.map_or(self.out.len(), |k| i + k);
+        // The string's bytes in this step: the span, and a backslash ending it.
+        let backslash = stop.is_some() && self.out[span_end] == b'\\';
+        let content = span_end - i + usize::from(backslash);
+        let room = self.value_bytes_max - self.string_bytes;
+        if content > room {
+            self.out.truncate(i + room);
+            self.cut_here(true);
+            return None;
+        }
+        self.string_bytes += content;
+        if stop.is_none() {
+            return Some(span_end);
+        }
+        if backslash {
+            self.escaped = true;
+        } else {
+            self.in_string = false;
+        }
+        Some(span_end + 1)
+    }
+
+    /// Masks the number run starting at `out[start]`: where to go on from, or `None`
+    /// once the output is cut or the run is taken back to wait for the next chunk.
+    fn scan_run(&mut self, start: usize) -> Option<usize> {
+        self.value_start = self.out_origin + start as u64;
+        let len = self.out.len();
+        let end = start
+            + self.out[start..]
+                .iter()
+                .take_while(|&&b| is_number_char(b))
+                .count();
+        let run_bytes = end - start;
+        if run_bytes > self.value_bytes_max && self.run_over_cap(&self.out[start..end]) {
+            self.out.truncate(start);
+            self.cut_literal();
+            return None;
+        }
+        if end == len {
+            self.run.extend_from_slice(&self.out[start..]);
+            self.out.truncate(start);
+            return None;
+        }
+        mask_run(&mut self.out[start..end], &self.literals);
+        Some(end)
     }
 }
 
@@ -556,6 +583,21 @@ fn grammar_prefix_len(run: &[u8]) -> usize {
     }
     i
 }
+
+/// The bytes the masking stops at outside strings: a quote, a line feed, and the first
+/// byte of a number run (`-` or a digit).
+static STOPS_OUTSIDE_STRINGS: [bool; 256] = {
+    let mut stops = [false; 256];
+    stops[b'"' as usize] = true;
+    stops[b'\n' as usize] = true;
+    stops[b'-' as usize] = true;
+    let mut digit = b'0';
+    while digit <= b'9' {
+        stops[digit as usize] = true;
+        digit += 1;
+    }
+    stops
+};
 
 /// Whether `b` can be part of a number run: what JSON's number grammar is written in.
 fn is_number_char(b: u8) -> bool {
@@ -602,35 +644,32 @@ fn scanned_literal_len(run: &[u8]) -> Option<usize> {
     Some(i)
 }
 
-/// Writes one ended number run to `out`: a plain integer as written, any other literal
-/// as the marker and spaces with its text queued. A run that is no literal but starts
-/// with one (`2E4224EE`, `1-2`) is that literal, masked by the same rule, and then the
-/// rest as written: serde_json would read the literal and stop at the rest, so it must
-/// see the literal masked, or a huge one would be reported as out of range instead of
-/// the syntax error after it (SPEC.md §1.1: no literal is out of range). A run whose
-/// scan fails inside it is left as written, for serde_json to reject where it stands.
-fn mask_run(out: &mut Vec<u8>, literals: &Literals, run: &[u8]) {
+/// Masks one ended number run where it lies: a plain integer stays as written, any
+/// other literal becomes the marker and spaces with its text queued. A run that is no
+/// literal but starts with one (`2E4224EE`, `1-2`) is that literal, masked by the same
+/// rule, and then the rest as written: serde_json would read the literal and stop at
+/// the rest, so it must see the literal masked, or a huge one would be reported as out
+/// of range instead of the syntax error after it (SPEC.md §1.1: no literal is out of
+/// range). A run whose scan fails inside it is left as written, for serde_json to
+/// reject where it stands.
+fn mask_run(run: &mut [u8], literals: &Literals) {
     if passes_unmasked(run) {
-        out.extend_from_slice(run);
-    } else if !is_number_literal(run) {
-        match scanned_literal_len(run) {
-            Some(len) if len < run.len() => {
-                mask_run(out, literals, &run[..len]);
-                out.extend_from_slice(&run[len..]);
-            }
-            _ => out.extend_from_slice(run),
-        }
-    } else if is_number_literal(run) {
-        // A one-byte literal is a digit, which passes unmasked: the marker fits.
-        debug_assert!(run.len() >= MASK_MARKER.len());
-        literals
-            .borrow_mut()
-            .push_back(String::from_utf8_lossy(run).into());
-        out.extend_from_slice(MASK_MARKER);
-        out.resize(out.len() + run.len() - MASK_MARKER.len(), b' ');
-    } else {
-        out.extend_from_slice(run);
+        return;
     }
+    if !is_number_literal(run) {
+        if let Some(len) = scanned_literal_len(run).filter(|&len| len < run.len()) {
+            mask_run(&mut run[..len], literals);
+        }
+        return;
+    }
+    // A one-byte literal is a digit, which passes unmasked: the marker fits.
+    debug_assert!(run.len() >= MASK_MARKER.len());
+    literals
+        .borrow_mut()
+        .push_back(String::from_utf8_lossy(run).into());
+    let (marker, rest) = run.split_at_mut(MASK_MARKER.len().min(run.len()));
+    marker.copy_from_slice(&MASK_MARKER[..marker.len()]);
+    rest.fill(b' ');
 }
 
 impl<R: Read> Read for MaskingReader<R> {
@@ -789,6 +828,40 @@ impl Quote {
 #[derive(Clone, Copy)]
 pub struct NodeSeed<'l> {
     pub literals: &'l Literals,
+    /// The text was not masked (see [`NodeSeed::unmasked`]).
+    pub unmasked: bool,
+}
+
+impl<'l> NodeSeed<'l> {
+    /// Reads text masked by [`mask_numbers`] or [`MaskingReader`], whose literals
+    /// `literals` holds.
+    pub fn masked(literals: &'l Literals) -> Self {
+        NodeSeed {
+            literals,
+            unmasked: false,
+        }
+    }
+
+    /// Reads text as written, for a caller that reads it again masked when this read
+    /// fails: a number that is not a plain integer has lost its text in serde_json
+    /// (`1.0` is visited as `1`, `1e400` is an error), so it fails the read.
+    pub fn unmasked(literals: &'l Literals) -> Self {
+        NodeSeed {
+            literals,
+            unmasked: true,
+        }
+    }
+
+    fn number_as_written<E: serde::de::Error>(
+        &self,
+        node: NodeOf<'static>,
+    ) -> Result<NodeOf<'static>, E> {
+        if self.unmasked {
+            Err(E::custom("a number literal that is not a plain integer"))
+        } else {
+            Ok(node)
+        }
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
@@ -842,10 +915,12 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
         Ok(NodeOf::Number(Number::Integer(v)))
     }
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<NodeOf<'de>, E> {
-        Ok(NodeOf::Number(Number::Literal(v.to_string().into())))
+        self.number_as_written(NodeOf::Number(Number::Literal(v.to_string().into())))
     }
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<NodeOf<'de>, E> {
-        if is_mask_marker(v) {
+        if self.unmasked {
+            self.number_as_written(NodeOf::Null)
+        } else if is_mask_marker(v) {
             Ok(self.literal_or("-0".to_owned()))
         } else {
             Ok(NodeOf::Number(Number::Literal(v.to_string().into())))
@@ -908,11 +983,7 @@ mod tests {
     fn strings_borrow_from_a_slice_unless_escaped() {
         let (masked, literals) = mask_numbers(br#"["plain", "esc\u0061ped", 1.5]"#);
         let mut de = serde_json::Deserializer::from_slice(&masked);
-        let node = NodeSeed {
-            literals: &literals,
-        }
-        .deserialize(&mut de)
-        .unwrap();
+        let node = NodeSeed::masked(&literals).deserialize(&mut de).unwrap();
         let NodeOf::Array(items) = &node else {
             panic!("expected an array")
         };
@@ -1112,11 +1183,9 @@ mod tests {
             // The marker of a cut literal has its (empty) text queued.
             let literals = Literals::new(VecDeque::from([Box::from("")]));
             let mut de = serde_json::Deserializer::from_slice(&masked);
-            let parsed = NodeSeed {
-                literals: &literals,
-            }
-            .deserialize(&mut de)
-            .and_then(|_| de.end());
+            let parsed = NodeSeed::masked(&literals)
+                .deserialize(&mut de)
+                .and_then(|_| de.end());
             assert_eq!(
                 ValueCut::explains(&parsed.as_ref().map(|_| ())),
                 explained,

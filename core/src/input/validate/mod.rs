@@ -6,17 +6,20 @@
 //! here panics on any input: every value is checked before it is used.
 //!
 //! One file a stage: [`errors`] (what is reported and how paths are cut), [`shape`]
-//! (stage 2), [`references`] (stage 3), [`residency`] (stage 4), [`overflow`] (stage
-//! 5); this file holds the entry points and runs the stages in order.
+//! (stage 2) and [`typed`] (stage 2's common case, a regular element read with no tree
+//! of it), [`references`] (stage 3), [`residency`] (stage 4), [`overflow`] (stage 5);
+//! this file holds the entry points and runs the stages in order.
 
 mod errors;
 mod overflow;
 mod references;
 mod residency;
 mod shape;
+mod typed;
 
 use crate::input::document::{self, Path};
-use crate::input::json::{self, ValueCut, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::json::{self, NodeSeed, ValueCut, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::limits::VALUE_BYTES_MAX;
 use crate::input::trace::*;
 pub use errors::{
     cut_path, ValidationErrors, PATH_CHARS_MAX, PATH_CUT_MARKER, PATH_HEAD_CHARS, PATH_TAIL_CHARS,
@@ -36,12 +39,18 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
     if bytes.starts_with(BYTE_ORDER_MARK) {
         return Err(invalid_json(BYTE_ORDER_MARK_MESSAGE));
     }
+    if let Some(checked) = parse_unmasked(bytes) {
+        return checked;
+    }
     let (masked, literals, cut) = json::mask_trace_numbers(bytes);
-    let mut de = serde_json::Deserializer::from_slice(&masked);
-    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
-        de.end()?;
-        Ok(read)
-    });
+    let nodes = NodeSeed::masked(&literals);
+    // Text that is UTF-8 as a whole (nearly every trace) is read as a `str`, so that
+    // serde_json does not check each string again; it reads the same values and fails
+    // at the same places either way.
+    let read = match std::str::from_utf8(&masked) {
+        Ok(text) => read_document(&mut serde_json::Deserializer::from_str(text), nodes),
+        Err(_) => read_document(&mut serde_json::Deserializer::from_slice(&masked), nodes),
+    };
     if let Some(cut) = cut.filter(|_| ValueCut::explains(&read.as_ref().map(|_| ()))) {
         return Err(invalid_json(&cut.message()));
     }
@@ -90,10 +99,7 @@ pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
     let masked = json::MaskingReader::new(io::Cursor::new(head).chain(source), literals.clone());
     let cut = masked.value_cut();
     let mut de = serde_json::Deserializer::from_reader(io::BufReader::new(masked));
-    let read = document::read(&mut de, &literals, &ITEM_FNS).and_then(|read| {
-        de.end()?;
-        Ok(read)
-    });
+    let read = read_document(&mut de, NodeSeed::masked(&literals));
     if let Some(cut) = cut
         .get()
         .filter(|_| ValueCut::explains(&read.as_ref().map(|_| ())))
@@ -109,11 +115,32 @@ pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
 
 const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
 
-const ITEM_FNS: document::ItemFns<Walk> = document::ItemFns {
-    grant: Walk::grant,
-    worker: Walk::worker,
-    event: Walk::event,
-};
+/// [`parse_trace`] of a document whose numbers are all plain integers, as nearly every
+/// trace's are, and that is UTF-8: read as written, without the masking's scan and
+/// copy, and validated. `None` for any other document, and for any that is not JSON:
+/// that is read again masked, which reads the same values where this read gets that
+/// far and reports serde_json's first syntax error or a value over the cap exactly.
+/// No value of a document shorter than the cap can pass it.
+fn parse_unmasked(bytes: &[u8]) -> Option<Result<Trace, ValidationErrors>> {
+    if bytes.len() > VALUE_BYTES_MAX {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let no_literals = json::Literals::default();
+    let nodes = NodeSeed::unmasked(&no_literals);
+    let read = read_document(&mut serde_json::Deserializer::from_str(text), nodes).ok()?;
+    Some(validated(read))
+}
+
+/// Reads the whole document (stages 1 and 2), up to the end of its input.
+fn read_document<'de, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+    nodes: NodeSeed<'_>,
+) -> serde_json::Result<document::Read<'de, Walk>> {
+    let read = document::read(&mut *de, nodes)?;
+    de.end()?;
+    Ok(read)
+}
 
 /// The one error of a document that is not JSON (stage 1).
 fn invalid_json(reason: &str) -> ValidationErrors {

@@ -1,6 +1,8 @@
 //! Stage 2: the shape of the document (SPEC.md §2.3): types, required, unknown and
 //! repeated members, value ranges, read into the trace model as the document streams
-//! by, with every repeated string shared.
+//! by, with every repeated string shared. A regular element of the streamed arrays is
+//! typed by [`super::typed`] without a node; every other one is walked here, which is
+//! where every shape error comes from.
 
 use super::errors::ValidationErrors;
 use crate::input::document::{self, Path};
@@ -68,7 +70,7 @@ impl<'p, 'n, 'd> Members<'p, 'n, 'd> {
 #[derive(Default)]
 pub(crate) struct Walk {
     pub(super) errors: ValidationErrors,
-    strings: SharedStrings,
+    pub(super) strings: SharedStrings,
 }
 
 /// The strings handed out so far, one shared copy each: a trace repeats a few names
@@ -85,7 +87,7 @@ pub(crate) struct Walk {
 /// is tried before the map; it sits next to it in `order` and, allocated just after
 /// it, in memory.
 #[derive(Default)]
-struct SharedStrings {
+pub(super) struct SharedStrings {
     /// Every string shared so far, in the order first seen.
     order: Vec<Arc<str>>,
     /// Each string's position in `order`.
@@ -95,7 +97,7 @@ struct SharedStrings {
 }
 
 impl SharedStrings {
-    fn share(&mut self, s: &str) -> Arc<str> {
+    pub(super) fn share(&mut self, s: &str) -> Arc<str> {
         let next = self.last + 1;
         if let Some(shared) = self.order.get(next).filter(|shared| ***shared == *s) {
             self.last = next;
@@ -110,12 +112,6 @@ impl SharedStrings {
         self.position.insert(Arc::clone(&shared), self.last);
         self.order.push(Arc::clone(&shared));
         shared
-    }
-}
-
-impl document::Check for Walk {
-    fn expected_array(&mut self, path: &Path, node: &Node<'_>) {
-        self.array(path, node);
     }
 }
 
@@ -144,7 +140,11 @@ impl Walk {
         }
     }
 
-    fn array<'n, 'd>(&mut self, path: &Path, node: &'n Node<'d>) -> Option<&'n [Node<'d>]> {
+    pub(super) fn array<'n, 'd>(
+        &mut self,
+        path: &Path,
+        node: &'n Node<'d>,
+    ) -> Option<&'n [Node<'d>]> {
         match node {
             Node::Array(items) => Some(items),
             other => {
