@@ -114,6 +114,9 @@ impl<S: RunSink> RunSink for Only<'_, S> {
             self.sink.decided(decision);
         }
     }
+    fn reads_rows(&self) -> bool {
+        self.member == Member::Decisions && self.sink.reads_rows()
+    }
 }
 
 /// Replays the trace under every policy and keeps the receipt in memory.

@@ -138,6 +138,10 @@ impl<'c, 't> Runner<'c, 't> {
         );
         price(self.policy, &mut self.rows, params);
         let choice = choose(self.policy, &mut self.rows, params, &mut self.cursor);
+        // After the choice: the cap and the reserve it applied decide the front set.
+        if sink.reads_rows() {
+            self.rows.compute_dominance();
+        }
         let rows = &self.rows;
         let route_kind = RouteKind::of(&choice, rows);
         self.metrics

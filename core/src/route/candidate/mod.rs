@@ -5,17 +5,22 @@
 //! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
 //! have after this request. Rows are computed the same way for every policy. What a
 //! policy makes of them — the cost score, the overload cap, the choice — is in
-//! [`crate::route::policy`]. This module also answers the Pareto dominance question,
-//! and prices one row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads
-//! nothing but the row's own figures.
+//! [`crate::route::policy`]. The rows also hold their Pareto dominance, found for all
+//! of them at once by [`dominance`] when a receipt needs it, and this module prices one
+//! row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads nothing but the
+//! row's own figures.
+
+pub mod dominance;
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::mutant::{active, Mutant};
 use crate::route::cache::reuse::{reuse_walk, WalkScratch};
+use crate::route::cache::work::count_dominance;
 use crate::route::compiled::{Compiled, Req};
 use crate::route::reason::{Reason, Reasons};
 use crate::route::state::RouterState;
 use crate::route::tenant::NamespaceRule;
+use dominance::Dominance;
 
 /// One worker's figures for one request, as the receipt lists it. `worker` indexes the
 /// id-sorted workers. Dominance is one index and a count (SPEC.md §4.6), so a row is a
@@ -40,8 +45,9 @@ pub struct CandidateRow {
 
 /// Every worker's figures for the current request, one array per column, indexed by
 /// worker (id order). A run keeps one `Rows` and refills it for each request, so
-/// routing allocates nothing per decision; [`Rows::to_candidate_rows`] builds the
-/// receipt's rows only when a receipt is being written.
+/// routing allocates nothing per decision; [`Rows::compute_dominance`] and
+/// [`Rows::to_candidate_rows`] build the receipt's rows only when a receipt is being
+/// written.
 #[derive(Debug, Clone)]
 pub struct Rows {
     pub eligible: Vec<bool>,
@@ -56,6 +62,10 @@ pub struct Rows {
     /// The current request's `prompt_tokens`, the same for every row.
     pub prompt_tokens: u64,
     walk: WalkScratch,
+    dominance: Dominance,
+    /// Whether `dominance` is that of the current figures: set by
+    /// [`Rows::compute_dominance`], cleared by [`Rows::fill`].
+    dominance_current: bool,
 }
 
 impl Rows {
@@ -72,6 +82,8 @@ impl Rows {
             cost_milli: vec![0; worker_count],
             prompt_tokens: 0,
             walk: WalkScratch::new(worker_count),
+            dominance: Dominance::default(),
+            dominance_current: false,
         }
     }
 
@@ -96,6 +108,7 @@ impl Rows {
         rule: &mut NamespaceRule,
     ) {
         let base = compiled.base_adapter;
+        self.dominance_current = false;
         crate::route::cache::work::count(compiled.workers.len() as u64);
         for (w, (spec, worker)) in compiled.workers.iter().zip(&mut state.workers).enumerate() {
             worker.drain_to(tick);
@@ -165,9 +178,7 @@ impl Rows {
     /// Eligible and cut neither by the overload cap nor by the cold reserve: the rows
     /// that compete for dominance.
     pub fn in_front_set(&self, w: usize) -> bool {
-        self.eligible[w]
-            && !self.reasons[w].contains(Reason::Overloaded)
-            && !self.reasons[w].contains(Reason::ColdReserve)
+        in_front_set(self.eligible[w], self.reasons[w])
     }
 
     /// B dominates A when it reuses at least as much and leaves at most as much work
@@ -182,33 +193,32 @@ impl Rows {
             && (reuse_b > reuse_a || after_b < after_a)
     }
 
-    /// Whether any row dominates row `a`: O(workers), for the metrics of a run that
-    /// writes no receipt.
+    /// Whether any row dominates row `a`: O(workers), for the metrics of every run,
+    /// receipt or none.
     pub fn is_dominated(&self, a: usize) -> bool {
+        count_dominance(self.len() as u64);
         (0..self.len()).any(|b| self.dominates(b, a))
     }
 
-    /// The first (smallest-id) row that dominates row `a`, and how many do: O(workers).
+    /// Finds every row's dominance for the current figures, reasons included (so after
+    /// the policy has chosen: the overload cap and the cold reserve decide the front
+    /// set): O(workers · log workers) dominance operations (SPEC.md §1.5).
+    pub fn compute_dominance(&mut self) {
+        let (eligible, reasons) = (&self.eligible, &self.reasons);
+        self.dominance.compute(&self.reuse, &self.after_milli, |w| {
+            in_front_set(eligible[w], reasons[w])
+        });
+        self.dominance_current = true;
+    }
+
+    /// The first (smallest-id) row that dominates row `a`, and how many do, as
+    /// [`Rows::compute_dominance`] found them.
     pub fn dominance(&self, a: usize) -> (Option<usize>, u64) {
-        if !self.in_front_set(a) {
-            return (None, 0);
-        }
-        let (reuse_a, after_a) = (self.reuse[a], self.after_milli[a]);
-        let mut first = None;
-        let mut count = 0;
-        // One pass over the columns; `dominates` would re-check row `a` every time.
-        for b in 0..self.len() {
-            let (reuse_b, after_b) = (self.reuse[b], self.after_milli[b]);
-            if reuse_b >= reuse_a
-                && after_b <= after_a
-                && (reuse_b > reuse_a || after_b < after_a)
-                && self.in_front_set(b)
-            {
-                first.get_or_insert(b);
-                count += 1;
-            }
-        }
-        (first, count)
+        assert!(
+            self.dominance_current,
+            "compute_dominance must follow the rows' last fill"
+        );
+        self.dominance.of(a)
     }
 
     /// Row `w` as the receipt lists it.
@@ -230,11 +240,16 @@ impl Rows {
         }
     }
 
-    /// Every row as the receipt lists it, dominance included: O(workers) bytes,
-    /// O(workers²) comparisons.
+    /// Every row as the receipt lists it, dominance included (computed first): O(workers).
     pub fn to_candidate_rows(&self) -> Vec<CandidateRow> {
         (0..self.len()).map(|w| self.candidate_row(w)).collect()
     }
+}
+
+/// Whether a row with these figures is in the front set (SPEC.md §4.6): eligible, and
+/// cut neither by the overload cap nor by the cold reserve.
+fn in_front_set(eligible: bool, reasons: Reasons) -> bool {
+    eligible && !reasons.contains(Reason::Overloaded) && !reasons.contains(Reason::ColdReserve)
 }
 
 /// One row's Dynamo cost (SPEC.md §4.8): Dynamo's `prefill blocks - overlap blocks +
