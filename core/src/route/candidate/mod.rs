@@ -107,44 +107,10 @@ impl Rows {
         params: &PolicyParams,
         rule: &mut NamespaceRule,
     ) {
-        let base = compiled.base_adapter;
         self.dominance_current = false;
         crate::route::cache::work::count(compiled.workers.len() as u64);
-        for (w, (spec, worker)) in compiled.workers.iter().zip(&mut state.workers).enumerate() {
-            worker.drain_to(tick);
-            let mut reasons = Reasons::default();
-            let eligible = if spec.model != request.model {
-                reasons.insert(Reason::ModelNotServed);
-                false
-            } else if request.adapter != base
-                && spec.adapters.binary_search(&request.adapter).is_err()
-            {
-                reasons.insert(Reason::AdapterNotLoaded);
-                false
-            } else {
-                true
-            };
-            let stale = eligible
-                && !active(Mutant::FreshnessIgnored)
-                && params
-                    .freshness_ticks
-                    .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
-            if stale {
-                reasons.insert(Reason::StaleView);
-            }
-            // Sequential epochs with one missing: the evidence is kept but not used.
-            let gap = eligible && state.epochs == EpochsMode::Sequential && worker.has_gap();
-            if gap {
-                reasons.insert(Reason::EvidenceGap);
-            }
-            // An eligible, fresh row has no reason yet: the walk's are all it gets.
-            self.walk.set_walking(w, eligible && !stale && !gap);
-            self.eligible[w] = eligible;
-            self.reasons[w] = reasons;
-            self.reuse[w] = 0;
-            self.queued_prefill[w] = worker.queued_prefill;
-            self.active_decode[w] = worker.active_decode;
-        }
+        self.fill_eligibility(tick, request, compiled, state, params);
+        self.walk.set_walking_rows(&self.eligible, &self.reasons);
         reuse_walk(
             request,
             &state.cache,
@@ -155,8 +121,23 @@ impl Rows {
             &mut self.reasons,
         );
         self.prompt_tokens = request.prompt_tokens;
-        let decode_weight = params.decode_weight_milli as u128;
-        let decode_milli = decode_weight * request.decode_tokens as u128;
+        self.fill_work(request, params);
+    }
+
+    /// Caps each row's reuse at the prompt and fills its recomputed tokens, its work
+    /// and its work after placement. Its own function, like
+    /// [`Rows::fill_eligibility`]: each loop is then compiled on its own, the same way
+    /// whatever else changes around it.
+    #[inline(never)]
+    fn fill_work(&mut self, request: &Req, params: &PolicyParams) {
+        let prompt_tokens = request.prompt_tokens;
+        let decode_weight = params.decode_weight_milli;
+        let decode_milli = decode_weight.saturating_mul(request.decode_tokens);
+        // Below these bounds no sum can overflow (1000·2^32 + 2^31·2^32 + 1000·2^32 +
+        // 2^62 < 2^64), so plain u64 arithmetic is exact and the saturating path, the
+        // exact sum narrowed with `to_u64`, is for figures the overflow rule (§1.4)
+        // keeps out of a valid trace anyway.
+        let small_factors = decode_weight < 1 << 31 && decode_milli < 1 << 62;
         // Zipped slices rather than indexes: this loop runs once per worker per request.
         let columns = self
             .reuse
@@ -166,12 +147,79 @@ impl Rows {
             .zip(&mut self.after_milli)
             .zip(self.queued_prefill.iter().zip(&self.active_decode));
         for ((((reuse, recomputed), work), after), (&queued, &active)) in columns {
-            *reuse = (*reuse).min(request.prompt_tokens);
-            *recomputed = request.prompt_tokens - *reuse;
-            let work_milli = 1000 * queued as u128 + decode_weight * active as u128;
-            let after_milli = work_milli + 1000 * *recomputed as u128 + decode_milli;
-            *work = to_u64(work_milli);
-            *after = to_u64(after_milli);
+            *reuse = (*reuse).min(prompt_tokens);
+            *recomputed = prompt_tokens - *reuse;
+            if small_factors && (queued | active | *recomputed) < 1 << 32 {
+                *work = 1000 * queued + decode_weight * active;
+                *after = *work + 1000 * *recomputed + decode_milli;
+            } else {
+                *work = 1000u64
+                    .saturating_mul(queued)
+                    .saturating_add(decode_weight.saturating_mul(active));
+                *after = work
+                    .saturating_add(1000u64.saturating_mul(*recomputed))
+                    .saturating_add(decode_milli);
+            }
+        }
+    }
+
+    /// Drains every worker to `tick` and fills its eligibility, its reasons before the
+    /// walk (model, adapter, freshness, evidence gap), its load, and a reuse of 0.
+    #[inline(never)]
+    fn fill_eligibility(
+        &mut self,
+        tick: u64,
+        request: &Req,
+        compiled: &Compiled,
+        state: &mut RouterState,
+        params: &PolicyParams,
+    ) {
+        let base = compiled.base_adapter;
+        let freshness_ticks = params
+            .freshness_ticks
+            .filter(|_| !active(Mutant::FreshnessIgnored));
+        let sequential = state.epochs == EpochsMode::Sequential;
+        // Zipped slices rather than indexes: the columns are distinct borrows, so their
+        // pointers stay in registers through the loop, which runs once per worker per
+        // request.
+        let workers = compiled.workers.iter().zip(&mut state.workers);
+        let columns = self
+            .eligible
+            .iter_mut()
+            .zip(&mut self.reasons)
+            .zip(&mut self.reuse)
+            .zip(self.queued_prefill.iter_mut().zip(&mut self.active_decode));
+        for ((spec, worker), (((eligible, reasons), reuse), (queued, active))) in
+            workers.zip(columns)
+        {
+            worker.drain_to(tick);
+            let mut row_reasons = Reasons::default();
+            let row_eligible = if spec.model != request.model {
+                row_reasons.insert(Reason::ModelNotServed);
+                false
+            } else if request.adapter != base
+                && spec.adapters.binary_search(&request.adapter).is_err()
+            {
+                row_reasons.insert(Reason::AdapterNotLoaded);
+                false
+            } else {
+                true
+            };
+            let stale = row_eligible
+                && freshness_ticks
+                    .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
+            if stale {
+                row_reasons.insert(Reason::StaleView);
+            }
+            // Sequential epochs with one missing: the evidence is kept but not used.
+            if row_eligible && sequential && worker.has_gap() {
+                row_reasons.insert(Reason::EvidenceGap);
+            }
+            *eligible = row_eligible;
+            *reasons = row_reasons;
+            *reuse = 0;
+            *queued = worker.queued_prefill;
+            *active = worker.active_decode;
         }
     }
 
@@ -197,7 +245,22 @@ impl Rows {
     /// receipt or none.
     pub fn is_dominated(&self, a: usize) -> bool {
         count_dominance(self.len() as u64);
-        (0..self.len()).any(|b| self.dominates(b, a))
+        if !self.in_front_set(a) {
+            return false;
+        }
+        let (reuse_a, after_a) = (self.reuse[a], self.after_milli[a]);
+        // [`Rows::dominates`] over zipped columns: row `a`'s figures are read once, and
+        // the cheap comparisons come before the front-set test.
+        let figures = self.reuse.iter().zip(&self.after_milli);
+        let front = self.eligible.iter().zip(&self.reasons);
+        figures
+            .zip(front)
+            .any(|((&reuse_b, &after_b), (&eligible_b, &reasons_b))| {
+                reuse_b >= reuse_a
+                    && after_b <= after_a
+                    && (reuse_b > reuse_a || after_b < after_a)
+                    && in_front_set(eligible_b, reasons_b)
+            })
     }
 
     /// Finds every row's dominance for the current figures, reasons included (so after
@@ -248,7 +311,7 @@ impl Rows {
 
 /// Whether a row with these figures is in the front set (SPEC.md §4.6): eligible, and
 /// cut neither by the overload cap nor by the cold reserve.
-fn in_front_set(eligible: bool, reasons: Reasons) -> bool {
+pub(crate) fn in_front_set(eligible: bool, reasons: Reasons) -> bool {
     eligible && !reasons.contains(Reason::Overloaded) && !reasons.contains(Reason::ColdReserve)
 }
 
