@@ -56,7 +56,8 @@ mutants-auto:
     cd "$clone"
     cargo mutants --package kvroute-core --test-package kvroute-core \
         --test-package kvroute-harness --baseline=skip \
-        --file core/src/route/policy.rs --file core/src/route/candidate.rs \
+        --file core/src/route/policy.rs --file core/src/route/candidate/mod.rs \
+        --file core/src/route/candidate/dominance.rs \
         --file core/src/route/tenant.rs --file core/src/route/reuse.rs \
         --file core/src/route/state.rs --file core/src/route/cache_index.rs \
         --file 'core/src/simulate/*.rs' --file core/src/output/jsonl.rs \

@@ -17,8 +17,9 @@
 //!   [`route::state`] (`RouterState::apply_cache_event`, `WorkerState::receive_epoch`);
 //! - the **tenant rule** (whose prefix may be reused, boundary reasons):
 //!   [`route::tenant`]; how far reuse reaches: [`route::cache::reuse`];
-//! - **freshness**, eligibility, work and after-placement figures, and dominance:
-//!   [`route::candidate`]; the reasons rows list: [`route::reason`];
+//! - **freshness**, eligibility, work and after-placement figures:
+//!   [`route::candidate`]; dominance: [`route::candidate::dominance`]; the reasons
+//!   rows list: [`route::reason`];
 //! - the **policy rule** (cost score, ties, margins, the overload cap and the cold
 //!   reserve, route kind, which runs a trace has):
 //!   [`route::policy`]; the Dynamo cost of `dynamo_default`: [`route::candidate`]; one

@@ -114,6 +114,9 @@ impl<S: RunSink> RunSink for Only<'_, S> {
             self.sink.decided(decision);
         }
     }
+    fn reads_rows(&self) -> bool {
+        self.member == Member::Decisions && self.sink.reads_rows()
+    }
 }
 
 /// How many decisions one replay of every run routes, as counted into

@@ -127,3 +127,67 @@ pub fn costly_trace(shape: &CostlyShape) -> Value {
     json!({ "format": "kvroute-trace/1", "limits": "lab", "sharing": sharing,
             "workers": workers, "events": events })
 }
+
+/// How [`wide_trace_bytes`] spreads its workers' cached sizes and queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideShape {
+    /// Worker `k` caches `k + 1` tokens of the requests' one key and starts idle, so
+    /// every reuse differs and the first request's rows form one dominance chain.
+    DistinctReuse,
+    /// Worker `k` caches `1 + 256·(k mod 8)` tokens and starts with `64·(k/8 mod 4)`
+    /// tokens queued: 32 distinct (reuse, after) points, each shared by `workers / 32`
+    /// workers, so most pairs are exact ties (no dominance) or tie on one figure only.
+    TiedReuse,
+}
+
+impl WideShape {
+    pub const ALL: [WideShape; 2] = [WideShape::DistinctReuse, WideShape::TiedReuse];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WideShape::DistinctReuse => "distinct reuse",
+            WideShape::TiedReuse => "tied reuse",
+        }
+    }
+}
+
+/// A `scale` trace of `workers` workers with one cache entry each (all under key `k0`)
+/// and `requests` one-segment requests for that key, one per tick: the case where
+/// dominance, not the reuse walk, is most of a decision's work (issue 26). Written as
+/// text, about 230 bytes per worker (about 1 MB at 4,096 workers); never committed.
+pub fn wide_trace_bytes(workers: usize, requests: usize, shape: WideShape) -> Vec<u8> {
+    use std::io::Write;
+    // Every prompt is longer than any cached entry, so reuse is the cached size.
+    let prompt_tokens = workers.max(2048);
+    let width = workers.saturating_sub(1).to_string().len();
+    let mut out = Vec::with_capacity(240 * workers + 200 * requests + 100);
+    out.extend_from_slice(br#"{"format":"kvroute-trace/1","limits":"scale","workers":["#);
+    for k in 0..workers {
+        if k > 0 {
+            out.push(b',');
+        }
+        let (tokens, queued) = match shape {
+            WideShape::DistinctReuse => (k + 1, 0),
+            WideShape::TiedReuse => (1 + 256 * (k % 8), 64 * ((k / 8) % 4)),
+        };
+        write!(
+            out,
+            r#"{{"id":"w{k:0width$}","model":"m","adapters":[],"prefill_rate":16,"decode_rate":4,"queued_prefill":{queued},"active_decode":0,"observed_tick":0,"epoch":0,"cache":[{{"tenant":"t","model":"m","adapter":"base","key":"k0","tokens":{tokens}}}]}}"#
+        )
+        .expect("writing to a Vec cannot fail");
+    }
+    out.extend_from_slice(br#"],"events":["#);
+    for r in 0..requests {
+        if r > 0 {
+            out.push(b',');
+        }
+        write!(
+            out,
+            r#"{{"seq":{},"tick":{r},"type":"request","id":"r{r}","tenant":"t","model":"m","adapter":"base","prefix":[{{"key":"k0","tokens":{prompt_tokens}}}],"prompt_tokens":{prompt_tokens},"decode_tokens":1}}"#,
+            r + 1
+        )
+        .expect("writing to a Vec cannot fail");
+    }
+    out.extend_from_slice(b"]}");
+    out
+}

@@ -34,8 +34,15 @@
 //!   cache events at 64 workers (a 670 MB receipt), as a ratio measured in the same run,
 //!   with the peak memory of each in a fresh child.
 //!
+//! - **wide fleets** (issue 26): what `kvroute replay TRACE` does (parse, trace digest,
+//!   four policies streamed into the receipt digest, every row's dominance included) on
+//!   1 MB `scale` traces of 4,096 workers with one cache entry each and 120 one-segment
+//!   requests, with every reuse distinct and with most rows tied
+//!   (`kvroute_harness::costly::wide_trace_bytes`).
+//!
 //! `bench-table SECTION...` runs only the named sections (`routing`, `input`,
-//! `oracle`, `swarm`, `closed-loop`, `memory`, `verify`); with none, all of them.
+//! `oracle`, `swarm`, `closed-loop`, `memory`, `verify`, `wide`); with none, all of
+//! them.
 //!
 //! Each figure is the best of several timed runs after one untimed warm-up (fewer runs
 //! for figures whose single run is slow; the count is printed). Importing and preparing
@@ -55,6 +62,7 @@ use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::route::engine::run_metrics;
 use kvroute_core::{parse_trace, read_trace, replay_bytes, Policy};
+use kvroute_harness::costly::{wide_trace_bytes, WideShape};
 use kvroute_harness::differential;
 use kvroute_harness::sweep::{self, SweepConfig};
 use std::hint::black_box;
@@ -86,12 +94,17 @@ const TARGET_DIFFERENTIAL_RATIO: f64 = 2.5;
 const TARGET_JSONL_DECISIONS_PER_SECOND_64: f64 = 25_000.0;
 const TARGET_SCALE_JSONL_PEAK_BYTES: u64 = 150_000_000;
 const TARGET_CHAIN_JSON_PEAK_BYTES: u64 = 100_000_000;
+// Issue 26's target: the replay of a wide trace, in seconds.
+const TARGET_WIDE_REPLAY_SECONDS: f64 = 1.5;
 
 /// Seeds of the differential-cost ratio, and the memory figures' generated traces.
 const DIFFERENTIAL_SEEDS: u64 = 400;
 const SCALE_TRACE_BYTES: usize = 200_000_000;
 const SCALE_TRACE_WORKERS: usize = 8;
 const CHAIN_WORKERS: usize = 4_096;
+/// Issue 26's wide traces: workers (one cache entry each) and one-segment requests.
+const WIDE_WORKERS: usize = 4_096;
+const WIDE_REQUESTS: usize = 120;
 
 /// A figure's best time and how many timed runs it was the best of.
 #[derive(Clone, Copy)]
@@ -694,12 +707,22 @@ fn main() {
         verify_section(&mooncake, &mut targets);
     }
 
+    if wants("wide") {
+        wide_section(&mut targets);
+    }
+
     // Targets.
     println!();
     println!("## Targets");
-    let width = targets.iter().map(|t| t.figure.len()).max().unwrap_or(0);
-    let measured_width = targets.iter().map(|t| t.measured.len()).max().unwrap_or(0);
-    let target_width = targets.iter().map(|t| t.target.len()).max().unwrap_or(0);
+    // Widths in characters, as `{:<width$}` pads: some figures are not ASCII (`×`, `≤`).
+    let chars = |text: &String| text.chars().count();
+    let width = targets.iter().map(|t| chars(&t.figure)).max().unwrap_or(0);
+    let measured_width = targets
+        .iter()
+        .map(|t| chars(&t.measured))
+        .max()
+        .unwrap_or(0);
+    let target_width = targets.iter().map(|t| chars(&t.target)).max().unwrap_or(0);
     println!(
         "{:<width$}  {:<measured_width$}  {:<target_width$}  status",
         "figure", "measured", "target"
@@ -910,6 +933,47 @@ fn verify_section(mooncake: &[u8], targets: &mut Vec<TargetRow>) {
         let _ = std::fs::remove_file(&trace_path);
     }
     let _ = std::fs::remove_dir(&dir);
+}
+
+/// Issue 26's figure: what `kvroute replay TRACE` does (the table's metrics and both
+/// digests, every row's dominance streamed into the receipt digest) on each wide
+/// trace, from its bytes in memory.
+fn wide_section(targets: &mut Vec<TargetRow>) {
+    println!();
+    println!(
+        "## Wide fleets: replay of {} workers × {WIDE_REQUESTS} requests, one cache entry per \
+         worker (issue 26)",
+        grouped(WIDE_WORKERS as f64)
+    );
+    println!(
+        "{:<58} {:>9} {:>10} {:>4}",
+        "trace", "trace MB", "elapsed_s", "runs"
+    );
+    for shape in WideShape::ALL {
+        let bytes = wide_trace_bytes(WIDE_WORKERS, WIDE_REQUESTS, shape);
+        let (m, _) = measure(|| {
+            let trace = parse_trace(black_box(&bytes)).expect("the wide trace validates");
+            let digest = trace_digest(&trace);
+            replay::stream_digest(&Compiled::new(&trace), &digest).0
+        });
+        let seconds = m.best.as_secs_f64();
+        let figure = format!(
+            "{} workers × {WIDE_REQUESTS} requests, replay ({})",
+            grouped(WIDE_WORKERS as f64),
+            shape.name()
+        );
+        println!(
+            "{figure:<58} {:>9.1} {seconds:>10.3} {:>4}",
+            bytes.len() as f64 / 1e6,
+            m.runs
+        );
+        targets.push(TargetRow {
+            figure,
+            measured: format!("{seconds:.3} s"),
+            target: format!("≤ {TARGET_WIDE_REPLAY_SECONDS} s"),
+            status: status(seconds <= TARGET_WIDE_REPLAY_SECONDS).into(),
+        });
+    }
 }
 
 /// Decisions per second of a JSON Lines receipt on one fleet.

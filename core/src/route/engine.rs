@@ -136,8 +136,15 @@ impl<'c, 't> Runner<'c, 't> {
             params,
             &mut self.rule,
         );
-        price(self.policy, &mut self.rows, params);
+        // Without a reader of the rows, a cost that no choice uses is not computed.
+        if self.policy.chooses_by_cost() || sink.reads_rows() {
+            price(self.policy, &mut self.rows, params);
+        }
         let choice = choose(self.policy, &mut self.rows, params, &mut self.cursor);
+        // After the choice: the cap and the reserve it applied decide the front set.
+        if sink.reads_rows() {
+            self.rows.compute_dominance();
+        }
         let rows = &self.rows;
         let route_kind = RouteKind::of(&choice, rows);
         self.metrics

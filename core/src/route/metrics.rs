@@ -3,9 +3,9 @@
 use crate::input::trace::{EpochsMode, PolicyParams, StaleRule};
 use crate::route::candidate::{Choice, Rows};
 use crate::route::compiled::{KeyId, NsId, Req};
-use crate::route::reason::Reason;
+use crate::route::reason::{Reason, Reasons};
 use crate::route::state::{CacheOutcome, Outcome, WorkerState};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// The metrics of one run, as exported.
 /// The field names are the receipt's member names (SPEC.md §6.2), so a receipt's
@@ -93,8 +93,10 @@ pub struct MetricsRecorder {
     /// Work assigned to each worker (milli), by worker index.
     assigned_milli: Vec<u128>,
     latency_proxies_milli: Vec<u64>,
-    /// Where each first segment (namespace and key) was last routed. Lookups only.
-    last_route: HashMap<(NsId, KeyId), usize>,
+    /// Where each first segment (namespace and key) was last routed. Lookups only, so
+    /// the map's order never shows; Fx rather than SipHash, since the keys are the
+    /// trace's own small integers and the map is touched once per routed decision.
+    last_route: FxHashMap<(NsId, KeyId), usize>,
 }
 
 impl MetricsRecorder {
@@ -114,7 +116,7 @@ impl MetricsRecorder {
             },
             assigned_milli: vec![0; worker_count],
             latency_proxies_milli: Vec::new(),
-            last_route: HashMap::new(),
+            last_route: FxHashMap::default(),
         }
     }
 
@@ -127,7 +129,15 @@ impl MetricsRecorder {
         workers: &[WorkerState],
     ) {
         let m = &mut self.metrics;
-        m.boundary_rejections += rows.reasons.iter().map(|r| r.boundary_count()).sum::<u64>();
+        // Boundary reasons are rare: one OR over the rows says whether there are any
+        // to count.
+        let all_reasons = rows
+            .reasons
+            .iter()
+            .fold(Reasons::default(), |all, &r| all.union(r));
+        if all_reasons.boundary_count() > 0 {
+            m.boundary_rejections += rows.reasons.iter().map(|r| r.boundary_count()).sum::<u64>();
+        }
         let count = |reason: Reason| rows.reasons.iter().filter(|r| r.contains(reason)).count();
         if let Some(gap_rows) = &mut m.evidence_gap_rows {
             *gap_rows += count(Reason::EvidenceGap) as u64;

@@ -3,7 +3,7 @@
 //! A validated trace is compiled ([`compiled`]), then each policy's run is replayed by
 //! the [`engine`] (which runs, and into which output, is [`crate::replay`]'s business). What belongs here: the router's state and the epoch rule ([`state`]),
 //! residency, the reuse walk and the count of entry operations ([`cache`]), the tenant
-//! rule ([`tenant`]), candidate rows and dominance ([`candidate`]), row reasons
+//! rule ([`tenant`]), candidate rows and their dominance ([`candidate`]), row reasons
 //! ([`reason`]), the policy rule ([`policy`]), metrics ([`metrics`]), and the records
 //! a run produces with the sinks they go to ([`record`]). What
 //! must not: bytes. Routing reads `input`'s types and never writes JSON or CSV;

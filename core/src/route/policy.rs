@@ -10,7 +10,7 @@
 
 use crate::input::trace::PolicyParams;
 use crate::mutant::{active, Mutant};
-use crate::route::candidate::{dynamo_cost_milli, to_u64, Choice, Rows};
+use crate::route::candidate::{dynamo_cost_milli, in_front_set, to_u64, Choice, Rows};
 use crate::route::reason::Reason;
 
 /// A routing policy.
@@ -64,6 +64,12 @@ impl Policy {
             Policy::CachePlusLoad => "cache_plus_load",
             Policy::DynamoDefault => "dynamo_default",
         }
+    }
+
+    /// Whether the policy chooses by the rows' `cost_milli` (otherwise only a receipt
+    /// reads it, to show what cache-plus-load would have paid).
+    pub fn chooses_by_cost(self) -> bool {
+        matches!(self, Policy::CachePlusLoad | Policy::DynamoDefault)
     }
 
     /// The policy a receipt names `name`, if any.
@@ -141,30 +147,49 @@ fn price_dynamo(rows: &mut Rows, params: &PolicyParams) {
 /// the eligible rows' mean. Every row is priced, eligible or not, for every policy but
 /// `dynamo_default`: the receipt shows what cache-plus-load would have paid.
 fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
-    let mut eligible_count: u128 = 0;
-    let mut after_sum: u128 = 0;
-    for w in 0..rows.len() {
-        // The mutant prices a worker by its prefill queue alone, as if decode were free.
-        let work_in_cost = if active(Mutant::DecodeIgnored) {
-            1000 * rows.queued_prefill[w] as u128
+    // The mutant prices a worker by its prefill queue alone, as if decode were free.
+    let decode_ignored = active(Mutant::DecodeIgnored);
+    // Zipped slices rather than indexes: this loop runs once per worker per request.
+    let work = rows.work_milli.iter().zip(&rows.queued_prefill);
+    for (cost, (&recomputed, (&work, &queued))) in rows
+        .cost_milli
+        .iter_mut()
+        .zip(rows.recomputed.iter().zip(work))
+    {
+        let work_in_cost = if decode_ignored {
+            1000u64.saturating_mul(queued)
         } else {
-            rows.work_milli[w] as u128
+            work
         };
-        // The cost without its imbalance term, which needs every row first.
-        rows.cost_milli[w] = to_u64(1000 * rows.recomputed[w] as u128 + work_in_cost);
-        if rows.eligible[w] {
-            eligible_count += 1;
-            after_sum += rows.after_milli[w] as u128;
-        }
+        // The cost without its imbalance term, which needs every row first. Saturating
+        // u64 arithmetic of non-negative terms is the exact sum narrowed by `to_u64`.
+        *cost = 1000u64
+            .saturating_mul(recomputed)
+            .saturating_add(work_in_cost);
     }
     let imbalance_penalty = params.imbalance_penalty_milli as u128;
-    if eligible_count == 0 || imbalance_penalty == 0 {
+    if imbalance_penalty == 0 {
+        return;
+    }
+    // The eligible rows' count and after sum: the mean the penalty is measured from.
+    let (eligible_count, after_sum) = rows
+        .eligible
+        .iter()
+        .zip(&rows.after_milli)
+        .filter(|(&eligible, _)| eligible)
+        .fold((0u128, 0u128), |(count, sum), (_, &after)| {
+            (count + 1, sum + after as u128)
+        });
+    if eligible_count == 0 {
         return;
     }
     for (cost, &after) in rows.cost_milli.iter_mut().zip(&rows.after_milli) {
         let excess = (eligible_count * after as u128).saturating_sub(after_sum);
-        let imbalance = imbalance_penalty * excess / (1000 * eligible_count);
-        *cost = to_u64(*cost as u128 + imbalance);
+        // A row at or below the mean pays nothing: no 128-bit division for it.
+        if excess > 0 {
+            let imbalance = imbalance_penalty * excess / (1000 * eligible_count);
+            *cost = to_u64(*cost as u128 + imbalance);
+        }
     }
 }
 
@@ -179,19 +204,30 @@ pub fn choose(
     match policy {
         Policy::RoundRobin => round_robin(rows, cursor),
         // Smaller work first.
-        Policy::LeastLoad => best_by(rows, |w| rows.eligible[w], |w| rows.work_milli[w], 1),
+        Policy::LeastLoad => best_of(eligible_scores(&rows.eligible, &rows.work_milli), 1),
         // Larger reuse first: order by the reuse a row lacks against the largest possible.
-        Policy::LongestPrefix => best_by(
-            rows,
-            |w| rows.eligible[w],
-            |w| u64::MAX - rows.reuse[w],
+        Policy::LongestPrefix => best_of(
+            eligible_scores(&rows.eligible, &rows.reuse).map(|(w, reuse)| (w, u64::MAX - reuse)),
             1000,
         ),
         Policy::CachePlusLoad => cache_plus_load(rows, params),
         // The Dynamo cost over every eligible row: no cap and no reserve apply (§4.8),
         // and Dynamo's random tie-break becomes the smallest id.
-        Policy::DynamoDefault => best_by(rows, |w| rows.eligible[w], |w| rows.cost_milli[w], 1),
+        Policy::DynamoDefault => best_of(eligible_scores(&rows.eligible, &rows.cost_milli), 1),
     }
+}
+
+/// `(row, score)` for every eligible row, from the `score` column.
+fn eligible_scores<'r>(
+    eligible: &'r [bool],
+    score: &'r [u64],
+) -> impl Iterator<Item = (usize, u64)> + 'r {
+    eligible
+        .iter()
+        .zip(score)
+        .enumerate()
+        .filter(|(_, (&eligible, _))| eligible)
+        .map(|(w, (_, &score))| (w, score))
 }
 
 fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
@@ -242,7 +278,20 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         }
     }
     let rows = &*rows;
-    let choice = best_by(rows, |w| rows.in_front_set(w), |w| rows.cost_milli[w], 1);
+    // Slices of one length, indexed in a plain loop: the bounds checks fold away.
+    let n = rows.len();
+    let (eligible, reasons, cost) = (
+        &rows.eligible[..n],
+        &rows.reasons[..n],
+        &rows.cost_milli[..n],
+    );
+    let mut best = Best::new();
+    for w in 0..n {
+        if in_front_set(eligible[w], reasons[w]) {
+            best.offer(w, cost[w]);
+        }
+    }
+    let choice = best.choice(1);
     if choice.chosen.is_some() || !rows.eligible.contains(&true) {
         return choice;
     }
@@ -272,39 +321,82 @@ fn best_by(
     score: impl Fn(usize) -> u64,
     margin_scale: u64,
 ) -> Choice {
-    let mut best: Option<(u64, usize)> = None;
-    let mut runner_up: Option<u64> = None;
-    let mut tie_count = 0;
-    for i in (0..rows.len()).filter(|&w| choosable(w)) {
-        let s = score(i);
-        match best {
-            None => {
-                best = Some((s, i));
-                tie_count = 1;
-            }
-            // The mutant lets a later row with an equal score take the lead.
-            Some((b, _)) if s < b || (active(Mutant::TiesToLast) && s == b) => {
-                runner_up = Some(b);
-                best = Some((s, i));
-                tie_count = 1;
-            }
-            Some((b, _)) => {
-                if s == b {
-                    tie_count += 1;
-                }
-                runner_up = Some(runner_up.map_or(s, |r| r.min(s)));
-            }
+    let scored = (0..rows.len())
+        .filter(|&w| choosable(w))
+        .map(|w| (w, score(w)));
+    best_of(scored, margin_scale)
+}
+
+/// [`best_by`] over `(row, score)` pairs of the choosable rows, in row order.
+fn best_of(scored: impl Iterator<Item = (usize, u64)>, margin_scale: u64) -> Choice {
+    let mut best = Best::new();
+    for (row, score) in scored {
+        best.offer(row, score);
+    }
+    best.choice(margin_scale)
+}
+
+/// The smallest score offered so far, its row, how many rows share it and the
+/// smallest score of the others: what [`best_by`] keeps while it scans. Plain fields
+/// rather than options, so the scan's one test per row is a comparison.
+struct Best {
+    /// Rows offered so far.
+    offered: u64,
+    score: u64,
+    row: usize,
+    tie_count: u64,
+    /// The smallest score of the rows offered but not chosen; read once two rows have
+    /// been offered.
+    runner_up: u64,
+    /// The mutant lets a later row with an equal score take the lead.
+    ties_to_last: bool,
+}
+
+impl Best {
+    fn new() -> Self {
+        Best {
+            offered: 0,
+            score: 0,
+            row: 0,
+            tie_count: 0,
+            runner_up: u64::MAX,
+            ties_to_last: active(Mutant::TiesToLast),
         }
     }
-    match best {
-        None => REJECTED,
-        Some((b, i)) => Choice {
-            chosen: Some(i),
+
+    #[inline]
+    fn offer(&mut self, row: usize, score: u64) {
+        self.offered += 1;
+        if self.offered == 1 {
+            (self.score, self.row, self.tie_count) = (score, row, 1);
+        } else if score < self.score || (self.ties_to_last && score == self.score) {
+            self.runner_up = self.score;
+            (self.score, self.row, self.tie_count) = (score, row, 1);
+        } else {
+            if score == self.score {
+                self.tie_count += 1;
+            }
+            // `runner_up` starts at u64::MAX, which no minimum with a real score exceeds.
+            self.runner_up = self.runner_up.min(score);
+        }
+    }
+
+    fn choice(&self, margin_scale: u64) -> Choice {
+        if self.offered == 0 {
+            return REJECTED;
+        }
+        let margin_milli = if self.offered == 1 {
+            0
+        } else {
+            (self.runner_up - self.score) * margin_scale
+        };
+        Choice {
+            chosen: Some(self.row),
             overload_escape: false,
             reserve_fallback: false,
-            tie_count,
-            margin_milli: runner_up.map_or(0, |r| (r - b) * margin_scale),
-        },
+            tie_count: self.tie_count,
+            margin_milli,
+        }
     }
 }
 

@@ -65,6 +65,15 @@ impl Reasons {
         self.0 & reason.bit() != 0
     }
 
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Every reason of either set.
+    pub fn union(self, other: Reasons) -> Reasons {
+        Reasons(self.0 | other.0)
+    }
+
     pub fn iter(self) -> impl Iterator<Item = Reason> {
         Reason::ALL.into_iter().filter(move |r| self.contains(*r))
     }

@@ -102,7 +102,7 @@ pub struct DecisionRef<'a> {
 
 impl DecisionRef<'_> {
     /// The decision as the receipt lists it, with every candidate row and its
-    /// dominance: O(workers) rows, O(workers²) comparisons.
+    /// dominance: O(workers).
     pub fn to_decision(&self) -> Decision {
         Decision {
             seq: self.seq,
@@ -132,6 +132,12 @@ pub trait RunSink {
     fn cache_logged(&mut self, _entry: &CacheLogEntry) {}
     fn observation_logged(&mut self, _entry: &ObservationLogEntry) {}
     fn decided(&mut self, _decision: &DecisionRef) {}
+    /// Whether [`RunSink::decided`] reads the decision's rows. The engine finds every
+    /// row's dominance (SPEC.md §4.6) only for a sink that does, so a sink that ignores
+    /// its decisions should say so.
+    fn reads_rows(&self) -> bool {
+        true
+    }
     /// The run's metrics: after its decisions, before its observation log.
     fn metrics_computed(&mut self, _metrics: &Metrics) {}
     /// The run is complete.
@@ -139,7 +145,11 @@ pub trait RunSink {
 }
 
 /// The sink of a run that writes no receipt: the metrics are all it keeps.
-impl RunSink for () {}
+impl RunSink for () {
+    fn reads_rows(&self) -> bool {
+        false
+    }
+}
 
 /// Collects runs' decisions and logs in memory as [`Run`] records.
 #[derive(Default)]

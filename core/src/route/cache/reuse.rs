@@ -56,6 +56,20 @@ impl WalkScratch {
         self.depth[w] = if walking { 0 } else { NOT_WALKING };
     }
 
+    /// Marks which workers' caches the next request walks: the eligible rows with no
+    /// reason yet (a stale view or an evidence gap keeps the evidence out), one entry
+    /// per worker in each column. One pass over two columns, for the row builder.
+    pub fn set_walking_rows(&mut self, eligible: &[bool], reasons: &[Reasons]) {
+        let rows = eligible.iter().zip(reasons);
+        for (depth, (&eligible, reasons)) in self.depth.iter_mut().zip(rows) {
+            *depth = if eligible && reasons.is_empty() {
+                0
+            } else {
+                NOT_WALKING
+            };
+        }
+    }
+
     /// The workers whose depth, `reuse` or `boundary` the last [`reuse_walk`] changed,
     /// each once, in the order it first reached them. Every other walking worker still
     /// has depth 0, reuse 0 and no boundary reason, so a caller that walks every worker

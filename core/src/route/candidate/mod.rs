@@ -5,17 +5,22 @@
 //! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
 //! have after this request. Rows are computed the same way for every policy. What a
 //! policy makes of them — the cost score, the overload cap, the choice — is in
-//! [`crate::route::policy`]. This module also answers the Pareto dominance question,
-//! and prices one row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads
-//! nothing but the row's own figures.
+//! [`crate::route::policy`]. The rows also hold their Pareto dominance, found for all
+//! of them at once by [`dominance`] when a receipt needs it, and this module prices one
+//! row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads nothing but the
+//! row's own figures.
+
+pub mod dominance;
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::mutant::{active, Mutant};
 use crate::route::cache::reuse::{reuse_walk, WalkScratch};
+use crate::route::cache::work::count_dominance;
 use crate::route::compiled::{Compiled, Req};
 use crate::route::reason::{Reason, Reasons};
 use crate::route::state::RouterState;
 use crate::route::tenant::NamespaceRule;
+use dominance::Dominance;
 
 /// One worker's figures for one request, as the receipt lists it. `worker` indexes the
 /// id-sorted workers. Dominance is one index and a count (SPEC.md §4.6), so a row is a
@@ -40,8 +45,9 @@ pub struct CandidateRow {
 
 /// Every worker's figures for the current request, one array per column, indexed by
 /// worker (id order). A run keeps one `Rows` and refills it for each request, so
-/// routing allocates nothing per decision; [`Rows::to_candidate_rows`] builds the
-/// receipt's rows only when a receipt is being written.
+/// routing allocates nothing per decision; [`Rows::compute_dominance`] and
+/// [`Rows::to_candidate_rows`] build the receipt's rows only when a receipt is being
+/// written.
 #[derive(Debug, Clone)]
 pub struct Rows {
     pub eligible: Vec<bool>,
@@ -56,6 +62,10 @@ pub struct Rows {
     /// The current request's `prompt_tokens`, the same for every row.
     pub prompt_tokens: u64,
     walk: WalkScratch,
+    dominance: Dominance,
+    /// Whether `dominance` is that of the current figures: set by
+    /// [`Rows::compute_dominance`], cleared by [`Rows::fill`].
+    dominance_current: bool,
 }
 
 impl Rows {
@@ -72,6 +82,8 @@ impl Rows {
             cost_milli: vec![0; worker_count],
             prompt_tokens: 0,
             walk: WalkScratch::new(worker_count),
+            dominance: Dominance::default(),
+            dominance_current: false,
         }
     }
 
@@ -95,43 +107,10 @@ impl Rows {
         params: &PolicyParams,
         rule: &mut NamespaceRule,
     ) {
-        let base = compiled.base_adapter;
+        self.dominance_current = false;
         crate::route::cache::work::count(compiled.workers.len() as u64);
-        for (w, (spec, worker)) in compiled.workers.iter().zip(&mut state.workers).enumerate() {
-            worker.drain_to(tick);
-            let mut reasons = Reasons::default();
-            let eligible = if spec.model != request.model {
-                reasons.insert(Reason::ModelNotServed);
-                false
-            } else if request.adapter != base
-                && spec.adapters.binary_search(&request.adapter).is_err()
-            {
-                reasons.insert(Reason::AdapterNotLoaded);
-                false
-            } else {
-                true
-            };
-            let stale = eligible
-                && !active(Mutant::FreshnessIgnored)
-                && params
-                    .freshness_ticks
-                    .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
-            if stale {
-                reasons.insert(Reason::StaleView);
-            }
-            // Sequential epochs with one missing: the evidence is kept but not used.
-            let gap = eligible && state.epochs == EpochsMode::Sequential && worker.has_gap();
-            if gap {
-                reasons.insert(Reason::EvidenceGap);
-            }
-            // An eligible, fresh row has no reason yet: the walk's are all it gets.
-            self.walk.set_walking(w, eligible && !stale && !gap);
-            self.eligible[w] = eligible;
-            self.reasons[w] = reasons;
-            self.reuse[w] = 0;
-            self.queued_prefill[w] = worker.queued_prefill;
-            self.active_decode[w] = worker.active_decode;
-        }
+        self.fill_eligibility(tick, request, compiled, state, params);
+        self.walk.set_walking_rows(&self.eligible, &self.reasons);
         reuse_walk(
             request,
             &state.cache,
@@ -142,8 +121,23 @@ impl Rows {
             &mut self.reasons,
         );
         self.prompt_tokens = request.prompt_tokens;
-        let decode_weight = params.decode_weight_milli as u128;
-        let decode_milli = decode_weight * request.decode_tokens as u128;
+        self.fill_work(request, params);
+    }
+
+    /// Caps each row's reuse at the prompt and fills its recomputed tokens, its work
+    /// and its work after placement. Its own function, like
+    /// [`Rows::fill_eligibility`]: each loop is then compiled on its own, the same way
+    /// whatever else changes around it.
+    #[inline(never)]
+    fn fill_work(&mut self, request: &Req, params: &PolicyParams) {
+        let prompt_tokens = request.prompt_tokens;
+        let decode_weight = params.decode_weight_milli;
+        let decode_milli = decode_weight.saturating_mul(request.decode_tokens);
+        // Below these bounds no sum can overflow (1000·2^32 + 2^31·2^32 + 1000·2^32 +
+        // 2^62 < 2^64), so plain u64 arithmetic is exact and the saturating path, the
+        // exact sum narrowed with `to_u64`, is for figures the overflow rule (§1.4)
+        // keeps out of a valid trace anyway.
+        let small_factors = decode_weight < 1 << 31 && decode_milli < 1 << 62;
         // Zipped slices rather than indexes: this loop runs once per worker per request.
         let columns = self
             .reuse
@@ -153,21 +147,86 @@ impl Rows {
             .zip(&mut self.after_milli)
             .zip(self.queued_prefill.iter().zip(&self.active_decode));
         for ((((reuse, recomputed), work), after), (&queued, &active)) in columns {
-            *reuse = (*reuse).min(request.prompt_tokens);
-            *recomputed = request.prompt_tokens - *reuse;
-            let work_milli = 1000 * queued as u128 + decode_weight * active as u128;
-            let after_milli = work_milli + 1000 * *recomputed as u128 + decode_milli;
-            *work = to_u64(work_milli);
-            *after = to_u64(after_milli);
+            *reuse = (*reuse).min(prompt_tokens);
+            *recomputed = prompt_tokens - *reuse;
+            if small_factors && (queued | active | *recomputed) < 1 << 32 {
+                *work = 1000 * queued + decode_weight * active;
+                *after = *work + 1000 * *recomputed + decode_milli;
+            } else {
+                *work = 1000u64
+                    .saturating_mul(queued)
+                    .saturating_add(decode_weight.saturating_mul(active));
+                *after = work
+                    .saturating_add(1000u64.saturating_mul(*recomputed))
+                    .saturating_add(decode_milli);
+            }
+        }
+    }
+
+    /// Drains every worker to `tick` and fills its eligibility, its reasons before the
+    /// walk (model, adapter, freshness, evidence gap), its load, and a reuse of 0.
+    #[inline(never)]
+    fn fill_eligibility(
+        &mut self,
+        tick: u64,
+        request: &Req,
+        compiled: &Compiled,
+        state: &mut RouterState,
+        params: &PolicyParams,
+    ) {
+        let base = compiled.base_adapter;
+        let freshness_ticks = params
+            .freshness_ticks
+            .filter(|_| !active(Mutant::FreshnessIgnored));
+        let sequential = state.epochs == EpochsMode::Sequential;
+        // Zipped slices rather than indexes: the columns are distinct borrows, so their
+        // pointers stay in registers through the loop, which runs once per worker per
+        // request.
+        let workers = compiled.workers.iter().zip(&mut state.workers);
+        let columns = self
+            .eligible
+            .iter_mut()
+            .zip(&mut self.reasons)
+            .zip(&mut self.reuse)
+            .zip(self.queued_prefill.iter_mut().zip(&mut self.active_decode));
+        for ((spec, worker), (((eligible, reasons), reuse), (queued, active))) in
+            workers.zip(columns)
+        {
+            worker.drain_to(tick);
+            let mut row_reasons = Reasons::default();
+            let row_eligible = if spec.model != request.model {
+                row_reasons.insert(Reason::ModelNotServed);
+                false
+            } else if request.adapter != base
+                && spec.adapters.binary_search(&request.adapter).is_err()
+            {
+                row_reasons.insert(Reason::AdapterNotLoaded);
+                false
+            } else {
+                true
+            };
+            let stale = row_eligible
+                && freshness_ticks
+                    .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
+            if stale {
+                row_reasons.insert(Reason::StaleView);
+            }
+            // Sequential epochs with one missing: the evidence is kept but not used.
+            if row_eligible && sequential && worker.has_gap() {
+                row_reasons.insert(Reason::EvidenceGap);
+            }
+            *eligible = row_eligible;
+            *reasons = row_reasons;
+            *reuse = 0;
+            *queued = worker.queued_prefill;
+            *active = worker.active_decode;
         }
     }
 
     /// Eligible and cut neither by the overload cap nor by the cold reserve: the rows
     /// that compete for dominance.
     pub fn in_front_set(&self, w: usize) -> bool {
-        self.eligible[w]
-            && !self.reasons[w].contains(Reason::Overloaded)
-            && !self.reasons[w].contains(Reason::ColdReserve)
+        in_front_set(self.eligible[w], self.reasons[w])
     }
 
     /// B dominates A when it reuses at least as much and leaves at most as much work
@@ -182,33 +241,47 @@ impl Rows {
             && (reuse_b > reuse_a || after_b < after_a)
     }
 
-    /// Whether any row dominates row `a`: O(workers), for the metrics of a run that
-    /// writes no receipt.
+    /// Whether any row dominates row `a`: O(workers), for the metrics of every run,
+    /// receipt or none.
     pub fn is_dominated(&self, a: usize) -> bool {
-        (0..self.len()).any(|b| self.dominates(b, a))
-    }
-
-    /// The first (smallest-id) row that dominates row `a`, and how many do: O(workers).
-    pub fn dominance(&self, a: usize) -> (Option<usize>, u64) {
+        count_dominance(self.len() as u64);
         if !self.in_front_set(a) {
-            return (None, 0);
+            return false;
         }
         let (reuse_a, after_a) = (self.reuse[a], self.after_milli[a]);
-        let mut first = None;
-        let mut count = 0;
-        // One pass over the columns; `dominates` would re-check row `a` every time.
-        for b in 0..self.len() {
-            let (reuse_b, after_b) = (self.reuse[b], self.after_milli[b]);
-            if reuse_b >= reuse_a
-                && after_b <= after_a
-                && (reuse_b > reuse_a || after_b < after_a)
-                && self.in_front_set(b)
-            {
-                first.get_or_insert(b);
-                count += 1;
-            }
-        }
-        (first, count)
+        // [`Rows::dominates`] over zipped columns: row `a`'s figures are read once, and
+        // the cheap comparisons come before the front-set test.
+        let figures = self.reuse.iter().zip(&self.after_milli);
+        let front = self.eligible.iter().zip(&self.reasons);
+        figures
+            .zip(front)
+            .any(|((&reuse_b, &after_b), (&eligible_b, &reasons_b))| {
+                reuse_b >= reuse_a
+                    && after_b <= after_a
+                    && (reuse_b > reuse_a || after_b < after_a)
+                    && in_front_set(eligible_b, reasons_b)
+            })
+    }
+
+    /// Finds every row's dominance for the current figures, reasons included (so after
+    /// the policy has chosen: the overload cap and the cold reserve decide the front
+    /// set): O(workers · log workers) dominance operations (SPEC.md §1.5).
+    pub fn compute_dominance(&mut self) {
+        let (eligible, reasons) = (&self.eligible, &self.reasons);
+        self.dominance.compute(&self.reuse, &self.after_milli, |w| {
+            in_front_set(eligible[w], reasons[w])
+        });
+        self.dominance_current = true;
+    }
+
+    /// The first (smallest-id) row that dominates row `a`, and how many do, as
+    /// [`Rows::compute_dominance`] found them.
+    pub fn dominance(&self, a: usize) -> (Option<usize>, u64) {
+        assert!(
+            self.dominance_current,
+            "compute_dominance must follow the rows' last fill"
+        );
+        self.dominance.of(a)
     }
 
     /// Row `w` as the receipt lists it.
@@ -230,11 +303,16 @@ impl Rows {
         }
     }
 
-    /// Every row as the receipt lists it, dominance included: O(workers) bytes,
-    /// O(workers²) comparisons.
+    /// Every row as the receipt lists it, dominance included (computed first): O(workers).
     pub fn to_candidate_rows(&self) -> Vec<CandidateRow> {
         (0..self.len()).map(|w| self.candidate_row(w)).collect()
     }
+}
+
+/// Whether a row with these figures is in the front set (SPEC.md §4.6): eligible, and
+/// cut neither by the overload cap nor by the cold reserve.
+pub(crate) fn in_front_set(eligible: bool, reasons: Reasons) -> bool {
+    eligible && !reasons.contains(Reason::Overloaded) && !reasons.contains(Reason::ColdReserve)
 }
 
 /// One row's Dynamo cost (SPEC.md §4.8): Dynamo's `prefill blocks - overlap blocks +
