@@ -20,8 +20,8 @@ pub mod lines;
 pub mod report;
 pub mod wire;
 
-use crate::input::limits::{LimitsProfile, ERROR_LINES_MAX};
 use crate::input::json_lines::{read_line_capped, LineRead};
+use crate::input::limits::{LimitsProfile, ERROR_LINES_MAX};
 use crate::input::trace::Trace;
 pub use convert::{EventsOptions, Keying};
 pub use report::ImportReport;
