@@ -201,36 +201,7 @@ pub enum Command {
     /// profile_export.jsonl): what was dropped, never routed, retried, cancelled or
     /// failed; whether the predicted work ranks TTFT; per-worker calibration; and
     /// goodput under declared latency objectives (SPEC.md §14).
-    Join {
-        /// The receipt (`replay --format json` or `--format jsonl`); `-` is stdin.
-        receipt: PathBuf,
-        /// The completion records; `-` is stdin.
-        completions: PathBuf,
-        /// The layout of the completion records.
-        #[arg(long, value_enum, default_value_t = CompletionsFormat::Aiperf)]
-        completions_format: CompletionsFormat,
-        /// The run that served the traffic.
-        #[arg(long, value_name = "POLICY", value_parser = parse_policy,
-              default_value = "cache_plus_load")]
-        run: Policy,
-        /// The key the receipt's request ids were keyed with (`replay --id-key`):
-        /// completion ids are keyed the same way before they are matched.
-        #[arg(long, value_name = "FILE")]
-        id_key: Option<PathBuf>,
-        /// Latency objectives in whole milliseconds, `ttft_ms=X,tpot_ms=Y` (either alone).
-        #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
-        slo: Option<kvroute_core::join::figures::Slo>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
-        format: DiffFormat,
-        /// Write to FILE instead of stdout (atomically).
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        /// CSV only: write worker ids exactly as in the receipt. By default an id
-        /// starting with `=`, `+`, `-`, `@`, tab or CR gets a leading `'`.
-        #[arg(long)]
-        csv_plain: bool,
-    },
+    Join(JoinArgs),
     /// Subscribe to vLLM or SGLang KV event publishers and write a capture for
     /// `import vllm-events` (SPEC.md §13.6). Stops after --count messages, after
     /// --seconds, or on Ctrl-C, and keeps what it received.
@@ -502,6 +473,39 @@ pub fn parse_policy(text: &str) -> Result<Policy, String> {
             let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
             format!("expected one of {}, found {text:?}", names.join(", "))
         })
+}
+
+/// `kvroute join`'s arguments (SPEC.md §14).
+#[derive(clap::Args)]
+pub struct JoinArgs {
+    /// The receipt (`replay --format json` or `--format jsonl`); `-` is stdin.
+    pub receipt: PathBuf,
+    /// The completion records; `-` is stdin.
+    pub completions: PathBuf,
+    /// The layout of the completion records.
+    #[arg(long, value_enum, default_value_t = CompletionsFormat::Aiperf)]
+    pub completions_format: CompletionsFormat,
+    /// The run that served the traffic.
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy,
+          default_value = "cache_plus_load")]
+    pub run: Policy,
+    /// The key the receipt's request ids were keyed with (`replay --id-key`):
+    /// completion ids are keyed the same way before they are matched.
+    #[arg(long, value_name = "FILE")]
+    pub id_key: Option<PathBuf>,
+    /// Latency objectives in whole milliseconds, `ttft_ms=X,tpot_ms=Y` (either alone).
+    #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
+    pub slo: Option<kvroute_core::join::figures::Slo>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
+    pub format: DiffFormat,
+    /// Write to FILE instead of stdout (atomically).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// CSV only: write worker ids exactly as in the receipt. By default an id
+    /// starting with `=`, `+`, `-`, `@`, tab or CR gets a leading `'`.
+    #[arg(long)]
+    pub csv_plain: bool,
 }
 
 /// The layouts of completion records `join` reads (SPEC.md §14.1).

@@ -5,27 +5,13 @@
 use crate::failure::Failure;
 use crate::inputs::read_id_key;
 use crate::out::emit;
-use kvroute_cli::args::DiffFormat;
+use kvroute_cli::args::{DiffFormat, JoinArgs};
 use kvroute_cli::terminal::printable;
-use kvroute_core::join::figures::Slo;
 use kvroute_core::join::receipt::ReceiptError;
 use kvroute_core::join::{self, output, JoinError, JoinOptions};
 use kvroute_core::output::csv::CsvIds;
-use kvroute_core::Policy;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-
-/// What the command line asked for.
-pub struct JoinArgs {
-    pub receipt: PathBuf,
-    pub completions: PathBuf,
-    pub run: Policy,
-    pub id_key: Option<PathBuf>,
-    pub slo: Option<Slo>,
-    pub format: DiffFormat,
-    pub out: Option<PathBuf>,
-    pub csv_plain: bool,
-}
+use std::path::Path;
 
 fn open(path: &Path, what: &str) -> Result<Box<dyn BufRead>, Failure> {
     if path.as_os_str() == "-" {

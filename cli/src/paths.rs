@@ -43,15 +43,13 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             some(&[Some(first), second.as_ref(), trace.as_ref()]),
             out.iter().cloned().collect(),
         ),
-        Command::Join {
-            receipt,
-            completions,
-            id_key,
-            out,
-            ..
-        } => (
-            some(&[Some(receipt), Some(completions), id_key.as_ref()]),
-            out.iter().cloned().collect(),
+        Command::Join(args) => (
+            some(&[
+                Some(&args.receipt),
+                Some(&args.completions),
+                args.id_key.as_ref(),
+            ]),
+            args.out.iter().cloned().collect(),
         ),
         Command::Import {
             format: ImportFormat::Mooncake { file, out, .. },
@@ -108,7 +106,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Replay { .. } => "replay",
         Command::Report { .. } => "report",
         Command::Diff { .. } => "diff",
-        Command::Join { .. } => "join",
+        Command::Join(_) => "join",
         Command::Import {
             format: ImportFormat::Mooncake { .. },
         } => "import mooncake",

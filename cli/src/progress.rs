@@ -214,33 +214,37 @@ fn status_line(shared: &Shared, started: Instant) -> String {
     )
 }
 
-/// `, 1,200,000 of 4,800,000 decisions (25%), 410,000/s, about 9s left`, like
-/// [`of_total`].
+/// `, 1,200,000 of 4,800,000 decisions (25%), 410,000/s, about 9s left`.
 fn decisions_of_total(done: u64, total: u64, elapsed: Duration) -> String {
+    share_of_total(done, total, elapsed, "decisions", &|n| {
+        indicatif::HumanCount(n).to_string()
+    })
+}
+
+/// `, 32 MiB of 89 MiB read (36%), 41 MiB/s, about 2s left`.
+fn of_total(bytes: u64, total: u64, elapsed: Duration) -> String {
+    share_of_total(bytes, total, elapsed, "read", &|n| {
+        indicatif::HumanBytes(n).to_string()
+    })
+}
+
+/// `, DONE of TOTAL WHAT (share%), RATE/s, about T left`, amounts shown by `show`: the
+/// rate is the mean so far, and the estimate the rest at that rate.
+fn share_of_total(
+    done: u64,
+    total: u64,
+    elapsed: Duration,
+    what: &str,
+    show: &dyn Fn(u64) -> String,
+) -> String {
     let share = done.min(total) * 100 / total.max(1);
     let rate = done as f64 / elapsed.as_secs_f64().max(1e-3);
     let left = Duration::from_secs_f64(total.saturating_sub(done) as f64 / rate.max(1.0));
     format!(
-        ", {} of {} decisions ({share}%), {}/s, about {} left",
-        indicatif::HumanCount(done),
-        indicatif::HumanCount(total),
-        indicatif::HumanCount(rate as u64),
-        indicatif::HumanDuration(left)
-    )
-}
-
-/// `, 32 MiB of 89 MiB read (36%), 41 MiB/s, about 2s left`: the rate is the mean so
-/// far, and the estimate the rest at that rate (none before anything was read).
-fn of_total(bytes: u64, total: u64, elapsed: Duration) -> String {
-    let share = bytes.min(total) * 100 / total.max(1);
-    let seconds = elapsed.as_secs_f64().max(1e-3);
-    let rate = bytes as f64 / seconds;
-    let left = Duration::from_secs_f64(total.saturating_sub(bytes) as f64 / rate.max(1.0));
-    format!(
-        ", {} of {} read ({share}%), {}/s, about {} left",
-        indicatif::HumanBytes(bytes),
-        indicatif::HumanBytes(total),
-        indicatif::HumanBytes(rate as u64),
+        ", {} of {} {what} ({share}%), {}/s, about {} left",
+        show(done),
+        show(total),
+        show(rate as u64),
         indicatif::HumanDuration(left)
     )
 }

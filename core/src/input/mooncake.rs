@@ -278,17 +278,14 @@ impl LineRequest {
 /// workers (SPEC.md §10.1).
 fn trace_head(options: &MooncakeOptions, namespace: &Namespace) -> Trace {
     let workers = (0..options.workers)
-        .map(|index| WorkerSpec {
-            id: fleet_worker_id(index, options.workers).into(),
-            model: Arc::clone(&namespace.model),
-            adapters: Vec::new(),
-            prefill_rate: DEFAULT_PREFILL_RATE,
-            decode_rate: DEFAULT_DECODE_RATE,
-            queued_prefill: 0,
-            active_decode: 0,
-            observed_tick: 0,
-            epoch: 0,
-            cache: Vec::new(),
+        .map(|index| {
+            WorkerSpec::idle(
+                fleet_worker_id(index, options.workers).into(),
+                Arc::clone(&namespace.model),
+                Vec::new(),
+                DEFAULT_PREFILL_RATE,
+                DEFAULT_DECODE_RATE,
+            )
         })
         .collect();
     Trace {

@@ -149,6 +149,31 @@ pub struct WorkerSpec {
     pub cache: Vec<CacheEntry>,
 }
 
+impl WorkerSpec {
+    /// A worker as an import creates it: these rates, idle (no load, epoch 0) and with
+    /// an empty cache.
+    pub fn idle(
+        id: Arc<str>,
+        model: Arc<str>,
+        adapters: Vec<Arc<str>>,
+        prefill_rate: u64,
+        decode_rate: u64,
+    ) -> WorkerSpec {
+        WorkerSpec {
+            id,
+            model,
+            adapters,
+            prefill_rate,
+            decode_rate,
+            queued_prefill: 0,
+            active_decode: 0,
+            observed_tick: 0,
+            epoch: 0,
+            cache: Vec::new(),
+        }
+    }
+}
+
 /// A prefix block reference: an opaque key and its token count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {

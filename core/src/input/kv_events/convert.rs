@@ -526,17 +526,14 @@ impl<'o> Converter<'o> {
             .collect();
         self.publishers
             .values()
-            .map(|publisher| WorkerSpec {
-                id: publisher.worker.clone(),
-                model: self.model.clone(),
-                adapters: adapters.clone(),
-                prefill_rate: DEFAULT_PREFILL_RATE,
-                decode_rate: DEFAULT_DECODE_RATE,
-                queued_prefill: 0,
-                active_decode: 0,
-                observed_tick: 0,
-                epoch: 0,
-                cache: Vec::new(),
+            .map(|publisher| {
+                WorkerSpec::idle(
+                    publisher.worker.clone(),
+                    self.model.clone(),
+                    adapters.clone(),
+                    DEFAULT_PREFILL_RATE,
+                    DEFAULT_DECODE_RATE,
+                )
             })
             .collect()
     }
