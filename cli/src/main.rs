@@ -360,71 +360,38 @@ fn simulate(
     let mut trace = load_trace(Some(path))?;
     overrides.apply(&mut trace.policy);
     progress.phase("running the closed loop of the four policies");
-    // The closed loop routes each request once a policy.
-    let policy_count = Policy::STANDARD.len() as u64;
-    let (stdout_bytes, generated) = if format == SimulateFormat::Json {
-        let routed = DecisionsRouted::default();
-        progress.count_decisions(&routed, policy_count * trace.request_count() as u64);
-        let result = simulate::result::simulate_result(&trace, workers, options, &routed)
-            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
-        note_dropped_events(result.dropped_events);
-        let mut bytes = result.document;
-        bytes.push(b'\n');
-        let generated = match events_out {
-            Some(_) => result.generated_traces,
-            None => Vec::new(),
-        };
-        (bytes, generated)
+    let keep_completions = completions_out.is_some();
+    let simulated = if format == SimulateFormat::Json {
+        simulate_document(&trace, workers, options, keep_completions, &progress)?
     } else {
-        let (sim_trace, dropped) = simulate::simulation_trace(&trace, workers)
-            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
-        note_dropped_events(dropped);
-        let compiled = Compiled::new(&sim_trace);
-        progress.count_decisions(
-            &compiled.decisions_routed,
-            policy_count * compiled.request_count(),
-        );
-        let keep_events = events_out.is_some();
-        let runs: Vec<simulate::SimRun> = Policy::STANDARD
-            .iter()
-            .enumerate()
-            .map(|(i, &policy)| {
-                progress.phase(&format!(
-                    "running the closed loop of {} ({} of {})",
-                    policy.name(),
-                    i + 1,
-                    Policy::STANDARD.len()
-                ));
-                simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ())
-            })
-            .collect();
-        let table = simulate::table::simulate_table(
-            &runs,
-            sim_trace.workers.len(),
-            sim_trace.request_count(),
-            &simulate_settings(options, &sim_trace),
-        );
-        let generated = match events_out {
-            Some(_) => runs
-                .iter()
-                .map(|run| {
-                    let trace = simulate::generated_trace(&sim_trace, run);
-                    (run.policy, canonical::canonical_trace_bytes(&trace))
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        (table.into_bytes(), generated)
+        simulate_table_runs(
+            &trace,
+            workers,
+            options,
+            events_out.is_some(),
+            keep_completions,
+            &progress,
+        )?
     };
     if let Some(dir) = events_out {
         progress.phase("validating and writing the generated traces");
-        write_generated_traces(dir, &generated)?;
+        write_generated_traces(dir, &simulated.generated)?;
     }
     if let Some((dir, ticks_per_ms)) = completions_out {
         progress.phase("writing the completion records");
-        let files = simulated_completions(&trace, workers, options, ticks_per_ms)?;
+        let files: Vec<(Policy, Vec<u8>)> = simulated
+            .completions
+            .iter()
+            .map(|(policy, served)| {
+                (
+                    *policy,
+                    simulate::completions::completion_lines(served, ticks_per_ms),
+                )
+            })
+            .collect();
         write_policy_files(dir, &files, "completions.jsonl")?;
     }
+    let stdout_bytes = simulated.stdout;
     progress.finish();
     emit(&stdout_bytes, None)?;
     let written = [
@@ -439,6 +406,108 @@ fn simulate(
         }
     }
     Ok(())
+}
+
+/// What a simulation gives the command: its stdout, each policy's generated trace
+/// (when `--events-out` asks) and each policy's served requests (when
+/// `--completions-out` asks), in receipt order.
+struct Simulated {
+    stdout: Vec<u8>,
+    generated: Vec<(Policy, Vec<u8>)>,
+    completions: Vec<(Policy, Vec<simulate::SimCompletion>)>,
+}
+
+/// `--format json`: the canonical kvroute-simulate/1 document, which already holds the
+/// generated traces.
+fn simulate_document(
+    trace: &Trace,
+    workers: Option<u32>,
+    options: &SimulateOptions,
+    keep_completions: bool,
+    progress: &progress::Progress,
+) -> Result<Simulated, Failure> {
+    let routed = DecisionsRouted::default();
+    // The closed loop routes each request once a policy.
+    let total = Policy::STANDARD.len() as u64 * trace.request_count() as u64;
+    progress.count_decisions(&routed, total);
+    let result =
+        simulate::result::simulate_result(trace, workers, options, &routed, keep_completions)
+            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+    note_dropped_events(result.dropped_events);
+    let mut stdout = result.document;
+    stdout.push(b'\n');
+    Ok(Simulated {
+        stdout,
+        generated: result.generated_traces,
+        completions: result.completions,
+    })
+}
+
+/// The table: one closed loop a policy, keeping its generated events and its served
+/// requests only when they are to be written.
+fn simulate_table_runs(
+    trace: &Trace,
+    workers: Option<u32>,
+    options: &SimulateOptions,
+    keep_events: bool,
+    keep_completions: bool,
+    progress: &progress::Progress,
+) -> Result<Simulated, Failure> {
+    let (sim_trace, dropped) = simulate::simulation_trace(trace, workers)
+        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+    note_dropped_events(dropped);
+    let compiled = Compiled::new(&sim_trace);
+    let policy_count = Policy::STANDARD.len();
+    progress.count_decisions(
+        &compiled.decisions_routed,
+        policy_count as u64 * compiled.request_count(),
+    );
+    let (runs, completions): (Vec<simulate::SimRun>, Vec<_>) = Policy::STANDARD
+        .iter()
+        .enumerate()
+        .map(|(i, &policy)| {
+            progress.phase(&format!(
+                "running the closed loop of {} ({} of {policy_count})",
+                policy.name(),
+                i + 1
+            ));
+            let (run, served) = if keep_completions {
+                simulate::closed_loop::simulate_policy_with_completions(
+                    &compiled,
+                    policy,
+                    options,
+                    keep_events,
+                    &mut (),
+                )
+            } else {
+                let run =
+                    simulate::simulate_policy(&compiled, policy, options, keep_events, &mut ());
+                (run, Vec::new())
+            };
+            (run, (policy, served))
+        })
+        .unzip();
+    let table = simulate::table::simulate_table(
+        &runs,
+        sim_trace.workers.len(),
+        sim_trace.request_count(),
+        &simulate_settings(options, &sim_trace),
+    );
+    let generated = if keep_events {
+        runs.iter()
+            .map(|run| {
+                let trace = simulate::generated_trace(&sim_trace, run);
+                (run.policy, canonical::canonical_trace_bytes(&trace))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Simulated {
+        stdout: table.into_bytes(),
+        generated,
+        completions,
+    })
 }
 
 /// Says on stderr that the input's own cache and load events were not used.
@@ -492,34 +561,6 @@ fn write_policy_files(
     }
     created.keep();
     Ok(())
-}
-
-/// Each policy's AIPerf completion records (SPEC.md §14.4), from a closed loop of its
-/// own: `simulate`'s runs keep no per-request record, and asking for them costs one
-/// more loop per policy only when `--completions-out` is given.
-fn simulated_completions(
-    trace: &Trace,
-    workers: Option<u32>,
-    options: &SimulateOptions,
-    ticks_per_ms: u64,
-) -> Result<Vec<(Policy, Vec<u8>)>, Failure> {
-    let (sim_trace, _) = simulate::simulation_trace(trace, workers)
-        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
-    let compiled = Compiled::new(&sim_trace);
-    Ok(Policy::STANDARD
-        .iter()
-        .map(|&policy| {
-            let (_, served) = simulate::closed_loop::simulate_policy_with_completions(
-                &compiled,
-                policy,
-                options,
-                false,
-                &mut (),
-            );
-            let lines = simulate::completions::completion_lines(&served, &compiled, ticks_per_ms);
-            (policy, lines)
-        })
-        .collect())
 }
 
 fn validate(path: &Path) -> Result<(), Failure> {

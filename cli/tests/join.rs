@@ -74,3 +74,81 @@ fn the_lab_receipt_joins_its_records_in_every_format() {
         Some("w0,2,210250,11125,892000,235")
     );
 }
+
+/// `simulate --completions-out` (SPEC.md §14.4) writes the same four files from the
+/// table and from the JSON document, and each joins the receipt of its generated trace
+/// with every routed decision matched.
+#[test]
+fn simulate_writes_completions_that_join_its_receipts() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/lab/trace.json");
+    let (table_dir, json_dir) = (dir.path().join("table"), dir.path().join("json"));
+    for (out, format) in [(&table_dir, "table"), (&json_dir, "json")] {
+        let out = out.display().to_string();
+        let args = [
+            "simulate",
+            lab,
+            "--events-out",
+            &out,
+            "--completions-out",
+            &out,
+        ];
+        let run = kvroute(
+            &[&args[..], &["--ticks-per-ms", "7", "--format", format]].concat(),
+            None,
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    for policy in [
+        "round_robin",
+        "least_load",
+        "longest_prefix",
+        "cache_plus_load",
+    ] {
+        let file = format!("{policy}.completions.jsonl");
+        let completions = table_dir.join(&file);
+        assert_eq!(
+            std::fs::read(&completions).unwrap(),
+            std::fs::read(json_dir.join(&file)).unwrap()
+        );
+        let receipt = dir
+            .path()
+            .join(format!("{policy}.receipt.json"))
+            .display()
+            .to_string();
+        let trace = table_dir
+            .join(format!("{policy}.trace.json"))
+            .display()
+            .to_string();
+        assert!(kvroute(
+            &["replay", &trace, "--format", "json", "--out", &receipt],
+            None
+        )
+        .status
+        .success());
+        let joined = kvroute(
+            &[
+                "join",
+                &receipt,
+                completions.to_str().unwrap(),
+                "--run",
+                policy,
+                "--format",
+                "json",
+            ],
+            None,
+        );
+        let document: serde_json::Value = serde_json::from_slice(&joined.stdout).unwrap();
+        let counts = &document["counts"];
+        assert_eq!(counts["matched"], counts["routed"], "{policy}");
+        assert_eq!(
+            (counts["dropped"].as_u64(), counts["rejected"].as_u64()),
+            (Some(0), Some(1)),
+            "{policy}"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! identically. This module compares what the model itself produced.
 
 use crate::differential::{first_receipt_difference, save_trace, Divergence};
+use kvroute_core::simulate::completions::completion_lines;
 use kvroute_core::simulate::result::simulate_result;
 use kvroute_core::simulate::{Capacity, SimulateOptions};
 use kvroute_oracle::{SimCache, SimOptions};
@@ -16,6 +17,8 @@ use kvroute_oracle::{SimCache, SimOptions};
 pub struct SimSettings {
     pub workers: Option<u32>,
     pub options: SimulateOptions,
+    /// The `--ticks-per-ms` the completion records are compared at (SPEC.md §14.4).
+    pub ticks_per_ms: u64,
 }
 
 impl SimSettings {
@@ -58,7 +61,9 @@ impl SimSettings {
 }
 
 /// Simulates `trace_json` in core and in the oracle: `Ok` with the shared document
-/// when both agree byte for byte (or both reject), else the first difference.
+/// when both agree byte for byte on it, on every generated trace and on every
+/// policy's completion records at `settings.ticks_per_ms` (or both reject), else the
+/// first difference.
 pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec<u8>, Divergence> {
     let core = kvroute_core::parse_trace(trace_json)
         .map_err(|e| e.to_string())
@@ -68,10 +73,14 @@ pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec
                 settings.workers,
                 &settings.options,
                 &Default::default(),
+                true,
             )
             .map_err(|e| e.to_string())
         });
-    let oracle = kvroute_oracle::simulate(trace_json, &settings.oracle_options());
+    let oracle = kvroute_oracle::simulate_with_completions(trace_json, &settings.oracle_options())
+        .and_then(|(outcome, completions)| {
+            Ok((outcome, completions.jsonl(settings.ticks_per_ms)?))
+        });
     let diverge = |first_difference: String| Err(Divergence { first_difference });
     match (core, oracle) {
         (Err(_), Err(_)) => Ok(Vec::new()),
@@ -81,7 +90,7 @@ pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec
         (Err(e), Ok(_)) => diverge(format!(
             "core rejects the trace ({e}), the oracle simulates it"
         )),
-        (Ok(core), Ok(oracle)) => {
+        (Ok(core), Ok((oracle, oracle_completions))) => {
             // The generated traces first: a difference there names the event, where the
             // document would only show two digests.
             for ((policy, core_bytes), (name, oracle_bytes)) in
@@ -105,6 +114,18 @@ pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec
                     "simulate documents differ {}",
                     first_receipt_difference(&core.document, &oracle.result, "core", "oracle")
                 ));
+            }
+            let ticks_per_ms = settings.ticks_per_ms;
+            for ((policy, served), (name, oracle_bytes)) in
+                core.completions.iter().zip(&oracle_completions)
+            {
+                let core_bytes = completion_lines(served, ticks_per_ms);
+                if policy.name() != name || &core_bytes != oracle_bytes {
+                    return diverge(format!(
+                        "{name}: completion records at {ticks_per_ms} ticks a ms differ {}",
+                        first_receipt_difference(&core_bytes, oracle_bytes, "core", "oracle")
+                    ));
+                }
             }
             Ok(core.document)
         }
@@ -149,75 +170,14 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
             // Half the seeds lose events on the bus (SPEC.md §11, *Loss*).
             loss_per_mille: [0, 0, 50, 300][((mixed >> 24) % 4) as usize],
         },
-    }
-}
-
-/// Each policy's completion records (SPEC.md §14.4) from core's loop and from the
-/// oracle's, at `ticks_per_ms`: `Ok` when every file is the same byte for byte (or
-/// both reject the trace).
-pub fn compare_completions(
-    trace_json: &[u8],
-    settings: &SimSettings,
-    ticks_per_ms: u64,
-) -> Result<(), Divergence> {
-    use kvroute_core::route::compiled::Compiled;
-    use kvroute_core::simulate::closed_loop::simulate_policy_with_completions;
-    use kvroute_core::simulate::completions::completion_lines;
-    let core = kvroute_core::parse_trace(trace_json)
-        .map_err(|e| e.to_string())
-        .and_then(|trace| {
-            kvroute_core::simulate::simulation_trace(&trace, settings.workers)
-                .map_err(|e| e.to_string())
-                .map(|(sim, _)| {
-                    let compiled = Compiled::new(&sim);
-                    kvroute_core::Policy::STANDARD
-                        .iter()
-                        .map(|&policy| {
-                            let (_, served) = simulate_policy_with_completions(
-                                &compiled,
-                                policy,
-                                &settings.options,
-                                false,
-                                &mut (),
-                            );
-                            (
-                                policy.name().to_owned(),
-                                completion_lines(&served, &compiled, ticks_per_ms),
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                })
-        });
-    let oracle = kvroute_oracle::simulate_with_completions(trace_json, &settings.oracle_options())
-        .and_then(|(_, completions)| completions.jsonl(ticks_per_ms));
-    let diverge = |first_difference: String| Err(Divergence { first_difference });
-    match (core, oracle) {
-        (Err(_), Err(_)) => Ok(()),
-        (Ok(_), Err(e)) => diverge(format!("core writes completion records, the oracle: {e}")),
-        (Err(e), Ok(_)) => diverge(format!(
-            "core rejects the trace ({e}), the oracle writes records"
-        )),
-        (Ok(core), Ok(oracle)) => {
-            for ((name, core_bytes), (oracle_name, oracle_bytes)) in core.iter().zip(&oracle) {
-                if name != oracle_name || core_bytes != oracle_bytes {
-                    return diverge(format!(
-                        "{name}: completion records at {ticks_per_ms} ticks a ms differ {}",
-                        first_receipt_difference(core_bytes, oracle_bytes, "core", "oracle")
-                    ));
-                }
-            }
-            Ok(())
-        }
+        // Ticks of 1 ms, of 1/7 ms (every figure floored) and of 1 µs.
+        ticks_per_ms: [1, 7, 1000][(seed % 3) as usize],
     }
 }
 
 /// One seed of the closed-loop sweep (`kvroute swarm --closed-loop`): the seed's
-/// generated trace simulated by both engine models under [`settings_for_seed`], the
-/// documents and generated traces, then the completion records at 1, 7 or 1,000 ticks
-/// a ms (by seed).
+/// generated trace simulated by both engine models under [`settings_for_seed`].
 pub fn check_closed_loop_seed(seed: u64) -> Result<(), Divergence> {
     let trace = crate::generators::TraceRecipe::from_seed(seed).build_bytes();
-    let settings = settings_for_seed(seed);
-    compare_simulate(&trace, &settings)?;
-    compare_completions(&trace, &settings, [1, 7, 1000][(seed % 3) as usize])
+    compare_simulate(&trace, &settings_for_seed(seed)).map(|_| ())
 }

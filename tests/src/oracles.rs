@@ -427,6 +427,8 @@ pub fn closed_loop(case: &LoopCase) {
     let settings = crate::engine_model::SimSettings {
         workers: None,
         options: options.clone(),
+        // 1 to 256 ticks a ms: floors at every step of the record arithmetic.
+        ticks_per_ms: 1 + u64::from(case.jitter_seed),
     };
     crate::engine_model::assert_simulations_agree(
         "fuzz-closed-loop",

@@ -224,7 +224,7 @@ fn completion_records_of_a_loop_join_its_receipt_without_a_gap() {
             let generated = generated_trace(&sim, &run);
             let receipt = kvroute_core::replay_bytes(&canonical_trace_bytes(&generated)).unwrap();
             for ticks_per_ms in [1, 1000] {
-                let lines = completion_lines(&served, &compiled, ticks_per_ms);
+                let lines = completion_lines(&served, ticks_per_ms);
                 let join_options = JoinOptions {
                     run: Some(policy),
                     ..JoinOptions::default()

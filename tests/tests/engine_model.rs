@@ -20,6 +20,7 @@ fn settings(
 ) -> SimSettings {
     SimSettings {
         workers,
+        ticks_per_ms: 1,
         options: SimulateOptions {
             capacity,
             publication_lag_ticks: lag,
@@ -49,6 +50,7 @@ fn the_lab_trace_agrees_under_default_and_tight_engines() {
         SimSettings {
             workers: None,
             options: SimulateOptions::default(),
+            ticks_per_ms: 1,
         },
         settings(Capacity::Blocks(3), 2, 7, 5, None),
         settings(Capacity::Tokens(700), 0, 0, 0, Some(3)),
@@ -98,9 +100,9 @@ fn generated_traces_agree_under_generated_engines() {
 
 /// SPEC.md §14.4: both engine models write the same completion records, on the lab
 /// trace (a rejected request, several tenants) and 2,000 Mooncake requests with
-/// evictions and jitter, at 1, 7 and 1,000 ticks a ms. Generated traces are compared
-/// the same way by `generated_traces_agree_under_generated_engines` (through
-/// `check_closed_loop_seed`).
+/// evictions and jitter, at 1, 7 and 1,000 ticks a ms. Every comparison of the two
+/// engine models compares them (`compare_simulate`), so the generated seeds of
+/// `generated_traces_agree_under_generated_engines` and `swarm --closed-loop` do too.
 #[test]
 fn the_completion_records_agree() {
     let lab = kvroute_core::LAB_TRACE_JSON.as_bytes();
@@ -114,11 +116,11 @@ fn the_completion_records_agree() {
     ];
     for (trace, s) in cases {
         for ticks_per_ms in [1, 7, 1000] {
-            if let Err(divergence) =
-                kvroute_harness::engine_model::compare_completions(trace, &s, ticks_per_ms)
-            {
-                panic!("{divergence}");
-            }
+            let s = SimSettings {
+                ticks_per_ms,
+                ..s.clone()
+            };
+            assert_simulations_agree("engine-model-completions", trace, &s);
         }
     }
 }

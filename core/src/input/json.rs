@@ -219,11 +219,8 @@ impl ValueCut {
     /// read to the cut (it reported the end of its input) or, for a literal cut at the
     /// document's end, read no error at all. Any other error stood before the cut and
     /// is the document's first (SPEC.md §2.2).
-    pub fn explains(parse: &Result<(), &serde_json::Error>) -> bool {
-        match parse {
-            Ok(()) => true,
-            Err(e) => e.is_eof(),
-        }
+    pub fn explains(&self, error: Option<&serde_json::Error>) -> bool {
+        error.is_none_or(serde_json::Error::is_eof)
     }
 }
 
@@ -1178,7 +1175,7 @@ mod tests {
             (br#"["\x123456789"]"#, false),
         ] {
             let (_, cut) = capped(doc, 8, doc.len());
-            assert!(cut.is_some(), "{doc:?}");
+            let cut = cut.unwrap_or_else(|| panic!("{doc:?} is cut"));
             let masked = masked_bytes(doc, 8);
             // The marker of a cut literal has its (empty) text queued.
             let literals = Literals::new(VecDeque::from([Box::from("")]));
@@ -1187,7 +1184,7 @@ mod tests {
                 .deserialize(&mut de)
                 .and_then(|_| de.end());
             assert_eq!(
-                ValueCut::explains(&parsed.as_ref().map(|_| ())),
+                cut.explains(parsed.as_ref().err()),
                 explained,
                 "{doc:?}: {parsed:?}"
             );

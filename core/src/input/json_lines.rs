@@ -19,7 +19,7 @@ use std::io::BufRead;
 pub const LINE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// What reading one line gave.
-pub(crate) enum LineRead {
+enum LineRead {
     /// The end of the input.
     End,
     /// A line, in the buffer (with its `\n`, when it has one).
@@ -31,7 +31,7 @@ pub(crate) enum LineRead {
 /// Reads one line of at most `cap` bytes into `line`; a longer one is consumed to its
 /// `\n` (or the input's end) a buffer at a time, and only its first `cap + 1` bytes
 /// were ever held.
-pub(crate) fn read_line_capped(
+fn read_line_capped(
     input: &mut impl BufRead,
     line: &mut Vec<u8>,
     cap: usize,
@@ -62,6 +62,34 @@ pub(crate) fn read_line_capped(
             }
         }
     }
+}
+
+/// One line as [`for_each_line`] hands it out.
+pub(crate) enum Line<'b> {
+    /// The line's bytes as read, with its `\n` when it has one.
+    Bytes(&'b [u8]),
+    /// A line over the cap, read past and dropped.
+    TooLong,
+}
+
+/// Calls `each` with the number (from 1) and the [`Line`] of every line of `input`,
+/// lines capped at `cap` bytes. On a read error, returns it with the number the line
+/// being read would have had; what was read before it was handed out.
+pub(crate) fn for_each_line(
+    mut input: impl BufRead,
+    cap: usize,
+    mut each: impl FnMut(usize, Line<'_>),
+) -> Result<(), (usize, std::io::Error)> {
+    let mut buffer = Vec::new();
+    for number in 1.. {
+        match read_line_capped(&mut input, &mut buffer, cap) {
+            Ok(LineRead::End) => break,
+            Ok(LineRead::TooLong) => each(number, Line::TooLong),
+            Ok(LineRead::Line) => each(number, Line::Bytes(&buffer)),
+            Err(e) => return Err((number, e)),
+        }
+    }
+    Ok(())
 }
 
 /// The JSON value of one line (its `\n` or `\r\n` left out), or the reason it is none:

@@ -11,7 +11,7 @@
 //! accepted import always validates.
 
 use crate::input::json::{quote_str, Node};
-use crate::input::json_lines::{self, read_line_capped, LineErrors, LineRead};
+use crate::input::json_lines::{self, for_each_line, Line, LineErrors};
 use crate::input::limits::{CostBound, LimitsProfile, JSON_INTEGER_MAX};
 use crate::input::trace::members;
 use crate::input::trace::{
@@ -122,7 +122,7 @@ fn convert(
 
 /// [`convert`] with lines capped at `line_bytes_max` (smaller in tests).
 fn convert_capped(
-    mut input: impl BufRead,
+    input: impl BufRead,
     options: &MooncakeOptions,
     mut on_event: Option<&mut dyn FnMut(Event)>,
     mut block_keys: BlockKeys,
@@ -142,29 +142,21 @@ fn convert_capped(
     };
     let mut totals = Totals::default();
     let mut previous_timestamp: Option<(u64, usize)> = None;
-    let mut line_bytes = Vec::new();
-    let mut line_number = 0usize;
-    loop {
-        match read_line_capped(&mut input, &mut line_bytes, line_bytes_max) {
-            Ok(LineRead::End) => break,
-            Ok(LineRead::Line) => line_number += 1,
-            Ok(LineRead::TooLong) => {
-                line_number += 1;
-                totals.requests += 1;
+    let read = for_each_line(input, line_bytes_max, |line_number, line| {
+        totals.requests += 1;
+        let line_bytes = match line {
+            Line::Bytes(bytes) => bytes,
+            Line::TooLong => {
                 report.push(
                     line_number,
                     format!("line longer than {line_bytes_max} bytes"),
                 );
-                continue;
+                return;
             }
-            Err(e) => {
-                report.push(line_number + 1, format!("cannot read the input: {e}"));
-                break;
-            }
-        }
+        };
         let mut reasons = Vec::new();
         let request = checked_request(
-            &line_bytes,
+            line_bytes,
             line_number,
             options.block_tokens,
             &mut previous_timestamp,
@@ -173,14 +165,13 @@ fn convert_capped(
         for reason in reasons {
             report.push(line_number, reason);
         }
-        totals.requests += 1;
         let Some(request) = request else {
-            continue;
+            return;
         };
         totals.add(request.prompt_tokens, request.decode_tokens);
         // Once the input is known to be rejected, building more events only costs memory.
         if !report.is_empty() || totals.requests > PROFILE.requests_max() {
-            continue;
+            return;
         }
         if let Some(on_event) = on_event.as_mut() {
             let seq = line_number as u64;
@@ -192,6 +183,9 @@ fn convert_capped(
             );
             on_event(request.event(seq, &namespace, prefix));
         }
+    });
+    if let Err((line_number, e)) = read {
+        report.push(line_number, format!("cannot read the input: {e}"));
     }
     for reason in whole_input_errors(&totals, options.dynamo_block_tokens) {
         report.push(0, reason);

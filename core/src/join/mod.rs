@@ -9,7 +9,7 @@ pub mod figures;
 pub mod output;
 pub mod receipt;
 
-use crate::input::json_lines::{read_line_capped, LineError, LineErrors, LineRead, LINE_BYTES_MAX};
+use crate::input::json_lines::{for_each_line, Line, LineError, LineErrors, LINE_BYTES_MAX};
 use crate::output::ids::keyed_id;
 use crate::route::policy::Policy;
 use figures::{JoinFigures, Records, Slo};
@@ -87,36 +87,25 @@ pub fn join(
 }
 
 /// Every record of the completions, ids keyed when asked; or the first lines in error.
-fn read_records(
-    mut completions: impl BufRead,
-    id_key: Option<&[u8]>,
-) -> Result<Records, JoinError> {
+fn read_records(completions: impl BufRead, id_key: Option<&[u8]>) -> Result<Records, JoinError> {
     let mut records = Records::default();
     let mut errors = LineErrors::default();
-    let mut line = Vec::new();
-    let mut number = 0usize;
-    loop {
-        match read_line_capped(&mut completions, &mut line, LINE_BYTES_MAX) {
-            Ok(LineRead::End) => break,
-            Ok(LineRead::Line) => number += 1,
-            Ok(LineRead::TooLong) => {
-                number += 1;
+    let read = for_each_line(completions, LINE_BYTES_MAX, |number, line| {
+        let line = match line {
+            Line::Bytes(bytes) => bytes,
+            Line::TooLong => {
                 errors.push(number, format!("line longer than {LINE_BYTES_MAX} bytes"));
-                continue;
+                return;
             }
-            Err(e) => {
-                errors.push(number + 1, format!("cannot read the input: {e}"));
-                break;
-            }
-        }
+        };
         // Blank: JSON's own whitespace only (a form feed is not, SPEC.md §14.5).
         if line
             .iter()
             .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
         {
-            continue;
+            return;
         }
-        match aiperf::parse_completion(&line) {
+        match aiperf::parse_completion(line) {
             Ok(mut completion) => {
                 if let Some(key) = id_key {
                     completion.request_id = keyed_id(key, &completion.request_id);
@@ -132,6 +121,9 @@ fn read_records(
                 }
             }
         }
+    });
+    if let Err((number, e)) = read {
+        errors.push(number, format!("cannot read the input: {e}"));
     }
     if errors.is_empty() {
         Ok(records)

@@ -67,6 +67,8 @@ pub struct SimCompletion {
     pub arrival_tick: u64,
     pub prefill_done_tick: u64,
     pub worker: u32,
+    /// The chosen worker's decode rate, which its record's decode time is taken at.
+    pub decode_rate: u64,
     pub prompt_tokens: u64,
     pub decode_tokens: u64,
 }
@@ -206,6 +208,7 @@ impl<'t> ClosedLoop<'_, 't> {
                 arrival_tick: event.tick,
                 prefill_done_tick: done,
                 worker: placement.worker as u32,
+                decode_rate: self.compiled.workers[placement.worker].decode_rate,
                 prompt_tokens: request.prompt_tokens,
                 decode_tokens: request.decode_tokens,
             });

@@ -4,7 +4,6 @@
 //! are written as exact decimals, never through a binary float.
 
 use crate::output::json_text::{push_str, push_u64};
-use crate::route::compiled::Compiled;
 use crate::simulate::closed_loop::SimCompletion;
 
 /// The largest nanosecond figure written: 10^19 - 1 (SPEC.md §14.1, §14.4).
@@ -15,18 +14,14 @@ pub const TICKS_PER_MS_MAX: u64 = 1_000_000;
 
 /// The lines of `completions` (one record and `\n` each), ticks read as `1/ticks_per_ms`
 /// ms (at least 1).
-pub fn completion_lines(
-    completions: &[SimCompletion],
-    compiled: &Compiled,
-    ticks_per_ms: u64,
-) -> Vec<u8> {
+pub fn completion_lines(completions: &[SimCompletion], ticks_per_ms: u64) -> Vec<u8> {
     let n = u128::from(ticks_per_ms.max(1));
     // At most 10^19 - 1, the largest nanosecond figure a record is read with (SPEC.md
     // §14.4): ticks near 2^53 at 1 tick a ms would pass it.
     let nanos = |tick: u64| (u128::from(tick) * 1_000_000 / n).min(NANOS_MAX) as u64;
     let mut out = Vec::new();
     for c in completions {
-        let decode_rate = compiled.workers[c.worker as usize].decode_rate.max(1);
+        let decode_rate = c.decode_rate.max(1);
         let decode_ticks = c.decode_tokens.div_ceil(decode_rate);
         let end_tick = c.prefill_done_tick.saturating_add(decode_ticks);
         let ttft_us = (u128::from(c.prefill_done_tick - c.arrival_tick) * 1000 / n) as u64;

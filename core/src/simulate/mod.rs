@@ -44,7 +44,10 @@ pub mod result;
 pub mod table;
 pub mod trace_out;
 
-pub use closed_loop::{generated_trace, simulate_policy, EngineStats, SimRun};
+pub use closed_loop::{
+    generated_trace, simulate_policy, simulate_policy_with_completions, EngineStats, SimCompletion,
+    SimRun,
+};
 pub use options::{
     simulation_trace, Capacity, SimulateError, SimulateOptions, DEFAULT_CACHE_TOKENS,
     DEFAULT_PUBLICATION_LAG_TICKS, LOSS_PER_MILLE_MAX,

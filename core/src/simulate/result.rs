@@ -6,7 +6,9 @@ use crate::input::trace::Trace;
 use crate::output::canonical::{canonical_trace_bytes, jcs_bytes, sha256_tag, trace_digest};
 use crate::route::compiled::{Compiled, DecisionsRouted};
 use crate::route::policy::Policy;
-use crate::simulate::closed_loop::{generated_trace, simulate_policy, SimRun};
+use crate::simulate::closed_loop::{
+    generated_trace, simulate_policy, simulate_policy_with_completions, SimCompletion, SimRun,
+};
 use crate::simulate::options::{simulation_trace, Capacity, SimulateError, SimulateOptions};
 use serde_json::json;
 
@@ -20,26 +22,46 @@ pub struct SimulateResult {
     pub document: Vec<u8>,
     pub runs: Vec<SimRun>,
     pub generated_traces: Vec<(Policy, Vec<u8>)>,
+    /// Each policy's routed requests as the engine model served them, in receipt
+    /// order, when asked for (SPEC.md §14.4); else empty.
+    pub completions: Vec<(Policy, Vec<SimCompletion>)>,
     /// How many of the input's cache and load events were dropped (§11).
     pub dropped_events: usize,
 }
 
 /// Simulates every policy on `trace` (the input, before `--workers`) and builds the
 /// §11.1 document, counting each routed decision into `decisions_routed` (one per
-/// request and policy of the simulated trace).
+/// request and policy of the simulated trace), and keeping each run's completions when
+/// `keep_completions`.
 pub fn simulate_result(
     trace: &Trace,
     workers: Option<u32>,
     options: &SimulateOptions,
     decisions_routed: &DecisionsRouted,
+    keep_completions: bool,
 ) -> Result<SimulateResult, SimulateError> {
     let (sim_trace, dropped_events) = simulation_trace(trace, workers)?;
     let mut compiled = Compiled::new(&sim_trace);
     compiled.decisions_routed = decisions_routed.clone();
-    let runs: Vec<SimRun> = Policy::STANDARD
+    let (runs, completions): (Vec<SimRun>, Vec<(Policy, Vec<SimCompletion>)>) = Policy::STANDARD
         .iter()
-        .map(|&policy| simulate_policy(&compiled, policy, options, true, &mut ()))
-        .collect();
+        .map(|&policy| {
+            let (run, served) = if keep_completions {
+                simulate_policy_with_completions(&compiled, policy, options, true, &mut ())
+            } else {
+                (
+                    simulate_policy(&compiled, policy, options, true, &mut ()),
+                    Vec::new(),
+                )
+            };
+            (run, (policy, served))
+        })
+        .unzip();
+    let completions = if keep_completions {
+        completions
+    } else {
+        Vec::new()
+    };
     let generated_traces: Vec<(Policy, Vec<u8>)> = runs
         .iter()
         .map(|run| {
@@ -94,6 +116,7 @@ pub fn simulate_result(
         document,
         runs,
         generated_traces,
+        completions,
         dropped_events,
     })
 }

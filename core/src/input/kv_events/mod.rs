@@ -20,7 +20,7 @@ pub mod lines;
 pub mod report;
 pub mod wire;
 
-use crate::input::json_lines::{read_line_capped, LineRead};
+use crate::input::json_lines::{self, Line};
 use crate::input::limits::{LimitsProfile, ERROR_LINES_MAX};
 use crate::input::trace::Trace;
 pub use convert::{EventsOptions, Keying};
@@ -232,39 +232,32 @@ fn read_requests(
 /// the line end) that is not too long, blank or marked as UTF-8; those, and a read
 /// error, are reported to `errors` under `which`.
 fn for_each_line(
-    mut input: impl BufRead,
+    input: impl BufRead,
     line_bytes_max: usize,
     which: Input,
     errors: &mut Errors,
     mut each: impl FnMut(usize, &[u8], &mut Errors),
 ) {
-    let mut buffer = Vec::new();
-    for line in 1.. {
-        match read_line_capped(&mut input, &mut buffer, line_bytes_max) {
-            Ok(LineRead::End) => return,
-            Ok(LineRead::TooLong) => {
-                errors.push(
-                    which,
-                    line,
-                    format!("line longer than {line_bytes_max} bytes"),
-                );
-            }
-            Ok(LineRead::Line) => {
-                let bytes = buffer.strip_suffix(b"\n").unwrap_or(&buffer);
-                let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-                if bytes.iter().all(u8::is_ascii_whitespace) {
-                    errors.push(which, line, "empty line".to_owned());
-                } else if bytes.starts_with(b"\xEF\xBB\xBF") {
-                    errors.push(which, line, BYTE_ORDER_MARK_REASON.to_owned());
-                } else {
-                    each(line, bytes, errors);
-                }
-            }
-            Err(e) => {
-                errors.push(Input::Whole, 0, format!("cannot read: {e}"));
-                return;
+    let read = json_lines::for_each_line(input, line_bytes_max, |line, read| match read {
+        Line::TooLong => errors.push(
+            which,
+            line,
+            format!("line longer than {line_bytes_max} bytes"),
+        ),
+        Line::Bytes(buffer) => {
+            let bytes = buffer.strip_suffix(b"\n").unwrap_or(buffer);
+            let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                errors.push(which, line, "empty line".to_owned());
+            } else if bytes.starts_with(b"\xEF\xBB\xBF") {
+                errors.push(which, line, BYTE_ORDER_MARK_REASON.to_owned());
+            } else {
+                each(line, bytes, errors);
             }
         }
+    });
+    if let Err((_, e)) = read {
+        errors.push(Input::Whole, 0, format!("cannot read: {e}"));
     }
 }
 

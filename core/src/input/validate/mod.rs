@@ -18,7 +18,7 @@ mod shape;
 mod typed;
 
 use crate::input::document::{self, Path};
-use crate::input::json::{self, NodeSeed, ValueCut, BYTE_ORDER_MARK_MESSAGE};
+use crate::input::json::{self, NodeSeed, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::VALUE_BYTES_MAX;
 use crate::input::trace::*;
 pub use errors::{
@@ -51,7 +51,7 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
         Ok(text) => read_document(&mut serde_json::Deserializer::from_str(text), nodes),
         Err(_) => read_document(&mut serde_json::Deserializer::from_slice(&masked), nodes),
     };
-    if let Some(cut) = cut.filter(|_| ValueCut::explains(&read.as_ref().map(|_| ()))) {
+    if let Some(cut) = cut.filter(|cut| cut.explains(read.as_ref().err())) {
         return Err(invalid_json(&cut.message()));
     }
     match read {
@@ -100,10 +100,7 @@ pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
     let cut = masked.value_cut();
     let mut de = serde_json::Deserializer::from_reader(io::BufReader::new(masked));
     let read = read_document(&mut de, NodeSeed::masked(&literals));
-    if let Some(cut) = cut
-        .get()
-        .filter(|_| ValueCut::explains(&read.as_ref().map(|_| ())))
-    {
+    if let Some(cut) = cut.get().filter(|cut| cut.explains(read.as_ref().err())) {
         return Err(ReadTraceError::Invalid(invalid_json(&cut.message())));
     }
     match read {
