@@ -6,8 +6,7 @@
 //! chosen worker against the policy's rule applied to its own rows (§5), and finally
 //! the first value that differs from the recomputation, by path.
 
-use super::json::{member_path, quote_str, sorts_before, Node, Parsed};
-use super::walk::non_canonical;
+use super::json::{member_path, non_canonical, quote_str, sorts_before, Node, Parsed};
 
 /// Which element of a run.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -706,3 +706,12 @@ pub fn skip_value(lexer: &mut Lexer<'_>, first: &Lexed) -> Result<(), LexError> 
         tok = lexer.next()?.tok;
     }
 }
+
+/// The message for bytes that parse but are not the canonical form: the receipt's walk
+/// and an element's explanation both report it, so it lives beside [`NonCanonical`].
+pub(crate) fn non_canonical(path: &str, offset: u64, what: &str) -> String {
+    format!(
+        "{path}: non-canonical bytes at byte offset {offset}: {what}; verify compares bytes, \
+         and replay --format json writes the canonical form (RFC 8785)"
+    )
+}

@@ -6,8 +6,10 @@
 //! explained as a JSON receipt's element is (`super::element`), by the element's path.
 
 use super::element::{self, ElementKind, Later};
-use super::json::{parse_value, quote_digest, quote_str, LexError, Lexer, Node, ParseProblem, Tok};
-use super::walk::{non_canonical, policy_of_run, repeated};
+use super::json::{
+    non_canonical, parse_value, quote_digest, quote_str, LexError, Lexer, Node, ParseProblem, Tok,
+};
+use super::walk::{policy_of_run, repeated};
 use super::{internal, Expected, Piece, Receipt, Verified, VerifyError};
 use std::io::BufRead;
 

@@ -7,7 +7,8 @@
 
 use super::element::{self, ElementKind, Later};
 use super::json::{
-    member_path, parse_value, quote_str, skip_value, LexError, Lexed, Lexer, ParseProblem, Tok,
+    member_path, non_canonical, parse_value, quote_str, skip_value, LexError, Lexed, Lexer,
+    ParseProblem, Tok,
 };
 
 /// What a container is in the receipt's schema (SPEC.md §6).
@@ -141,13 +142,6 @@ fn frames_after(last_element: Option<&str>) -> Option<Vec<Frame>> {
         ));
     }
     Some(frames)
-}
-
-pub(crate) fn non_canonical(path: &str, offset: u64, what: &str) -> String {
-    format!(
-        "{path}: non-canonical bytes at byte offset {offset}: {what}; verify compares bytes, \
-         and replay --format json writes the canonical form (RFC 8785)"
-    )
 }
 
 fn invalid(path: &str, e: &LexError) -> String {
