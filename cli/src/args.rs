@@ -165,6 +165,19 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 60,
               value_parser = clap::value_parser!(u64).range(..=SAMPLE_MAX as u64))]
         sample: u64,
+        /// Completion records to join with the receipt, as `kvroute join` does: adds the
+        /// Completions panel (counts, goodput, per-worker calibration).
+        #[arg(long, value_name = "FILE")]
+        completions: Option<PathBuf>,
+        /// With --completions: their layout; told from their first line when omitted.
+        #[arg(long, value_enum, requires = "completions")]
+        completions_format: Option<CompletionsFormat>,
+        /// With --completions: latency objectives, `ttft_ms=X,tpot_ms=Y`.
+        #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo, requires = "completions")]
+        slo: Option<kvroute_core::join::figures::Slo>,
+        /// With --completions: the run that served the traffic [default: cache_plus_load].
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy, requires = "completions")]
+        run: Option<Policy>,
     },
     /// Shadow mode: the decisions where a candidate policy chooses differently from the
     /// baseline, with both chosen rows and the predicted deltas. One input (trace or
@@ -482,13 +495,17 @@ pub struct JoinArgs {
     pub receipt: PathBuf,
     /// The completion records; `-` is stdin.
     pub completions: PathBuf,
-    /// The layout of the completion records.
-    #[arg(long, value_enum, default_value_t = CompletionsFormat::Aiperf)]
-    pub completions_format: CompletionsFormat,
+    /// The layout of the completion records; told from their first line when omitted.
+    #[arg(long, value_enum)]
+    pub completions_format: Option<CompletionsFormat>,
     /// The run that served the traffic.
     #[arg(long, value_name = "POLICY", value_parser = parse_policy,
           default_value = "cache_plus_load")]
     pub run: Policy,
+    /// The trace the receipt was replayed from (its digest must be the receipt's
+    /// trace_digest): adds the per-(tenant, model, adapter) cohorts.
+    #[arg(long, value_name = "TRACE")]
+    pub trace: Option<PathBuf>,
     /// The key the receipt's request ids were keyed with (`replay --id-key`):
     /// completion ids are keyed the same way before they are matched.
     #[arg(long, value_name = "FILE")]
@@ -513,10 +530,25 @@ pub struct JoinArgs {
 pub enum CompletionsFormat {
     /// AIPerf's profile_export.jsonl, one record a line.
     Aiperf,
+    /// Dynamo's request trace (DYN_REQUEST_TRACE_SINKS file sink), request_end lines.
+    Dynamo,
+    /// The JSON `vllm bench serve --save-result --save-detailed` writes, joined by position.
+    VllmBench,
+}
+
+impl CompletionsFormat {
+    /// Core's name of the layout.
+    pub fn core(self) -> kvroute_core::join::CompletionsFormat {
+        match self {
+            Self::Aiperf => kvroute_core::join::CompletionsFormat::Aiperf,
+            Self::Dynamo => kvroute_core::join::CompletionsFormat::Dynamo,
+            Self::VllmBench => kvroute_core::join::CompletionsFormat::VllmBench,
+        }
+    }
 }
 
 /// `ttft_ms=X,tpot_ms=Y`, either alone, each a whole number of milliseconds up to 2^53 - 1.
-fn parse_slo(text: &str) -> Result<kvroute_core::join::figures::Slo, String> {
+pub fn parse_slo(text: &str) -> Result<kvroute_core::join::figures::Slo, String> {
     let mut slo = kvroute_core::join::figures::Slo::default();
     for part in text.split(',') {
         let (name, value) = part

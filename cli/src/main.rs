@@ -142,6 +142,10 @@ fn run(command: Command) -> Result<(), Failure> {
             baseline,
             candidate,
             sample,
+            completions,
+            completions_format,
+            slo,
+            run,
         } => report::report(
             input.as_deref(),
             trace.as_deref(),
@@ -149,6 +153,14 @@ fn run(command: Command) -> Result<(), Failure> {
             &out,
             (baseline, candidate),
             usize::try_from(sample).unwrap_or(SAMPLE_MAX),
+            completions
+                .map(|file| report::completions::CompletionsArgs {
+                    file,
+                    format: completions_format.map(|f| f.core()),
+                    slo,
+                    run: run.unwrap_or(Policy::CachePlusLoad),
+                })
+                .as_ref(),
         ),
         Command::Diff {
             first,

@@ -273,3 +273,31 @@ fn the_lab_and_mooncake_reports_work_in_headless_chromium() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The Completions panel (SPEC.md §14.6) of the lab report joined with the AIPerf
+/// fixture: the page's self-check still passes with it, and a screenshot of the panel
+/// is written under `target/browser/` (`KVROUTE_PANEL_SHOT` names another path).
+#[test]
+fn the_completions_panel_renders_in_headless_chromium() {
+    let dir = out_dir();
+    let lab = repo().join("fixtures/lab/trace.json");
+    let completions = repo().join("fixtures/join/lab.completions.jsonl");
+    let page = dir.join("lab-completions.html");
+    kvroute(&[
+        "report",
+        s(&lab),
+        "--completions",
+        s(&completions),
+        "--slo",
+        "ttft_ms=200,tpot_ms=20",
+        "-o",
+        s(&page),
+    ]);
+    check_page("lab-completions", &page, &lab, "cache_plus_load");
+    let png = std::env::var("KVROUTE_PANEL_SHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| dir.join("completions-panel.png"));
+    let png_bytes = screenshot(&page, &png, "#completions");
+    assert!(png_bytes > 0, "an empty screenshot");
+    println!("completions panel: {} ({png_bytes} bytes)", png.display());
+}

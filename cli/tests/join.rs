@@ -152,3 +152,135 @@ fn simulate_writes_completions_that_join_its_receipts() {
         );
     }
 }
+
+fn fixture(name: &str) -> String {
+    format!("{}/../fixtures/join/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn lab_receipt(dir: &std::path::Path) -> String {
+    let receipt = dir.join("r.json").display().to_string();
+    assert!(
+        kvroute(&["replay", "--format", "json", "--out", &receipt], None)
+            .status
+            .success()
+    );
+    receipt
+}
+
+fn stderr_of(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn dynamo_and_vllm_bench_records_join_given_or_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = lab_receipt(dir.path());
+    for (file, format, matched_line) in [
+        (
+            "lab.dynamo.jsonl",
+            "dynamo",
+            "matched 6  dropped 22  rejected_served 1  unrouted 2  retried 1",
+        ),
+        (
+            "lab.vllm-bench.json",
+            "vllm-bench",
+            "matched 8  dropped 20  rejected_served 0  unrouted 0  retried 0",
+        ),
+    ] {
+        let path = fixture(file);
+        let given = kvroute(
+            &["join", &receipt, &path, "--completions-format", format],
+            None,
+        );
+        assert!(given.status.success(), "{}", stderr_of(&given));
+        let detected = kvroute(&["join", &receipt, &path], None);
+        assert_eq!(detected.stdout, given.stdout, "{format}");
+        let table = String::from_utf8(given.stdout).unwrap();
+        assert_eq!(table.lines().nth(2), Some(matched_line), "{format}");
+    }
+}
+
+#[test]
+fn an_undetectable_layout_and_bad_lines_are_exit_2_with_their_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = lab_receipt(dir.path());
+    let odd = kvroute(&["join", &receipt, "-"], Some(b"\n{\"colour\":1}\n"));
+    assert_eq!(odd.status.code(), Some(2));
+    assert_eq!(
+        stderr_of(&odd),
+        "-:2: cannot tell the completions format from this line (an object with \
+         \"metadata\" is aiperf, with \"event\" or \"event_type\" dynamo, with \"ttfts\" \
+         vllm-bench); give --completions-format\n"
+    );
+    assert!(odd.stdout.is_empty());
+    let bad_dynamo = kvroute(
+        &["join", &receipt, "-", "--completions-format", "dynamo"],
+        Some(b"{\"event_type\":\"tool_end\"}\n{\"event_type\":\"request_end\",\"request\":{}}\n"),
+    );
+    assert_eq!(bad_dynamo.status.code(), Some(2));
+    assert_eq!(
+        stderr_of(&bad_dynamo),
+        "-:2: request: missing required member \"request_id\"\n"
+    );
+    let bad_bench = kvroute(
+        &["join", &receipt, "-"],
+        Some(br#"{"duration":1,"ttfts":[0.1,"x"],"itls":[[],[]],"output_lens":[1,1],"errors":["",""]}"#),
+    );
+    assert_eq!(bad_bench.status.code(), Some(2));
+    assert_eq!(
+        stderr_of(&bad_bench),
+        "-: ttfts[1]: expected a non-negative number of seconds, found \"x\"\n"
+    );
+}
+
+#[test]
+fn trace_gives_cohorts_and_must_be_the_receipts() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = lab_receipt(dir.path());
+    let lab_trace = format!("{}/../fixtures/lab/trace.json", env!("CARGO_MANIFEST_DIR"));
+    let with = kvroute(
+        &[
+            "join",
+            &receipt,
+            COMPLETIONS,
+            "--trace",
+            &lab_trace,
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert!(with.status.success(), "{}", stderr_of(&with));
+    let document: serde_json::Value = serde_json::from_slice(&with.stdout).unwrap();
+    let cohorts = document["cohorts"].as_array().unwrap();
+    assert_eq!(cohorts.len(), 5);
+    assert_eq!(
+        (
+            &cohorts[0]["tenant"],
+            &cohorts[0]["adapter"],
+            &cohorts[0]["counts"]["matched"]
+        ),
+        (
+            &serde_json::json!("acme"),
+            &serde_json::json!("base"),
+            &serde_json::json!(7)
+        )
+    );
+    let without = kvroute(&["join", &receipt, COMPLETIONS, "--format", "json"], None);
+    let document: serde_json::Value = serde_json::from_slice(&without.stdout).unwrap();
+    assert!(document.get("cohorts").is_none());
+    // Another trace: its digest is not the receipt's.
+    let other = format!(
+        "{}/../fixtures/tenant_boundary/trace.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let wrong = kvroute(&["join", &receipt, COMPLETIONS, "--trace", &other], None);
+    assert_eq!(wrong.status.code(), Some(2));
+    let message = stderr_of(&wrong);
+    assert!(
+        message.starts_with(&format!("{other}: this trace's digest sha256:"))
+            && message.contains("is not the receipt's trace_digest sha256:"),
+        "{message}"
+    );
+    assert!(wrong.stdout.is_empty());
+}

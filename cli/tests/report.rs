@@ -847,3 +847,94 @@ fn a_json_lines_receipt_gives_the_page_of_its_json_receipt() {
     };
     assert_eq!(diff(&jsonl), diff(&json));
 }
+
+fn join_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/join")
+        .join(name)
+}
+
+/// The cells of `selector`'s rows, each row's `th` and `td` texts in order.
+fn rows(html: &Html, selector: &str) -> Vec<Vec<String>> {
+    select(html, selector)
+        .into_iter()
+        .map(|row| {
+            row.select(&Selector::parse("th, td").unwrap())
+                .map(|cell| cell.text().collect::<String>().trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn completions_add_a_panel_with_the_joins_figures_and_nothing_else_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("r.json");
+    ok(&["replay", "--format", "json", "--out", s(&receipt)]);
+    let completions = join_fixture("lab.completions.jsonl");
+    let (page, _dir) = report_of(&[
+        s(&receipt),
+        "--completions",
+        s(&completions),
+        "--slo",
+        "ttft_ms=200,tpot_ms=20",
+    ]);
+    let html = Html::parse_document(&page);
+    let counts = rows(&html, "#completions table.completions-counts tbody tr");
+    let figure = |name: &str| {
+        counts
+            .iter()
+            .find(|row| row[0] == name)
+            .map(|row| row[1].clone())
+            .unwrap_or_else(|| panic!("no {name} in {counts:?}"))
+    };
+    // The figures of fixtures/join/README.md.
+    for (name, value) in [
+        ("matched", "7"),
+        ("dropped", "21"),
+        ("unrouted", "1"),
+        ("retried", "1"),
+        ("error_rate_pm", "142"),
+        ("ttft_rank_gamma_pm", "-143"),
+        ("good", "2"),
+        ("good_pm", "71"),
+        ("good_per_second_milli", "1333"),
+    ] {
+        assert_eq!(figure(name), value, "{name}");
+    }
+    let workers = rows(&html, "#completions table.completions-workers tbody tr");
+    assert_eq!(
+        workers[0],
+        ["w0", "2", "210250", "11125", "892000", "235 ▲ runs low"]
+    );
+    assert_eq!(workers[1], ["w1", "1", "50000", "30000", "2600000", "19"]);
+    assert_eq!(workers.len(), 4);
+    assert_eq!(select(&html, "nav a[href='#completions']").len(), 1);
+    // The same page from the trace itself; without --slo the goodput rows give way to
+    // a note; without --completions there is no panel at all.
+    let (from_trace, _dir) = report_of(&["--completions", s(&completions)]);
+    let html = Html::parse_document(&from_trace);
+    assert_eq!(select(&html, "#completions-no-slo").len(), 1);
+    assert!(
+        rows(&html, "#completions table.completions-counts tbody tr")
+            .iter()
+            .all(|row| row[0] != "good")
+    );
+    let (plain, _dir) = report_of(&[]);
+    assert!(!plain.contains("id=\"completions\""));
+}
+
+#[test]
+fn a_completions_error_is_the_joins_and_writes_no_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"colour\":1}\n").unwrap();
+    let out = dir.path().join("report.html");
+    let failed = kvroute(&["report", "--completions", s(&bad), "-o", s(&out)]);
+    assert_eq!(failed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&failed.stderr)
+        .contains(":1: cannot tell the completions format from this line"));
+    assert!(!out.exists());
+    let usage = kvroute(&["report", "--slo", "ttft_ms=1", "-o", s(&out)]);
+    assert_eq!(usage.status.code(), Some(2));
+}

@@ -18,7 +18,7 @@ fn options(slo: Option<Slo>) -> JoinOptions {
     JoinOptions {
         run: Some(Policy::CachePlusLoad),
         slo,
-        id_key: None,
+        ..JoinOptions::default()
     }
 }
 
@@ -77,6 +77,7 @@ fn hand_computed() -> JoinFigures {
             worker("w2", 1, 100_000, 8_500, 2_600_000, 38),
             worker("w3", 1, 400_250, 15_999, 2_600_000, 153),
         ],
+        cohorts: None,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use kvroute_core::join::figures::Slo;
 use kvroute_core::join::receipt::ReceiptError;
-use kvroute_core::join::{join, output, JoinError, JoinOptions};
+use kvroute_core::join::{join, output, CompletionsFormat, JoinError, JoinOptions};
 use kvroute_core::Policy;
 use kvroute_harness::generators::TraceRecipe;
 use kvroute_oracle::JoinFailure;
@@ -22,7 +22,9 @@ fn core_join(
     let options = JoinOptions {
         run: Some(run),
         slo,
-        id_key: None,
+        // The generated lines include ones of no layout: named, never detected.
+        format: Some(CompletionsFormat::Aiperf),
+        ..JoinOptions::default()
     };
     match join(receipt, completions, &options) {
         Ok(joined) => Ok(output::json_bytes(&joined)),
@@ -39,6 +41,8 @@ fn core_join(
             completion_id,
             request_id,
         }),
+        // AIPerf named, without --trace: detection, documents and traces never apply.
+        Err(other) => panic!("an AIPerf join without --trace gave {other:?}"),
     }
 }
 

@@ -7,6 +7,7 @@
 //! a new policy against the serving one.
 
 pub mod charts;
+pub mod completions;
 pub mod diff;
 pub mod model;
 pub mod page;
@@ -186,6 +187,8 @@ pub fn load_lab(
         receipt_digest: receipt.receipt_digest,
         runs: receipt.runs,
         facts,
+        receipt_json: Some(bytes),
+        completions: None,
     })
 }
 
@@ -204,6 +207,8 @@ fn lab_of_trace(source: String, trace: &Trace) -> Lab {
         receipt_digest,
         runs: model::runs_of_receipt(&receipt),
         facts: Some(TraceFacts::of(trace)),
+        receipt_json: None,
+        completions: None,
     }
 }
 
@@ -215,8 +220,18 @@ pub fn report(
     out: &Path,
     shadow: (Policy, Policy),
     sample: usize,
+    completions: Option<&completions::CompletionsArgs>,
 ) -> Result<(), Failure> {
-    let lab = load_lab(input, trace, id_key)?;
+    let mut lab = load_lab(input, trace, id_key)?;
+    if let Some(args) = completions {
+        let receipt = match lab.receipt_json.take() {
+            Some(receipt) => receipt,
+            None => completions::receipt_of_trace(input)?,
+        };
+        let id_key = id_key.map(super::read_id_key).transpose()?;
+        let name = input.unwrap_or(Path::new("the built-in lab trace"));
+        lab.completions = Some(completions::panel(name, &receipt, args, id_key)?);
+    }
     if lab.requests_unmatched() {
         let how = match id_key {
             None => "if it was written with `replay --id-key FILE`, give the same --id-key FILE",

@@ -177,6 +177,10 @@ pub struct Lab {
     pub receipt_digest: String,
     pub runs: Vec<RunDoc>,
     pub facts: Option<TraceFacts>,
+    /// The receipt's JSON as read, when the input was a receipt (for `--completions`).
+    pub receipt_json: Option<Vec<u8>>,
+    /// The Completions panel (SPEC.md §14.6), when `--completions` was given.
+    pub completions: Option<super::completions::CompletionsView>,
 }
 
 impl Lab {

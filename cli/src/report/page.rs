@@ -153,6 +153,7 @@ struct PageView<'a> {
     cohorts_unmatched: bool,
     shadow: Option<Shadow<'a>>,
     shadow_error: Option<String>,
+    completions: Option<&'a super::completions::CompletionsView>,
 }
 
 /// A rendered page and what it kept.
@@ -484,6 +485,7 @@ fn render(
         cohorts_unmatched: lab.requests_unmatched(),
         shadow: shadow_view,
         shadow_error,
+        completions: lab.completions.as_ref(),
     };
     let detail_count = view.detail_decisions.len();
     let decisions = lab.runs.iter().map(|r| r.decisions.len()).sum();

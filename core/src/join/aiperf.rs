@@ -9,7 +9,8 @@ use crate::input::json_lines::line_json;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
     pub request_id: String,
-    pub start_ns: u64,
+    /// When the request started, epoch ns; Dynamo may not have observed it.
+    pub start_ns: Option<u64>,
     pub end_ns: Option<u64>,
     pub cancelled: bool,
     pub failed: bool,
@@ -34,15 +35,15 @@ pub fn parse_completion(line_bytes: &[u8]) -> Result<Completion, Vec<String>> {
     }
 }
 
-/// An object being read, at `path`, collecting reasons.
-struct Fields<'n, 'r> {
-    node: &'n Node,
-    path: String,
-    reasons: &'r mut Vec<String>,
+/// An object being read, at `path`, collecting reasons; the Dynamo reader uses it too.
+pub(crate) struct Fields<'n, 'r> {
+    pub(crate) node: &'n Node,
+    pub(crate) path: String,
+    pub(crate) reasons: &'r mut Vec<String>,
 }
 
 impl<'n> Fields<'n, '_> {
-    fn at(&self, name: &str) -> String {
+    pub(crate) fn at(&self, name: &str) -> String {
         if self.path.is_empty() {
             name.to_owned()
         } else {
@@ -51,7 +52,7 @@ impl<'n> Fields<'n, '_> {
     }
 
     /// This object's path, `$` for the line itself.
-    fn own_path(&self) -> String {
+    pub(crate) fn own_path(&self) -> String {
         if self.path.is_empty() {
             "$".to_owned()
         } else {
@@ -59,19 +60,19 @@ impl<'n> Fields<'n, '_> {
         }
     }
 
-    fn fail(&mut self, path: String, reason: String) {
+    pub(crate) fn fail(&mut self, path: String, reason: String) {
         self.reasons.push(format!("{path}: {reason}"));
     }
 
     /// The type error of member `name` (SPEC.md §14.5's reason, after its path).
-    fn wrong(&mut self, name: &str, expected: &str, found: &Node) {
+    pub(crate) fn wrong(&mut self, name: &str, expected: &str, found: &Node) {
         let (path, found) = (self.at(name), found.quoted());
         self.fail(path, format!("{expected}, found {found}"));
     }
 
     /// The first occurrence of member `name`; a missing required one is reported at
     /// this object, in the member's place (SPEC.md §14.5).
-    fn first(&mut self, name: &str, required: bool) -> Option<&'n Node> {
+    pub(crate) fn first(&mut self, name: &str, required: bool) -> Option<&'n Node> {
         let Node::Object(members) = self.node else {
             return None;
         };
@@ -85,7 +86,7 @@ impl<'n> Fields<'n, '_> {
 
     /// One error for each later occurrence of member `name`: after the member's own
     /// problem, before those of the members inside it.
-    fn repeats(&mut self, name: &str) {
+    pub(crate) fn repeats(&mut self, name: &str) {
         let Node::Object(members) = self.node else {
             return;
         };
@@ -103,7 +104,7 @@ impl<'n> Fields<'n, '_> {
     }
 
     /// Member `name` read by `read` (which reports its own problem), then its repeats.
-    fn scalar<T>(
+    pub(crate) fn scalar<T>(
         &mut self,
         name: &str,
         required: bool,
@@ -120,7 +121,12 @@ impl<'n> Fields<'n, '_> {
 
     /// Member `name` when it is an object (else its type error; `null` is allowed
     /// when `nullable`), then its repeats. `Some(None)`: absent or null.
-    fn object(&mut self, name: &str, required: bool, nullable: bool) -> Option<Option<&'n Node>> {
+    pub(crate) fn object(
+        &mut self,
+        name: &str,
+        required: bool,
+        nullable: bool,
+    ) -> Option<Option<&'n Node>> {
         let expected = if nullable {
             "expected an object or null"
         } else {
@@ -137,7 +143,7 @@ impl<'n> Fields<'n, '_> {
         .map(Option::flatten)
     }
 
-    fn child(&mut self, name: &str, node: &'n Node) -> Fields<'n, '_> {
+    pub(crate) fn child(&mut self, name: &str, node: &'n Node) -> Fields<'n, '_> {
         Fields {
             node,
             path: self.at(name),
@@ -169,7 +175,7 @@ impl<'n> Fields<'n, '_> {
         let (ttft_us, tpot_us) = metrics?;
         Some(Completion {
             request_id,
-            start_ns,
+            start_ns: Some(start_ns),
             end_ns,
             cancelled,
             failed: failed?,
@@ -250,22 +256,44 @@ impl<'n> Fields<'n, '_> {
 const NOT_NON_NEGATIVE: &str = "expected a non-negative number";
 const PAST_THE_BOUND: &str = "expected a number of milliseconds below 9007199254740.992";
 
+/// Why a decimal number cannot be read as whole units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecimalProblem {
+    /// Not a number, or a negative one.
+    NotNonNegative,
+    /// Its whole units pass `2^53 - 1`.
+    PastTheBound,
+}
+
 /// `floor(value × 1000)` of a non-negative number of milliseconds, from its decimal
 /// digits as written (SPEC.md §14.1); else why not.
 pub fn microseconds(node: &Node) -> Result<u64, &'static str> {
-    let bounded = |us: u64| {
-        if us <= crate::input::limits::JSON_INTEGER_MAX {
-            Ok(us)
+    scaled_floor(node, 3).map_err(|problem| match problem {
+        DecimalProblem::NotNonNegative => NOT_NON_NEGATIVE,
+        DecimalProblem::PastTheBound => PAST_THE_BOUND,
+    })
+}
+
+/// `floor(value × 10^decimals)` of a non-negative JSON number, from its decimal digits
+/// as written (never through a binary float), at most `2^53 - 1`; else why not.
+pub fn scaled_floor(node: &Node, decimals: u32) -> Result<u64, DecimalProblem> {
+    use DecimalProblem::{NotNonNegative, PastTheBound};
+    let bounded = |units: u64| {
+        if units <= crate::input::limits::JSON_INTEGER_MAX {
+            Ok(units)
         } else {
-            Err(PAST_THE_BOUND)
+            Err(PastTheBound)
         }
     };
     let text = match node {
         Node::Number(Number::Integer(v)) => {
-            return v.checked_mul(1000).ok_or(PAST_THE_BOUND).and_then(bounded)
+            return v
+                .checked_mul(10u64.pow(decimals))
+                .ok_or(PastTheBound)
+                .and_then(bounded)
         }
         Node::Number(Number::Literal(text)) => text,
-        _ => return Err(NOT_NON_NEGATIVE),
+        _ => return Err(NotNonNegative),
     };
     if let Some(magnitude) = text.strip_prefix('-') {
         // Any zero (`-0`, `-0.0`, `-0e5`) is zero; any other negative value is refused.
@@ -273,15 +301,15 @@ pub fn microseconds(node: &Node) -> Result<u64, &'static str> {
         return if mantissa.bytes().all(|b| matches!(b, b'0' | b'.')) {
             Ok(0)
         } else {
-            Err(NOT_NON_NEGATIVE)
+            Err(NotNonNegative)
         };
     }
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(at) => match text[at + 1..].parse::<i64>() {
             Ok(exponent) => (&text[..at], exponent),
-            // An exponent past 64 bits: below any microsecond, or past any bound.
+            // An exponent past 64 bits: below any unit, or past any bound.
             Err(_) if text[at + 1..].starts_with('-') => return Ok(0),
-            Err(_) => return Err(PAST_THE_BOUND),
+            Err(_) => return Err(PastTheBound),
         },
         None => (&text[..], 0),
     };
@@ -291,13 +319,13 @@ pub fn microseconds(node: &Node) -> Result<u64, &'static str> {
     if digits.is_empty() {
         return Ok(0);
     }
-    // The value is `digits × 10^(exponent - fraction digits)`; times 1000 for µs.
+    // The value is `digits × 10^(exponent - fraction digits)`; times 10^decimals.
     let shift = exponent
         .saturating_sub(fraction.len() as i64)
-        .saturating_add(3);
+        .saturating_add(i64::from(decimals));
     let kept = if shift >= 0 {
         if digits.len() as i64 + shift > 16 {
-            return Err(PAST_THE_BOUND);
+            return Err(PastTheBound);
         }
         format!("{digits}{}", "0".repeat(shift as usize))
     } else {
@@ -308,7 +336,7 @@ pub fn microseconds(node: &Node) -> Result<u64, &'static str> {
         digits[..keep as usize].to_owned()
     };
     kept.parse::<u64>()
-        .map_err(|_| PAST_THE_BOUND)
+        .map_err(|_| PastTheBound)
         .and_then(bounded)
 }
 

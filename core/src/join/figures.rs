@@ -56,6 +56,17 @@ pub struct JoinFigures {
     pub us_per_predicted_token: Option<u64>,
     pub goodput: Option<Goodput>,
     pub workers: Vec<WorkerFigures>,
+    /// Per `(tenant, model, adapter)`, only with `--trace` (SPEC.md §14.2.1).
+    pub cohorts: Option<Vec<CohortFigures>>,
+}
+
+/// One cohort's figures, computed as the run's over its decisions and their records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CohortFigures {
+    pub tenant: String,
+    pub model: String,
+    pub adapter: String,
+    pub figures: JoinFigures,
 }
 
 /// The first record of each id, and how many lines each id had.
@@ -65,6 +76,11 @@ pub struct Records {
     lines: u64,
     /// The id of the first record in file order.
     first_in_file: Option<String>,
+    /// Records that have no id and no decision (`vllm-bench` entries past the run's
+    /// last decision, SPEC.md §14.1.2): each is `unrouted`.
+    unrouted_without_id: u64,
+    /// The span when anything matched, for a layout whose records carry no times.
+    span_when_matched_ns: Option<u128>,
 }
 
 impl Records {
@@ -82,6 +98,51 @@ impl Records {
     /// The first record's id in file order, for the error when nothing matches.
     pub fn first_id(&self) -> Option<&str> {
         self.first_in_file.as_deref()
+    }
+
+    /// The records of a layout joined by position (SPEC.md §14.1.2): entry `i` takes
+    /// the id of decision `i`; entries past the last decision are unrouted.
+    pub fn by_position(
+        entries: impl IntoIterator<Item = Completion>,
+        decisions: &[DecisionSummary],
+        span_when_matched_ns: u128,
+    ) -> Records {
+        let mut records = Records {
+            span_when_matched_ns: Some(span_when_matched_ns),
+            ..Records::default()
+        };
+        for (i, mut entry) in entries.into_iter().enumerate() {
+            match decisions.get(i) {
+                Some(decision) => {
+                    entry.request_id = decision.request.clone();
+                    records.add(entry);
+                }
+                None => {
+                    records.lines += 1;
+                    records.unrouted_without_id += 1;
+                }
+            }
+        }
+        records
+    }
+
+    /// The records whose id is one of `ids`, every line of them (SPEC.md §14.2.1).
+    pub fn restricted_to(&self, ids: &[&str]) -> Records {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        let first: BTreeMap<String, (Completion, u64)> = self
+            .first
+            .iter()
+            .filter(|(id, _)| ids.binary_search(&id.as_str()).is_ok())
+            .map(|(id, record)| (id.clone(), record.clone()))
+            .collect();
+        Records {
+            lines: first.values().map(|(_, seen)| seen).sum(),
+            first,
+            first_in_file: None,
+            unrouted_without_id: 0,
+            span_when_matched_ns: self.span_when_matched_ns,
+        }
     }
 }
 
@@ -138,14 +199,21 @@ pub fn join(decisions: &[DecisionSummary], records: &Records, slo: Option<Slo>) 
         .first
         .keys()
         .filter(|id| decided_ids.binary_search(&id.as_str()).is_err())
-        .count() as u64;
+        .count() as u64
+        + records.unrouted_without_id;
     counts.error_rate_pm = per_mille(counts.errors, counts.matched);
+    let span_exact_ns = match records.span_when_matched_ns {
+        Some(span) if counts.matched > 0 => span,
+        Some(_) => 0,
+        None => measured_span_ns(&matched_records),
+    };
     JoinFigures {
         ttft_rank_gamma_pm: rank_gamma_pm(&served),
         us_per_predicted_token: us_per_predicted_token(served.iter()),
-        goodput: slo.map(|slo| goodput(&served, &matched_records, counts.routed, slo)),
+        goodput: slo.map(|slo| goodput(&served, span_exact_ns, counts.routed, slo)),
         workers: per_worker(&served),
         counts,
+        cohorts: None,
     }
 }
 
@@ -229,7 +297,19 @@ fn prefix_sum(tree: &[u64], rank: usize) -> u64 {
     sum
 }
 
-fn goodput(served: &[Served], matched: &[&Completion], routed: u64, slo: Slo) -> Goodput {
+/// `max(end) − min(start)` over the matched records, records without a start or an
+/// end left out of that side; 0 when either side has none or the difference is
+/// negative (SPEC.md §14.2).
+fn measured_span_ns(matched: &[&Completion]) -> u128 {
+    let start = matched.iter().filter_map(|c| c.start_ns).min();
+    let end = matched.iter().filter_map(|c| c.end_ns).max();
+    match (start, end) {
+        (Some(start), Some(end)) => u128::from(end.saturating_sub(start)),
+        _ => 0,
+    }
+}
+
+fn goodput(served: &[Served], span_exact_ns: u128, routed: u64, slo: Slo) -> Goodput {
     let within = |measured_us: u64, objective_ms: Option<u64>| {
         objective_ms.is_none_or(|ms| u128::from(measured_us) <= u128::from(ms) * 1000)
     };
@@ -237,13 +317,7 @@ fn goodput(served: &[Served], matched: &[&Completion], routed: u64, slo: Slo) ->
         .iter()
         .filter(|s| within(s.ttft_us, slo.ttft_ms) && within(s.tpot_us, slo.tpot_ms))
         .count() as u64;
-    let start = matched.iter().map(|c| c.start_ns).min();
-    let end = matched.iter().filter_map(|c| c.end_ns).max();
     // The rate is computed from the exact span; only the written figures saturate.
-    let span_exact_ns = match (start, end) {
-        (Some(start), Some(end)) => u128::from(end.saturating_sub(start)),
-        _ => 0,
-    };
     let good_per_second_milli = (u128::from(good) * 1_000_000_000_000)
         .checked_div(span_exact_ns)
         .map_or(0, saturated);

@@ -1,7 +1,7 @@
 //! A join written out (SPEC.md §14.3): the table a person reads, the canonical
 //! `kvroute-join/1` document, and the per-worker CSV.
 
-use crate::join::figures::{Goodput, WorkerFigures};
+use crate::join::figures::{CohortFigures, Goodput, JoinFigures, WorkerFigures};
 use crate::join::Join;
 use crate::output::canonical::jcs_bytes;
 use crate::output::csv::{id_cell, CsvIds};
@@ -13,13 +13,43 @@ pub const JOIN_FORMAT: &str = "kvroute-join/1";
 
 /// The canonical bytes of the document, without a trailing `\n`.
 pub fn json_bytes(join: &Join) -> Vec<u8> {
-    let c = &join.figures.counts;
-    let goodput = join.figures.goodput.as_ref().map(|g| {
+    let mut document = figures_value(&join.figures);
+    let slo = join.slo.unwrap_or_default();
+    let members = document.as_object_mut().expect("the figures are an object");
+    members.insert("format".to_owned(), json!(JOIN_FORMAT));
+    members.insert("receipt_digest".to_owned(), json!(join.receipt_digest));
+    members.insert("run".to_owned(), json!(join.run.name()));
+    members.insert(
+        "slo".to_owned(),
+        json!({"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms}),
+    );
+    // Written only with `--trace`, so a document without it keeps its bytes (§14.3).
+    if let Some(cohorts) = &join.figures.cohorts {
+        let cohorts: Vec<Value> = cohorts
+            .iter()
+            .map(|cohort| {
+                let mut entry = figures_value(&cohort.figures);
+                let members = entry.as_object_mut().expect("the figures are an object");
+                members.insert("tenant".to_owned(), json!(cohort.tenant));
+                members.insert("model".to_owned(), json!(cohort.model));
+                members.insert("adapter".to_owned(), json!(cohort.adapter));
+                entry
+            })
+            .collect();
+        members.insert("cohorts".to_owned(), Value::Array(cohorts));
+    }
+    jcs_bytes(&document)
+}
+
+/// `counts`, `prediction`, `goodput` and `workers`: the members a run and a cohort
+/// share.
+fn figures_value(figures: &JoinFigures) -> Value {
+    let c = &figures.counts;
+    let goodput = figures.goodput.as_ref().map(|g| {
         json!({"good": g.good, "good_pm": g.good_pm, "span_ns": g.span_ns,
                "good_per_second_milli": g.good_per_second_milli})
     });
-    let workers: Vec<Value> = join
-        .figures
+    let workers: Vec<Value> = figures
         .workers
         .iter()
         .map(|w| {
@@ -28,12 +58,7 @@ pub fn json_bytes(join: &Join) -> Vec<u8> {
                    "us_per_predicted_token": w.us_per_predicted_token})
         })
         .collect();
-    let slo = join.slo.unwrap_or_default();
-    jcs_bytes(&json!({
-        "format": JOIN_FORMAT,
-        "receipt_digest": join.receipt_digest,
-        "run": join.run.name(),
-        "slo": {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms},
+    json!({
         "counts": {
             "decisions": c.decisions, "routed": c.routed, "rejected": c.rejected,
             "completion_lines": c.completion_lines, "matched": c.matched,
@@ -42,12 +67,12 @@ pub fn json_bytes(join: &Join) -> Vec<u8> {
             "errors": c.errors, "completed": c.completed, "error_rate_pm": c.error_rate_pm,
         },
         "prediction": {
-            "ttft_rank_gamma_pm": join.figures.ttft_rank_gamma_pm,
-            "us_per_predicted_token": join.figures.us_per_predicted_token,
+            "ttft_rank_gamma_pm": figures.ttft_rank_gamma_pm,
+            "us_per_predicted_token": figures.us_per_predicted_token,
         },
         "goodput": goodput,
         "workers": workers,
-    }))
+    })
 }
 
 fn or_dash<T: ToString>(value: Option<T>) -> String {
@@ -112,7 +137,47 @@ pub fn table(join: &Join, printable: &dyn Fn(&str) -> String) -> String {
             or_dash(w.us_per_predicted_token)
         );
     }
+    if let Some(cohorts) = &join.figures.cohorts {
+        cohort_lines(&mut out, cohorts, join.slo.is_some(), printable);
+    }
     out
+}
+
+/// One line per cohort (SPEC.md §14.3), after the workers.
+fn cohort_lines(
+    out: &mut String,
+    cohorts: &[CohortFigures],
+    with_goodput: bool,
+    printable: &dyn Fn(&str) -> String,
+) {
+    let good_header = if with_goodput { " good" } else { "" };
+    let _ = writeln!(
+        out,
+        "cohort (tenant/model/adapter)     routed  matched  dropped completed   errors gamma_pm{good_header}"
+    );
+    for cohort in cohorts {
+        let c = &cohort.figures.counts;
+        let good = match (&cohort.figures.goodput, with_goodput) {
+            (Some(g), true) => format!(" {}", g.good),
+            _ => String::new(),
+        };
+        let name = format!(
+            "{}/{}/{}",
+            printable(&cohort.tenant),
+            printable(&cohort.model),
+            printable(&cohort.adapter)
+        );
+        let _ = writeln!(
+            out,
+            "{name:<32} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8}{good}",
+            c.routed,
+            c.matched,
+            c.dropped,
+            c.completed,
+            c.errors,
+            or_dash(cohort.figures.ttft_rank_gamma_pm)
+        );
+    }
 }
 
 fn goodput_line(out: &mut String, slo: crate::join::figures::Slo, g: &Goodput) {

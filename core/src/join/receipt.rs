@@ -35,6 +35,8 @@ pub struct ChosenRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiptRun {
     pub receipt_digest: String,
+    /// The digest of the trace the receipt was replayed from, for `--trace` (§14.1).
+    pub trace_digest: String,
     pub policy: Policy,
     /// Every run the receipt has, in its order, for the error naming them.
     pub policies: Vec<String>,
@@ -130,12 +132,16 @@ fn read_canonical(receipt: impl Read, policy: Policy) -> Result<ReceiptRun, Rece
     let receipt_digest = body
         .receipt_digest
         .ok_or_else(|| ReceiptError::NotAReceipt("no receipt_digest".to_owned()))?;
+    let trace_digest = body
+        .trace_digest
+        .ok_or_else(|| ReceiptError::NotAReceipt("no trace_digest".to_owned()))?;
     let decisions = match body.picked {
         Some((picked_policy, decisions)) if picked_policy == policy.name() => decisions?,
         _ => return Err(ReceiptError::NoSuchRun(body.policies)),
     };
     Ok(ReceiptRun {
         receipt_digest,
+        trace_digest,
         policy,
         policies: body.policies,
         decisions,
@@ -149,6 +155,7 @@ const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
 struct ReceiptBody {
     format: Option<String>,
     receipt_digest: Option<String>,
+    trace_digest: Option<String>,
     policies: Vec<String>,
     /// The run at the wanted place: its policy and decisions.
     picked: Option<(String, Result<Vec<DecisionSummary>, ReceiptError>)>,
@@ -176,6 +183,7 @@ impl<'de> Visitor<'de> for ReceiptSeed {
             match name.as_str() {
                 "format" => body.format = Some(map.next_value()?),
                 "receipt_digest" => body.receipt_digest = Some(map.next_value()?),
+                "trace_digest" => body.trace_digest = Some(map.next_value()?),
                 "runs" => {
                     let runs = map.next_value_seed(RunsSeed {
                         wanted: self.wanted,
@@ -277,12 +285,14 @@ struct StreamLine {
     policy: Option<String>,
     decisions: Option<Decision>,
     receipt_digest: Option<String>,
+    trace_digest: Option<String>,
 }
 
 fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
     let mut policies: Vec<String> = Vec::new();
     let mut decisions = Vec::new();
     let mut receipt_digest = None;
+    let mut trace_digest = None;
     for (index, line) in receipt.lines().enumerate() {
         let line = line.map_err(|e| not_a_receipt(format!("cannot read it: {e}")))?;
         let at = |e: serde_json::Error| not_a_receipt(format!("line {}: {e}", index + 1));
@@ -291,6 +301,9 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
             return Err(not_a_receipt(format!(
                 "line 1: its receipt_format is not {RECEIPT_FORMAT:?}"
             )));
+        }
+        if index == 0 {
+            trace_digest = line.trace_digest.clone();
         }
         if line.format.is_some() && index > 0 {
             return Err(not_a_receipt(format!("line {}: a second head", index + 1)));
@@ -309,11 +322,13 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
     }
     let receipt_digest = receipt_digest
         .ok_or_else(|| not_a_receipt("no receipt_digest line: the receipt is cut short"))?;
+    let trace_digest = trace_digest.ok_or_else(|| not_a_receipt("line 1: no trace_digest"))?;
     if !policies.iter().any(|p| p == policy.name()) {
         return Err(ReceiptError::NoSuchRun(policies));
     }
     Ok(ReceiptRun {
         receipt_digest,
+        trace_digest,
         policy,
         policies,
         decisions,
