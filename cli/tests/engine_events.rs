@@ -97,6 +97,7 @@ fn the_vllm_capture_imports_with_its_gap_restart_and_left_out_events() {
         [
             "engine events: 4 BlockStored, 1 BlockRemoved, 1 AllBlocksCleared, 1 of unknown type in 5 messages",
             "publishers: 1 restarts, 1 sequence gaps, 0 joined mid-stream",
+            "order: 0 earlier than its publisher's previous, 0 earlier than another publisher's before it",
             "left out: 1 not on GPU, 0 other cache group, 0 extra keys, 0 other block size, 0 no token ids, 0 token count, 0 unknown parent, 0 unknown removed hashes",
             "unknown event types: \"BlockUpdated\" x1",
             "tests/engine_events/vllm.capture.jsonl:4: worker \"tcp://127.0.0.1:5557|kv-events|dp0\": sequence gap: seq 4 after 2",
@@ -298,6 +299,7 @@ fn dynamos_router_events_import_keyed_by_tokens_hash() {
         [
             "engine events: 3 BlockStored, 1 BlockRemoved, 1 AllBlocksCleared, 0 of unknown type in 5 messages",
             "publishers: 1 restarts, 1 sequence gaps, 0 joined mid-stream",
+            "order: 0 earlier than its publisher's previous, 0 earlier than another publisher's before it",
             "left out: 1 not on GPU, 0 other cache group, 0 extra keys, 0 other block size, 0 no token ids, 0 token count, 0 unknown parent, 0 unknown removed hashes",
             "tests/engine_events/dynamo.events.jsonl:3: worker \"dynamo|7|dp0\": sequence gap: seq 3 after 1",
             "tests/engine_events/dynamo.events.jsonl:5: worker \"dynamo|7|dp0\": restart: seq 0 after 4",
