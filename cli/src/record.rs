@@ -29,6 +29,11 @@ use zeromq::{Socket, SocketRecv, SocketSend};
 /// arrives: short enough that Ctrl-C feels immediate.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// The most messages one replay holds and keeps answered, together: reached, the
+/// replay ends (SPEC.md §13.6), so memory stays bounded whatever a publisher sends.
+/// Ten times vLLM's default replay buffer of 10,000.
+const REPLAY_MESSAGES_MAX: usize = 100_000;
+
 /// The sequence frame of a replay socket's end marker: -1 as 8 bytes big-endian two's
 /// complement (vLLM and SGLang `ZmqEventPublisher.END_SEQ`).
 const END_SEQ: [u8; 8] = [0xFF; 8];
@@ -170,6 +175,22 @@ struct Capture<'w> {
     tally: &'w mut Tally,
 }
 
+impl Stream {
+    /// Whether the open replay holds and keeps as many messages as it may.
+    fn replay_full(&self) -> bool {
+        self.held.len() + self.answers.len() >= REPLAY_MESSAGES_MAX
+    }
+
+    /// Keeps one answer of the open replay: the first for its number, and only one
+    /// after the last number written (an earlier one fills nothing).
+    fn answered(&mut self, seq: u64, answer: Answer) {
+        if self.last_seq.is_some_and(|last| seq <= last) {
+            return;
+        }
+        self.answers.entry(seq).or_insert(answer);
+    }
+}
+
 impl Capture<'_> {
     fn full(&self) -> bool {
         self.count.is_some_and(|n| self.tally.written >= n)
@@ -272,12 +293,14 @@ async fn receive(
                     continue;
                 };
                 let endpoint = &args.endpoints[index];
-                if let Some((request, first_missing)) =
-                    capture.live(endpoint, &mut streams[index], frames)?
-                {
-                    let replay = streams[index].replay_endpoint.clone().unwrap_or_default();
+                let stream = &mut streams[index];
+                if let Some((request, first_missing)) = capture.live(endpoint, stream, frames)? {
+                    let replay = stream.replay_endpoint.clone().unwrap_or_default();
                     let ask = ask(index, request, replay, first_missing, wait, sender.clone());
                     tokio::spawn(ask);
+                }
+                if stream.open_replay.is_some() && stream.replay_full() {
+                    capture.flush(endpoint, stream)?;
                 }
             }
             Received::Answer(index, request, message) => {
@@ -287,10 +310,11 @@ async fn receive(
                 }
                 match answer_frames(message) {
                     Some(None) => {}
-                    Some(Some((seq, answer))) => {
-                        stream.answers.entry(seq).or_insert(answer);
-                    }
+                    Some(Some((seq, answer))) => stream.answered(seq, answer),
                     None => capture.tally.malformed += 1,
+                }
+                if stream.replay_full() {
+                    capture.flush(&args.endpoints[index], stream)?;
                 }
             }
             Received::AnswerEnded(index, request) => {
@@ -486,7 +510,7 @@ mod tests {
                     topic: None,
                     payload: payload.as_bytes().to_vec(),
                 };
-                stream.answers.entry(seq).or_insert(answer);
+                stream.answered(seq, answer);
             }
             assert!(capture.flush("e", &mut stream).is_ok());
         }
@@ -562,6 +586,29 @@ mod tests {
             ]
         );
         assert_eq!((tally.replayed, tally.gaps, tally.gaps_unfilled), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_replay_is_full_at_its_bound_and_keeps_no_answer_at_or_before_the_last_line() {
+        let mut stream = Stream {
+            last_seq: Some(10),
+            ..Stream::default()
+        };
+        let answer = || Answer {
+            topic: None,
+            payload: Vec::new(),
+        };
+        stream.answered(10, answer());
+        stream.answered(3, answer());
+        assert!(stream.answers.is_empty());
+        stream.held = (0..REPLAY_MESSAGES_MAX as u64 - 1)
+            .map(|seq| frames(seq + 20, ""))
+            .collect();
+        assert!(!stream.replay_full());
+        stream.answered(11, answer());
+        stream.answered(11, answer());
+        assert_eq!(stream.answers.len(), 1, "one answer a number");
+        assert!(stream.replay_full());
     }
 
     #[test]
