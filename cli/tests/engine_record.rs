@@ -1,7 +1,9 @@
 //! `kvroute record` against a real ZeroMQ publisher: `engine_events/engines.py`
 //! binds a PUB socket on loopback with pyzmq and publishes, with msgspec, the
 //! messages vLLM 0.26.0 would (SPEC.md §13.1); `record` captures them, `import
-//! vllm-events` converts the capture and `replay` routes it.
+//! vllm-events` converts the capture and `replay` routes it. The fault cases run the
+//! same way: messages the PUB socket drops that its ROUTER replay socket answers (or
+//! no longer holds), and two publishers whose batches arrive out of time order.
 //!
 //! The publisher needs a Python virtual environment with the pinned pyzmq and msgspec
 //! (`engine_events/requirements.txt`), named by `KVROUTE_ENGINE_VENV`; `.ci/run
