@@ -282,6 +282,14 @@ fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no
         );
         // An answer without a topic takes the live message's: one publisher throughout.
         assert!(lines.iter().all(|l| l["topic"] == "kv-events"), "{topic}");
+        // The committed fixture, which engines.py writes from the same script, is this
+        // capture but for the endpoint.
+        let committed = std::fs::read(format!("{DIR}/chain-replayed.capture.jsonl")).unwrap();
+        assert_eq!(
+            payloads(&std::fs::read(&capture).unwrap()),
+            payloads(&committed),
+            "{topic}"
+        );
 
         let (report, trace) = import_chain(&capture);
         assert!(
@@ -391,6 +399,11 @@ fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_tim
             (b.as_str(), 0),
             (b.as_str(), 1)
         ]
+    );
+    let committed = std::fs::read(format!("{DIR}/two-publishers.capture.jsonl")).unwrap();
+    assert_eq!(
+        payloads(&std::fs::read(&capture).unwrap()),
+        payloads(&committed)
     );
     let (report, trace) = import_chain(&capture);
     assert!(

@@ -164,9 +164,11 @@ REQUESTS = [
 ]
 
 
-def capture_line(endpoint: str, topic: bytes, seq: int, payload: bytes) -> str:
+def capture_line(endpoint: str, topic: bytes, seq: int, payload: bytes, replayed=False) -> str:
     line = {"endpoint": endpoint, "seq": seq,
             "payload_b64": base64.b64encode(payload).decode("ascii")}
+    if replayed:
+        line["replayed"] = True
     try:
         line["topic"] = topic.decode("utf-8")
     except UnicodeDecodeError:
@@ -229,6 +231,18 @@ def write_captures(directory: str) -> None:
     with open(os.path.join(directory, "requests.jsonl"), "w") as out:
         for request in REQUESTS:
             out.write(json.dumps(request) + "\n")
+    # What `record --replay` writes when messages 2 and 3 were lost live and answered
+    # by the replay socket (engine_record.rs records it from `replay`).
+    with open(os.path.join(directory, "chain-replayed.capture.jsonl"), "w") as out:
+        for seq, batch in chain_script():
+            out.write(capture_line("tcp://127.0.0.1:5557", b"kv-events", seq,
+                                   encoder.encode(batch), replayed=seq in (2, 3)) + "\n")
+    # Two publishers as `record` hears `two-publishers`: A's batches, then B's earlier ones.
+    with open(os.path.join(directory, "two-publishers.capture.jsonl"), "w") as out:
+        for name, seq, batch in two_publishers_script():
+            port = {"a": 5557, "b": 5567}[name]
+            out.write(capture_line(f"tcp://127.0.0.1:{port}", b"kv-events", seq,
+                                   encoder.encode(batch)) + "\n")
     with open(os.path.join(directory, "chain.requests.jsonl"), "w") as out:
         for request in CHAIN_REQUESTS:
             out.write(json.dumps(request) + "\n")
@@ -326,6 +340,16 @@ def replay(pub_endpoint: str, replay_endpoint: str, drop: str, answer: str, topi
     router.close(linger=1000)
 
 
+def two_publishers_script():
+    """(publisher, seq, batch) in sending order: B's batches are earlier than A's."""
+    return [
+        ("a", 0, VllmEventBatch(T0 + 0.500, [vllm_stored([1], None, tokens(1000, 1))], 0)),
+        ("a", 1, VllmEventBatch(T0 + 0.625, [vllm_stored([2], 1, tokens(1016, 1))], 0)),
+        ("b", 0, VllmEventBatch(T0 + 0.000, [vllm_stored([3], None, tokens(2000, 1))], 0)),
+        ("b", 1, VllmEventBatch(T0 + 0.250, [vllm_stored([4], 3, tokens(2016, 1))], 0)),
+    ]
+
+
 def two_publishers(endpoint_a: str, endpoint_b: str) -> None:
     """Two engines' PUB sockets. A's two batches are sent first, then B's, whose
     times are earlier than A's: a subscriber receives them out of time order."""
@@ -337,14 +361,8 @@ def two_publishers(endpoint_a: str, endpoint_b: str) -> None:
         sockets[name] = context.socket(zmq.PUB)
         sockets[name].bind(endpoint)
     encoder = msgspec.msgpack.Encoder()
-    script = [
-        ("a", 0, VllmEventBatch(T0 + 0.500, [vllm_stored([1], None, tokens(1000, 1))], 0)),
-        ("a", 1, VllmEventBatch(T0 + 0.625, [vllm_stored([2], 1, tokens(1016, 1))], 0)),
-        ("b", 0, VllmEventBatch(T0 + 0.000, [vllm_stored([3], None, tokens(2000, 1))], 0)),
-        ("b", 1, VllmEventBatch(T0 + 0.250, [vllm_stored([4], 3, tokens(2016, 1))], 0)),
-    ]
     time.sleep(1.0)
-    for name, seq, batch in script:
+    for name, seq, batch in two_publishers_script():
         sockets[name].send_multipart((b"kv-events", seq.to_bytes(8, "big"), encoder.encode(batch)))
         # Apart enough that the subscriber hears them in this order.
         time.sleep(0.2)
