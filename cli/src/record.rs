@@ -153,6 +153,14 @@ fn streams(args: &RecordArgs) -> Result<Vec<Stream>, Failure> {
                 "--replay {pair}: {quoted} has a replay endpoint already"
             )]));
         }
+        // Refused now rather than at the first gap, where it could only leave the gap
+        // unfilled long after the user could have fixed it.
+        if let Err(error) = replay.parse::<zeromq::Endpoint>() {
+            return Err(Failure::invalid(vec![format!(
+                "--replay {pair}: {} is no ZeroMQ address: {error}",
+                kvroute_core::input::json::quote_str(replay)
+            )]));
+        }
         streams[index].replay_endpoint = Some(replay.to_owned());
     }
     Ok(streams)

@@ -432,7 +432,7 @@ fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_tim
 }
 
 #[test]
-fn a_replay_pair_naming_no_recorded_endpoint_exits_2_and_writes_nothing() {
+fn a_replay_pair_naming_no_recorded_endpoint_or_no_zeromq_address_exits_2_and_writes_nothing() {
     let scratch = tempfile::tempdir().unwrap();
     let capture = scratch.path().join("capture.jsonl");
     for (pairs, reason) in [
@@ -443,6 +443,14 @@ fn a_replay_pair_naming_no_recorded_endpoint_exits_2_and_writes_nothing() {
         (
             vec!["tcp://127.0.0.1:9=tcp://127.0.0.1:2", "tcp://127.0.0.1:9=tcp://127.0.0.1:3"],
             "--replay tcp://127.0.0.1:9=tcp://127.0.0.1:3: \"tcp://127.0.0.1:9\" has a replay endpoint already\n",
+        ),
+        (
+            vec!["tcp://127.0.0.1:9=nonsense://x"],
+            "--replay tcp://127.0.0.1:9=nonsense://x: \"nonsense://x\" is no ZeroMQ address: Unknown transport type nonsense\n",
+        ),
+        (
+            vec!["tcp://127.0.0.1:9"],
+            "--replay tcp://127.0.0.1:9: \"\" is no ZeroMQ address: Invalid Syntax: Could not parse transport\n",
         ),
     ] {
         let mut args = vec!["record", "tcp://127.0.0.1:9", "-o", capture.to_str().unwrap()];
