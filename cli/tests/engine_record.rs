@@ -244,7 +244,9 @@ fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no
     let Some(python) = venv_python() else {
         return;
     };
-    // vLLM 0.26.0 answers with the topic frame, older vLLM and SGLang without.
+    // vLLM 0.26.0 answers with the topic frame, older vLLM and SGLang without. The
+    // replay tests wait up to 20 s for an answer, which its end marker ends at once: a
+    // loaded machine must not turn a slow answer into an unfilled gap.
     for topic in ["with", "without"] {
         let scratch = tempfile::tempdir().unwrap();
         let capture = scratch.path().join("capture.jsonl");
@@ -261,7 +263,15 @@ fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no
                 "buffer",
                 topic,
             ],
-            &[&endpoint, "--replay", &pair, "--count", "6"],
+            &[
+                &endpoint,
+                "--replay",
+                &pair,
+                "--replay-wait-ms",
+                "20000",
+                "--count",
+                "6",
+            ],
             &capture,
         );
         assert!(
@@ -324,7 +334,15 @@ fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
             "end-only",
             "with",
         ],
-        &[&endpoint, "--replay", &pair, "--count", "4"],
+        &[
+            &endpoint,
+            "--replay",
+            &pair,
+            "--replay-wait-ms",
+            "20000",
+            "--count",
+            "4",
+        ],
         &capture,
     );
     assert!(
