@@ -231,6 +231,14 @@ pub enum Command {
         /// Stop after this many seconds.
         #[arg(long, value_name = "S")]
         seconds: Option<u64>,
+        /// A publisher's replay socket, as ENDPOINT=REPLAY (ENDPOINT one of those
+        /// recorded): on a sequence gap, the missing messages are asked for there.
+        #[arg(long = "replay", value_name = "ENDPOINT=REPLAY")]
+        replay: Vec<String>,
+        /// How long a replay socket's answer is waited for.
+        #[arg(long, value_name = "MS", default_value_t = 1000,
+              value_parser = clap::value_parser!(u64).range(1..=60_000))]
+        replay_wait_ms: u64,
     },
     /// Convert a trace from another format into a kvroute-trace/1 file.
     Import {

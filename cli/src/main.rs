@@ -188,11 +188,15 @@ fn run(command: Command) -> Result<(), Failure> {
             out,
             count,
             seconds,
+            replay,
+            replay_wait_ms,
         } => record::record(&record::RecordArgs {
             endpoints: &endpoints,
             out: &out,
             count,
             seconds,
+            replay: &replay,
+            replay_wait_ms,
         }),
         Command::Import {
             format:

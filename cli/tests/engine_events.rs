@@ -97,6 +97,7 @@ fn the_vllm_capture_imports_with_its_gap_restart_and_left_out_events() {
         [
             "engine events: 4 BlockStored, 1 BlockRemoved, 1 AllBlocksCleared, 1 of unknown type in 5 messages",
             "publishers: 1 restarts, 1 sequence gaps, 0 joined mid-stream",
+            "order: 0 earlier than its publisher's previous, 0 earlier than another publisher's before it",
             "left out: 1 not on GPU, 0 other cache group, 0 extra keys, 0 other block size, 0 no token ids, 0 token count, 0 unknown parent, 0 unknown removed hashes",
             "unknown event types: \"BlockUpdated\" x1",
             "tests/engine_events/vllm.capture.jsonl:4: worker \"tcp://127.0.0.1:5557|kv-events|dp0\": sequence gap: seq 4 after 2",
@@ -298,6 +299,7 @@ fn dynamos_router_events_import_keyed_by_tokens_hash() {
         [
             "engine events: 3 BlockStored, 1 BlockRemoved, 1 AllBlocksCleared, 0 of unknown type in 5 messages",
             "publishers: 1 restarts, 1 sequence gaps, 0 joined mid-stream",
+            "order: 0 earlier than its publisher's previous, 0 earlier than another publisher's before it",
             "left out: 1 not on GPU, 0 other cache group, 0 extra keys, 0 other block size, 0 no token ids, 0 token count, 0 unknown parent, 0 unknown removed hashes",
             "tests/engine_events/dynamo.events.jsonl:3: worker \"dynamo|7|dp0\": sequence gap: seq 3 after 1",
             "tests/engine_events/dynamo.events.jsonl:5: worker \"dynamo|7|dp0\": restart: seq 0 after 4",
@@ -330,5 +332,78 @@ fn dynamos_router_events_import_keyed_by_tokens_hash() {
     assert_eq!(
         trace,
         serde_json::from_slice::<serde_json::Value>(&committed).unwrap()
+    );
+}
+
+#[test]
+fn a_capture_whose_gap_a_replay_filled_imports_without_a_gap() {
+    // chain-replayed: six chained stores, 2 and 3 marked replayed as `record --replay`
+    // writes them (engine_record.rs records the same messages live).
+    let (output, trace) = import(
+        &fixture("chain-replayed.capture.jsonl"),
+        &fixture("chain.requests.jsonl"),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: Vec<String> = stderr(&output).lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(
+        report,
+        [
+            "engine events: 6 BlockStored, 0 BlockRemoved, 0 AllBlocksCleared, 0 of unknown type in 6 messages",
+            "publishers: 0 restarts, 0 sequence gaps, 0 joined mid-stream",
+            "order: 0 earlier than its publisher's previous, 0 earlier than another publisher's before it",
+            "left out: 0 not on GPU, 0 other cache group, 0 extra keys, 0 other block size, 0 no token ids, 0 token count, 0 unknown parent, 0 unknown removed hashes",
+        ]
+    );
+    // Batches 10 ms apart; floor(ts * 1000) of T0 + 0.01 * seq as doubles.
+    assert_eq!(
+        cache_ops(&trace.unwrap()),
+        [
+            "store@0#1",
+            "store@10#2",
+            "store@20#3",
+            "store@30#4",
+            "store@40#5",
+            "store@50#6"
+        ]
+    );
+}
+
+#[test]
+fn batches_of_two_publishers_received_out_of_time_order_are_counted() {
+    let (output, trace) = import(
+        &fixture("two-publishers.capture.jsonl"),
+        &fixture("chain.requests.jsonl"),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = stderr(&output);
+    assert!(
+        report.contains("\norder: 0 earlier than its publisher's previous, 2 earlier than another publisher's before it\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("\npublishers: 0 restarts, 0 sequence gaps, 0 joined mid-stream\n"),
+        "{report}"
+    );
+    // B's two batches (received last, made first) lead in the trace's (tick, seq) order.
+    let trace = trace.unwrap();
+    let workers: Vec<&str> = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "cache")
+        .map(|e| e["worker"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        workers,
+        [
+            "tcp://127.0.0.1:5567|kv-events|dp0",
+            "tcp://127.0.0.1:5567|kv-events|dp0",
+            "tcp://127.0.0.1:5557|kv-events|dp0",
+            "tcp://127.0.0.1:5557|kv-events|dp0"
+        ]
+    );
+    assert_eq!(
+        cache_ops(&trace),
+        ["store@0#1", "store@250#2", "store@500#1", "store@625#2"]
     );
 }

@@ -1,7 +1,9 @@
 //! `kvroute record` against a real ZeroMQ publisher: `engine_events/engines.py`
 //! binds a PUB socket on loopback with pyzmq and publishes, with msgspec, the
 //! messages vLLM 0.26.0 would (SPEC.md §13.1); `record` captures them, `import
-//! vllm-events` converts the capture and `replay` routes it.
+//! vllm-events` converts the capture and `replay` routes it. The fault cases run the
+//! same way: messages the PUB socket drops that its ROUTER replay socket answers (or
+//! no longer holds), and two publishers whose batches arrive out of time order.
 //!
 //! The publisher needs a Python virtual environment with the pinned pyzmq and msgspec
 //! (`engine_events/requirements.txt`), named by `KVROUTE_ENGINE_VENV`; `.ci/run
@@ -127,6 +129,357 @@ fn a_real_publisher_is_recorded_imported_and_replayed() {
         .unwrap();
     let columns: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(&columns[1..5], ["2", "0", "1", "48"], "{table}");
+}
+
+/// Starts `kvroute record` with `args`, runs the publisher `engines.py` with
+/// `publisher` to its end, and returns the recorder's note and the capture's lines.
+fn record_from(
+    python: &Path,
+    publisher: &[&str],
+    args: &[&str],
+    capture: &Path,
+) -> (String, Vec<serde_json::Value>) {
+    // The recorder first: its sockets wait for the publisher to bind, and the
+    // publisher waits a second after binding, so no message goes out unheard.
+    let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .arg("record")
+        .args(args)
+        .args(["-o", capture.to_str().unwrap(), "--seconds", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvroute record starts");
+    let published = Command::new(python)
+        .arg(format!("{DIR}/engines.py"))
+        .args(publisher)
+        .output()
+        .expect("the publisher runs");
+    assert!(
+        published.status.success(),
+        "{}",
+        String::from_utf8_lossy(&published.stderr)
+    );
+    let recorded = recorder.wait_with_output().unwrap();
+    let note = String::from_utf8_lossy(&recorded.stderr).into_owned();
+    assert_eq!(recorded.status.code(), Some(0), "{note}");
+    let lines = String::from_utf8_lossy(&std::fs::read(capture).unwrap())
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    (note, lines)
+}
+
+/// `import vllm-events CAPTURE --requests chain.requests.jsonl`: its report, and the
+/// trace it wrote, which must validate.
+fn import_chain(capture: &Path) -> (String, PathBuf) {
+    let trace = capture.with_extension("trace.json");
+    let imported = kvroute(&[
+        "import",
+        "vllm-events",
+        capture.to_str().unwrap(),
+        "--requests",
+        &format!("{DIR}/chain.requests.jsonl"),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    let report = String::from_utf8_lossy(&imported.stderr).into_owned();
+    assert_eq!(imported.status.code(), Some(0), "{report}");
+    let validated = kvroute(&["validate", trace.to_str().unwrap()]);
+    assert_eq!(
+        validated.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&validated.stderr)
+    );
+    (report, trace)
+}
+
+/// The tokens `cache_plus_load` reused when `kvroute replay` routes the trace.
+fn reused_tokens(trace: &Path) -> String {
+    let replayed = kvroute(&["replay", trace.to_str().unwrap()]);
+    assert_eq!(replayed.status.code(), Some(0));
+    let table = String::from_utf8_lossy(&replayed.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("cache_plus_load"))
+        .unwrap();
+    row.split_whitespace().nth(4).unwrap().to_owned()
+}
+
+/// Each capture line's sequence number, and whether it is marked replayed.
+fn seqs(lines: &[serde_json::Value]) -> Vec<(u64, bool)> {
+    lines
+        .iter()
+        .map(|l| {
+            (
+                l["seq"].as_u64().unwrap(),
+                l.get("replayed").is_some_and(|r| r == true),
+            )
+        })
+        .collect()
+}
+
+/// The trace's cache events as written, in `(tick, seq)` order (SPEC.md §6.1), each
+/// as (worker's endpoint, tick, seq, epoch).
+fn cache_events(trace: &Path) -> Vec<(String, u64, u64, u64)> {
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(trace).unwrap()).unwrap();
+    trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "cache")
+        .map(|e| {
+            let worker = e["worker"].as_str().unwrap();
+            (
+                worker.split('|').next().unwrap().to_owned(),
+                e["tick"].as_u64().unwrap(),
+                e["seq"].as_u64().unwrap(),
+                e["epoch"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no_gap() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    // vLLM 0.26.0 answers with the topic frame, older vLLM and SGLang without. The
+    // replay tests wait up to 20 s for an answer, which its end marker ends at once: a
+    // loaded machine must not turn a slow answer into an unfilled gap.
+    for topic in ["with", "without"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let capture = scratch.path().join("capture.jsonl");
+        let (pub_port, replay_port) = (free_port(), free_port());
+        let endpoint = format!("tcp://127.0.0.1:{pub_port}");
+        let pair = format!("{endpoint}=tcp://127.0.0.1:{replay_port}");
+        let (note, lines) = record_from(
+            &python,
+            &[
+                "replay",
+                &format!("tcp://*:{pub_port}"),
+                &format!("tcp://*:{replay_port}"),
+                "2,3",
+                "buffer",
+                topic,
+            ],
+            &[
+                &endpoint,
+                "--replay",
+                &pair,
+                "--replay-wait-ms",
+                "20000",
+                "--count",
+                "6",
+            ],
+            &capture,
+        );
+        assert!(
+            note.ends_with(", 2 messages replayed, 0 of 1 gaps not filled\n"),
+            "{topic}: {note}"
+        );
+        assert_eq!(
+            seqs(&lines),
+            [
+                (0, false),
+                (1, false),
+                (2, true),
+                (3, true),
+                (4, false),
+                (5, false)
+            ],
+            "{topic}: every number once, the two the PUB socket dropped from the replay"
+        );
+        // An answer without a topic takes the live message's: one publisher throughout.
+        assert!(lines.iter().all(|l| l["topic"] == "kv-events"), "{topic}");
+        // The committed fixture, which engines.py writes from the same script, is this
+        // capture but for the endpoint.
+        let committed = std::fs::read(format!("{DIR}/chain-replayed.capture.jsonl")).unwrap();
+        assert_eq!(
+            payloads(&std::fs::read(&capture).unwrap()),
+            payloads(&committed),
+            "{topic}"
+        );
+
+        let (report, trace) = import_chain(&capture);
+        assert!(
+            report.contains("\npublishers: 0 restarts, 0 sequence gaps, 0 joined mid-stream\n"),
+            "{topic}: {report}"
+        );
+        assert!(report.contains(" 0 unknown parent,"), "{topic}: {report}");
+        let epochs: Vec<u64> = cache_events(&trace).iter().map(|e| e.3).collect();
+        assert_eq!(epochs, [1, 2, 3, 4, 5, 6], "{topic}");
+        // The whole six-block prompt was resident and trusted.
+        assert_eq!(reused_tokens(&trace), "96", "{topic}");
+    }
+}
+
+#[test]
+fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let (pub_port, replay_port) = (free_port(), free_port());
+    let endpoint = format!("tcp://127.0.0.1:{pub_port}");
+    let pair = format!("{endpoint}=tcp://127.0.0.1:{replay_port}");
+    let (note, lines) = record_from(
+        &python,
+        &[
+            "replay",
+            &format!("tcp://*:{pub_port}"),
+            &format!("tcp://*:{replay_port}"),
+            "2,3",
+            "end-only",
+            "with",
+        ],
+        &[
+            &endpoint,
+            "--replay",
+            &pair,
+            "--replay-wait-ms",
+            "20000",
+            "--count",
+            "4",
+        ],
+        &capture,
+    );
+    assert!(
+        note.ends_with(", 0 messages replayed, 1 of 1 gaps not filled\n"),
+        "{note}"
+    );
+    assert_eq!(
+        seqs(&lines),
+        [(0, false), (1, false), (4, false), (5, false)]
+    );
+    let (report, trace) = import_chain(&capture);
+    assert!(
+        report.contains("\npublishers: 0 restarts, 1 sequence gaps, 0 joined mid-stream\n"),
+        "{report}"
+    );
+    // Blocks 4 and 5 chain on the lost block 3, so neither can be keyed.
+    assert!(report.contains(" 2 unknown parent,"), "{report}");
+    assert!(
+        report.contains(&format!(
+            ":3: worker \"{endpoint}|kv-events|dp0\": sequence gap: seq 4 after 1\n"
+        )),
+        "{report}"
+    );
+    let epochs: Vec<u64> = cache_events(&trace).iter().map(|e| e.3).collect();
+    assert_eq!(
+        epochs,
+        [1, 2],
+        "epoch 3 was skipped; the left-out stores take none"
+    );
+    assert_eq!(
+        reused_tokens(&trace),
+        "32",
+        "only the two blocks before the loss"
+    );
+}
+
+#[test]
+fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_time() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let (port_a, port_b) = (free_port(), free_port());
+    let (a, b) = (
+        format!("tcp://127.0.0.1:{port_a}"),
+        format!("tcp://127.0.0.1:{port_b}"),
+    );
+    let (note, lines) = record_from(
+        &python,
+        &[
+            "two-publishers",
+            &format!("tcp://*:{port_a}"),
+            &format!("tcp://*:{port_b}"),
+        ],
+        &[&a, &b, "--count", "4"],
+        &capture,
+    );
+    assert!(
+        note.starts_with("recorded 4 messages from 2 endpoints"),
+        "{note}"
+    );
+    let received: Vec<(&str, u64)> = lines
+        .iter()
+        .map(|l| (l["endpoint"].as_str().unwrap(), l["seq"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        received,
+        [
+            (a.as_str(), 0),
+            (a.as_str(), 1),
+            (b.as_str(), 0),
+            (b.as_str(), 1)
+        ]
+    );
+    let committed = std::fs::read(format!("{DIR}/two-publishers.capture.jsonl")).unwrap();
+    assert_eq!(
+        payloads(&std::fs::read(&capture).unwrap()),
+        payloads(&committed)
+    );
+    let (report, trace) = import_chain(&capture);
+    assert!(
+        report.contains(
+            "\norder: 0 earlier than its publisher's previous, 2 earlier than another publisher's before it\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("\npublishers: 0 restarts, 0 sequence gaps, 0 joined mid-stream\n"),
+        "{report}"
+    );
+    // B's batches were made 625 and 375 ms before A's last. The trace keeps each
+    // batch's own time (origin: B's first) and gives seqs in the order received, so
+    // in (tick, seq) order B's come first, and each worker's epochs stay in its
+    // sequence order.
+    assert_eq!(
+        cache_events(&trace),
+        [
+            (b.clone(), 0, 3, 1),
+            (b.clone(), 250, 4, 2),
+            (a.clone(), 500, 1, 1),
+            (a.clone(), 625, 2, 2)
+        ]
+    );
+}
+
+#[test]
+fn a_replay_pair_naming_no_recorded_endpoint_or_no_zeromq_address_exits_2_and_writes_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    for (pairs, reason) in [
+        (
+            vec!["tcp://127.0.0.1:1=tcp://127.0.0.1:2"],
+            "--replay tcp://127.0.0.1:1=tcp://127.0.0.1:2: \"tcp://127.0.0.1:1\" is not one of the endpoints to record\n",
+        ),
+        (
+            vec!["tcp://127.0.0.1:9=tcp://127.0.0.1:2", "tcp://127.0.0.1:9=tcp://127.0.0.1:3"],
+            "--replay tcp://127.0.0.1:9=tcp://127.0.0.1:3: \"tcp://127.0.0.1:9\" has a replay endpoint already\n",
+        ),
+        (
+            vec!["tcp://127.0.0.1:9=nonsense://x"],
+            "--replay tcp://127.0.0.1:9=nonsense://x: \"nonsense://x\" is no ZeroMQ address: Unknown transport type nonsense\n",
+        ),
+        (
+            vec!["tcp://127.0.0.1:9"],
+            "--replay tcp://127.0.0.1:9: \"\" is no ZeroMQ address: Invalid Syntax: Could not parse transport\n",
+        ),
+    ] {
+        let mut args = vec!["record", "tcp://127.0.0.1:9", "-o", capture.to_str().unwrap()];
+        for pair in &pairs {
+            args.extend(["--replay", pair]);
+        }
+        let out = kvroute(&args);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(String::from_utf8_lossy(&out.stderr), reason);
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
 }
 
 #[test]

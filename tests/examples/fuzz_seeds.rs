@@ -46,7 +46,13 @@ fn main() -> std::io::Result<()> {
     let engines = root.join("import_engine_events");
     std::fs::create_dir_all(&engines)?;
     let fixtures_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/engine_events");
-    for name in ["vllm", "sglang", "kthena-1535"] {
+    for name in [
+        "vllm",
+        "sglang",
+        "kthena-1535",
+        "chain-replayed",
+        "two-publishers",
+    ] {
         let capture = std::fs::read(fixtures_dir.join(format!("{name}.capture.jsonl")))?;
         let mut whole = vec![1u8];
         whole.extend_from_slice(&capture);

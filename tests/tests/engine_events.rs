@@ -37,6 +37,16 @@ fn cases() -> Vec<(&'static str, &'static str, EventsOptions)> {
             EventsOptions::default(),
         ),
         ("vllm.capture.jsonl", "requests.jsonl", other_block),
+        (
+            "chain-replayed.capture.jsonl",
+            "chain.requests.jsonl",
+            EventsOptions::default(),
+        ),
+        (
+            "two-publishers.capture.jsonl",
+            "chain.requests.jsonl",
+            EventsOptions::default(),
+        ),
     ]
 }
 

@@ -9,10 +9,13 @@ same msgspec options, so msgspec writes the bytes an engine would:
 
 - `dynamo_lines`: NVIDIA Dynamo's `RouterEvent` as its router reads them (JSON).
 
-Two uses, both deterministic (fixed times, hashes and tokens):
+Four uses, all deterministic (fixed times, hashes and tokens):
 
     python engines.py capture DIR          # every fixture capture, and the requests
     python engines.py publish ENDPOINT N   # bind a PUB socket, publish the vLLM script
+    python engines.py replay PUB REPLAY DROP ANSWER TOPIC
+                                           # the chain script with a replay socket
+    python engines.py two-publishers A B   # two PUB sockets, later times sent first
 
 Pinned: pyzmq 27.2.0, msgspec 0.22.0, and xxhash 3.6.0 for Dynamo's token hash
 (cli/tests/engine_events/requirements.txt).
@@ -161,9 +164,11 @@ REQUESTS = [
 ]
 
 
-def capture_line(endpoint: str, topic: bytes, seq: int, payload: bytes) -> str:
+def capture_line(endpoint: str, topic: bytes, seq: int, payload: bytes, replayed=False) -> str:
     line = {"endpoint": endpoint, "seq": seq,
             "payload_b64": base64.b64encode(payload).decode("ascii")}
+    if replayed:
+        line["replayed"] = True
     try:
         line["topic"] = topic.decode("utf-8")
     except UnicodeDecodeError:
@@ -226,6 +231,21 @@ def write_captures(directory: str) -> None:
     with open(os.path.join(directory, "requests.jsonl"), "w") as out:
         for request in REQUESTS:
             out.write(json.dumps(request) + "\n")
+    # What `record --replay` writes when messages 2 and 3 were lost live and answered
+    # by the replay socket (engine_record.rs records it from `replay`).
+    with open(os.path.join(directory, "chain-replayed.capture.jsonl"), "w") as out:
+        for seq, batch in chain_script():
+            out.write(capture_line("tcp://127.0.0.1:5557", b"kv-events", seq,
+                                   encoder.encode(batch), replayed=seq in (2, 3)) + "\n")
+    # Two publishers as `record` hears `two-publishers`: A's batches, then B's earlier ones.
+    with open(os.path.join(directory, "two-publishers.capture.jsonl"), "w") as out:
+        for name, seq, batch in two_publishers_script():
+            port = {"a": 5557, "b": 5567}[name]
+            out.write(capture_line(f"tcp://127.0.0.1:{port}", b"kv-events", seq,
+                                   encoder.encode(batch)) + "\n")
+    with open(os.path.join(directory, "chain.requests.jsonl"), "w") as out:
+        for request in CHAIN_REQUESTS:
+            out.write(json.dumps(request) + "\n")
 
 
 def publish(endpoint: str, rounds: int) -> None:
@@ -246,8 +266,116 @@ def publish(endpoint: str, rounds: int) -> None:
     socket.close(linger=1000)
 
 
+def chain_script():
+    """(seq, batch): six one-block stores, each block chained on the one before, so a
+    lost message leaves every later store with an unknown parent."""
+    return [
+        (seq, VllmEventBatch(T0 + 0.010 * seq, [
+            vllm_stored([100 + seq], None if seq == 0 else 99 + seq, tokens(1000 + BLOCK * seq, 1))
+        ], 0))
+        for seq in range(6)
+    ]
+
+
+CHAIN_REQUESTS = [
+    {"arrival_ms": int(T0 * 1000) + 100, "id": "chain", "model": "Qwen/Qwen3-8B",
+     "token_ids": tokens(1000, 6), "output_tokens": 4},
+]
+
+# vLLM's ZmqEventPublisher.END_SEQ: -1 as 8 bytes big-endian two's complement.
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+def replay(pub_endpoint: str, replay_endpoint: str, drop: str, answer: str, topic: str) -> None:
+    """Publishes the chain script as vLLM's ZmqEventPublisher does, with its ROUTER
+    replay socket, except that the sequence numbers in `drop` (comma-separated) are
+    not sent live: they only enter the replay buffer, as a message lost between the
+    PUB socket and its subscriber would.
+
+    `answer` is `buffer` (answer from the buffer, as vLLM's `_service_replay` does)
+    or `end-only` (only the end marker: the buffer no longer holds what is asked for).
+    `topic` is `with` (vLLM 0.26.0, PR #45177: `[topic, seq, payload]`, end marker
+    `["", END_SEQ, ""]`) or `without` (older vLLM and SGLang: `[seq, payload]`).
+    The replay socket is served between publications, as vLLM's publisher thread
+    polls it, and for a second after the last."""
+    import zmq
+
+    context = zmq.Context.instance()
+    pub = context.socket(zmq.PUB)
+    pub.bind(pub_endpoint)
+    router = context.socket(zmq.ROUTER)
+    router.bind(replay_endpoint)
+    dropped = {int(s) for s in drop.split(",") if s}
+    encoder = msgspec.msgpack.Encoder()
+    topic_bytes = b"kv-events"
+    buffer = []  # (seq, payload), as vLLM's deque
+
+    def serve(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if not router.poll(int(left * 1000) + 1):
+                continue
+            frames = router.recv_multipart()
+            if len(frames) != 3:
+                continue
+            client_id, _, start_seq_bytes = frames
+            start_seq = int.from_bytes(start_seq_bytes, "big")
+            prefix = (topic_bytes,) if topic == "with" else ()
+            if answer == "buffer":
+                for seq, payload in buffer:
+                    if seq >= start_seq:
+                        router.send_multipart((client_id, b"", *prefix, seq.to_bytes(8, "big"), payload))
+            end_prefix = (b"",) if topic == "with" else ()
+            router.send_multipart((client_id, b"", *end_prefix, END_SEQ, b""))
+
+    time.sleep(1.0)
+    for seq, batch in chain_script():
+        payload = encoder.encode(batch)
+        if seq not in dropped:
+            pub.send_multipart((topic_bytes, seq.to_bytes(8, "big"), payload))
+        buffer.append((seq, payload))
+        serve(0.05)
+    serve(1.0)
+    pub.close(linger=1000)
+    router.close(linger=1000)
+
+
+def two_publishers_script():
+    """(publisher, seq, batch) in sending order: B's batches are earlier than A's."""
+    return [
+        ("a", 0, VllmEventBatch(T0 + 0.500, [vllm_stored([1], None, tokens(1000, 1))], 0)),
+        ("a", 1, VllmEventBatch(T0 + 0.625, [vllm_stored([2], 1, tokens(1016, 1))], 0)),
+        ("b", 0, VllmEventBatch(T0 + 0.000, [vllm_stored([3], None, tokens(2000, 1))], 0)),
+        ("b", 1, VllmEventBatch(T0 + 0.250, [vllm_stored([4], 3, tokens(2016, 1))], 0)),
+    ]
+
+
+def two_publishers(endpoint_a: str, endpoint_b: str) -> None:
+    """Two engines' PUB sockets. A's two batches are sent first, then B's, whose
+    times are earlier than A's: a subscriber receives them out of time order."""
+    import zmq
+
+    context = zmq.Context.instance()
+    sockets = {}
+    for name, endpoint in (("a", endpoint_a), ("b", endpoint_b)):
+        sockets[name] = context.socket(zmq.PUB)
+        sockets[name].bind(endpoint)
+    encoder = msgspec.msgpack.Encoder()
+    time.sleep(1.0)
+    for name, seq, batch in two_publishers_script():
+        sockets[name].send_multipart((b"kv-events", seq.to_bytes(8, "big"), encoder.encode(batch)))
+        # Apart enough that the subscriber hears them in this order.
+        time.sleep(0.2)
+    for socket in sockets.values():
+        socket.close(linger=1000)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "capture":
         write_captures(sys.argv[2])
+    elif sys.argv[1] == "replay":
+        replay(*sys.argv[2:7])
+    elif sys.argv[1] == "two-publishers":
+        two_publishers(sys.argv[2], sys.argv[3])
     else:
         publish(sys.argv[2], int(sys.argv[3]))

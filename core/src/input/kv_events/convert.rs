@@ -137,6 +137,9 @@ pub fn chained_key(parent: &str, tokens: &[u64]) -> Arc<str> {
 struct Publisher {
     worker: Arc<str>,
     last_seq: Option<u64>,
+    /// The time given to the publisher's last message with a time: a later message is
+    /// never placed before it (SPEC.md §13.4, *Order*).
+    last_time_ms: Option<u64>,
     /// The last epoch given (or skipped).
     epoch: u64,
     table: FxHashMap<BlockHash, (Arc<str>, Arc<str>)>,
@@ -160,7 +163,44 @@ pub struct Converter<'o> {
     staged: Vec<Staged>,
     adapters: BTreeSet<Arc<str>>,
     earliest_ms: Option<u64>,
+    latest: LatestTimes,
     report: ImportReport,
+}
+
+/// The latest message time seen so far and whose it was, and the latest of every
+/// other publisher's: enough to tell whether a message is earlier than one of another
+/// publisher before it, in constant space whatever the number of publishers.
+#[derive(Default)]
+struct LatestTimes {
+    latest: Option<(Arc<str>, u64)>,
+    /// The latest time of the publishers other than `latest`'s.
+    runner_up_ms: Option<u64>,
+}
+
+impl LatestTimes {
+    /// The latest time of a publisher other than `worker` seen so far.
+    fn of_others(&self, worker: &Arc<str>) -> Option<u64> {
+        match &self.latest {
+            Some((w, t)) if w != worker => Some(*t),
+            _ => self.runner_up_ms,
+        }
+    }
+
+    fn saw(&mut self, worker: &Arc<str>, time_ms: u64) {
+        match &mut self.latest {
+            None => self.latest = Some((worker.clone(), time_ms)),
+            Some((w, t)) if w == worker => *t = (*t).max(time_ms),
+            Some((_, t)) if time_ms > *t => {
+                // The previous leader is now the latest of the others: it was the
+                // latest of all.
+                self.runner_up_ms = Some(*t);
+                self.latest = Some((worker.clone(), time_ms));
+            }
+            Some(_) => {
+                self.runner_up_ms = Some(self.runner_up_ms.map_or(time_ms, |r| r.max(time_ms)));
+            }
+        }
+    }
 }
 
 impl<'o> Converter<'o> {
@@ -173,6 +213,7 @@ impl<'o> Converter<'o> {
             staged: Vec::new(),
             adapters: BTreeSet::new(),
             earliest_ms: None,
+            latest: LatestTimes::default(),
             report: ImportReport::default(),
         }
     }
@@ -194,14 +235,38 @@ impl<'o> Converter<'o> {
         let mut publisher = self.publishers.remove(&id).unwrap_or_else(|| Publisher {
             worker: id.as_str().into(),
             last_seq: None,
+            last_time_ms: None,
             epoch: 0,
             table: FxHashMap::default(),
         });
-        self.sequence(&mut publisher, line, message.seq, batch.time_ms);
+        let time_ms = self.ordered_time(&mut publisher, batch.time_ms);
+        self.sequence(&mut publisher, line, message.seq, time_ms);
         for event in batch.events {
-            self.event(&mut publisher, event, batch.time_ms);
+            self.event(&mut publisher, event, time_ms);
         }
         self.publishers.insert(id, publisher);
+    }
+
+    /// The time a message's events take (SPEC.md §13.4, *Order*): its batch's, unless
+    /// that is earlier than the publisher's previous message, whose time it then takes
+    /// so that sequence order stays the replay's order within the publisher. Counts
+    /// both kinds of earlier message.
+    fn ordered_time(&mut self, publisher: &mut Publisher, time_ms: Option<u64>) -> Option<u64> {
+        let mut time_ms = time_ms?;
+        if let Some(previous) = publisher.last_time_ms.filter(|&p| time_ms < p) {
+            self.report.earlier_than_own += 1;
+            time_ms = previous;
+        }
+        if self
+            .latest
+            .of_others(&publisher.worker)
+            .is_some_and(|other| time_ms < other)
+        {
+            self.report.earlier_than_other += 1;
+        }
+        self.latest.saw(&publisher.worker, time_ms);
+        publisher.last_time_ms = Some(time_ms);
+        Some(time_ms)
     }
 
     /// Applies the sequence rules of SPEC.md §13.4 before a message's events.

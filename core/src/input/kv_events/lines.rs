@@ -17,6 +17,10 @@ struct CaptureLineText {
     topic_b64: Option<String>,
     seq: u64,
     payload_b64: String,
+    /// Where the message came from (a replay answer or the PUB socket); the import
+    /// treats both alike (SPEC.md §13.2), so the value is checked and not kept.
+    #[serde(rename = "replayed")]
+    _replayed: Option<bool>,
 }
 
 /// One received ZeroMQ message.

@@ -47,6 +47,12 @@ pub struct ImportReport {
     pub restarts: u64,
     pub gaps: u64,
     pub joined_mid_stream: u64,
+    /// Messages whose batch time was earlier than their publisher's previous one, and
+    /// which took that time instead (SPEC.md §13.4, *Order*).
+    pub earlier_than_own: u64,
+    /// Messages whose batch time was earlier than that of a message of another
+    /// publisher before them in the capture; their time stands.
+    pub earlier_than_other: u64,
     pub left_out: LeftOut,
     pub unknown_types: BTreeMap<String, u64>,
     pub unknown_fields: BTreeMap<String, u64>,
@@ -78,6 +84,10 @@ impl ImportReport {
             format!(
                 "publishers: {} restarts, {} sequence gaps, {} joined mid-stream",
                 self.restarts, self.gaps, self.joined_mid_stream
+            ),
+            format!(
+                "order: {} earlier than its publisher's previous, {} earlier than another publisher's before it",
+                self.earlier_than_own, self.earlier_than_other
             ),
             format!(
                 "left out: {} not on GPU, {} other cache group, {} extra keys, {} other block size, {} no token ids, {} token count, {} unknown parent, {} unknown removed hashes",

@@ -223,6 +223,100 @@ fn a_restart_that_lost_its_first_messages_also_opens_a_gap() {
     );
 }
 
+/// A capture line of `value` from endpoint `tcp://<endpoint>:1`.
+fn line_from(endpoint: &str, seq: u64, value: &Value) -> String {
+    line(seq, value).replace("tcp://e:1", &format!("tcp://{endpoint}:1"))
+}
+
+#[test]
+fn batches_of_two_publishers_received_out_of_time_order_replay_in_time_order() {
+    let store = |ts: f64, h: u64| batch(ts, vec![stored_array(&[h], None, &[1, 2])]);
+    // A's two batches arrive first, then B's, both made before A's last (times in
+    // binary fractions of a second, so every millisecond is exact).
+    let capture = [
+        line_from("a", 0, &store(1.5, 1)),
+        line_from("a", 1, &store(1.625, 2)),
+        line_from("b", 0, &store(1.0, 3)),
+        line_from("b", 1, &store(1.25, 4)),
+    ];
+    let (trace, report) = import(&capture, REQUEST).unwrap();
+    assert_eq!(
+        (report.earlier_than_own, report.earlier_than_other),
+        (0, 2),
+        "both of B's batches are earlier than A's before them"
+    );
+    assert_eq!(report.gaps, 0);
+    let mut order: Vec<(u64, u64, String, u64)> = trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Cache { worker, epoch, .. } => {
+                Some((e.tick, e.seq, worker.to_string(), *epoch))
+            }
+            _ => None,
+        })
+        .collect();
+    // Seqs in capture order, ticks from each batch's own time (origin 1.000 s)...
+    assert_eq!(
+        order
+            .iter()
+            .map(|(t, q, _, _)| (*t, *q))
+            .collect::<Vec<_>>(),
+        vec![(500, 1), (625, 2), (0, 3), (250, 4)]
+    );
+    // ... so the replay, in (tick, seq) order, takes B's first, and each publisher's
+    // epochs still come in sequence.
+    order.sort();
+    let replayed: Vec<(&str, u64)> = order.iter().map(|(_, _, w, e)| (&w[6..7], *e)).collect();
+    assert_eq!(replayed, vec![("b", 1), ("b", 2), ("a", 1), ("a", 2)]);
+}
+
+#[test]
+fn a_batch_earlier_than_its_publishers_previous_takes_that_time() {
+    let store = |ts: f64, h: u64| batch(ts, vec![stored_array(&[h], None, &[1, 2])]);
+    let capture = [
+        line(0, &store(1.050, 1)),
+        line(1, &store(1.020, 2)),
+        line(2, &store(1.060, 3)),
+    ];
+    let (trace, report) = import(&capture, REQUEST).unwrap();
+    assert_eq!((report.earlier_than_own, report.earlier_than_other), (1, 0));
+    let ticks: Vec<(u64, u64)> = cache_ops(&trace)
+        .into_iter()
+        .map(|(t, e, _)| (t, e))
+        .collect();
+    // The origin is the request's arrival, 1.000 s; the second batch keeps the
+    // first's 1.050 s, so the replay order is the sequence order.
+    assert_eq!(ticks, vec![(50, 1), (50, 2), (60, 3)]);
+    assert!(report
+        .lines("c")
+        .contains(&"order: 1 earlier than its publisher's previous, 0 earlier than another publisher's before it".to_owned()));
+}
+
+#[test]
+fn a_replayed_line_imports_as_a_live_one() {
+    let store = |h: u64| batch(1.0, vec![stored_array(&[h], None, &[1, 2])]);
+    let live = [line(0, &store(1)), line(1, &store(2))];
+    let replayed = [
+        live[0].clone(),
+        live[1].replace(r#""seq":1"#, r#""replayed":true,"seq":1"#),
+    ];
+    assert_ne!(live[1], replayed[1]);
+    let (from_live, _) = import(&live, REQUEST).unwrap();
+    let (from_replayed, report) = import(&replayed, REQUEST).unwrap();
+    assert_eq!(from_live, from_replayed);
+    assert_eq!(report.gaps, 0);
+    let wrong = [live[0].replace(r#""seq":0"#, r#""replayed":1,"seq":0"#)];
+    let errors = import(&wrong, REQUEST).unwrap_err();
+    assert!(
+        errors[0]
+            .reason
+            .starts_with("invalid capture line: invalid type: integer `1`, expected a boolean"),
+        "{}",
+        errors[0].reason
+    );
+}
+
 #[test]
 fn left_out_events_are_counted_and_take_no_epoch() {
     let cpu = Value::Array(vec![
