@@ -28,7 +28,7 @@ mod validate;
 
 use std::ops::ControlFlow;
 
-pub use join::{join, JoinFailure};
+pub use join::{join, join_inputs, JoinFailure, JoinInputs};
 pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{
     simulate, simulate_completions, simulate_with_completions, CompletionRecord, SimCache,
