@@ -3,10 +3,11 @@
 //! wrapper; paths then start with `event.`), else the line itself. Only `request_end`
 //! lines hold a record; a line with any other `event_type` string is skipped, unchecked.
 //! Problems follow §14.5's Dynamo table, members in the order of §14.1.1's table
-//! (§14.1.3), each member's own problem, then its repeats, then what is inside it. A
-//! line's `event` that is not an object, or an `event_type` missing or not a string, is
-//! the line's only error; the repeats of `event` and `event_type` are reported only on a
-//! `request_end` line (another line is "never in error").
+//! (§14.1.3), each member's own problem, then its repeats, then what is inside it:
+//! `event` (when present) and `event_type` first; when `event` is not an object, or
+//! `event_type` is missing or not a string, nothing else of the line is checked; a line
+//! whose `event_type` is another string is checked no further and skipped unless a
+//! repeat of `event` or `event_type` was reported.
 //!
 //! Readings (guesses where §14 leaves a choice): `request_received_ms` is an integer as
 //! §1.1 writes one (plain digits, so `1e3` and `-0` are errors); `-0` as a millisecond
@@ -71,39 +72,49 @@ pub(super) fn record(root: &Node) -> Parsed {
             json::quote(root)
         )]);
     };
+    // `event` (when present), then `event_type`: each its own problem, then its repeats;
+    // a bad one ends the line's checks (SPEC §14.5).
+    let mut problems = Vec::new();
     let (at, r) = match json::member(line, "event") {
         None => ("$", line),
-        Some(Node::Object(inner)) => ("event", inner),
+        Some(Node::Object(inner)) => {
+            repeats(line, "event", "$", &mut problems);
+            ("event", inner)
+        }
         Some(other) => {
-            return Err(vec![format!(
+            problems.push(format!(
                 "event: expected an object, found {}",
                 json::quote(other)
-            )])
+            ));
+            repeats(line, "event", "$", &mut problems);
+            return Err(problems);
         }
     };
     let event_type = match json::member(r, "event_type") {
         None => {
-            return Err(vec![format!(
-                "{at}: missing required member \"event_type\""
-            )])
+            problems.push(format!("{at}: missing required member \"event_type\""));
+            return Err(problems);
         }
         Some(Node::String(text)) => text,
         Some(other) => {
-            return Err(vec![format!(
+            problems.push(format!(
                 "{}: expected a string, found {}",
                 child(at, "event_type"),
                 json::quote(other)
-            )])
+            ));
+            repeats(r, "event_type", at, &mut problems);
+            return Err(problems);
         }
     };
-    if event_type != "request_end" {
-        return Ok(None);
-    }
-    let mut problems = Vec::new();
-    if at == "event" {
-        repeats(line, "event", "$", &mut problems);
-    }
     repeats(r, "event_type", at, &mut problems);
+    if event_type != "request_end" {
+        // Skipped, unless a repeat was reported.
+        return if problems.is_empty() {
+            Ok(None)
+        } else {
+            Err(problems)
+        };
+    }
 
     let request_path = child(at, "request");
     let request = match json::member(r, "request") {

@@ -7,7 +7,8 @@
 //! Seconds become whole nanoseconds from their decimal digits (`floor(value × 10^9)`,
 //! at most `B`). An entry becomes §14.2's record: in error when its `errors` string is
 //! not empty, else completed with `ttft_us = floor(ttft_ns / 1000)` and vLLM's TPOT
-//! `floor(Σ itl_ns / (1000 × (output_len − 1)))` (0 below two tokens); no start, end,
+//! `floor(Σ itl_ns / (1000 × (output_len − 1)))` (0 below two tokens, `B` when it would
+//! pass `B`); no start, end,
 //! cancel or id (the join gives entry `i` the run's `i`-th decision's id).
 //!
 //! Readings (guesses where §14 leaves a choice): an input of JSON whitespace alone is
@@ -175,8 +176,9 @@ pub(super) fn read(bytes: &[u8]) -> Result<Bench, Vec<String>> {
                 "$: internal error: an entry without its figures".to_owned()
             ]);
         };
+        // vLLM's TPOT, `B` when it would pass `B` (SPEC §14.1.2).
         let tpot = if len >= 2 {
-            sum / (1000 * (u128::from(len) - 1))
+            (sum / (1000 * (u128::from(len) - 1))).min(u128::from(B))
         } else {
             0
         };
