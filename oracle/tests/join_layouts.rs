@@ -1,0 +1,467 @@
+//! SPEC §14's newer parts through `join_inputs`: Dynamo request-trace lines (§14.1.1),
+//! `vllm bench serve` documents joined by position (§14.1.2), layout detection
+//! (§14.1.4), cohorts with `--trace` (§14.2.1, §14.3) and their errors (§14.5).
+//!
+//! The receipt is the oracle's own `replay` of the trace of `tests/join.rs`, with the
+//! requests spread over tenants and adapters (every worker loads `lora1`, so the
+//! adapter changes no eligibility, and no request has a prefix, so the tenant changes
+//! no reuse): the decisions are that file's table, checked again below.
+//!
+//! | seq | request | tenant | model | adapter | chosen | predicted_milli |
+//! |---|---|---|---|---|---|---|
+//! | 2 | r1 | ab | m | base | w0 | 100,000 |
+//! | 3 | r2 | a | m | base | w0 | 150,000 |
+//! | 4 | r3 | ab | m | lora1 | w1 | 150,000 |
+//! | 5 | r4 | a | other | base | rejected | |
+//! | 6 | r5 | a | m | base | w0 | 350,000 |
+//! | 7 | r6 | ab | m | base | w1 | 160,000 |
+//! | 8 | r7 | ab | m | lora1 | w2 | 160,000 |
+//! | 9 | r8 | a | m | base | w1 | 190,000 |
+//! | 10 | r9 | ab | m | base | w2 | 165,000 |
+
+use kvroute_oracle::{join, join_inputs, keyed_request_id, replay, validate, JoinFailure, JoinInputs};
+use serde_json::{json, Value};
+
+const RUN: &str = "cache_plus_load";
+const T: u64 = 1_700_000_000_000_000_000;
+const KEY: &[u8] = b"join-test-key";
+
+const REQUESTS: [(&str, &str, &str, &str, u64); 9] = [
+    ("r1", "ab", "m", "base", 100),
+    ("r2", "a", "m", "base", 50),
+    ("r3", "ab", "m", "lora1", 50),
+    ("r4", "a", "other", "base", 10),
+    ("r5", "a", "m", "base", 200),
+    ("r6", "ab", "m", "base", 10),
+    ("r7", "ab", "m", "lora1", 10),
+    ("r8", "a", "m", "base", 30),
+    ("r9", "ab", "m", "base", 5),
+];
+
+fn worker(id: &str, queued_prefill: u64) -> String {
+    format!(
+        r#"{{"id":"{id}","model":"m","adapters":["lora1"],"prefill_rate":1000,"decode_rate":1000,
+            "queued_prefill":{queued_prefill},"active_decode":0,"observed_tick":0,"epoch":0,"cache":[]}}"#
+    )
+}
+
+/// The trace; `extra_seq` adds one more (unrouted-by-nobody) request `rx` at that seq,
+/// to give a trace of another digest.
+fn trace_with(extra: bool) -> String {
+    let mut events = Vec::new();
+    for (i, (id, tenant, model, adapter, prompt)) in REQUESTS.iter().enumerate() {
+        events.push(format!(
+            r#"{{"seq":{},"tick":0,"type":"request","id":"{id}","tenant":"{tenant}","model":"{model}",
+                "adapter":"{adapter}","prefix":[],"prompt_tokens":{prompt},"decode_tokens":0}}"#,
+            2 + i
+        ));
+    }
+    if extra {
+        events.push(
+            r#"{"seq":30,"tick":0,"type":"request","id":"rx","tenant":"a","model":"other",
+                "adapter":"base","prefix":[],"prompt_tokens":1,"decode_tokens":0}"#
+                .to_owned(),
+        );
+    }
+    format!(
+        r#"{{"format":"kvroute-trace/1","workers":[{},{},{}],"events":[{}]}}"#,
+        worker("w0", 0),
+        worker("w1", 100),
+        worker("w2", 150),
+        events.join(",")
+    )
+}
+
+fn trace() -> String {
+    trace_with(false)
+}
+
+fn receipt() -> Vec<u8> {
+    replay(trace().as_bytes()).expect("the test trace is valid")
+}
+
+/// Each decision's `request` keyed, as `replay --id-key` writes it (§6.5).
+fn keyed_receipt() -> Vec<u8> {
+    let mut text = String::from_utf8(receipt()).unwrap();
+    for (id, ..) in REQUESTS {
+        text = text.replace(
+            &format!("\"request\":\"{id}\""),
+            &format!("\"request\":\"{}\"", keyed_request_id(KEY, id)),
+        );
+    }
+    text.into_bytes()
+}
+
+fn receipt_digest(receipt: &[u8]) -> String {
+    let value: Value = serde_json::from_slice(receipt).unwrap();
+    value["receipt_digest"].as_str().unwrap().to_owned()
+}
+
+fn inputs<'a>(receipt: &'a [u8], completions: &'a [u8], format: Option<&'a str>) -> JoinInputs<'a> {
+    JoinInputs {
+        receipt,
+        completions,
+        format,
+        run: RUN,
+        slo: None,
+        id_key: None,
+        trace: None,
+    }
+}
+
+fn text(result: Result<Vec<u8>, JoinFailure>) -> String {
+    String::from_utf8(result.expect("the join succeeds")).unwrap()
+}
+
+fn value(result: Result<Vec<u8>, JoinFailure>) -> Value {
+    serde_json::from_str(&text(result)).unwrap()
+}
+
+#[test]
+fn a_receipt_as_the_tests_assume() {
+    let receipt: Value = serde_json::from_slice(&receipt()).unwrap();
+    let run = &receipt["runs"][3];
+    assert_eq!(run["policy"], RUN);
+    let expected = [
+        ("r1", Some(("w0", 0, 100))),
+        ("r2", Some(("w0", 100_000, 50))),
+        ("r3", Some(("w1", 100_000, 50))),
+        ("r4", None),
+        ("r5", Some(("w0", 150_000, 200))),
+        ("r6", Some(("w1", 150_000, 10))),
+        ("r7", Some(("w2", 150_000, 10))),
+        ("r8", Some(("w1", 160_000, 30))),
+        ("r9", Some(("w2", 160_000, 5))),
+    ];
+    let decisions = run["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), expected.len());
+    for (d, (request, chosen)) in decisions.iter().zip(expected) {
+        assert_eq!(d["request"], request);
+        match chosen {
+            None => assert!(d["chosen"].is_null(), "{request}"),
+            Some((worker, work, recomputed)) => {
+                assert_eq!(d["chosen"], worker, "{request}");
+                let row = d["candidates"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|row| row["worker"] == worker)
+                    .unwrap();
+                assert_eq!(row["work_milli"], work, "{request}");
+                assert_eq!(row["recomputed"], recomputed, "{request}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dynamo (§14.1.1)
+// ---------------------------------------------------------------------------------------
+
+/// `T` in ms plus `offset` ms.
+fn ms(offset: i64) -> String {
+    ((T / 1_000_000) as i64 + offset).to_string()
+}
+
+/// Dynamo lines, wrapped (`event`) and bare, with lines to skip:
+///
+/// | line | key | what | ttft_us, tpot_us | start, end (ns) |
+/// |---|---|---|---|---|
+/// | 1 | r1 (x_request_id; request_id `dyn-1`) | wrapped | 355,886 (`355.886567999`), 10,000 | T, T + 0.4 s |
+/// | 2 | | `tool_start`, skipped though its `request` is bad | | |
+/// | 3 | r2 (request_id; x_request_id null) | bare | 100,000, 12,345 (`12.3456`) | T + 0.1 s, T + 0.3 s |
+/// | 4 | | blank | | |
+/// | 5 | r3 | | 80,000 (`80.0`), 30,000 | T + 0.05 s, T + 0.9 s |
+/// | 6 | r4 | rejected, served | 1,000, 1,000 | 0, 1,000 |
+/// | 7 | r5 | no ttft_ms: matched, not completed | | T + 0.2 s, none (total null) |
+/// | 8 | r6 | avg_itl_ms null: matched, not completed | | T − 0.9 s, none |
+/// | 9 | r8 | | 250,000 (`0.25e3`), 5,000 (`5E0`) | T + 0.3 s, T + 1 s |
+/// | 10 | r9 | | 300,000 (`3e2`), 4,898 (`4.8984369999999995`) | T + 0.4 s, T + 1.5 s |
+/// | 11 | r8 | a retry, counted only | | |
+/// | 12 | zz | unknown id (request_id) | | |
+/// | 13 | | `request_payload`, skipped | | |
+fn dynamo_lines() -> String {
+    let lines = [
+        format!(
+            r#"{{"timestamp":12,"event":{{"schema":"dynamo.request.trace.v1","event_type":"request_end","event_time_unix_ms":1,"request":{{"request_id":"dyn-1","x_request_id":"r1","request_received_ms":{},"ttft_ms":355.886567999,"avg_itl_ms":10,"total_time_ms":400,"kv_hit_rate":0.5}}}}}}"#,
+            ms(0)
+        ),
+        r#"{"timestamp":13,"event":{"event_type":"tool_start","request":5}}"#.to_owned(),
+        format!(
+            r#"{{"event_type":"request_end","request":{{"request_id":"r2","x_request_id":null,"request_received_ms":{},"ttft_ms":100,"avg_itl_ms":12.3456,"total_time_ms":200}}}}"#,
+            ms(100)
+        ),
+        "  ".to_owned(),
+        format!(
+            r#"{{"event_type":"request_end","request":{{"x_request_id":"r3","request_id":"abc","request_received_ms":{},"ttft_ms":80.0,"avg_itl_ms":30,"total_time_ms":850,"worker":{{"id":1}}}}}}"#,
+            ms(50)
+        ),
+        r#"{"event_type":"request_end","request":{"request_id":"r4","request_received_ms":0,"ttft_ms":1,"avg_itl_ms":1,"total_time_ms":0.001}}"#.to_owned(),
+        format!(
+            r#"{{"event_type":"request_end","request":{{"request_id":"d5","x_request_id":"r5","request_received_ms":{},"avg_itl_ms":1,"total_time_ms":null}}}}"#,
+            ms(200)
+        ),
+        format!(
+            r#"{{"event_type":"request_end","request":{{"request_id":"r6","request_received_ms":{},"ttft_ms":1,"avg_itl_ms":null}}}}"#,
+            ms(-900)
+        ),
+        format!(
+            r#"{{"event":{{"event_type":"request_end","request":{{"request_id":"d8","x_request_id":"r8","request_received_ms":{},"ttft_ms":0.25e3,"avg_itl_ms":5E0,"total_time_ms":700}}}}}}"#,
+            ms(300)
+        ),
+        format!(
+            r#"{{"event_type":"request_end","request":{{"request_id":"d9","x_request_id":"r9","request_received_ms":{},"ttft_ms":3e2,"avg_itl_ms":4.8984369999999995,"total_time_ms":1100}}}}"#,
+            ms(400)
+        ),
+        format!(
+            r#"{{"event_type":"request_end","request":{{"request_id":"d8b","x_request_id":"r8","request_received_ms":{},"ttft_ms":1,"avg_itl_ms":1,"total_time_ms":9000}}}}"#,
+            ms(2000)
+        ),
+        r#"{"event_type":"request_end","request":{"request_id":"zz"}}"#.to_owned(),
+        r#"{"event_type":"request_payload","payload":{}}"#.to_owned(),
+    ];
+    let mut text = lines.join("\n");
+    text.push('\n');
+    text
+}
+
+/// One AIPerf line with the figures given (`None`: the metric left out).
+fn aiperf(id: &str, start: u64, end: Option<u64>, ttft: Option<&str>, itl: Option<&str>) -> String {
+    let end = end.map_or("null".to_owned(), |e| e.to_string());
+    let mut metrics = Vec::new();
+    if let Some(ttft) = ttft {
+        metrics.push(format!(r#""time_to_first_token":{{"value":{ttft},"unit":"ms"}}"#));
+    }
+    if let Some(itl) = itl {
+        metrics.push(format!(r#""inter_token_latency":{{"value":{itl},"unit":"ms"}}"#));
+    }
+    format!(
+        r#"{{"metadata":{{"x_request_id":"{id}","request_start_ns":{start},"request_end_ns":{end}}},"metrics":{{{}}}}}"#,
+        metrics.join(",")
+    )
+}
+
+/// The AIPerf lines that say what [`dynamo_lines`] says (zz, with no start in Dynamo,
+/// is unrouted either way; its figures enter nothing).
+fn aiperf_equivalent() -> String {
+    let s = 1_000_000; // ns per ms
+    let lines = [
+        aiperf("r1", T, Some(T + 400 * s), Some("355.886567999"), Some("10")),
+        aiperf("r2", T + 100 * s, Some(T + 300 * s), Some("100"), Some("12.3456")),
+        aiperf("r3", T + 50 * s, Some(T + 900 * s), Some("80.0"), Some("30")),
+        aiperf("r4", 0, Some(1000), Some("1"), Some("1")),
+        aiperf("r5", T + 200 * s, None, None, Some("1")),
+        aiperf("r6", T - 900 * s, None, Some("1"), None),
+        aiperf("r8", T + 300 * s, Some(T + 1000 * s), Some("0.25e3"), Some("5E0")),
+        aiperf("r9", T + 400 * s, Some(T + 1500 * s), Some("3e2"), Some("4.8984369999999995")),
+        aiperf("r8", T + 2000 * s, Some(T + 11000 * s), Some("1"), Some("1")),
+        aiperf("zz", 0, None, None, None),
+    ];
+    lines.join("\n")
+}
+
+/// Counts: completion_lines 10 (the `request_end` lines), matched 7 (r1 r2 r3 r5 r6 r8
+/// r9), dropped 1 (r7), rejected_served 1 (r4), unrouted 1 (zz), retried 1 (r8),
+/// cancelled 0 and errors 0 (no status), completed 5 (r1 r2 r3 r8 r9). The completed
+/// records are `tests/join.rs`'s, so are its prediction figures and workers; goodput
+/// with `ttft_ms=250,tpot_ms=20`: good r2 and r8, good_pm floor(2000 / 8) = 250, span
+/// T + 1.5 s (r9) − (T − 0.9 s) (r6) = 2.4 s, floor(2·10^12 / 2.4·10^9) = 833.
+#[test]
+fn dynamo_records_as_computed_by_hand() {
+    let receipt = receipt();
+    let lines = dynamo_lines();
+    let mut given = inputs(&receipt, lines.as_bytes(), Some("dynamo"));
+    given.slo = Some((Some(250), Some(20)));
+    let got = value(join_inputs(&given));
+    assert_eq!(
+        got["counts"],
+        json!({"cancelled":0,"completed":5,"completion_lines":10,"decisions":9,"dropped":1,
+               "error_rate_pm":0,"errors":0,"matched":7,"rejected":1,"rejected_served":1,
+               "retried":1,"routed":8,"unrouted":1})
+    );
+    assert_eq!(
+        got["prediction"],
+        json!({"ttft_rank_gamma_pm":-112,"us_per_predicted_token":1438})
+    );
+    assert_eq!(
+        got["goodput"],
+        json!({"good":2,"good_per_second_milli":833,"good_pm":250,"span_ns":2400000000u64})
+    );
+    assert_eq!(
+        got["workers"],
+        json!([
+            {"completed":2,"predicted_mean_milli":125000,"tpot_mean_us":11172,"ttft_mean_us":227943,"us_per_predicted_token":1823,"worker":"w0"},
+            {"completed":2,"predicted_mean_milli":170000,"tpot_mean_us":17500,"ttft_mean_us":165000,"us_per_predicted_token":970,"worker":"w1"},
+            {"completed":1,"predicted_mean_milli":165000,"tpot_mean_us":4898,"ttft_mean_us":300000,"us_per_predicted_token":1818,"worker":"w2"}
+        ])
+    );
+    assert!(got.get("cohorts").is_none());
+    // Byte for byte the document of the same records in AIPerf's layout.
+    let equivalent = aiperf_equivalent();
+    let mut as_aiperf = inputs(&receipt, equivalent.as_bytes(), Some("aiperf"));
+    as_aiperf.slo = given.slo;
+    assert_eq!(text(join_inputs(&given)), text(join_inputs(&as_aiperf)));
+    // Detected: the same bytes.
+    given.format = None;
+    assert_eq!(text(join_inputs(&given)), text(join_inputs(&as_aiperf)));
+}
+
+/// A record without `request_received_ms` is left out of the span's min (and has no
+/// end): r1 spans T to T + 1 s, r2 has none; span 10^9, not T + 1 s.
+#[test]
+fn dynamo_a_record_without_a_start_is_not_in_the_span() {
+    let receipt = receipt();
+    let lines = format!(
+        "{}\n{}\n",
+        format_args!(
+            r#"{{"event_type":"request_end","request":{{"request_id":"r1","request_received_ms":{},"ttft_ms":1,"avg_itl_ms":1,"total_time_ms":1000}}}}"#,
+            ms(0)
+        ),
+        r#"{"event_type":"request_end","request":{"request_id":"r2","ttft_ms":1,"avg_itl_ms":1,"total_time_ms":99999}}"#
+    );
+    let mut given = inputs(&receipt, lines.as_bytes(), Some("dynamo"));
+    given.slo = Some((None, None));
+    let got = value(join_inputs(&given));
+    assert_eq!(
+        got["goodput"],
+        json!({"good":2,"good_per_second_milli":2000,"good_pm":250,"span_ns":1000000000})
+    );
+    assert_eq!(got["counts"]["completed"], 2);
+}
+
+/// `--id-key`: the join key (x_request_id, else request_id) is keyed before matching.
+#[test]
+fn dynamo_join_keys_are_keyed_under_the_key() {
+    let keyed = keyed_receipt();
+    let lines = dynamo_lines();
+    let mut given = inputs(&keyed, lines.as_bytes(), Some("dynamo"));
+    given.id_key = Some(KEY);
+    let got = value(join_inputs(&given));
+    assert_eq!(got["counts"]["matched"], 7);
+    assert_eq!(got["receipt_digest"], receipt_digest(&keyed));
+    given.id_key = None;
+    assert_eq!(
+        join_inputs(&given),
+        Err(JoinFailure::NothingMatched {
+            completion_id: "r1".to_owned(),
+            request_id: keyed_request_id(KEY, "r1"),
+        })
+    );
+}
+
+fn dynamo_errors(lines: &str) -> Vec<(usize, String)> {
+    let receipt = receipt();
+    match join_inputs(&inputs(&receipt, lines.as_bytes(), Some("dynamo"))) {
+        Err(JoinFailure::Lines(lines)) => lines,
+        other => panic!("expected line errors, got {other:?}"),
+    }
+}
+
+/// The reasons of one line, which must be line 1's only.
+fn dynamo_reasons(line: &str) -> Vec<String> {
+    let got = dynamo_errors(line);
+    assert!(got.iter().all(|(n, _)| *n == 1), "{got:?}");
+    got.into_iter().map(|(_, r)| r).collect()
+}
+
+#[test]
+fn dynamo_each_reason() {
+    let end = |request: &str| format!(r#"{{"event_type":"request_end","request":{request}}}"#);
+    let cases: Vec<(String, &str)> = vec![
+        ("[1]".to_owned(), "$: expected an object, found [1]"),
+        (r#"{"event":{}}"#.to_owned(), r#"event: missing required member "event_type""#),
+        (r#"{"timestamp":1}"#.to_owned(), r#"$: missing required member "event_type""#),
+        (r#"{"event_type":null}"#.to_owned(), "event_type: expected a string, found null"),
+        (r#"{"event":{"event_type":"request_end"}}"#.to_owned(), r#"event: missing required member "request""#),
+        (end("[]"), "request: expected an object, found []"),
+        (end("{}"), r#"request: missing required member "request_id""#),
+        (end(r#"{"request_id":""}"#), r#"request.request_id: expected a non-empty string, found """#),
+        (end(r#"{"request_id":"a","x_request_id":5}"#), "request.x_request_id: expected a non-empty string or null, found 5"),
+        (end(r#"{"request_id":"a","x_request_id":""}"#), r#"request.x_request_id: expected a non-empty string or null, found """#),
+        (end(r#"{"request_id":"a","request_received_ms":1e3}"#), "request.request_received_ms: expected a non-negative integer below 10000000000000 or null, found 1e3"),
+        (end(r#"{"request_id":"a","request_received_ms":10000000000000}"#), "request.request_received_ms: expected a non-negative integer below 10000000000000 or null, found 10000000000000"),
+        (end(r#"{"request_id":"a","request_received_ms":-1}"#), "request.request_received_ms: expected a non-negative integer below 10000000000000 or null, found -1"),
+        (end(r#"{"request_id":"a","ttft_ms":-1}"#), "request.ttft_ms: expected a non-negative number or null, found -1"),
+        (end(r#"{"request_id":"a","avg_itl_ms":"5"}"#), r#"request.avg_itl_ms: expected a non-negative number or null, found "5""#),
+        (end(r#"{"request_id":"a","total_time_ms":9007199254740.992}"#), "request.total_time_ms: expected a number of milliseconds below 9007199254740.992, found 9007199254740.992"),
+        (
+            r#"{"event":{"event_type":"request_end","request":{"request_id":true}}}"#.to_owned(),
+            "event.request.request_id: expected a non-empty string, found true",
+        ),
+    ];
+    for (line, reason) in cases {
+        assert_eq!(dynamo_reasons(&line), [reason], "{line}");
+    }
+    // The largest good values are no error.
+    let receipt = receipt();
+    let good = end(
+        r#"{"request_id":"r1","request_received_ms":9999999999999,"ttft_ms":9007199254740.991,"avg_itl_ms":-0,"total_time_ms":9007199254740.991}"#,
+    );
+    let got = value(join_inputs(&inputs(&receipt, good.as_bytes(), Some("dynamo"))));
+    assert_eq!(got["counts"]["completed"], 1);
+}
+
+/// §14.5 as amended (d229d9f): `event`, then `event_type`, each its own problem then its
+/// repeats; a bad one ends the line; another `event_type` string ends it too, skipped
+/// unless a repeat was reported.
+#[test]
+fn dynamo_event_and_event_type_first() {
+    assert_eq!(
+        dynamo_reasons(r#"{"event":5,"event":{"event_type":"request_end"},"event_type":7}"#),
+        ["event: expected an object, found 5", r#"event: repeated member "event""#]
+    );
+    assert_eq!(
+        dynamo_reasons(r#"{"event_type":7,"event_type":"request_end","request":1}"#),
+        ["event_type: expected a string, found 7", r#"event_type: repeated member "event_type""#]
+    );
+    assert_eq!(
+        dynamo_reasons(r#"{"event_type":"tool_start","event_type":"request_end","request":1}"#),
+        [r#"event_type: repeated member "event_type""#]
+    );
+    assert_eq!(
+        dynamo_reasons(r#"{"event":{"event_type":"tool_end"},"event":1}"#),
+        [r#"event: repeated member "event""#]
+    );
+    // Skipped, never in error, however bad the rest: no record at all here.
+    let receipt = receipt();
+    let skipped = "{\"event_type\":\"tool_start\",\"request\":5}\n{\"event\":{\"event_type\":\"tool_error\",\"request\":[]}}\n\n";
+    assert_eq!(
+        join_inputs(&inputs(&receipt, skipped.as_bytes(), Some("dynamo"))),
+        Err(JoinFailure::NoRecords)
+    );
+}
+
+/// Every reason of one wrapped line, in the order of §14.1.1's table (§14.1.3).
+#[test]
+fn dynamo_every_reason_in_table_order() {
+    let line = r#"{"event":{"event_type":"request_end","request":{"total_time_ms":1e400,"avg_itl_ms":-2,"ttft_ms":"a","request_received_ms":-0,"x_request_id":"","request_id":1,"ttft_ms":3},"event_type":"x","request":9},"event":0}"#;
+    assert_eq!(
+        dynamo_reasons(line),
+        [
+            r#"event: repeated member "event""#,
+            r#"event.event_type: repeated member "event_type""#,
+            r#"event.request: repeated member "request""#,
+            "event.request.request_id: expected a non-empty string, found 1",
+            r#"event.request.x_request_id: expected a non-empty string or null, found """#,
+            "event.request.request_received_ms: expected a non-negative integer below 10000000000000 or null, found -0",
+            r#"event.request.ttft_ms: expected a non-negative number or null, found "a""#,
+            r#"event.request.ttft_ms: repeated member "ttft_ms""#,
+            "event.request.avg_itl_ms: expected a non-negative number or null, found -2",
+            "event.request.total_time_ms: expected a number of milliseconds below 9007199254740.992, found 1e400",
+        ]
+    );
+}
+
+/// The line loop is AIPerf's: line numbers, invalid JSON with its column, blank lines.
+#[test]
+fn dynamo_lines_are_numbered_and_checked_all() {
+    let got = dynamo_errors("\n{\"event_type\":\n \t\n[]\n{\"event_type\":\"request_end\",\"request\":{\"request_id\":\"r1\"}}\n{\"event\":null}\n");
+    assert_eq!(
+        got,
+        [
+            (2, "invalid JSON: EOF while parsing a value at column 14".to_owned()),
+            (4, "$: expected an object, found []".to_owned()),
+            (6, "event: expected an object, found null".to_owned()),
+        ]
+    );
+}
