@@ -465,3 +465,288 @@ fn dynamo_lines_are_numbered_and_checked_all() {
         ]
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// vllm bench serve (§14.1.2)
+// ---------------------------------------------------------------------------------------
+
+/// A `vllm bench serve --save-detailed` document (one line, members it ignores too).
+fn bench(duration: &str, entries: &[(&str, &str, &str, &str)]) -> String {
+    let column = |k: usize| -> String {
+        entries
+            .iter()
+            .map(|e| [e.0, e.1, e.2, e.3][k])
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        r#"{{"date":"20250101-000000","duration":{duration},"completed":3,"input_lens":[],"ttfts":[{}],"itls":[{}],"output_lens":[{}],"errors":[{}],"generated_texts":[],"mean_ttft_ms":1.5}}"#,
+        column(0),
+        column(1),
+        column(2),
+        column(3)
+    )
+}
+
+/// Seven entries, fewer than the run's nine decisions: entry i is decision i's.
+///
+/// | i | decision | ttft (s) | itls (s) | output_len | error | ttft_us | tpot_us |
+/// |---|---|---|---|---|---|---|---|
+/// | 0 | r1 (w0, 100,000) | `0.255886567999` | 0.01, 0.02, 0.03 | 4 | | 255,886 | 60,000,000 / 3000 = 20,000 |
+/// | 1 | r2 (w0, 150,000) | `0.1` | 0.03 (one chunk of 3 tokens) | 4 | | 100,000 | 30,000,000 / 3000 = 10,000 |
+/// | 2 | r3 | 0 | | 0 | `"boom"` | error | |
+/// | 3 | r4 (rejected) | `0.001` | | 1 | | rejected_served | |
+/// | 4 | r5 (w0, 350,000) | `5e-2` | 0.004, 0.004 | 1 | | 50,000 | 0 (below two tokens) |
+/// | 5 | r6 (w1, 160,000) | `0.3` | `0.0049999999` (4,999,999 ns) | 2 | | 300,000 | 4,999 |
+/// | 6 | r7 (w2, 160,000) | `4.8984369999999995e-3` (4,898,436 ns) | | 0 | | 4,898 | 0 |
+///
+/// r8, r9: no entry, dropped. Counts: completion_lines 7, matched 6, dropped 2,
+/// rejected_served 1, errors 1, completed 5, error_rate_pm floor(1000 / 6) = 166.
+/// Pairs over (predicted, ttft) of r1 r2 r5 r6 r7: concordant r1–r6, r2–r6, r5–r7;
+/// r6–r7 tied in prediction; the other six discordant: floor(1000 × (3 − 6) / 9) = −334.
+/// Σ ttft 710,784 / Σ predicted 920,000: 772. Workers: w0 (r1 r2 r5) ttft 405,886 / 3 =
+/// 135,295, tpot 30,000 / 3 = 10,000, predicted 200,000, floor(405,886,000 / 600,000) =
+/// 676; w1 (r6) 300,000, 4,999, 160,000, 1875; w2 (r7) 4,898, 0, 160,000, 30.
+/// Goodput `ttft_ms=200,tpot_ms=15`: good r2 r5 r7 = 3, good_pm floor(3000 / 8) = 375,
+/// span = duration 12.5 s, floor(3·10^12 / 1.25·10^10) = 240.
+fn seven_entries() -> String {
+    bench(
+        "12.5",
+        &[
+            ("0.255886567999", "[0.01,0.02,0.03]", "4", r#""""#),
+            ("0.1", "[0.03]", "4", r#""""#),
+            ("0", "[]", "0", r#""boom""#),
+            ("0.001", "[]", "1", r#""""#),
+            ("5e-2", "[0.004,0.004]", "1", r#""""#),
+            ("0.3", "[0.0049999999]", "2", r#""""#),
+            ("4.8984369999999995e-3", "[]", "0", r#""""#),
+        ],
+    )
+}
+
+#[test]
+fn vllm_bench_by_position_with_fewer_entries_than_decisions() {
+    let receipt = receipt();
+    let doc = seven_entries();
+    let mut given = inputs(&receipt, doc.as_bytes(), Some("vllm-bench"));
+    given.slo = Some((Some(200), Some(15)));
+    let expected = json!({
+        "counts": {"cancelled":0,"completed":5,"completion_lines":7,"decisions":9,"dropped":2,
+                   "error_rate_pm":166,"errors":1,"matched":6,"rejected":1,"rejected_served":1,
+                   "retried":0,"routed":8,"unrouted":0},
+        "format": "kvroute-join/1",
+        "goodput": {"good":3,"good_per_second_milli":240,"good_pm":375,"span_ns":12500000000u64},
+        "prediction": {"ttft_rank_gamma_pm":-334,"us_per_predicted_token":772},
+        "receipt_digest": receipt_digest(&receipt),
+        "run": RUN,
+        "slo": {"tpot_ms":15,"ttft_ms":200},
+        "workers": [
+            {"completed":3,"predicted_mean_milli":200000,"tpot_mean_us":10000,"ttft_mean_us":135295,"us_per_predicted_token":676,"worker":"w0"},
+            {"completed":1,"predicted_mean_milli":160000,"tpot_mean_us":4999,"ttft_mean_us":300000,"us_per_predicted_token":1875,"worker":"w1"},
+            {"completed":1,"predicted_mean_milli":160000,"tpot_mean_us":0,"ttft_mean_us":4898,"us_per_predicted_token":30,"worker":"w2"}
+        ]
+    });
+    // Byte for byte: serde_json writes this tree's members sorted and compact, as JCS.
+    assert_eq!(text(join_inputs(&given)), expected.to_string());
+    // Detected from its one line: the same.
+    given.format = None;
+    assert_eq!(text(join_inputs(&given)), expected.to_string());
+}
+
+/// Eleven entries for nine decisions: entries 9 and 10 are unrouted, one each (never
+/// retried); every decision has its entry (r4's rejected_served).
+#[test]
+fn vllm_bench_entries_past_the_last_decision_are_unrouted() {
+    let receipt = receipt();
+    let entries = vec![("0.001", "[0.001]", "2", r#""""#); 11];
+    let doc = bench("2", &entries);
+    let got = value(join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))));
+    assert_eq!(
+        got["counts"],
+        json!({"cancelled":0,"completed":8,"completion_lines":11,"decisions":9,"dropped":0,
+               "error_rate_pm":0,"errors":0,"matched":8,"rejected":1,"rejected_served":1,
+               "retried":0,"routed":8,"unrouted":2})
+    );
+    // ttft 1,000 µs; tpot 1,000,000 ns / (1000 × 1) = 1,000 µs.
+    assert_eq!(got["workers"][0]["ttft_mean_us"], 1000);
+    assert_eq!(got["workers"][0]["tpot_mean_us"], 1000);
+}
+
+/// A run whose only decision is rejected: its entry is rejected_served, nothing
+/// matched, so the span is 0 (not the duration), and no "matches nothing" error.
+#[test]
+fn vllm_bench_span_is_zero_when_nothing_matched() {
+    let receipt = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"q","tick":0,"chosen":null,"candidates":[]}]}]}"#;
+    let doc = bench("3", &[("0.001", "[]", "1", r#""""#)]);
+    let mut given = inputs(receipt, doc.as_bytes(), Some("vllm-bench"));
+    given.slo = Some((Some(1), None));
+    let got = value(join_inputs(&given));
+    assert_eq!(got["counts"]["rejected_served"], 1);
+    assert_eq!(got["counts"]["matched"], 0);
+    assert_eq!(
+        got["goodput"],
+        json!({"good":0,"good_per_second_milli":0,"good_pm":0,"span_ns":0})
+    );
+}
+
+/// The TPOT saturates at B (d229d9f), before it enters a mean: entry 0 (r1, w0) has
+/// 1100 inter-token latencies of 9,007,199 s over two tokens, 9,907,918,900 s in all, a
+/// TPOT of 9.9·10^15 µs, above B: B; entry 1 (r2, w0) has 0. w0's mean is floor(B / 2)
+/// = 4,503,599,627,370,495 (unsaturated it would be 4,953,959,450,000,000).
+#[test]
+fn vllm_bench_tpot_saturates_at_b() {
+    let receipt = receipt();
+    let itls = format!("[{}]", vec!["9007199"; 1100].join(","));
+    let doc = bench("1", &[("0", &itls, "2", r#""""#), ("0", "[]", "0", r#""""#)]);
+    let got = value(join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))));
+    assert_eq!(got["workers"][0]["worker"], "w0");
+    assert_eq!(got["workers"][0]["completed"], 2);
+    assert_eq!(got["workers"][0]["tpot_mean_us"], 4_503_599_627_370_495u64);
+}
+
+/// `--id-key` changes nothing: entries take the decisions' (here keyed) ids.
+#[test]
+fn vllm_bench_the_key_changes_nothing() {
+    let keyed = keyed_receipt();
+    let doc = seven_entries();
+    let mut given = inputs(&keyed, doc.as_bytes(), Some("vllm-bench"));
+    let without = text(join_inputs(&given));
+    given.id_key = Some(KEY);
+    assert_eq!(text(join_inputs(&given)), without);
+    let got: Value = serde_json::from_str(&without).unwrap();
+    assert_eq!(got["counts"]["matched"], 6);
+}
+
+fn vllm_errors(doc: &str) -> Vec<String> {
+    let receipt = receipt();
+    match join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))) {
+        Err(JoinFailure::Document(problems)) => problems,
+        other => panic!("expected document errors, got {other:?}"),
+    }
+}
+
+#[test]
+fn vllm_bench_members_missing_repeated_of_the_wrong_type() {
+    assert_eq!(vllm_errors("[]"), ["$: expected an object, found []"]);
+    assert_eq!(
+        vllm_errors(r#"{"completed":1}"#),
+        [
+            r#"$: missing required member "duration""#,
+            r#"$: missing required member "ttfts""#,
+            r#"$: missing required member "itls""#,
+            r#"$: missing required member "output_lens""#,
+            r#"$: missing required member "errors""#,
+        ]
+    );
+    assert_eq!(
+        vllm_errors(
+            r#"{"errors":"e","output_lens":null,"itls":1,"ttfts":{},"duration":"x","duration":-1}"#
+        ),
+        [
+            r#"duration: expected a non-negative number of seconds, found "x""#,
+            r#"duration: repeated member "duration""#,
+            "ttfts: expected an array, found {}",
+            "itls: expected an array, found 1",
+            "output_lens: expected an array, found null",
+            r#"errors: expected an array, found "e""#,
+        ]
+    );
+    assert_eq!(
+        vllm_errors(
+            r#"{"duration":9007199.254740992,"ttfts":[],"itls":[],"output_lens":[],"errors":[],"ttfts":5}"#
+        ),
+        [
+            "duration: expected a number of seconds below 9007199.254740992, found 9007199.254740992",
+            r#"ttfts: repeated member "ttfts""#,
+        ]
+    );
+}
+
+#[test]
+fn vllm_bench_lengths_then_entries_array_by_array() {
+    assert_eq!(
+        vllm_errors(
+            r#"{"duration":-0,"ttfts":[0.1,0.2],"itls":[[]],"output_lens":[1,1,1],"errors":["",""]}"#
+        ),
+        [
+            "itls: expected 2 entries, as ttfts has, found 1",
+            "output_lens: expected 2 entries, as ttfts has, found 3",
+        ]
+    );
+    assert_eq!(
+        vllm_errors(
+            r#"{"errors":[null,"",3],"output_lens":[1.5,-1,9007199254740992],"itls":[5,[0.1,-0.1,"s"],[]],"ttfts":[-1,"a",9007199.254740992],"duration":0}"#
+        ),
+        [
+            "ttfts[0]: expected a non-negative number of seconds, found -1",
+            r#"ttfts[1]: expected a non-negative number of seconds, found "a""#,
+            "ttfts[2]: expected a number of seconds below 9007199.254740992, found 9007199.254740992",
+            "itls[0]: expected an array, found 5",
+            "itls[1][1]: expected a non-negative number of seconds, found -0.1",
+            r#"itls[1][2]: expected a non-negative number of seconds, found "s""#,
+            "output_lens[0]: expected a non-negative integer, found 1.5",
+            "output_lens[1]: expected a non-negative integer, found -1",
+            "output_lens[2]: expected a non-negative integer, found 9007199254740992",
+            "errors[0]: expected a string, found null",
+            "errors[2]: expected a string, found 3",
+        ]
+    );
+    // The largest good values: no error.
+    let receipt = receipt();
+    let doc = bench("9007199.254740991", &[("9007199.254740991", "[0]", "9007199254740991", r#""""#)]);
+    let got = value(join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))));
+    assert_eq!(got["workers"][0]["ttft_mean_us"], 9_007_199_254_740u64);
+}
+
+#[test]
+fn vllm_bench_the_first_100_problems_then_a_count() {
+    let n = 130;
+    let doc = format!(
+        r#"{{"duration":1,"ttfts":[{}],"itls":[{}],"output_lens":[{}],"errors":[{}]}}"#,
+        vec!["true"; n].join(","),
+        vec!["[]"; n].join(","),
+        vec!["0"; n].join(","),
+        vec![r#""""#; n].join(",")
+    );
+    let got = vllm_errors(&doc);
+    assert_eq!(got.len(), 101);
+    assert_eq!(got[0], "ttfts[0]: expected a non-negative number of seconds, found true");
+    assert_eq!(got[99], "ttfts[99]: expected a non-negative number of seconds, found true");
+    assert_eq!(got[100], "... and 30 more errors");
+}
+
+#[test]
+fn vllm_bench_not_json_too_long_and_empty() {
+    assert_eq!(
+        vllm_errors("{\"duration\":1}\n{\"duration\":2}\n"),
+        ["invalid JSON: trailing characters at line 2 column 1"]
+    );
+    assert_eq!(
+        vllm_errors("{\n  \"duration\": 1,\n  \"ttfts\": [1,]\n}"),
+        ["invalid JSON: trailing comma at line 3 column 15"]
+    );
+    let mut long = b"{\"duration\":1}".to_vec();
+    long.resize(67_108_865, b' ');
+    let receipt = receipt();
+    assert_eq!(
+        join_inputs(&inputs(&receipt, &long, Some("vllm-bench"))),
+        Err(JoinFailure::Document(vec![
+            "document longer than 67108864 bytes".to_owned()
+        ]))
+    );
+    long.truncate(67_108_864);
+    let got = vllm_errors(std::str::from_utf8(&long).unwrap());
+    assert_eq!(got[0], r#"$: missing required member "ttfts""#);
+    // No entry at all, or nothing but whitespace: no completion records.
+    for doc in [
+        r#"{"duration":1,"ttfts":[],"itls":[],"output_lens":[],"errors":[]}"#,
+        "",
+        " \n\t\r\n",
+    ] {
+        assert_eq!(
+            join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))),
+            Err(JoinFailure::NoRecords),
+            "{doc:?}"
+        );
+    }
+}
