@@ -19,7 +19,9 @@
 //! | 9 | r8 | a | m | base | w1 | 190,000 |
 //! | 10 | r9 | ab | m | base | w2 | 165,000 |
 
-use kvroute_oracle::{join, join_inputs, keyed_request_id, replay, validate, JoinFailure, JoinInputs};
+use kvroute_oracle::{
+    join, join_inputs, keyed_request_id, replay, validate, JoinFailure, JoinInputs,
+};
 use serde_json::{json, Value};
 
 const RUN: &str = "cache_plus_load";
@@ -230,10 +232,14 @@ fn aiperf(id: &str, start: u64, end: Option<u64>, ttft: Option<&str>, itl: Optio
     let end = end.map_or("null".to_owned(), |e| e.to_string());
     let mut metrics = Vec::new();
     if let Some(ttft) = ttft {
-        metrics.push(format!(r#""time_to_first_token":{{"value":{ttft},"unit":"ms"}}"#));
+        metrics.push(format!(
+            r#""time_to_first_token":{{"value":{ttft},"unit":"ms"}}"#
+        ));
     }
     if let Some(itl) = itl {
-        metrics.push(format!(r#""inter_token_latency":{{"value":{itl},"unit":"ms"}}"#));
+        metrics.push(format!(
+            r#""inter_token_latency":{{"value":{itl},"unit":"ms"}}"#
+        ));
     }
     format!(
         r#"{{"metadata":{{"x_request_id":"{id}","request_start_ns":{start},"request_end_ns":{end}}},"metrics":{{{}}}}}"#,
@@ -246,15 +252,51 @@ fn aiperf(id: &str, start: u64, end: Option<u64>, ttft: Option<&str>, itl: Optio
 fn aiperf_equivalent() -> String {
     let s = 1_000_000; // ns per ms
     let lines = [
-        aiperf("r1", T, Some(T + 400 * s), Some("355.886567999"), Some("10")),
-        aiperf("r2", T + 100 * s, Some(T + 300 * s), Some("100"), Some("12.3456")),
-        aiperf("r3", T + 50 * s, Some(T + 900 * s), Some("80.0"), Some("30")),
+        aiperf(
+            "r1",
+            T,
+            Some(T + 400 * s),
+            Some("355.886567999"),
+            Some("10"),
+        ),
+        aiperf(
+            "r2",
+            T + 100 * s,
+            Some(T + 300 * s),
+            Some("100"),
+            Some("12.3456"),
+        ),
+        aiperf(
+            "r3",
+            T + 50 * s,
+            Some(T + 900 * s),
+            Some("80.0"),
+            Some("30"),
+        ),
         aiperf("r4", 0, Some(1000), Some("1"), Some("1")),
         aiperf("r5", T + 200 * s, None, None, Some("1")),
         aiperf("r6", T - 900 * s, None, Some("1"), None),
-        aiperf("r8", T + 300 * s, Some(T + 1000 * s), Some("0.25e3"), Some("5E0")),
-        aiperf("r9", T + 400 * s, Some(T + 1500 * s), Some("3e2"), Some("4.8984369999999995")),
-        aiperf("r8", T + 2000 * s, Some(T + 11000 * s), Some("1"), Some("1")),
+        aiperf(
+            "r8",
+            T + 300 * s,
+            Some(T + 1000 * s),
+            Some("0.25e3"),
+            Some("5E0"),
+        ),
+        aiperf(
+            "r9",
+            T + 400 * s,
+            Some(T + 1500 * s),
+            Some("3e2"),
+            Some("4.8984369999999995"),
+        ),
+        aiperf(
+            "r8",
+            T + 2000 * s,
+            Some(T + 11000 * s),
+            Some("1"),
+            Some("1"),
+        ),
         aiperf("zz", 0, None, None, None),
     ];
     lines.join("\n")
@@ -397,7 +439,11 @@ fn dynamo_each_reason() {
     let good = end(
         r#"{"request_id":"r1","request_received_ms":9999999999999,"ttft_ms":9007199254740.991,"avg_itl_ms":-0,"total_time_ms":9007199254740.991}"#,
     );
-    let got = value(join_inputs(&inputs(&receipt, good.as_bytes(), Some("dynamo"))));
+    let got = value(join_inputs(&inputs(
+        &receipt,
+        good.as_bytes(),
+        Some("dynamo"),
+    )));
     assert_eq!(got["counts"]["completed"], 1);
 }
 
@@ -408,11 +454,17 @@ fn dynamo_each_reason() {
 fn dynamo_event_and_event_type_first() {
     assert_eq!(
         dynamo_reasons(r#"{"event":5,"event":{"event_type":"request_end"},"event_type":7}"#),
-        ["event: expected an object, found 5", r#"event: repeated member "event""#]
+        [
+            "event: expected an object, found 5",
+            r#"event: repeated member "event""#
+        ]
     );
     assert_eq!(
         dynamo_reasons(r#"{"event_type":7,"event_type":"request_end","request":1}"#),
-        ["event_type: expected a string, found 7", r#"event_type: repeated member "event_type""#]
+        [
+            "event_type: expected a string, found 7",
+            r#"event_type: repeated member "event_type""#
+        ]
     );
     assert_eq!(
         dynamo_reasons(r#"{"event_type":"tool_start","event_type":"request_end","request":1}"#),
@@ -459,7 +511,10 @@ fn dynamo_lines_are_numbered_and_checked_all() {
     assert_eq!(
         got,
         [
-            (2, "invalid JSON: EOF while parsing a value at column 14".to_owned()),
+            (
+                2,
+                "invalid JSON: EOF while parsing a value at column 14".to_owned()
+            ),
             (4, "$: expected an object, found []".to_owned()),
             (6, "event: expected an object, found null".to_owned()),
         ]
@@ -560,7 +615,11 @@ fn vllm_bench_entries_past_the_last_decision_are_unrouted() {
     let receipt = receipt();
     let entries = vec![("0.001", "[0.001]", "2", r#""""#); 11];
     let doc = bench("2", &entries);
-    let got = value(join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))));
+    let got = value(join_inputs(&inputs(
+        &receipt,
+        doc.as_bytes(),
+        Some("vllm-bench"),
+    )));
     assert_eq!(
         got["counts"],
         json!({"cancelled":0,"completed":8,"completion_lines":11,"decisions":9,"dropped":0,
@@ -597,8 +656,15 @@ fn vllm_bench_span_is_zero_when_nothing_matched() {
 fn vllm_bench_tpot_saturates_at_b() {
     let receipt = receipt();
     let itls = format!("[{}]", vec!["9007199"; 1100].join(","));
-    let doc = bench("1", &[("0", &itls, "2", r#""""#), ("0", "[]", "0", r#""""#)]);
-    let got = value(join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))));
+    let doc = bench(
+        "1",
+        &[("0", &itls, "2", r#""""#), ("0", "[]", "0", r#""""#)],
+    );
+    let got = value(join_inputs(&inputs(
+        &receipt,
+        doc.as_bytes(),
+        Some("vllm-bench"),
+    )));
     assert_eq!(got["workers"][0]["worker"], "w0");
     assert_eq!(got["workers"][0]["completed"], 2);
     assert_eq!(got["workers"][0]["tpot_mean_us"], 4_503_599_627_370_495u64);
@@ -693,8 +759,15 @@ fn vllm_bench_lengths_then_entries_array_by_array() {
     );
     // The largest good values: no error.
     let receipt = receipt();
-    let doc = bench("9007199.254740991", &[("9007199.254740991", "[0]", "9007199254740991", r#""""#)]);
-    let got = value(join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench"))));
+    let doc = bench(
+        "9007199.254740991",
+        &[("9007199.254740991", "[0]", "9007199254740991", r#""""#)],
+    );
+    let got = value(join_inputs(&inputs(
+        &receipt,
+        doc.as_bytes(),
+        Some("vllm-bench"),
+    )));
     assert_eq!(got["workers"][0]["ttft_mean_us"], 9_007_199_254_740u64);
 }
 
@@ -710,8 +783,14 @@ fn vllm_bench_the_first_100_problems_then_a_count() {
     );
     let got = vllm_errors(&doc);
     assert_eq!(got.len(), 101);
-    assert_eq!(got[0], "ttfts[0]: expected a non-negative number of seconds, found true");
-    assert_eq!(got[99], "ttfts[99]: expected a non-negative number of seconds, found true");
+    assert_eq!(
+        got[0],
+        "ttfts[0]: expected a non-negative number of seconds, found true"
+    );
+    assert_eq!(
+        got[99],
+        "ttfts[99]: expected a non-negative number of seconds, found true"
+    );
     assert_eq!(got[100], "... and 30 more errors");
 }
 
@@ -749,4 +828,456 @@ fn vllm_bench_not_json_too_long_and_empty() {
             "{doc:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Detection (§14.1.4)
+// ---------------------------------------------------------------------------------------
+
+fn detected(completions: &[u8]) -> Result<Vec<u8>, JoinFailure> {
+    let receipt = receipt();
+    join_inputs(&inputs(&receipt, completions, None))
+}
+
+#[test]
+fn each_layout_is_told_from_its_first_line() {
+    let receipt = receipt();
+    // AIPerf after blank lines.
+    let records = format!(
+        " \n\r\n{}\n{}\n",
+        aiperf("r1", T, Some(T + 1), Some("1"), Some("1")),
+        aiperf("r2", T, None, Some("2"), Some("2"))
+    );
+    let named = join_inputs(&inputs(&receipt, records.as_bytes(), Some("aiperf")));
+    assert_eq!(
+        value(detected(records.as_bytes()))["counts"]["completed"],
+        2
+    );
+    assert_eq!(detected(records.as_bytes()), named);
+    // Dynamo: a bare record or a wrapped one; then every line is read as Dynamo.
+    let bare =
+        r#"{"event_type":"request_end","request":{"request_id":"r1","ttft_ms":1,"avg_itl_ms":1}}"#;
+    let wrapped = r#"{"timestamp":1,"event":{"event_type":"request_end","request":{"request_id":"r2","ttft_ms":1,"avg_itl_ms":1}}}"#;
+    for text in [
+        format!("{bare}\n{wrapped}\n"),
+        format!("{wrapped}\n{bare}\n"),
+    ] {
+        let named = join_inputs(&inputs(&receipt, text.as_bytes(), Some("dynamo")));
+        assert_eq!(value(detected(text.as_bytes()))["counts"]["completed"], 2);
+        assert_eq!(detected(text.as_bytes()), named);
+    }
+    let mixed = format!("{bare}\n{}\n", aiperf("r2", T, None, Some("1"), Some("1")));
+    assert_eq!(
+        detected(mixed.as_bytes()),
+        Err(JoinFailure::Lines(vec![(
+            2,
+            r#"$: missing required member "event_type""#.to_owned()
+        )]))
+    );
+    // `event_type` alone is Dynamo: a skipped line, so no record.
+    assert_eq!(
+        detected(br#"{"event_type":"tool_start"}"#),
+        Err(JoinFailure::NoRecords)
+    );
+    // vllm-bench: the whole document on its first line, whitespace around it.
+    let doc = format!("\n{}\n\n", seven_entries());
+    let named = join_inputs(&inputs(&receipt, doc.as_bytes(), Some("vllm-bench")));
+    assert_eq!(
+        value(detected(doc.as_bytes()))["counts"]["completion_lines"],
+        7
+    );
+    assert_eq!(detected(doc.as_bytes()), named);
+}
+
+#[test]
+fn a_first_line_that_cannot_tell() {
+    let cases: [(&[u8], usize); 10] = [
+        (b"not json\n", 1),
+        (b"\n \t\n[1]\n", 3),
+        (b"\"metadata\"", 1),
+        (br#"{"x_request_id":"r1"}"#, 1),
+        (br#"{"metadata":{},"ttfts":[]}"#, 1),
+        (br#"{"event":{},"metadata":{}}"#, 1),
+        (br#"{"event_type":"request_end","ttfts":[]}"#, 1),
+        // A pretty-printed vLLM document: its first line is `{`.
+        (b"{\n  \"ttfts\": [],\n  \"duration\": 1\n}\n", 1),
+        (b"\xef\xbb\xbf{\"metadata\":{}}", 1),
+        (b"\n{\"metadata\":{}", 2),
+    ];
+    for (text, line) in cases {
+        assert_eq!(
+            detected(text),
+            Err(JoinFailure::Undetectable(line)),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+    }
+    // A first line over the cap, even of spaces (the cap comes before the blank rule).
+    let mut long = vec![b' '; 67_108_865];
+    long.extend_from_slice(b"\n{\"metadata\":{}}\n");
+    assert_eq!(detected(&long), Err(JoinFailure::Undetectable(1)));
+    // Nothing but blank lines: no completion records.
+    for text in [&b""[..], b"\n", b" \r\n\t\n"] {
+        assert_eq!(detected(text), Err(JoinFailure::NoRecords));
+    }
+}
+
+/// "The only error reported, before either input is judged": a bad receipt, a bad run,
+/// a bad trace do not come first; with the layout named, the layout's own errors.
+#[test]
+fn detection_comes_before_everything() {
+    let given = JoinInputs {
+        receipt: b"not a receipt",
+        completions: b"[1]\n",
+        format: None,
+        run: "no_such_run",
+        slo: None,
+        id_key: None,
+        trace: Some(b"{}"),
+    };
+    assert_eq!(join_inputs(&given), Err(JoinFailure::Undetectable(1)));
+    let named = JoinInputs {
+        format: Some("aiperf"),
+        ..given
+    };
+    assert_eq!(
+        join_inputs(&named),
+        Err(JoinFailure::Lines(vec![(
+            1,
+            "$: expected an object, found [1]".to_owned()
+        )]))
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Cohorts (§14.2.1, §14.3)
+// ---------------------------------------------------------------------------------------
+
+/// AIPerf records for the cohorts:
+///
+/// | id | what | ttft_us, tpot_us | start, end |
+/// |---|---|---|---|
+/// | r1 | completed | 100,000, 10,000 | T, T + 1 s |
+/// | r2 | completed | 200,000, 20,000 | T + 0.1 s, T + 0.5 s |
+/// | r3 | error | | T + 0.05 s, T + 0.08 s |
+/// | r4 | rejected, served | | 0, 1,000 |
+/// | r5 | completed | 50,000, 5,000 | T + 0.2 s, T + 2 s |
+/// | r5 | retry | | T + 3 s, T + 9 s |
+/// | r6 | cancelled | | T + 0.5 s, null |
+/// | r8 | completed | 300,000, 30,000 | T + 0.3 s, T + 0.6 s |
+/// | r9 | completed | 150,000, 15,000 | T + 0.4 s, T + 0.9 s |
+/// | zz | unrouted | | 0, T + 99 s |
+///
+/// r7 has none (dropped).
+fn cohort_records() -> String {
+    let s = 1_000_000u64;
+    let lines = [
+        aiperf("r1", T, Some(T + 1000 * s), Some("100"), Some("10")),
+        aiperf(
+            "r2",
+            T + 100 * s,
+            Some(T + 500 * s),
+            Some("200"),
+            Some("20"),
+        ),
+        format!(
+            r#"{{"metadata":{{"x_request_id":"r3","request_start_ns":{},"request_end_ns":{}}},"metrics":null,"error":{{"code":500}}}}"#,
+            T + 50 * s,
+            T + 80 * s
+        ),
+        aiperf("r4", 0, Some(1000), Some("1"), Some("1")),
+        aiperf("r5", T + 200 * s, Some(T + 2000 * s), Some("50"), Some("5")),
+        aiperf("r5", T + 3000 * s, Some(T + 9000 * s), Some("1"), Some("1")),
+        format!(
+            r#"{{"metadata":{{"x_request_id":"r6","request_start_ns":{},"was_cancelled":true}},"metrics":{{"time_to_first_token":{{"value":1,"unit":"ms"}},"inter_token_latency":{{"value":1,"unit":"ms"}}}}}}"#,
+            T + 500 * s
+        ),
+        aiperf(
+            "r8",
+            T + 300 * s,
+            Some(T + 600 * s),
+            Some("300"),
+            Some("30"),
+        ),
+        aiperf(
+            "r9",
+            T + 400 * s,
+            Some(T + 900 * s),
+            Some("150"),
+            Some("15"),
+        ),
+        aiperf("zz", 0, Some(T + 99_000 * s), Some("1"), Some("1")),
+    ];
+    lines.join("\n")
+}
+
+/// `--slo ttft_ms=250,tpot_ms=25`. Cohorts in byte order of the triple, tenant first:
+/// (a, m, base) before (ab, m, base) — compared as the concatenated names, "abmbase"
+/// would come before "ambase". (a, other, base) holds only r4, rejected: no cohort.
+///
+/// - (a, m, base): r2, r5, r8, all routed; lines r2, r5, r5, r8 (4; r5 retried);
+///   completed 3. Pairs of (predicted, ttft) (150,000, 200,000), (350,000, 50,000),
+///   (190,000, 300,000): r2–r8 concordant, r2–r5 and r5–r8 discordant: floor(−1000 / 3)
+///   = −334; 550,000 / 690,000: 797. w0 (r2, r5): 125,000, 12,500, 250,000, 500; w1
+///   (r8): 300,000, 30,000, 190,000, 1578. Good r2 r5 (r8 misses TTFT): 2, good_pm
+///   floor(2000 / 3) = 666, span T + 2 s (r5's record, not its retry) − (T + 0.1 s) =
+///   1.9 s, floor(2·10^12 / 1.9·10^9) = 1052.
+/// - (ab, m, base): r1, r6, r9; 3 lines; r6 cancelled; completed r1, r9: concordant,
+///   1000; 250,000 / 265,000: 943. w0 (r1): 100,000, 10,000, 100,000, 1000; w2 (r9):
+///   150,000, 15,000, 165,000, 909. Good 2, good_pm 666, span T + 1 s − T (r6's null end
+///   left out), 2000.
+/// - (ab, m, lora1): r3 (error), r7 (dropped): 1 line, matched 1, errors 1,
+///   error_rate_pm 1000; no completed: prediction null, no workers; span 30 ms, 0 good.
+fn expected_cohorts() -> Value {
+    let counts = |c: [u64; 13]| {
+        json!({"cancelled":c[0],"completed":c[1],"completion_lines":c[2],"decisions":c[3],
+               "dropped":c[4],"error_rate_pm":c[5],"errors":c[6],"matched":c[7],
+               "rejected":c[8],"rejected_served":c[9],"retried":c[10],"routed":c[11],
+               "unrouted":c[12]})
+    };
+    let worker = |w: &str, c: u64, p: u64, tpot: u64, ttft: u64, upt: u64| {
+        json!({"completed":c,"predicted_mean_milli":p,"tpot_mean_us":tpot,"ttft_mean_us":ttft,
+               "us_per_predicted_token":upt,"worker":w})
+    };
+    json!([
+        {
+            "adapter": "base", "model": "m", "tenant": "a",
+            "counts": counts([0, 3, 4, 3, 0, 0, 0, 3, 0, 0, 1, 3, 0]),
+            "prediction": {"ttft_rank_gamma_pm": -334, "us_per_predicted_token": 797},
+            "goodput": {"good":2,"good_per_second_milli":1052,"good_pm":666,"span_ns":1900000000u64},
+            "workers": [worker("w0", 2, 250000, 12500, 125000, 500), worker("w1", 1, 190000, 30000, 300000, 1578)]
+        },
+        {
+            "adapter": "base", "model": "m", "tenant": "ab",
+            "counts": counts([1, 2, 3, 3, 0, 0, 0, 3, 0, 0, 0, 3, 0]),
+            "prediction": {"ttft_rank_gamma_pm": 1000, "us_per_predicted_token": 943},
+            "goodput": {"good":2,"good_per_second_milli":2000,"good_pm":666,"span_ns":1000000000u64},
+            "workers": [worker("w0", 1, 100000, 10000, 100000, 1000), worker("w2", 1, 165000, 15000, 150000, 909)]
+        },
+        {
+            "adapter": "lora1", "model": "m", "tenant": "ab",
+            "counts": counts([0, 0, 1, 2, 1, 1000, 1, 1, 0, 0, 0, 2, 0]),
+            "prediction": {"ttft_rank_gamma_pm": null, "us_per_predicted_token": null},
+            "goodput": {"good":0,"good_per_second_milli":0,"good_pm":0,"span_ns":30000000},
+            "workers": []
+        }
+    ])
+}
+
+#[test]
+fn cohorts_as_computed_by_hand() {
+    let receipt = receipt();
+    let trace = trace();
+    let records = cohort_records();
+    let mut given = inputs(&receipt, records.as_bytes(), Some("aiperf"));
+    given.slo = Some((Some(250), Some(25)));
+    let without = text(join_inputs(&given));
+    // Without `--trace`: no `cohorts` member, and exactly `join`'s bytes.
+    assert!(!without.contains("cohorts"));
+    assert_eq!(
+        without,
+        text(join(&receipt, records.as_bytes(), RUN, given.slo, None))
+    );
+    given.trace = Some(trace.as_bytes());
+    let with = text(join_inputs(&given));
+    let mut got: Value = serde_json::from_str(&with).unwrap();
+    // Canonical bytes: serde_json writes the sorted tree the same way.
+    assert_eq!(with, got.to_string());
+    assert_eq!(got["cohorts"], expected_cohorts());
+    // Everything else is the document without the trace.
+    got.as_object_mut().unwrap().remove("cohorts");
+    assert_eq!(got.to_string(), without);
+}
+
+/// A keyed receipt with the same key: the trace's ids are keyed after its digest is
+/// checked, so the cohorts are the same.
+#[test]
+fn cohorts_of_a_keyed_receipt_under_the_key() {
+    let keyed = keyed_receipt();
+    let trace = trace();
+    let records = cohort_records();
+    let mut given = inputs(&keyed, records.as_bytes(), Some("aiperf"));
+    given.slo = Some((Some(250), Some(25)));
+    given.id_key = Some(KEY);
+    given.trace = Some(trace.as_bytes());
+    assert_eq!(value(join_inputs(&given))["cohorts"], expected_cohorts());
+}
+
+/// vllm-bench cohorts: two entries (r1, r2), so (ab, m, lora1) matched nothing: its
+/// span is 0, the others' the duration (7 s).
+#[test]
+fn cohorts_of_a_vllm_bench_document() {
+    let receipt = receipt();
+    let trace = trace();
+    let doc = bench(
+        "7",
+        &[("0.1", "[]", "1", r#""""#), ("0.2", "[]", "1", r#""""#)],
+    );
+    let mut given = inputs(&receipt, doc.as_bytes(), Some("vllm-bench"));
+    given.slo = Some((None, None));
+    given.trace = Some(trace.as_bytes());
+    let got = value(join_inputs(&given));
+    let cohorts = got["cohorts"].as_array().unwrap();
+    let spans: Vec<(&str, &str, u64, u64, u64)> = cohorts
+        .iter()
+        .map(|c| {
+            (
+                c["tenant"].as_str().unwrap(),
+                c["adapter"].as_str().unwrap(),
+                c["counts"]["completion_lines"].as_u64().unwrap(),
+                c["counts"]["matched"].as_u64().unwrap(),
+                c["goodput"]["span_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            ("a", "base", 1, 1, 7_000_000_000),
+            ("ab", "base", 1, 1, 7_000_000_000),
+            ("ab", "lora1", 0, 0, 0)
+        ]
+    );
+    // good_pm over the cohort's own routed: (a, m, base) 1 good of 3 routed.
+    assert_eq!(cohorts[0]["goodput"]["good_pm"], 333);
+    assert_eq!(got["goodput"]["span_ns"], 7_000_000_000u64);
+}
+
+/// The JSON Lines receipt of §6.4, hand-assembled from the canonical one: the trace's
+/// digest is read from its first line.
+fn jsonl_receipt() -> Vec<u8> {
+    let full: Value = serde_json::from_slice(&receipt()).unwrap();
+    let mut out = format!(
+        "{{\"format\":\"kvroute-receipt-stream/1\",\"receipt_format\":\"kvroute-receipt/1\",\"trace_digest\":\"{}\"}}\n",
+        full["trace_digest"].as_str().unwrap()
+    );
+    for run in full["runs"].as_array().unwrap() {
+        for member in ["cache_log", "decisions", "observation_log"] {
+            for item in run[member].as_array().unwrap() {
+                out.push_str(&json!({ member: item, "policy": run["policy"] }).to_string());
+                out.push('\n');
+            }
+        }
+        out.push_str(&json!({"metrics": run["metrics"], "policy": run["policy"]}).to_string());
+        out.push('\n');
+    }
+    out.push_str(&json!({"receipt_digest": full["receipt_digest"]}).to_string());
+    out.push('\n');
+    out.into_bytes()
+}
+
+#[test]
+fn cohorts_with_a_json_lines_receipt() {
+    let receipt = jsonl_receipt();
+    let trace = trace();
+    let records = cohort_records();
+    let mut given = inputs(&receipt, records.as_bytes(), Some("aiperf"));
+    given.slo = Some((Some(250), Some(25)));
+    given.trace = Some(trace.as_bytes());
+    assert_eq!(value(join_inputs(&given))["cohorts"], expected_cohorts());
+}
+
+#[test]
+fn trace_errors() {
+    let receipt = receipt();
+    let records = cohort_records();
+    let receipt_value: Value = serde_json::from_slice(&receipt).unwrap();
+    let receipt_trace_digest = receipt_value["trace_digest"].as_str().unwrap().to_owned();
+    let with_trace = |trace: &'static [u8]| {
+        let mut given = inputs(&receipt, records.as_bytes(), Some("aiperf"));
+        given.trace = Some(trace);
+        join_inputs(&given)
+    };
+    // Its own errors, as `validate` gives them.
+    let bad: &'static [u8] = br#"{"format":"kvroute-trace/2","workers":[],"events":[]}"#;
+    assert_eq!(
+        with_trace(bad),
+        Err(JoinFailure::TraceInvalid(validate(bad).unwrap_err()))
+    );
+    assert_eq!(
+        with_trace(b"{"),
+        Err(JoinFailure::TraceInvalid(vec![
+            "$: invalid JSON: EOF while parsing an object at line 1 column 1".to_owned()
+        ]))
+    );
+    // Another trace: its digest is the sha256 of its canonical bytes.
+    let other: &'static [u8] = Box::leak(trace_with(true).into_boxed_str()).as_bytes();
+    let other_digest = {
+        use sha2::Digest;
+        let hash = sha2::Sha256::digest(validate(other).unwrap());
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    };
+    assert_ne!(other_digest, receipt_trace_digest);
+    assert_eq!(
+        with_trace(other),
+        Err(JoinFailure::TraceDigest {
+            trace: other_digest,
+            receipt: receipt_trace_digest,
+        })
+    );
+}
+
+/// Error 6: the receipt's ids and the trace's do not meet — a plain receipt with a key
+/// (the trace's ids keyed), or a keyed receipt without one; the run's first decision's
+/// request. It comes before error 7 (nothing matched), which also applies to both.
+#[test]
+fn a_decision_not_in_the_trace() {
+    let trace = trace();
+    let records = cohort_records();
+    let plain = receipt();
+    let mut given = inputs(&plain, records.as_bytes(), Some("aiperf"));
+    given.trace = Some(trace.as_bytes());
+    given.id_key = Some(KEY);
+    assert_eq!(
+        join_inputs(&given),
+        Err(JoinFailure::NotInTrace("r1".to_owned()))
+    );
+    given.trace = None;
+    assert!(matches!(
+        join_inputs(&given),
+        Err(JoinFailure::NothingMatched { .. })
+    ));
+    let keyed = keyed_receipt();
+    let mut given = inputs(&keyed, records.as_bytes(), Some("aiperf"));
+    given.trace = Some(trace.as_bytes());
+    assert_eq!(
+        join_inputs(&given),
+        Err(JoinFailure::NotInTrace(keyed_request_id(KEY, "r1")))
+    );
+}
+
+/// Errors 1–4 come before the trace's; a receipt without a `trace_digest` cannot be
+/// checked against a trace: not a receipt (this oracle's reading).
+#[test]
+fn trace_errors_come_after_the_completions_receipt_and_run() {
+    let receipt = receipt();
+    let records = cohort_records();
+    let bad_trace: &[u8] = b"{}";
+    let mut given = inputs(&receipt, b"[1]\n", Some("aiperf"));
+    given.trace = Some(bad_trace);
+    assert!(matches!(join_inputs(&given), Err(JoinFailure::Lines(_))));
+    given.completions = b"\n";
+    assert_eq!(join_inputs(&given), Err(JoinFailure::NoRecords));
+    given.completions = records.as_bytes();
+    given.receipt = b"{}";
+    assert_eq!(join_inputs(&given), Err(JoinFailure::NotAReceipt));
+    given.receipt = &receipt;
+    given.run = "nope";
+    assert!(matches!(
+        join_inputs(&given),
+        Err(JoinFailure::NoSuchRun(_))
+    ));
+    given.run = RUN;
+    assert!(matches!(
+        join_inputs(&given),
+        Err(JoinFailure::TraceInvalid(_))
+    ));
+    let no_digest = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"r1","tick":0,"chosen":null,"candidates":[]}]}]}"#;
+    let trace = trace();
+    given.receipt = no_digest;
+    given.trace = Some(trace.as_bytes());
+    assert_eq!(join_inputs(&given), Err(JoinFailure::NotAReceipt));
+    given.trace = None;
+    assert!(join_inputs(&given).is_ok());
 }

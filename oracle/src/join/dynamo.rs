@@ -204,3 +204,66 @@ pub(super) fn record(root: &Node) -> Parsed {
         },
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::record;
+    use crate::json;
+
+    /// `(start_ns, end_ns)` of one `request_end` line with the given `request` members.
+    fn span(members: &str) -> (Option<u64>, Option<u64>) {
+        let line =
+            format!(r#"{{"event_type":"request_end","request":{{"request_id":"q"{members}}}}}"#);
+        let root = json::parse(line.as_bytes()).unwrap();
+        let (_, rec) = record(&root).unwrap().unwrap();
+        (rec.start_ns, rec.end_ns)
+    }
+
+    /// SPEC §14.1.1: start `request_received_ms × 10^6`; end `min(start + 1000 ×
+    /// floor(total_time_ms × 1000), 2^64 − 1)` when both are present, else none.
+    #[test]
+    fn start_and_end_in_nanoseconds() {
+        assert_eq!(
+            span(r#","request_received_ms":1,"total_time_ms":0.0015"#),
+            (Some(1_000_000), Some(1_001_000))
+        );
+        assert_eq!(
+            span(r#","request_received_ms":0,"total_time_ms":null"#),
+            (Some(0), None)
+        );
+        assert_eq!(span(r#","total_time_ms":5"#), (None, None));
+        assert_eq!(span(""), (None, None));
+        // 9,999,999,999,999 ms + 9,007,199,254,740.991 ms passes 2^64 − 1 ns.
+        assert_eq!(
+            span(r#","request_received_ms":9999999999999,"total_time_ms":9007199254740.991"#),
+            (Some(9_999_999_999_999_000_000), Some(u64::MAX))
+        );
+        assert_eq!(
+            span(r#","request_received_ms":9999999999999,"total_time_ms":8446744073710.551"#),
+            (
+                Some(9_999_999_999_999_000_000),
+                Some(18_446_744_073_709_551_000)
+            )
+        );
+        assert_eq!(
+            span(r#","request_received_ms":9999999999999,"total_time_ms":8446744073710.552"#),
+            (Some(9_999_999_999_999_000_000), Some(u64::MAX))
+        );
+    }
+
+    /// The join key: `x_request_id` when present, else `request_id`.
+    #[test]
+    fn the_join_key() {
+        for (members, key) in [
+            (r#","x_request_id":"x""#, "x"),
+            (r#","x_request_id":null"#, "q"),
+            ("", "q"),
+        ] {
+            let line = format!(
+                r#"{{"event_type":"request_end","request":{{"request_id":"q"{members}}}}}"#
+            );
+            let root = json::parse(line.as_bytes()).unwrap();
+            assert_eq!(record(&root).unwrap().unwrap().0, key);
+        }
+    }
+}

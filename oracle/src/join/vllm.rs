@@ -196,3 +196,37 @@ pub(super) fn read(bytes: &[u8]) -> Result<Bench, Vec<String>> {
         entries,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{scaled, MsProblem, B};
+
+    fn ns(literal: &str) -> Result<u64, &'static str> {
+        scaled(literal, 9).map_err(|problem| match problem {
+            MsProblem::Negative => "negative",
+            MsProblem::TooLarge => "too large",
+        })
+    }
+
+    /// SPEC §14.1.2: `floor(value × 10^9)` from the decimal digits as written.
+    #[test]
+    fn seconds_become_whole_nanoseconds_from_the_digits() {
+        assert_eq!(ns("0.255886567999"), Ok(255_886_567));
+        assert_eq!(ns("4.8984369999999995e-3"), Ok(4_898_436));
+        assert_eq!(ns("0.0049999999"), Ok(4_999_999));
+        assert_eq!(ns("12.5"), Ok(12_500_000_000));
+        assert_eq!(ns("1E+3"), Ok(1_000_000_000_000));
+        assert_eq!(ns("1e-9"), Ok(1));
+        assert_eq!(ns("9.99e-10"), Ok(0));
+        assert_eq!(ns("0"), Ok(0));
+        assert_eq!(ns("-0"), Ok(0));
+        assert_eq!(ns("-0.0e5"), Ok(0));
+        assert_eq!(ns("-1e-400"), Err("negative"));
+        assert_eq!(ns("-2"), Err("negative"));
+        // 2^53 ns or more is an error: 9007199.254740991 s is B ns exactly.
+        assert_eq!(ns("9007199.254740991"), Ok(B));
+        assert_eq!(ns("9007199.2547409919"), Ok(B));
+        assert_eq!(ns("9007199.254740992"), Err("too large"));
+        assert_eq!(ns("1e400"), Err("too large"));
+    }
+}
