@@ -1,16 +1,22 @@
-//! SPEC §14: joining a receipt's run with AIPerf completion records (`kvroute join`).
+//! SPEC §14: joining a receipt's run with completion records (`kvroute join`): AIPerf
+//! records here, Dynamo's request trace in `dynamo`, `vllm bench serve` results in
+//! `vllm`, the layout told from the first line in `detect`, cohorts in `cohorts`.
 //!
 //! Written naively from §14 (with §2 for paths and quoted values, §6/§6.4 for the two
 //! receipt forms, §6.5 for keyed ids, §10.2 for the line cap and the column of a line's
-//! syntax error): the completions are read line by line into a `BTreeMap` keyed by the
-//! (possibly keyed) request id, the run's decisions into a plain list, and every figure
-//! is a loop over those, in 128-bit integers. The rank correlation is the double loop
-//! over every unordered pair.
+//! syntax error): the completions are read line by line (or, for `vllm-bench`, as one
+//! document) into a list of record lines, each with its (possibly keyed) id; the run's
+//! decisions into a plain list; every figure is a loop over those, with the first line
+//! of each id found through a `BTreeMap`, in 128-bit integers. The rank correlation is
+//! the double loop over every unordered pair. A cohort's figures are the same function
+//! over the cohort's decisions and the lines of their ids.
 //!
-//! Which error applies when (SPEC §14.5, "the first that applies, in this order"): the
-//! completion lines' layout errors first (all lines are checked, the first 100 errors
-//! kept); then a file with no record at all; then the receipt (not a receipt); then
-//! `--run` (no such run); then the join that matches nothing.
+//! Which error applies when (SPEC §14.5, "the first that applies, in this order"):
+//! without a named layout, a layout that cannot be told, alone; then the completions'
+//! layout errors (all lines are checked, the first 100 errors kept); then completions
+//! with no record at all; then the receipt (not a receipt); then `--run` (no such run);
+//! then, with `--trace`, the trace's own errors, its digest, a decision whose request is
+//! not in it; then the join that matches nothing.
 //!
 //! Inside one line (§14.5): the members in the order §14.1 lists them, a member's own
 //! problems before the members inside it; a missing member is reported at the object
@@ -40,7 +46,15 @@
 //!   `chosen`, each row's `worker` and the chosen row's `recomputed` and `work_milli`
 //!   (integers of §1.1). A JSON Lines receipt's line order is not checked. So a defect in
 //!   another run's decisions is no error, and one in the chosen run's decisions is found
-//!   only once `--run` has named an existing run.
+//!   only once `--run` has named an existing run. The receipt's `trace_digest` is read
+//!   only with `--trace`; a receipt without one (a string) is then not a receipt.
+//! - `vllm-bench`'s span is the duration when `matched` (routed decisions with a record)
+//!   is at least 1, a rejected decision's entry (`rejected_served`) not counting.
+
+mod cohorts;
+mod detect;
+mod dynamo;
+mod vllm;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,17 +94,35 @@ pub enum JoinFailure {
         completion_id: String,
         request_id: String,
     },
+    /// Without `--completions-format`, the layout cannot be told from the first line
+    /// that is not blank (SPEC §14.1.4): that line's 1-based number.
+    Undetectable(usize),
+    /// A `vllm-bench` document's problems (SPEC §14.5, 1), each the text after
+    /// `COMPLETIONS: ` (`"<path>: <reason>"`, `"invalid JSON: ..."` or `"document longer
+    /// than 67108864 bytes"`), the first 100 kept, then, if there were more, one entry
+    /// `"... and N more errors"`.
+    Document(Vec<String>),
+    /// `--trace` is not a valid trace (SPEC §14.5, 5): its lines as `validate` gives them.
+    TraceInvalid(Vec<String>),
+    /// `--trace`'s digest is not the receipt's `trace_digest` (SPEC §14.5, 5), both as
+    /// `sha256:<hex>`.
+    TraceDigest { trace: String, receipt: String },
+    /// The run's first decision (receipt order) whose request is not a request of the
+    /// trace (SPEC §14.5, 6): that request id, as the receipt has it.
+    NotInTrace(String),
 }
 
 /// What the join keeps of one completion record (the first line of its id).
 #[derive(Debug, Clone)]
 struct Record {
-    start_ns: u64,
+    /// `None`: no start (a Dynamo record without `request_received_ms`, a `vllm-bench`
+    /// entry), left out of the span's min.
+    start_ns: Option<u64>,
     end_ns: Option<u64>,
     cancelled: bool,
     error: bool,
-    ttft_us: Option<u64>,
-    tpot_us: Option<u64>,
+    ttft_us: Option<u128>,
+    tpot_us: Option<u128>,
 }
 
 /// What the join keeps of one decision: its request id and, when routed, the chosen
@@ -143,18 +175,24 @@ fn nanoseconds(text: &str) -> Option<u64> {
     (value <= NS_MAX).then_some(value)
 }
 
-/// Why a millisecond literal has no microsecond figure.
+/// Why a number literal has no whole figure.
 enum MsProblem {
     Negative,
     TooLarge,
 }
 
-/// `floor(value × 1000)` of a JSON number literal, from its decimal digits as written
-/// (SPEC §14.1): the literal is `digits × 10^(exponent − fraction digits)`, so the
-/// microseconds are the digits shifted by `exponent + 3 − fraction digits` places and
-/// cut (a floor, the value being non-negative). `-0` (any zero) is 0, any other negative
-/// value an error, and a result above `B` an error.
+/// `floor(value × 1000)` of a millisecond literal: its microseconds (SPEC §14.1).
 fn microseconds(literal: &str) -> Result<u64, MsProblem> {
+    scaled(literal, 3)
+}
+
+/// `floor(value × 10^places)` of a JSON number literal, from its decimal digits as
+/// written (SPEC §14.1, §14.1.2): the literal is `digits × 10^(exponent − fraction
+/// digits)`, so the result is the digits shifted by `exponent + places − fraction
+/// digits` places and cut (a floor, the value being non-negative). `-0` (any zero) is
+/// 0, any other negative value an error, and a result above `B` an error (`places` 3:
+/// more than 2^53 − 1 µs; 9: 2^53 ns or more).
+fn scaled(literal: &str, places: i128) -> Result<u64, MsProblem> {
     let (negative, unsigned) = match literal.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, literal),
@@ -188,9 +226,9 @@ fn microseconds(literal: &str) -> Result<u64, MsProblem> {
     if negative {
         return Err(MsProblem::Negative);
     }
-    // value × 1000 = digits × 10^shift.
-    let shift = exponent_value + 3 - fraction.len() as i128;
-    // How many digits the integer part of value × 1000 has (the first digit is not 0).
+    // value × 10^places = digits × 10^shift.
+    let shift = exponent_value + places - fraction.len() as i128;
+    // How many digits the integer part of value × 10^places has (the first digit is not 0).
     let whole_digits = digits.len() as i128 + shift;
     if whole_digits <= 0 {
         return Ok(0);
@@ -273,7 +311,7 @@ fn metric(members: &[Member], name: &str, problems: &mut Vec<String>) -> Option<
 /// with `value`, `unit`; `error`), a member's own problems (missing, wrong type, then its
 /// repeats) before those of the members inside it. A missing member is reported at the
 /// object that lacks it, in the missing member's place in that order.
-fn record(root: &Node) -> Result<(String, Record), Vec<String>> {
+fn record(root: &Node) -> Parsed {
     let mut problems = Vec::new();
     let Node::Object(top) = root else {
         return Err(vec![format!(
@@ -372,17 +410,17 @@ fn record(root: &Node) -> Result<(String, Record), Vec<String>> {
         return Err(problems);
     }
     match (id, start_ns) {
-        (Some(id), Some(start_ns)) => Ok((
+        (Some(id), Some(start_ns)) => Ok(Some((
             id,
             Record {
-                start_ns,
+                start_ns: Some(start_ns),
                 end_ns,
                 cancelled,
                 error,
-                ttft_us,
-                tpot_us,
+                ttft_us: ttft_us.map(u128::from),
+                tpot_us: tpot_us.map(u128::from),
             },
-        )),
+        ))),
         _ => Err(vec!["$: internal error: a record without its id".to_owned()]),
     }
 }
@@ -409,16 +447,40 @@ fn blank(line: &[u8]) -> bool {
 /// A record's line: its 1-based number, its id as written, the record.
 type Line = (usize, String, Record);
 
-/// The completions read: each non-blank line's (1-based line number, id, record) in
-/// file order, or every line's problems.
-fn completion_records(bytes: &[u8]) -> Result<Vec<Line>, Vec<(usize, String)>> {
-    let mut records = Vec::new();
-    let mut problems: Vec<(usize, String)> = Vec::new();
+/// What one non-blank JSON Lines line gives: its id and record, nothing (a Dynamo line
+/// that is not `request_end`, skipped like a blank line), or its reasons.
+type Parsed = Result<Option<(String, Record)>, Vec<String>>;
+
+/// The lines of `bytes` (split at `\n`; the newline that ends the last line starts no
+/// line).
+fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
     let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
     if lines.last().is_some_and(|last| last.is_empty()) {
-        lines.pop(); // the newline that ends the last line starts no line
+        lines.pop();
     }
-    for (index, line) in lines.iter().enumerate() {
+    lines
+}
+
+/// Keeps the first 100 problems, then one `... and N more errors` (SPEC §2.3).
+fn capped<T>(mut problems: Vec<T>, count_line: impl FnOnce(String) -> T) -> Vec<T> {
+    let more = problems.len().saturating_sub(ERROR_LINES);
+    problems.truncate(ERROR_LINES);
+    if more > 0 {
+        problems.push(count_line(format!("... and {more} more errors")));
+    }
+    problems
+}
+
+/// The completions read, one layout's line reader `parse` on each non-blank line:
+/// each record line's (1-based line number, id, record) in file order, or every line's
+/// problems (SPEC §14.5, 1: the same loop for `aiperf` and `dynamo`).
+fn completion_records(
+    bytes: &[u8],
+    parse: fn(&Node) -> Parsed,
+) -> Result<Vec<Line>, Vec<(usize, String)>> {
+    let mut records = Vec::new();
+    let mut problems: Vec<(usize, String)> = Vec::new();
+    for (index, line) in split_lines(bytes).iter().enumerate() {
         let number = index + 1;
         if line.len() > MAX_LINE_BYTES {
             problems.push((number, format!("line longer than {MAX_LINE_BYTES} bytes")));
@@ -443,20 +505,16 @@ fn completion_records(bytes: &[u8]) -> Result<Vec<Line>, Vec<(usize, String)>> {
                 continue;
             }
         };
-        match record(&root) {
-            Ok((id, rec)) => records.push((number, id, rec)),
+        match parse(&root) {
+            Ok(Some((id, rec))) => records.push((number, id, rec)),
+            Ok(None) => {}
             Err(reasons) => problems.extend(reasons.into_iter().map(|r| (number, r))),
         }
     }
     if problems.is_empty() {
         return Ok(records);
     }
-    let more = problems.len().saturating_sub(ERROR_LINES);
-    problems.truncate(ERROR_LINES);
-    if more > 0 {
-        problems.push((0, format!("... and {more} more errors")));
-    }
-    Err(problems)
+    Err(capped(problems, |line| (0, line)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -486,9 +544,10 @@ fn string<'a>(node: Option<&'a Node>) -> Option<&'a str> {
     }
 }
 
-/// The receipt read as SPEC §6 / §6.4 shape it: its `receipt_digest` and its runs in
-/// order, each run's policy and its decision nodes (in receipt order).
-type Runs<'a, 'd> = (String, Vec<(String, Vec<&'a Node<'d>>)>);
+/// The receipt read as SPEC §6 / §6.4 shape it: its `receipt_digest`, its
+/// `trace_digest` (when it is a string; needed only with `--trace`, §14.1) and its runs
+/// in order, each run's policy and its decision nodes (in receipt order).
+type Runs<'a, 'd> = (String, Option<String>, Vec<(String, Vec<&'a Node<'d>>)>);
 
 /// The receipt's parsed form: one document (canonical receipt) or its lines (JSON Lines).
 enum ReceiptText<'d> {
@@ -518,6 +577,7 @@ fn runs<'a, 'd>(text: &'a ReceiptText<'d>) -> Option<Runs<'a, 'd>> {
                 return None;
             }
             let digest = string(json::member(top, "receipt_digest"))?.to_owned();
+            let trace_digest = string(json::member(top, "trace_digest")).map(str::to_owned);
             let Some(Node::Array(items)) = json::member(top, "runs") else {
                 return None;
             };
@@ -532,7 +592,7 @@ fn runs<'a, 'd>(text: &'a ReceiptText<'d>) -> Option<Runs<'a, 'd>> {
                 };
                 runs.push((policy, decisions.iter().collect()));
             }
-            Some((digest, runs))
+            Some((digest, trace_digest, runs))
         }
         ReceiptText::Whole(_) => None,
         ReceiptText::Lines(lines) => {
@@ -549,6 +609,7 @@ fn runs<'a, 'd>(text: &'a ReceiptText<'d>) -> Option<Runs<'a, 'd>> {
                 return None;
             };
             let digest = string(json::member(last, "receipt_digest"))?.to_owned();
+            let trace_digest = string(json::member(first, "trace_digest")).map(str::to_owned);
             let mut runs: Vec<(String, Vec<&Node>)> = Vec::new();
             for line in &lines[1..lines.len() - 1] {
                 let Node::Object(members) = line else {
@@ -575,7 +636,7 @@ fn runs<'a, 'd>(text: &'a ReceiptText<'d>) -> Option<Runs<'a, 'd>> {
                     runs[at].1.push(value);
                 }
             }
-            Some((digest, runs))
+            Some((digest, trace_digest, runs))
         }
     }
 }
@@ -641,48 +702,55 @@ fn per_token(ttft_sum: u128, predicted_sum: u128) -> Option<i128> {
     (predicted_sum > 0).then(|| (1000 * ttft_sum / predicted_sum) as i128)
 }
 
-/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
-/// or the errors.
-pub fn join(
-    receipt: &[u8],
-    completions: &[u8],
-    run: &str,
-    slo: Option<(Option<u64>, Option<u64>)>,
-    id_key: Option<&[u8]>,
-) -> Result<Vec<u8>, JoinFailure> {
-    // The completions: every line is checked before anything else.
-    let lines = completion_records(completions).map_err(JoinFailure::Lines)?;
-    if lines.is_empty() {
-        return Err(JoinFailure::NoRecords);
-    }
-    let completion_lines = lines.len() as u128;
-    // Each id's record is its first line; `lines_of` counts its lines.
-    let mut records: BTreeMap<String, Record> = BTreeMap::new();
-    let mut lines_of: BTreeMap<String, u128> = BTreeMap::new();
-    let mut first_completion_id = None;
-    for (_, id, rec) in lines {
-        let id = match id_key {
-            Some(key) => keyed::keyed_id(key, &id),
-            None => id,
-        };
-        if first_completion_id.is_none() {
-            first_completion_id = Some(id.clone());
-        }
-        *lines_of.entry(id.clone()).or_insert(0) += 1;
-        records.entry(id).or_insert(rec);
-    }
+/// How a run's (or a cohort's) `span_ns` is found.
+#[derive(Debug, Clone, Copy)]
+enum Span {
+    /// `max(end) − min(start)` over the matched records (SPEC §14.2).
+    Records,
+    /// `floor(duration × 10^9)` when anything matched, else 0 (`vllm-bench`, §14.1.2).
+    Duration(u128),
+}
 
-    // The receipt and its run.
-    let text = receipt_text(receipt).ok_or(JoinFailure::NotAReceipt)?;
-    let (receipt_digest, all_runs) = runs(&text).ok_or(JoinFailure::NotAReceipt)?;
-    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == run) else {
-        return Err(JoinFailure::NoSuchRun(
-            all_runs.iter().map(|(policy, _)| policy.clone()).collect(),
-        ));
-    };
-    let mut decisions = Vec::new();
-    for node in decision_nodes {
-        decisions.push(decision(node).ok_or(JoinFailure::NotAReceipt)?);
+/// One line that holds a record, as the join sees it: its id as compared (keyed under
+/// `--id-key`; for `vllm-bench` the id of the decision at its position), or `None` for
+/// a `vllm-bench` entry past the run's last decision (unrouted, one each, §14.1.2).
+#[derive(Debug, Clone)]
+struct Entry {
+    id: Option<String>,
+    record: Record,
+}
+
+/// §14.2's figures over some decisions and some record lines, as the document's four
+/// members, with the two counts error 7 of §14.5 looks at.
+struct Figures<'a> {
+    matched: u128,
+    rejected_served: u128,
+    counts: Json<'a>,
+    prediction: Json<'a>,
+    goodput: Json<'a>,
+    workers: Json<'a>,
+}
+
+/// SPEC §14.2 over `decisions` and the record lines `entries` (in file order): the
+/// first line of an id is its record, later ones only counted.
+fn figures<'a>(
+    decisions: &[&'a Decision],
+    entries: &[&Entry],
+    span: Span,
+    slo: Option<(Option<u64>, Option<u64>)>,
+) -> Figures<'a> {
+    let completion_lines = entries.len() as u128;
+    let mut records: BTreeMap<&str, &Record> = BTreeMap::new();
+    let mut lines_of: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut past = 0u128;
+    for entry in entries {
+        match &entry.id {
+            Some(id) => {
+                *lines_of.entry(id).or_insert(0) += 1;
+                records.entry(id).or_insert(&entry.record);
+            }
+            None => past += 1,
+        }
     }
 
     // Counts.
@@ -694,11 +762,11 @@ pub fn join(
     let mut cancelled = 0u128;
     let mut errors = 0u128;
     // The completed records with their decisions: (worker, predicted_milli, record).
-    let mut completed: Vec<(&str, u128, &Record)> = Vec::new();
+    let mut completed: Vec<(&'a str, u128, &Record)> = Vec::new();
     let mut min_start: Option<u64> = None;
     let mut max_end: Option<u64> = None;
-    for d in &decisions {
-        let Some(rec) = records.get(&d.request) else {
+    for d in decisions {
+        let Some(rec) = records.get(d.request.as_str()) else {
             continue;
         };
         let Some((worker, predicted)) = &d.chosen else {
@@ -706,7 +774,9 @@ pub fn join(
             continue;
         };
         matched += 1;
-        min_start = Some(min_start.map_or(rec.start_ns, |m| m.min(rec.start_ns)));
+        if let Some(start) = rec.start_ns {
+            min_start = Some(min_start.map_or(start, |m| m.min(start)));
+        }
         if let Some(end) = rec.end_ns {
             max_end = Some(max_end.map_or(end, |m| m.max(end)));
         }
@@ -720,30 +790,13 @@ pub fn join(
     }
     let dropped = routed - matched;
     let requests: BTreeSet<&str> = decisions.iter().map(|d| d.request.as_str()).collect();
-    let unrouted = records
-        .keys()
-        .filter(|id| !requests.contains(id.as_str()))
-        .count() as u128;
+    let unrouted = records.keys().filter(|id| !requests.contains(*id)).count() as u128 + past;
     let retried = lines_of.values().filter(|n| **n > 1).count() as u128;
     let error_rate_pm = (1000 * errors).checked_div(matched).unwrap_or(0);
 
-    // "A join that matches nothing (`matched` and `rejected_served` both 0) while both
-    // sides have ids" (§14.5): the completions have a record (always, by now), so the
-    // error needs a run with at least one decision. A run without decisions gives the
-    // document (everything unrouted); a join whose only matches are rejected decisions
-    // gives the document too. The completion id is the first record's in file order
-    // (the first non-blank line's), keyed when a key is given; the request id the run's
-    // first decision's.
-    if !decisions.is_empty() && matched == 0 && rejected_served == 0 {
-        return Err(JoinFailure::NothingMatched {
-            completion_id: first_completion_id.unwrap_or_default(),
-            request_id: decisions[0].request.clone(),
-        });
-    }
-
     // Prediction figures over the completed records.
-    let ttft = |rec: &Record| u128::from(rec.ttft_us.unwrap_or(0));
-    let tpot = |rec: &Record| u128::from(rec.tpot_us.unwrap_or(0));
+    let ttft = |rec: &Record| rec.ttft_us.unwrap_or(0);
+    let tpot = |rec: &Record| rec.tpot_us.unwrap_or(0);
     let mut concordant: i128 = 0;
     let mut discordant: i128 = 0;
     for i in 0..completed.len() {
@@ -768,12 +821,12 @@ pub fn join(
     let fleet_per_token = per_token(ttft_sum, predicted_sum);
 
     // Per worker, in worker id byte order.
-    let mut by_worker: BTreeMap<&str, Vec<(u128, &Record)>> = BTreeMap::new();
+    let mut by_worker: BTreeMap<&'a str, Vec<(u128, &Record)>> = BTreeMap::new();
     for (worker, predicted, rec) in &completed {
         by_worker.entry(worker).or_default().push((*predicted, rec));
     }
     let mut workers = Vec::new();
-    for (worker, entries) in &by_worker {
+    for (worker, entries) in by_worker {
         let n = entries.len() as u128;
         let ttft_total: u128 = entries.iter().map(|(_, r)| ttft(r)).sum();
         let tpot_total: u128 = entries.iter().map(|(_, r)| tpot(r)).sum();
@@ -806,9 +859,13 @@ pub fn join(
                 })
                 .count() as u128;
             let good_pm = (1000 * good).checked_div(routed).unwrap_or(0);
-            let span_ns: u128 = match (min_start, max_end) {
-                (Some(start), Some(end)) if end > start => u128::from(end - start),
-                _ => 0,
+            let span_ns: u128 = match span {
+                Span::Records => match (min_start, max_end) {
+                    (Some(start), Some(end)) if end > start => u128::from(end - start),
+                    _ => 0,
+                },
+                Span::Duration(duration_ns) if matched > 0 => duration_ns,
+                Span::Duration(_) => 0,
             };
             // The exact span, not the written (saturated) one (SPEC §14.5).
             let per_second = (good * 1_000_000_000_000).checked_div(span_ns).unwrap_or(0);
@@ -820,12 +877,198 @@ pub fn join(
             ])
         }
     };
-    let (ttft_ms, tpot_ms) = slo.unwrap_or((None, None));
     let count = |v: u128| number(v as i128);
-    let document = Json::Object(vec![
+    Figures {
+        matched,
+        rejected_served,
+        counts: Json::Object(vec![
+            ("decisions", count(total)),
+            ("routed", count(routed)),
+            ("rejected", count(rejected)),
+            ("completion_lines", count(completion_lines)),
+            ("matched", count(matched)),
+            ("dropped", count(dropped)),
+            ("rejected_served", count(rejected_served)),
+            ("unrouted", count(unrouted)),
+            ("retried", count(retried)),
+            ("cancelled", count(cancelled)),
+            ("errors", count(errors)),
+            ("completed", count(completed.len() as u128)),
+            ("error_rate_pm", count(error_rate_pm)),
+        ]),
+        prediction: Json::Object(vec![
+            ("ttft_rank_gamma_pm", optional(gamma)),
+            ("us_per_predicted_token", optional(fleet_per_token)),
+        ]),
+        goodput,
+        workers: Json::Array(workers),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The entry points
+// ---------------------------------------------------------------------------------------
+
+/// What `kvroute join` is given (SPEC §14.1).
+#[derive(Debug, Clone, Copy)]
+pub struct JoinInputs<'a> {
+    pub receipt: &'a [u8],
+    pub completions: &'a [u8],
+    /// "aiperf", "dynamo" or "vllm-bench"; None: detect (§14.1.4). Any other name is
+    /// bad usage, which the command line refuses before reading anything: a panic here.
+    pub format: Option<&'a str>,
+    pub run: &'a str,
+    pub slo: Option<(Option<u64>, Option<u64>)>,
+    pub id_key: Option<&'a [u8]>,
+    /// `--trace`'s bytes, for cohorts (§14.2.1).
+    pub trace: Option<&'a [u8]>,
+}
+
+/// SPEC §14 for AIPerf records without a trace: the canonical bytes of the
+/// kvroute-join/1 document (no trailing newline), or the errors.
+pub fn join(
+    receipt: &[u8],
+    completions: &[u8],
+    run: &str,
+    slo: Option<(Option<u64>, Option<u64>)>,
+    id_key: Option<&[u8]>,
+) -> Result<Vec<u8>, JoinFailure> {
+    join_inputs(&JoinInputs {
+        receipt,
+        completions,
+        format: Some("aiperf"),
+        run,
+        slo,
+        id_key,
+        trace: None,
+    })
+}
+
+/// The completions as read, before any id is keyed.
+enum Completions {
+    /// `aiperf` or `dynamo`: each record line's (line number, id, record).
+    Lines(Vec<Line>),
+    /// `vllm-bench`: the duration and the entries, in index order.
+    Bench(vllm::Bench),
+}
+
+/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
+/// or the first error of §14.5 that applies.
+pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
+    // The layout: named, or told from the first line that is not blank (§14.1.4), the
+    // only error reported when it cannot be told.
+    let layout = match inputs.format {
+        Some(name) => detect::Layout::named(name)
+            .unwrap_or_else(|| panic!("no completions format {name:?} (bad usage)")),
+        None => match detect::detect(inputs.completions) {
+            Ok(Some(layout)) => layout,
+            Ok(None) => return Err(JoinFailure::NoRecords),
+            Err(line) => return Err(JoinFailure::Undetectable(line)),
+        },
+    };
+
+    // 1, 2: the completions, every line (or the whole document) checked first.
+    let completions = match layout {
+        detect::Layout::Aiperf => Completions::Lines(
+            completion_records(inputs.completions, record).map_err(JoinFailure::Lines)?,
+        ),
+        detect::Layout::Dynamo => Completions::Lines(
+            completion_records(inputs.completions, dynamo::record).map_err(JoinFailure::Lines)?,
+        ),
+        detect::Layout::VllmBench => {
+            Completions::Bench(vllm::read(inputs.completions).map_err(JoinFailure::Document)?)
+        }
+    };
+    let empty = match &completions {
+        Completions::Lines(lines) => lines.is_empty(),
+        Completions::Bench(bench) => bench.entries.is_empty(),
+    };
+    if empty {
+        return Err(JoinFailure::NoRecords);
+    }
+
+    // 3, 4: the receipt and its run.
+    let text = receipt_text(inputs.receipt).ok_or(JoinFailure::NotAReceipt)?;
+    let (receipt_digest, receipt_trace_digest, all_runs) =
+        runs(&text).ok_or(JoinFailure::NotAReceipt)?;
+    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == inputs.run) else {
+        return Err(JoinFailure::NoSuchRun(
+            all_runs.iter().map(|(policy, _)| policy.clone()).collect(),
+        ));
+    };
+    let mut decisions = Vec::new();
+    for node in decision_nodes {
+        decisions.push(decision(node).ok_or(JoinFailure::NotAReceipt)?);
+    }
+
+    // 5, 6: the trace, its digest, and each decision's cohort.
+    let cohort_of: Option<Vec<cohorts::Triple>> = match inputs.trace {
+        None => None,
+        Some(trace) => {
+            let receipt_trace_digest = receipt_trace_digest.ok_or(JoinFailure::NotAReceipt)?;
+            Some(cohorts::triples(
+                trace,
+                &receipt_trace_digest,
+                inputs.id_key,
+                &decisions,
+            )?)
+        }
+    };
+
+    // The record lines as the join compares them.
+    let (entries, span, first_completion_id) = match completions {
+        Completions::Lines(lines) => {
+            let entries: Vec<Entry> = lines
+                .into_iter()
+                .map(|(_, id, record)| Entry {
+                    id: Some(match inputs.id_key {
+                        Some(key) => keyed::keyed_id(key, &id),
+                        None => id,
+                    }),
+                    record,
+                })
+                .collect();
+            let first = entries[0].id.clone();
+            (entries, Span::Records, first)
+        }
+        Completions::Bench(bench) => {
+            let entries: Vec<Entry> = bench
+                .entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, record)| Entry {
+                    id: decisions.get(i).map(|d| d.request.clone()),
+                    record,
+                })
+                .collect();
+            (entries, Span::Duration(bench.duration_ns), None)
+        }
+    };
+
+    let all: Vec<&Decision> = decisions.iter().collect();
+    let every_entry: Vec<&Entry> = entries.iter().collect();
+    let whole = figures(&all, &every_entry, span, inputs.slo);
+
+    // 7: "a join that matches nothing (`matched` and `rejected_served` both 0) while
+    // both sides have ids" (§14.5): the completions have a record (always, by now), so
+    // the error needs a run with at least one decision, and a layout with ids (a
+    // `vllm-bench` entry takes its decision's id, so it always matches when there is
+    // one). The completion id is the first record's in file order, keyed when a key is
+    // given; the request id the run's first decision's.
+    if let Some(completion_id) = first_completion_id {
+        if !decisions.is_empty() && whole.matched == 0 && whole.rejected_served == 0 {
+            return Err(JoinFailure::NothingMatched {
+                completion_id,
+                request_id: decisions[0].request.clone(),
+            });
+        }
+    }
+
+    let (ttft_ms, tpot_ms) = inputs.slo.unwrap_or((None, None));
+    let mut members = vec![
         ("format", Json::Str("kvroute-join/1")),
         ("receipt_digest", Json::Str(&receipt_digest)),
-        ("run", Json::Str(run)),
+        ("run", Json::Str(inputs.run)),
         (
             "slo",
             Json::Object(vec![
@@ -833,33 +1076,33 @@ pub fn join(
                 ("tpot_ms", optional(tpot_ms.map(i128::from))),
             ]),
         ),
-        (
-            "counts",
-            Json::Object(vec![
-                ("decisions", count(total)),
-                ("routed", count(routed)),
-                ("rejected", count(rejected)),
-                ("completion_lines", count(completion_lines)),
-                ("matched", count(matched)),
-                ("dropped", count(dropped)),
-                ("rejected_served", count(rejected_served)),
-                ("unrouted", count(unrouted)),
-                ("retried", count(retried)),
-                ("cancelled", count(cancelled)),
-                ("errors", count(errors)),
-                ("completed", count(completed.len() as u128)),
-                ("error_rate_pm", count(error_rate_pm)),
-            ]),
-        ),
-        (
-            "prediction",
-            Json::Object(vec![
-                ("ttft_rank_gamma_pm", optional(gamma)),
-                ("us_per_predicted_token", optional(fleet_per_token)),
-            ]),
-        ),
-        ("goodput", goodput),
-        ("workers", Json::Array(workers)),
-    ]);
-    Ok(jcs::to_bytes(&document))
+        ("counts", whole.counts),
+        ("prediction", whole.prediction),
+        ("goodput", whole.goodput),
+        ("workers", whole.workers),
+    ];
+    // §14.3: `cohorts` only with `--trace`.
+    let groups = cohort_of.map(|triples| cohorts::group(&decisions, &triples));
+    if let Some(groups) = &groups {
+        let mut listed = Vec::new();
+        for ((tenant, model, adapter), members_of) in groups {
+            let ids: BTreeSet<&str> = members_of.iter().map(|d| d.request.as_str()).collect();
+            let own: Vec<&Entry> = entries
+                .iter()
+                .filter(|e| e.id.as_deref().is_some_and(|id| ids.contains(id)))
+                .collect();
+            let f = figures(members_of, &own, span, inputs.slo);
+            listed.push(Json::Object(vec![
+                ("tenant", Json::Str(tenant)),
+                ("model", Json::Str(model)),
+                ("adapter", Json::Str(adapter)),
+                ("counts", f.counts),
+                ("prediction", f.prediction),
+                ("goodput", f.goodput),
+                ("workers", f.workers),
+            ]));
+        }
+        members.push(("cohorts", Json::Array(listed)));
+    }
+    Ok(jcs::to_bytes(&Json::Object(members)))
 }

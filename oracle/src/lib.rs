@@ -9,7 +9,8 @@
 //! of §6.1), `jcs` (the RFC 8785 writer and digests), `state` (§3), `candidates` (§4),
 //! `policies` (§5), `run` (one policy's run and its metrics, §3.5, §6.2), `receipt`
 //! (§6, streamed), `simulate` (§11, and the completion records of §14.4), `keyed` (the keyed request ids of §6.5, HMAC from
-//! RFC 2104) and `join` (completion records against a receipt's run, §14).
+//! RFC 2104) and `join` (completion records against a receipt's run, §14: AIPerf, Dynamo and
+//! `vllm bench serve` layouts, their detection, and cohorts with `--trace`).
 
 mod candidates;
 mod canonical;
@@ -28,7 +29,7 @@ mod validate;
 
 use std::ops::ControlFlow;
 
-pub use join::{join, JoinFailure};
+pub use join::{join, join_inputs, JoinFailure, JoinInputs};
 pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{
     simulate, simulate_completions, simulate_with_completions, CompletionRecord, SimCache,

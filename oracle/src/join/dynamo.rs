@@ -1,0 +1,269 @@
+//! SPEC §14.1.1: one line of Dynamo's request trace (`--completions-format dynamo`).
+//! The record object `R` is the line's `event` when it has one (the file sink's
+//! wrapper; paths then start with `event.`), else the line itself. Only `request_end`
+//! lines hold a record; a line with any other `event_type` string is skipped, unchecked.
+//! Problems follow §14.5's Dynamo table, members in the order of §14.1.1's table
+//! (§14.1.3), each member's own problem, then its repeats, then what is inside it:
+//! `event` (when present) and `event_type` first; when `event` is not an object, or
+//! `event_type` is missing or not a string, nothing else of the line is checked; a line
+//! whose `event_type` is another string is checked no further and skipped unless a
+//! repeat of `event` or `event_type` was reported.
+//!
+//! Readings (guesses where §14 leaves a choice): `request_received_ms` is an integer as
+//! §1.1 writes one (plain digits, so `1e3` and `-0` are errors); `-0` as a millisecond
+//! figure is 0, as for AIPerf.
+
+use super::{child, microseconds, repeats, MsProblem, Parsed, Record};
+use crate::json::{self, Member, Node};
+
+/// The largest `request_received_ms` (SPEC §14.1.1).
+const RECEIVED_MS_MAX: u64 = 9_999_999_999_999;
+
+/// An integer as SPEC §1.1 writes one, of at most 9,999,999,999,999.
+fn received_ms(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    let plain = !bytes.is_empty()
+        && bytes.iter().all(u8::is_ascii_digit)
+        && (bytes == b"0" || bytes[0] != b'0');
+    if !plain || bytes.len() > 13 {
+        return None;
+    }
+    text.parse::<u64>().ok().filter(|v| *v <= RECEIVED_MS_MAX)
+}
+
+/// One of `ttft_ms`, `avg_itl_ms`, `total_time_ms`: a non-negative number or null,
+/// turned into whole microseconds; then its repeats.
+fn milliseconds(
+    request: &[Member],
+    name: &str,
+    path: &str,
+    problems: &mut Vec<String>,
+) -> Option<u64> {
+    let at = child(path, name);
+    let mut micros = None;
+    match json::member(request, name) {
+        None | Some(Node::Null) => {}
+        Some(node @ Node::Number(text)) => match microseconds(text) {
+            Ok(us) => micros = Some(us),
+            Err(MsProblem::Negative) => problems.push(format!(
+                "{at}: expected a non-negative number or null, found {}",
+                json::quote(node)
+            )),
+            Err(MsProblem::TooLarge) => problems.push(format!(
+                "{at}: expected a number of milliseconds below 9007199254740.992, found {}",
+                json::quote(node)
+            )),
+        },
+        Some(other) => problems.push(format!(
+            "{at}: expected a non-negative number or null, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(request, name, path, problems);
+    micros
+}
+
+/// One non-blank line: its join key and record, `None` for a line that is not
+/// `request_end`, or its reasons (each `"<path>: <reason>"`).
+pub(super) fn record(root: &Node) -> Parsed {
+    let Node::Object(line) = root else {
+        return Err(vec![format!(
+            "$: expected an object, found {}",
+            json::quote(root)
+        )]);
+    };
+    // `event` (when present), then `event_type`: each its own problem, then its repeats;
+    // a bad one ends the line's checks (SPEC §14.5).
+    let mut problems = Vec::new();
+    let (at, r) = match json::member(line, "event") {
+        None => ("$", line),
+        Some(Node::Object(inner)) => {
+            repeats(line, "event", "$", &mut problems);
+            ("event", inner)
+        }
+        Some(other) => {
+            problems.push(format!(
+                "event: expected an object, found {}",
+                json::quote(other)
+            ));
+            repeats(line, "event", "$", &mut problems);
+            return Err(problems);
+        }
+    };
+    let event_type = match json::member(r, "event_type") {
+        None => {
+            problems.push(format!("{at}: missing required member \"event_type\""));
+            return Err(problems);
+        }
+        Some(Node::String(text)) => text,
+        Some(other) => {
+            problems.push(format!(
+                "{}: expected a string, found {}",
+                child(at, "event_type"),
+                json::quote(other)
+            ));
+            repeats(r, "event_type", at, &mut problems);
+            return Err(problems);
+        }
+    };
+    repeats(r, "event_type", at, &mut problems);
+    if event_type != "request_end" {
+        // Skipped, unless a repeat was reported.
+        return if problems.is_empty() {
+            Ok(None)
+        } else {
+            Err(problems)
+        };
+    }
+
+    let request_path = child(at, "request");
+    let request = match json::member(r, "request") {
+        None => {
+            problems.push(format!("{at}: missing required member \"request\""));
+            None
+        }
+        Some(Node::Object(request)) => Some(request),
+        Some(other) => {
+            problems.push(format!(
+                "{request_path}: expected an object, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(r, "request", at, &mut problems);
+    let Some(request) = request else {
+        return Err(problems);
+    };
+    let p = request_path.as_str();
+
+    let mut request_id = None;
+    match json::member(request, "request_id") {
+        None => problems.push(format!("{p}: missing required member \"request_id\"")),
+        Some(Node::String(text)) if !text.is_empty() => request_id = Some(text.to_string()),
+        Some(other) => problems.push(format!(
+            "{}: expected a non-empty string, found {}",
+            child(p, "request_id"),
+            json::quote(other)
+        )),
+    }
+    repeats(request, "request_id", p, &mut problems);
+
+    let mut x_request_id = None;
+    match json::member(request, "x_request_id") {
+        None | Some(Node::Null) => {}
+        Some(Node::String(text)) if !text.is_empty() => x_request_id = Some(text.to_string()),
+        Some(other) => problems.push(format!(
+            "{}: expected a non-empty string or null, found {}",
+            child(p, "x_request_id"),
+            json::quote(other)
+        )),
+    }
+    repeats(request, "x_request_id", p, &mut problems);
+
+    let mut received = None;
+    match json::member(request, "request_received_ms") {
+        None | Some(Node::Null) => {}
+        Some(Node::Number(text)) if received_ms(text).is_some() => received = received_ms(text),
+        Some(other) => problems.push(format!(
+            "{}: expected a non-negative integer below 10000000000000 or null, found {}",
+            child(p, "request_received_ms"),
+            json::quote(other)
+        )),
+    }
+    repeats(request, "request_received_ms", p, &mut problems);
+
+    let ttft_us = milliseconds(request, "ttft_ms", p, &mut problems);
+    let tpot_us = milliseconds(request, "avg_itl_ms", p, &mut problems);
+    let total_us = milliseconds(request, "total_time_ms", p, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let Some(request_id) = request_id else {
+        return Err(vec!["$: internal error: a record without its id".to_owned()]);
+    };
+    // The start in ns; the end `min(start + 1000 × total_us, 2^64 − 1)` when both are
+    // present (SPEC §14.1.1).
+    let start_ns = received.map(|ms| ms * 1_000_000);
+    let end_ns = match (start_ns, total_us) {
+        (Some(start), Some(total)) => {
+            let end = u128::from(start) + 1000 * u128::from(total);
+            Some(u64::try_from(end).unwrap_or(u64::MAX))
+        }
+        _ => None,
+    };
+    Ok(Some((
+        x_request_id.unwrap_or(request_id),
+        Record {
+            start_ns,
+            end_ns,
+            cancelled: false,
+            error: false,
+            ttft_us: ttft_us.map(u128::from),
+            tpot_us: tpot_us.map(u128::from),
+        },
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record;
+    use crate::json;
+
+    /// `(start_ns, end_ns)` of one `request_end` line with the given `request` members.
+    fn span(members: &str) -> (Option<u64>, Option<u64>) {
+        let line =
+            format!(r#"{{"event_type":"request_end","request":{{"request_id":"q"{members}}}}}"#);
+        let root = json::parse(line.as_bytes()).unwrap();
+        let (_, rec) = record(&root).unwrap().unwrap();
+        (rec.start_ns, rec.end_ns)
+    }
+
+    /// SPEC §14.1.1: start `request_received_ms × 10^6`; end `min(start + 1000 ×
+    /// floor(total_time_ms × 1000), 2^64 − 1)` when both are present, else none.
+    #[test]
+    fn start_and_end_in_nanoseconds() {
+        assert_eq!(
+            span(r#","request_received_ms":1,"total_time_ms":0.0015"#),
+            (Some(1_000_000), Some(1_001_000))
+        );
+        assert_eq!(
+            span(r#","request_received_ms":0,"total_time_ms":null"#),
+            (Some(0), None)
+        );
+        assert_eq!(span(r#","total_time_ms":5"#), (None, None));
+        assert_eq!(span(""), (None, None));
+        // 9,999,999,999,999 ms + 9,007,199,254,740.991 ms passes 2^64 − 1 ns.
+        assert_eq!(
+            span(r#","request_received_ms":9999999999999,"total_time_ms":9007199254740.991"#),
+            (Some(9_999_999_999_999_000_000), Some(u64::MAX))
+        );
+        assert_eq!(
+            span(r#","request_received_ms":9999999999999,"total_time_ms":8446744073710.551"#),
+            (
+                Some(9_999_999_999_999_000_000),
+                Some(18_446_744_073_709_551_000)
+            )
+        );
+        assert_eq!(
+            span(r#","request_received_ms":9999999999999,"total_time_ms":8446744073710.552"#),
+            (Some(9_999_999_999_999_000_000), Some(u64::MAX))
+        );
+    }
+
+    /// The join key: `x_request_id` when present, else `request_id`.
+    #[test]
+    fn the_join_key() {
+        for (members, key) in [
+            (r#","x_request_id":"x""#, "x"),
+            (r#","x_request_id":null"#, "q"),
+            ("", "q"),
+        ] {
+            let line = format!(
+                r#"{{"event_type":"request_end","request":{{"request_id":"q"{members}}}}}"#
+            );
+            let root = json::parse(line.as_bytes()).unwrap();
+            assert_eq!(record(&root).unwrap().unwrap().0, key);
+        }
+    }
+}
