@@ -6,7 +6,7 @@
 //!
 //! A case is one line of five tab-separated fields:
 //! `name  exit  stderr-prefix  arguments  files`.
-//! - `arguments` are split on spaces; `{in}`, `{out}`, `{dir}`, `{key}` and `{receipt}`
+//! - `arguments` are split on spaces; `{in}`, `{out}`, `{dir}`, `{key}`, `{receipt}` and `{trace}`
 //!   become paths in the scratch directory (so do they in the stderr prefix).
 //! - `files` lists the inputs to create, `;;`-separated, each `NAME=SPEC` where SPEC is
 //!   `text:ESCAPED` (`\n`, `\t`, `\r`, `\\`, `\xHH`), `lab` (the lab trace),
@@ -276,7 +276,7 @@ fn run_case(case: &Case) -> Result<(), String> {
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let place = |text: &str| {
-        ["in", "out", "dir", "key", "receipt"]
+        ["in", "out", "dir", "key", "receipt", "trace"]
             .iter()
             .fold(text.to_owned(), |t, name| {
                 t.replace(&format!("{{{name}}}"), dir.join(name).to_str().unwrap())
