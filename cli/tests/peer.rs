@@ -318,3 +318,21 @@ fn the_docs_minimal_adapter_runs_as_written() {
     assert!(value["reuse"]["differing"].as_u64().unwrap() > 0, "{value}");
     assert_eq!(value["reuse"]["causes"]["new_finding"], 0, "{value}");
 }
+
+#[test]
+fn the_sweep_runs_a_peer_over_generated_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = docs_adapter(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "sweep", "--seeds", "3", "--start", "5", "--"])
+        .arg("python3")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Three seeds, each in both delivery modes, one peer process per trace.
+    assert!(text.starts_with("6 traces, "), "{text}");
+    assert!(text.contains("\n  new_finding    "), "{text}");
+    assert!(text.ends_with(" seeds with new findings\n"), "{text}");
+}
