@@ -10,7 +10,13 @@ use dynamo_kv_router::zmq_wire::{decode_event_batch, BlockHashValue, RawKvEvent}
 use kvroute_core::input::kv_events::lines::capture_line;
 use kvroute_core::input::kv_events::wire::{decode_batch, BlockHash, EngineEvent};
 
-const FIXTURES: [&str; 3] = ["vllm", "sglang", "kthena-1535"];
+const FIXTURES: [&str; 5] = [
+    "vllm",
+    "sglang",
+    "kthena-1535",
+    "chain-replayed",
+    "two-publishers",
+];
 
 fn fixture(name: &str) -> String {
     let path = format!(
@@ -142,13 +148,13 @@ fn kvroute_and_dynamo_decode_every_capture_fixture_alike() {
         }
     }
     println!("{compared_events} events agree; {bytes_hash_batches} batches with bytes hashes Dynamo does not read");
-    // What the three fixtures hold, so that a decoder failing quietly (fewer events
+    // What the five fixtures hold, so that a decoder failing quietly (fewer events
     // compared, more batches set aside) fails here.
     assert_eq!((compared_events, bytes_hash_batches), EXPECTED);
 }
 
 /// Events compared, and batches set aside for their bytes hashes, over the fixtures.
-const EXPECTED: (usize, usize) = (7, 2);
+const EXPECTED: (usize, usize) = (17, 2);
 
 fn has_bytes_hash(events: &[EngineEvent]) -> bool {
     events.iter().any(|event| match event {
