@@ -12,6 +12,7 @@ use kvroute_cli::args::{
     SimulateFormat, SAMPLE_MAX,
 };
 use kvroute_cli::verify::VerifyError;
+use kvroute_core::input::compact::EventStore;
 use kvroute_core::input::kv_events::{self, EventsOptions, Keying};
 use kvroute_core::input::mooncake::{self, MooncakeOptions};
 use kvroute_core::input::trace::EventKind;
@@ -19,7 +20,7 @@ use kvroute_core::output::{canonical, csv, table};
 use kvroute_core::replay;
 use kvroute_core::route::compiled::{Compiled, DecisionsRouted};
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
-use kvroute_core::{parse_trace, read_trace, Policy, ReadTraceError, Trace};
+use kvroute_core::{parse_trace, read_trace, read_trace_compact, Policy, ReadTraceError, Trace};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -276,12 +277,36 @@ pub(crate) fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
         return parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
             .map_err(|errors| Failure::invalid(errors.lines()));
     };
+    read_trace_with(path, read_trace)
+}
+
+/// [`load_trace`] with the events held compactly ([`EventStore`]): what `validate`
+/// and `replay` keep of a trace, so that their memory is the store and the routing
+/// state, not a typed event per event (issue 26).
+fn load_trace_compact(path: Option<&Path>) -> Result<(Trace, EventStore), Failure> {
+    let Some(path) = path else {
+        let mut trace = parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
+            .map_err(|errors| Failure::invalid(errors.lines()))?;
+        let mut store = EventStore::default();
+        for event in std::mem::take(&mut trace.events) {
+            store.push(event);
+        }
+        return Ok((trace, store));
+    };
+    read_trace_with(path, read_trace_compact)
+}
+
+/// Reads the trace at `path` (stdin for `-`) with `read`.
+fn read_trace_with<T>(
+    path: &Path,
+    read: fn(Box<dyn Read>) -> Result<T, ReadTraceError>,
+) -> Result<T, Failure> {
     let read = if path.as_os_str() == "-" {
-        read_trace(std::io::stdin().lock())
+        read(Box::new(std::io::stdin().lock()))
     } else {
         std::fs::File::open(path)
             .map_err(ReadTraceError::Io)
-            .and_then(read_trace)
+            .and_then(|file| read(Box::new(file)))
     };
     read.map_err(|e| match e {
         ReadTraceError::Io(e) => {
@@ -298,11 +323,12 @@ fn replay(
     export: &ExportArgs,
 ) -> Result<(), Failure> {
     let progress = progress::Progress::start("replay", "reading and validating the trace");
-    let mut trace = load_trace(trace)?;
+    let (trace, mut events) = load_trace_compact(trace)?;
     // The digest names the trace as given; the ids are keyed after it (SPEC.md §6.5).
-    let digest = canonical::trace_digest(&trace);
+    let digest = canonical::trace_digest_of(&trace, &events);
     if let Some(key_file) = &export.id_key {
-        kvroute_core::output::ids::key_request_ids(&mut trace, &read_id_key(key_file)?);
+        let key = read_id_key(key_file)?;
+        events.rename_request_ids(|id| kvroute_core::output::ids::keyed_id(&key, id));
     }
     let csv_ids = if export.csv_plain {
         csv::CsvIds::Plain
@@ -310,7 +336,7 @@ fn replay(
         csv::CsvIds::SpreadsheetSafe
     };
     progress.phase("replaying the four policies");
-    let compiled = Compiled::new(&trace);
+    let compiled = Compiled::from_compact(&trace, &events);
     // `write_json` replays once for the digest and once to write (its doc says so).
     let replays = if matches!(format, Format::Json) { 2 } else { 1 };
     progress.count_decisions(
@@ -582,14 +608,17 @@ fn write_policy_files(
 }
 
 fn validate(path: &Path) -> Result<(), Failure> {
-    let trace = load_trace(Some(path))?;
+    let (trace, events) = load_trace_compact(Some(path))?;
+    let requests = (0..events.len())
+        .filter(|&i| events.request_id_of(i).is_some())
+        .count();
     outln!(
         "ok: {}, {} ({}), limits {}, trace {}",
         counted(trace.workers.len() as u64, "worker", "workers"),
-        counted(trace.events.len() as u64, "event", "events"),
-        counted(trace.request_count() as u64, "request", "requests"),
+        counted(events.len() as u64, "event", "events"),
+        counted(requests as u64, "request", "requests"),
         trace.limits.name(),
-        canonical::trace_digest(&trace)
+        canonical::trace_digest_of(&trace, &events)
     )
 }
 

@@ -44,7 +44,9 @@ pub mod route;
 pub mod simulate;
 
 pub use input::trace::Trace;
-pub use input::validate::{parse_trace, read_trace, ReadTraceError, ValidationErrors};
+pub use input::validate::{
+    parse_trace, read_trace, read_trace_compact, ReadTraceError, ValidationErrors,
+};
 pub use output::receipt::Receipt;
 pub use route::policy::Policy;
 

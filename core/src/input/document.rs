@@ -11,6 +11,7 @@
 //! tree walk reported them in (`format`, `limits`, `policy`, `sharing`, `workers`,
 //! `events`, then unknown and repeated members) whatever order the document has.
 
+use crate::input::compact::EventStore;
 use crate::input::json::{self, MemberName, NodeOf as Node, NodeSeed};
 use crate::input::trace::{Event, Grant, WorkerSpec};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -133,45 +134,62 @@ impl Element for Event {
     }
 }
 
+/// Where a streamed array's items are kept: a `Vec`, or for events an [`EventStore`].
+pub(super) trait Items<T>: Default {
+    fn push_item(&mut self, item: T);
+}
+
+impl<T> Items<T> for Vec<T> {
+    fn push_item(&mut self, item: T) {
+        self.push(item);
+    }
+}
+
+impl Items<Event> for EventStore {
+    fn push_item(&mut self, item: Event) {
+        self.push(item);
+    }
+}
+
 /// One streamed top-level array: its items when every one was valid, and its errors.
-pub(super) struct Listed<T, W> {
-    pub items: Option<Vec<T>>,
+pub(super) struct Listed<C, W> {
+    pub items: Option<C>,
     pub walk: W,
 }
 
 /// The top-level object as read: its members in document order, the three streamed
 /// arrays (first occurrence only) standing as `null` among them.
-pub(super) struct Document<'s, W> {
+pub(super) struct Document<'s, W, E> {
     pub members: Vec<(MemberName, Node<'s>)>,
-    pub sharing: Option<Listed<Grant, W>>,
-    pub workers: Option<Listed<WorkerSpec, W>>,
-    pub events: Option<Listed<Event, W>>,
+    pub sharing: Option<Listed<Vec<Grant>, W>>,
+    pub workers: Option<Listed<Vec<WorkerSpec>, W>>,
+    pub events: Option<Listed<E, W>>,
 }
 
 /// What the document turned out to be.
-pub(super) enum Read<'s, W> {
-    Object(Document<'s, W>),
+pub(super) enum Read<'s, W, E> {
+    Object(Document<'s, W, E>),
     /// Not an object: the value, for the error to quote.
     Other(Node<'s>),
 }
 
 /// Reads one trace document from `de` (the caller checks the end of input).
-pub(super) fn read<'de, D: Deserializer<'de>, W: Check>(
+pub(super) fn read<'de, D: Deserializer<'de>, W: Check, E: Items<Event>>(
     de: D,
     nodes: NodeSeed<'_>,
-) -> Result<Read<'de, W>, D::Error> {
+) -> Result<Read<'de, W, E>, D::Error> {
     de.deserialize_any(DocumentVisitor {
         nodes,
         walk: PhantomData,
     })
 }
 
-struct DocumentVisitor<'a, W> {
+struct DocumentVisitor<'a, W, E> {
     nodes: NodeSeed<'a>,
-    walk: PhantomData<W>,
+    walk: PhantomData<(W, E)>,
 }
 
-impl<W> DocumentVisitor<'_, W> {
+impl<W, E> DocumentVisitor<'_, W, E> {
     fn node(&self) -> NodeSeed<'_> {
         self.nodes
     }
@@ -207,20 +225,20 @@ macro_rules! other_values {
     };
 }
 
-impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
-    type Value = Read<'de, W>;
+impl<'de, W: Check, Es: Items<Event>> Visitor<'de> for DocumentVisitor<'_, W, Es> {
+    type Value = Read<'de, W, Es>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a trace document")
     }
 
-    other_values!(Read<'de, W>, Read::Other);
+    other_values!(Read<'de, W, Es>, Read::Other);
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Read<'de, W>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Read<'de, W, Es>, A::Error> {
         self.node().visit_seq(seq).map(Read::Other)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read<'de, W>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read<'de, W, Es>, A::Error> {
         let mut document = Document {
             members: Vec::new(),
             sharing: None,
@@ -231,15 +249,16 @@ impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
             let first = !document.members.iter().any(|(seen, _)| *seen == name);
             let value = match name.as_str() {
                 "sharing" if first => {
-                    document.sharing = Some(map.next_value_seed(self.list("sharing"))?);
+                    document.sharing = Some(map.next_value_seed(self.list::<Grant, _>("sharing"))?);
                     Node::Null
                 }
                 "workers" if first => {
-                    document.workers = Some(map.next_value_seed(self.list("workers"))?);
+                    document.workers =
+                        Some(map.next_value_seed(self.list::<WorkerSpec, _>("workers"))?);
                     Node::Null
                 }
                 "events" if first => {
-                    document.events = Some(map.next_value_seed(self.list("events"))?);
+                    document.events = Some(map.next_value_seed(self.list::<Event, Es>("events"))?);
                     Node::Null
                 }
                 "format" | "limits" | "policy" if first => map.next_value_seed(self.node())?,
@@ -257,8 +276,8 @@ impl<'de, W: Check> Visitor<'de> for DocumentVisitor<'_, W> {
     }
 }
 
-impl<'a, W> DocumentVisitor<'a, W> {
-    fn list<T>(&self, name: &'static str) -> ListSeed<'a, T, W> {
+impl<'a, W, E> DocumentVisitor<'a, W, E> {
+    fn list<T, C>(&self, name: &'static str) -> ListSeed<'a, T, C, W> {
         ListSeed {
             nodes: self.nodes,
             name,
@@ -268,19 +287,19 @@ impl<'a, W> DocumentVisitor<'a, W> {
 }
 
 /// One top-level array, element by element.
-struct ListSeed<'a, T, W> {
+struct ListSeed<'a, T, C, W> {
     nodes: NodeSeed<'a>,
     name: &'static str,
-    read: PhantomData<(T, W)>,
+    read: PhantomData<(T, C, W)>,
 }
 
-impl<T, W: Check> ListSeed<'_, T, W> {
+impl<T, C, W: Check> ListSeed<'_, T, C, W> {
     fn node(&self) -> NodeSeed<'_> {
         self.nodes
     }
 
     /// Not an array: the error the tree walk reported.
-    fn not_array(&self, node: Node<'_>) -> Listed<T, W> {
+    fn not_array(&self, node: Node<'_>) -> Listed<C, W> {
         let mut walk = W::default();
         let root = Path::Root;
         walk.expected_array(&root.member(self.name), &node);
@@ -288,16 +307,16 @@ impl<T, W: Check> ListSeed<'_, T, W> {
     }
 }
 
-impl<'de, T: Element, W: Check> DeserializeSeed<'de> for ListSeed<'_, T, W> {
-    type Value = Listed<T, W>;
+impl<'de, T: Element, C: Items<T>, W: Check> DeserializeSeed<'de> for ListSeed<'_, T, C, W> {
+    type Value = Listed<C, W>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-impl<'de, T: Element, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
-    type Value = Listed<T, W>;
+impl<'de, T: Element, C: Items<T>, W: Check> Visitor<'de> for ListSeed<'_, T, C, W> {
+    type Value = Listed<C, W>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array")
@@ -339,7 +358,7 @@ impl<'de, T: Element, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
         let mut walk = W::default();
         let root = Path::Root;
         let path = root.member(self.name);
-        let mut items = Some(Vec::new());
+        let mut items = Some(C::default());
         let mut i = 0;
         while let Some(item) = seq.next_element_seed(ElementSeed {
             walk: &mut walk,
@@ -350,7 +369,7 @@ impl<'de, T: Element, W: Check> Visitor<'de> for ListSeed<'_, T, W> {
             match item {
                 Some(item) => {
                     if let Some(items) = &mut items {
-                        items.push(item);
+                        items.push_item(item);
                     }
                 }
                 // The list is rejected whole: stop holding the items before it.

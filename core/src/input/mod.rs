@@ -8,6 +8,7 @@
 //! rule that both validation's residency stage and routing's state apply. What must
 //! not: anything else about routing; this folder imports nothing from the others.
 
+pub mod compact;
 mod document;
 pub mod epoch;
 pub mod json;

@@ -6,6 +6,7 @@
 //! written by type, members in JCS order (as the receipt's are, [`crate::output::typed`]);
 //! the JSON tree ([`canonical_trace_value`]) and the generic serialiser stay as the check.
 
+use crate::input::compact::EventsView;
 use crate::input::trace::*;
 pub use crate::output::json_text::digest_tag;
 use crate::output::json_text::{push_str, push_u64};
@@ -183,15 +184,25 @@ fn canonical_head_value(trace: &Trace) -> Value {
 /// took about 40 bytes of memory per byte of trace). The members are written in JCS
 /// order (`events` < `format` < `limits` < `policy` < `sharing` < `workers`), each
 /// object's members in JCS order too.
-pub fn canonical_trace_pieces(trace: &Trace, mut emit: impl FnMut(&[u8])) {
+pub fn canonical_trace_pieces(trace: &Trace, emit: impl FnMut(&[u8])) {
+    canonical_pieces_of(trace, &trace.events, emit);
+}
+
+/// [`canonical_trace_pieces`] of `trace`'s members but `events` and of `events` (any
+/// [`EventsView`], such as a compactly held trace's), read one event at a time.
+pub fn canonical_pieces_of<E: EventsView + ?Sized>(
+    trace: &Trace,
+    events: &E,
+    mut emit: impl FnMut(&[u8]),
+) {
     let mut piece = Vec::new();
     emit(EVENTS_OPEN);
-    for (i, event) in sorted_events(trace).into_iter().enumerate() {
+    for (i, index) in events.sorted_order().into_iter().enumerate() {
         piece.clear();
         if i > 0 {
             piece.push(b',');
         }
-        push_event(&mut piece, event);
+        events.with_event(index as usize, |event| push_event(&mut piece, event));
         emit(&piece);
     }
     canonical_pieces_after_events(trace, emit);
@@ -542,8 +553,13 @@ pub fn canonical_trace_bytes(trace: &Trace) -> Vec<u8> {
 
 /// The trace digest, `sha256:<hex>` of the canonical trace, hashed as it is produced.
 pub fn trace_digest(trace: &Trace) -> String {
+    trace_digest_of(trace, &trace.events)
+}
+
+/// [`trace_digest`] of `trace`'s members but `events` and of `events`.
+pub fn trace_digest_of<E: EventsView + ?Sized>(trace: &Trace, events: &E) -> String {
     let mut hasher = Sha256::new();
-    canonical_trace_pieces(trace, |piece| hasher.update(piece));
+    canonical_pieces_of(trace, events, |piece| hasher.update(piece));
     digest_tag(&hasher.finalize())
 }
 

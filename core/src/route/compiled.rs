@@ -212,8 +212,11 @@ pub struct Compiled<'t> {
     /// Worker ids in byte order: index `i` is worker `i` everywhere.
     pub worker_ids: Vec<&'t str>,
     pub workers: Vec<CWorker>,
-    /// Events in `(tick, seq)` order.
+    /// Events in `(tick, seq)` order; empty when they come from `source` instead
+    /// (`Compiled::from_compact`). Read them with [`Compiled::each_event`].
     pub events: Vec<CEvent<'t>>,
+    /// Where the events come from when not from `events`.
+    pub(crate) source: Option<(&'t dyn EventSource, SourceMaps)>,
     pub tables: Tables<'t>,
     /// The id of `"base"`, the adapter every eligible worker serves.
     pub base_adapter: NameId,
@@ -238,51 +241,86 @@ impl DecisionsRouted {
     }
 }
 
+/// Where a [`Compiled`]'s events come from when they are not in [`Compiled::events`]:
+/// each compiled as a run reaches it ([`crate::route::compact`] compiles those of an
+/// [`crate::input::compact::EventStore`]). A borrowed trait object, so that the
+/// compiled trace neither imports the store nor owns anything that borrows it.
+pub trait EventSource: std::fmt::Debug + Sync {
+    /// Event `index` (of the source's own numbering) compiled, with `maps`.
+    fn compile_event(&self, index: u32, maps: &SourceMaps) -> CEvent<'_>;
+}
+
+/// What compiling a source's events reads besides the source: the order to read them
+/// in and the compiled ids of the source's own ids.
+#[derive(Debug, Clone, Default)]
+pub struct SourceMaps {
+    /// Event indexes in `(tick, seq)` order.
+    pub order: Vec<u32>,
+    /// Source name id → worker index (only read for the names events give as workers).
+    pub worker_of_name: Vec<u32>,
+    /// Source namespace index → compiled namespace id.
+    pub ns_of: Vec<NsId>,
+    /// Source namespace index → compiled model and adapter name ids.
+    pub model_adapter_of: Vec<(NameId, NameId)>,
+    pub request_count: u64,
+}
+
+/// The workers in id order and compiled, their ids, and each id's index.
+pub(crate) type CompiledWorkers<'t> = (Vec<&'t WorkerSpec>, Vec<CWorker>, HashMap<&'t str, u32>);
+
+pub(crate) fn compile_workers<'t>(
+    trace: &'t Trace,
+    tables: &mut Tables<'t>,
+) -> CompiledWorkers<'t> {
+    let mut specs: Vec<&WorkerSpec> = trace.workers.iter().collect();
+    specs.sort_by(|a, b| a.id.cmp(&b.id));
+    let worker_index: HashMap<&str, u32> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (&*w.id, i as u32))
+        .collect();
+    let workers = specs
+        .iter()
+        .map(|spec| {
+            let mut adapters: Vec<NameId> = spec
+                .adapters
+                .iter()
+                .map(|a| tables.names.intern(a))
+                .collect();
+            adapters.sort_unstable();
+            CWorker {
+                model: tables.names.intern(&spec.model),
+                adapters,
+                prefill_rate: spec.prefill_rate,
+                decode_rate: spec.decode_rate,
+                queued_prefill: spec.queued_prefill,
+                active_decode: spec.active_decode,
+                observed_tick: spec.observed_tick,
+                epoch: spec.epoch,
+                cache: spec
+                    .cache
+                    .iter()
+                    .map(|e| {
+                        (
+                            tables.namespace(&e.namespace),
+                            tables.keys.intern(&e.key),
+                            e.tokens,
+                        )
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    (specs, workers, worker_index)
+}
+
 impl<'t> Compiled<'t> {
     pub fn new(trace: &'t Trace) -> Self {
-        let mut specs: Vec<&WorkerSpec> = trace.workers.iter().collect();
-        specs.sort_by(|a, b| a.id.cmp(&b.id));
         let mut events: Vec<&Event> = trace.events.iter().collect();
         events.sort_by_key(|e| (e.tick, e.seq));
         let mut tables = Tables::default();
         let base_adapter = tables.names.intern("base");
-        let worker_index: HashMap<&str, u32> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (&*w.id, i as u32))
-            .collect();
-        let workers = specs
-            .iter()
-            .map(|spec| {
-                let mut adapters: Vec<NameId> = spec
-                    .adapters
-                    .iter()
-                    .map(|a| tables.names.intern(a))
-                    .collect();
-                adapters.sort_unstable();
-                CWorker {
-                    model: tables.names.intern(&spec.model),
-                    adapters,
-                    prefill_rate: spec.prefill_rate,
-                    decode_rate: spec.decode_rate,
-                    queued_prefill: spec.queued_prefill,
-                    active_decode: spec.active_decode,
-                    observed_tick: spec.observed_tick,
-                    epoch: spec.epoch,
-                    cache: spec
-                        .cache
-                        .iter()
-                        .map(|e| {
-                            (
-                                tables.namespace(&e.namespace),
-                                tables.keys.intern(&e.key),
-                                e.tokens,
-                            )
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
+        let (specs, workers, worker_index) = compile_workers(trace, &mut tables);
         // Validation rejects events naming unknown workers, so the lookups succeed.
         let events = events
             .iter()
@@ -335,11 +373,27 @@ impl<'t> Compiled<'t> {
             base_adapter,
             sharing: &trace.sharing,
             decisions_routed: DecisionsRouted::default(),
+            source: None,
+        }
+    }
+
+    /// Calls `f` with every event in `(tick, seq)` order.
+    pub fn each_event(&self, mut f: impl FnMut(&CEvent<'t>)) {
+        match &self.source {
+            None => self.events.iter().for_each(f),
+            Some((source, maps)) => {
+                for &index in &maps.order {
+                    f(&source.compile_event(index, maps));
+                }
+            }
         }
     }
 
     /// How many requests the trace routes in one run.
     pub fn request_count(&self) -> u64 {
+        if let Some((_, maps)) = &self.source {
+            return maps.request_count;
+        }
         self.events
             .iter()
             .filter(|e| matches!(e.step, Step::Request(_)))

@@ -208,9 +208,11 @@ pub fn run_events(
     keep: impl Fn(&Step) -> bool,
 ) -> (Metrics, RouterState) {
     let mut runner = Runner::with_state(compiled, policy, state);
-    for event in compiled.events.iter().filter(|e| keep(&e.step)) {
-        runner.step(event, sink);
-    }
+    compiled.each_event(|event| {
+        if keep(&event.step) {
+            runner.step(event, sink);
+        }
+    });
     runner.finish()
 }
 

@@ -1,6 +1,7 @@
 //! Routing: the rules that decide (SPEC.md §3–§5).
 //!
-//! A validated trace is compiled ([`compiled`]), then each policy's run is replayed by
+//! A validated trace is compiled ([`compiled`]; one whose events are held compactly,
+//! [`compact`]), then each policy's run is replayed by
 //! the [`engine`] (which runs, and into which output, is [`crate::replay`]'s business). What belongs here: the router's state and the epoch rule ([`state`]),
 //! residency, the reuse walk and the count of entry operations ([`cache`]), the tenant
 //! rule ([`tenant`]), candidate rows and their dominance ([`candidate`]), row reasons
@@ -11,6 +12,7 @@
 
 pub mod cache;
 pub mod candidate;
+pub mod compact;
 pub mod compiled;
 pub mod engine;
 pub mod metrics;

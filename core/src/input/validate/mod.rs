@@ -17,7 +17,8 @@ mod residency;
 mod shape;
 mod typed;
 
-use crate::input::document::{self, Path};
+use crate::input::compact::{EventStore, EventsView};
+use crate::input::document::{self, Items, Path};
 use crate::input::json::{self, NodeSeed, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::VALUE_BYTES_MAX;
 use crate::input::trace::*;
@@ -26,7 +27,7 @@ pub use errors::{
 };
 use overflow::overflow_error;
 use references::cross_reference_and_limits;
-use residency::residency_errors;
+use residency::ResidencyErrors;
 use shape::Walk;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -55,9 +56,15 @@ pub fn parse_trace(bytes: &[u8]) -> Result<Trace, ValidationErrors> {
         return Err(invalid_json(&cut.message()));
     }
     match read {
-        Ok(read) => validated(read),
+        Ok(read) => validated(read).map(with_events),
         Err(e) => Err(invalid_json(&e.to_string())),
     }
+}
+
+/// The trace with its events put back in.
+fn with_events((mut trace, events): (Trace, Vec<Event>)) -> Trace {
+    trace.events = events;
+    trace
 }
 
 /// Why [`read_trace`] failed: the source could not be read, or what it held is not a
@@ -82,7 +89,19 @@ impl std::error::Error for ReadTraceError {}
 /// Reads and validates a trace from a stream (a file, stdin) in one pass, holding
 /// neither its text nor a tree of it: the same trace, or the same errors, as
 /// [`parse_trace`] of the same bytes.
-pub fn read_trace<R: Read>(mut source: R) -> Result<Trace, ReadTraceError> {
+pub fn read_trace<R: Read>(source: R) -> Result<Trace, ReadTraceError> {
+    read_trace_into(source).map(with_events)
+}
+
+/// [`read_trace`] holding the events compactly ([`EventStore`]): the trace's other
+/// members as a [`Trace`] whose `events` are empty, and its events. The same errors.
+pub fn read_trace_compact<R: Read>(source: R) -> Result<(Trace, EventStore), ReadTraceError> {
+    read_trace_into(source)
+}
+
+fn read_trace_into<R: Read, E: Items<Event> + EventsView + ResidencyErrors>(
+    mut source: R,
+) -> Result<(Trace, E), ReadTraceError> {
     // The byte order mark is refused before parsing (SPEC.md §2.2), so look at the
     // first three bytes, then hand them on ahead of the rest.
     let mut head = Vec::with_capacity(BYTE_ORDER_MARK.len());
@@ -126,14 +145,14 @@ fn parse_unmasked(bytes: &[u8]) -> Option<Result<Trace, ValidationErrors>> {
     let no_literals = json::Literals::default();
     let nodes = NodeSeed::unmasked(&no_literals);
     let read = read_document(&mut serde_json::Deserializer::from_str(text), nodes).ok()?;
-    Some(validated(read))
+    Some(validated(read).map(with_events))
 }
 
 /// Reads the whole document (stages 1 and 2), up to the end of its input.
-fn read_document<'de, R: serde_json::de::Read<'de>>(
+fn read_document<'de, R: serde_json::de::Read<'de>, E: Items<Event>>(
     de: &mut serde_json::Deserializer<R>,
     nodes: NodeSeed<'_>,
-) -> serde_json::Result<document::Read<'de, Walk>> {
+) -> serde_json::Result<document::Read<'de, Walk, E>> {
     let read = document::read(&mut *de, nodes)?;
     de.end()?;
     Ok(read)
@@ -145,29 +164,31 @@ fn invalid_json(reason: &str) -> ValidationErrors {
 }
 
 /// Stages 2 to 5 on a document that was JSON.
-fn validated(read: document::Read<'_, Walk>) -> Result<Trace, ValidationErrors> {
+fn validated<E: EventsView + ResidencyErrors>(
+    read: document::Read<'_, Walk, E>,
+) -> Result<(Trace, E), ValidationErrors> {
     let mut walk = Walk::default();
-    let trace = match read {
+    let read = match read {
         document::Read::Object(doc) => walk.trace(doc),
         document::Read::Other(node) => {
             walk.object(&Path::Root, &node);
             None
         }
     };
-    let trace = match trace {
-        Some(trace) if walk.errors.is_empty() => trace,
+    let (trace, events) = match read {
+        Some(read) if walk.errors.is_empty() => read,
         _ => return Err(walk.errors),
     };
-    let errors = cross_reference_and_limits(&trace);
+    let errors = cross_reference_and_limits(&trace, &events);
     if !errors.is_empty() {
         return Err(errors);
     }
-    let errors = residency_errors(&trace);
+    let errors = events.residency_errors(&trace);
     if !errors.is_empty() {
         return Err(errors);
     }
-    if let Some(error) = overflow_error(&trace) {
+    if let Some(error) = overflow_error(&trace, &events) {
         return Err(ValidationErrors::one(error));
     }
-    Ok(trace)
+    Ok((trace, events))
 }

@@ -1,16 +1,17 @@
 //! Stage 5: the static bound of SPEC.md §1.4, that no exported figure can overflow.
 
+use crate::input::compact::EventsView;
 use crate::input::limits::{CostBound, JSON_INTEGER_MAX};
 use crate::input::trace::*;
 
 /// Stage 5: the static bound of SPEC.md §1.4 on every exported figure.
-pub(super) fn overflow_error(trace: &Trace) -> Option<String> {
+pub(super) fn overflow_error<E: EventsView + ?Sized>(trace: &Trace, events: &E) -> Option<String> {
     let mut bound = CostBound::default();
     for worker in &trace.workers {
         bound.add_load(worker.queued_prefill, worker.active_decode);
     }
-    for event in &trace.events {
-        match &event.kind {
+    for i in 0..events.count() {
+        events.with_event(i, |event| match &event.kind {
             EventKind::Load {
                 queued_prefill,
                 active_decode,
@@ -20,7 +21,7 @@ pub(super) fn overflow_error(trace: &Trace) -> Option<String> {
                 bound.add_request(request.prompt_tokens, request.decode_tokens)
             }
             EventKind::Cache { .. } => {}
-        }
+        });
     }
     let policy = &trace.policy;
     let dynamo_over = policy

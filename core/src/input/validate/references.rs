@@ -2,31 +2,49 @@
 //! and the profile's static limits (SPEC.md §2.3, §1.3).
 
 use super::errors::ValidationErrors;
+use crate::input::compact::EventsView;
 use crate::input::json::quote_str;
 use crate::input::trace::*;
-use rustc_hash::FxHashSet;
+use hashbrown::HashTable;
+use rustc_hash::{FxHashSet, FxHasher};
+use std::hash::{Hash, Hasher};
 
 /// Stage 3: duplicates, dangling references, future observations, over-long prefixes
 /// and the static limits of the profile, in the order SPEC.md §2.3 fixes. The sets are
 /// hash sets only asked whether they already hold a value, never iterated, so their
-/// order cannot reach an error.
-pub(super) fn cross_reference_and_limits(trace: &Trace) -> ValidationErrors {
+/// order cannot reach an error; the seqs and request ids seen are held as the index of
+/// the event that first had each ([`Firsts`]), four bytes a value.
+pub(super) fn cross_reference_and_limits<E: EventsView + ?Sized>(
+    trace: &Trace,
+    events: &E,
+) -> ValidationErrors {
     let mut errors = ValidationErrors::default();
     let profile = trace.limits;
     grant_errors(trace, profile, &mut errors);
     let worker_ids = worker_errors(trace, profile, &mut errors);
-    let mut seqs = FxHashSet::with_capacity_and_hasher(trace.events.len(), Default::default());
-    let mut request_ids = FxHashSet::default();
-    for (i, event) in trace.events.iter().enumerate() {
+    let mut firsts = Firsts {
+        events,
+        seqs: HashTable::with_capacity(events.count()),
+        request_ids: HashTable::new(),
+    };
+    let mut request_count = 0;
+    for i in 0..events.count() {
+        let request_id = events.request_id_at(i);
+        request_count += usize::from(request_id.is_some());
         let seen = Seen {
             worker_ids: &worker_ids,
-            seqs: &mut seqs,
-            request_ids: &mut request_ids,
+            firsts: &mut firsts,
         };
-        reference_errors(i, event, seen, &mut errors);
-        event_limit_errors(i, event, profile, &mut errors);
+        events.with_event(i, |event| {
+            reference_errors(i, event, request_id, seen, &mut errors);
+            event_limit_errors(i, event, profile, &mut errors);
+        });
     }
-    count_errors(trace, profile, &mut errors);
+    let counts = Counts {
+        events: events.count(),
+        requests: request_count,
+    };
+    count_errors(trace, counts, profile, &mut errors);
     errors
 }
 
@@ -114,21 +132,70 @@ fn worker_errors<'t>(
     worker_ids
 }
 
-/// What the events before this one have named, for duplicates and references.
-struct Seen<'s, 't> {
-    worker_ids: &'s FxHashSet<&'t str>,
-    seqs: &'s mut FxHashSet<u64>,
-    request_ids: &'s mut FxHashSet<&'t str>,
+/// The seqs and request ids the events so far have had: for each, the index of the
+/// first event that had it, hashed by the value (read back from the events).
+struct Firsts<'e, E: ?Sized> {
+    events: &'e E,
+    seqs: HashTable<u32>,
+    request_ids: HashTable<u32>,
 }
 
-/// A duplicate seq or request id, and an unknown worker.
-fn reference_errors<'t>(
+fn fx_hash(value: impl Hash) -> u64 {
+    let mut hasher = FxHasher::default();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl<E: EventsView + ?Sized> Firsts<'_, E> {
+    fn seq_of(&self, i: u32) -> u64 {
+        self.events.tick_seq(i as usize).1
+    }
+
+    /// Whether no event before event `i` had its seq `seq`; remembers it if so.
+    fn first_seq(&mut self, i: usize, seq: u64) -> bool {
+        let hash = fx_hash(seq);
+        if self.seqs.find(hash, |&j| self.seq_of(j) == seq).is_some() {
+            return false;
+        }
+        let events = self.events;
+        let rehash = |&j: &u32| fx_hash(events.tick_seq(j as usize).1);
+        self.seqs.insert_unique(hash, i as u32, rehash);
+        true
+    }
+
+    /// Whether no event before event `i` had its request id `id`; remembers it if so.
+    fn first_request_id(&mut self, i: usize, id: &str) -> bool {
+        let hash = fx_hash(id);
+        let events = self.events;
+        if self
+            .request_ids
+            .find(hash, |&j| events.request_id_at(j as usize) == Some(id))
+            .is_some()
+        {
+            return false;
+        }
+        let rehash = |&j: &u32| fx_hash(events.request_id_at(j as usize).unwrap_or_default());
+        self.request_ids.insert_unique(hash, i as u32, rehash);
+        true
+    }
+}
+
+/// What the events before this one have named, for duplicates and references.
+struct Seen<'s, 't, 'e, E: ?Sized> {
+    worker_ids: &'s FxHashSet<&'t str>,
+    firsts: &'s mut Firsts<'e, E>,
+}
+
+/// A duplicate seq or request id, and an unknown worker. `request_id` is the event's
+/// id when it is a request.
+fn reference_errors<E: EventsView + ?Sized>(
     i: usize,
-    event: &'t Event,
-    seen: Seen<'_, 't>,
+    event: &Event,
+    request_id: Option<&str>,
+    seen: Seen<'_, '_, '_, E>,
     errors: &mut ValidationErrors,
 ) {
-    if !seen.seqs.insert(event.seq) {
+    if !seen.firsts.first_seq(i, event.seq) {
         errors.push_with(|| {
             (
                 format!("events[{i}].seq"),
@@ -140,12 +207,12 @@ fn reference_errors<'t>(
         EventKind::Cache { worker, .. } | EventKind::Load { worker, .. } => Some(worker),
         EventKind::Request(_) => None,
     };
-    if let EventKind::Request(request) = &event.kind {
-        if !seen.request_ids.insert(&*request.id) {
+    if let Some(id) = request_id {
+        if !seen.firsts.first_request_id(i, id) {
             errors.push_with(|| {
                 (
                     format!("events[{i}].id"),
-                    format!("duplicate request id {}", quote_str(&request.id)),
+                    format!("duplicate request id {}", quote_str(id)),
                 )
             });
         }
@@ -241,8 +308,20 @@ fn event_limit_errors(
 }
 
 /// Arrays longer than the profile allows.
-fn count_errors(trace: &Trace, profile: LimitsProfile, errors: &mut ValidationErrors) {
-    let counts = [
+/// How many events and requests the trace has.
+#[derive(Clone, Copy)]
+struct Counts {
+    events: usize,
+    requests: usize,
+}
+
+fn count_errors(
+    trace: &Trace,
+    counts: Counts,
+    profile: LimitsProfile,
+    errors: &mut ValidationErrors,
+) {
+    let limits = [
         (
             "sharing",
             trace.sharing.len() as u64,
@@ -257,18 +336,18 @@ fn count_errors(trace: &Trace, profile: LimitsProfile, errors: &mut ValidationEr
         ),
         (
             "events",
-            trace.request_count() as u64,
+            counts.requests as u64,
             "requests",
             profile.requests_max(),
         ),
         (
             "events",
-            trace.events.len() as u64,
+            counts.events as u64,
             "events",
             profile.events_max(),
         ),
     ];
-    for (path, count, noun, max) in counts {
+    for (path, count, noun, max) in limits {
         if count > max {
             errors.push_with(|| {
                 (

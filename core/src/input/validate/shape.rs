@@ -303,8 +303,9 @@ impl Walk {
 
     /// The top-level object, read by [`document::read`]: the small members are here as
     /// nodes, the three arrays were checked element by element as they streamed by, and
-    /// their errors are put where the walk of a whole tree reported them.
-    pub(super) fn trace(&mut self, doc: document::Document<'_, Walk>) -> Option<Trace> {
+    /// their errors are put where the walk of a whole tree reported them. The trace's
+    /// `events` are left empty: they are returned beside it, as they were kept.
+    pub(super) fn trace<E>(&mut self, doc: document::Document<'_, Walk, E>) -> Option<(Trace, E)> {
         let obj = Members {
             path: Path::Root,
             members: &doc.members,
@@ -355,17 +356,18 @@ impl Walk {
         if !format_ok {
             return None;
         }
-        Some(Trace {
+        let trace = Trace {
             limits: limits?,
             policy: policy?,
             sharing: sharing?,
             workers: workers?,
-            events: events?,
-        })
+            events: Vec::new(),
+        };
+        Some((trace, events?))
     }
 
     /// A streamed array's items, its errors reported here, in their place.
-    fn listed<T>(&mut self, listed: document::Listed<T, Walk>) -> Option<Vec<T>> {
+    fn listed<C>(&mut self, listed: document::Listed<C, Walk>) -> Option<C> {
         self.errors.append(listed.walk.errors);
         listed.items
     }
