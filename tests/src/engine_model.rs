@@ -4,12 +4,17 @@
 //!
 //! The open-loop differential cannot see the engine model: a slip in how the model
 //! stores, evicts, publishes or counts leaves a trace that core and the oracle replay
-//! identically. This module compares what the model itself produced.
+//! identically. This module compares what the model itself produced, and the join of
+//! each policy's modelled completion records with its own receipt (SPEC.md §14.4).
 
 use crate::differential::{first_receipt_difference, save_trace, Divergence};
+use crate::join::JoinCase;
+use kvroute_core::join::figures::Slo;
+use kvroute_core::join::CompletionsFormat;
 use kvroute_core::simulate::completions::completion_lines;
 use kvroute_core::simulate::result::simulate_result;
 use kvroute_core::simulate::{Capacity, SimulateOptions};
+use kvroute_core::Policy;
 use kvroute_oracle::{SimCache, SimOptions};
 
 /// One simulation's settings, as `kvroute simulate` takes them.
@@ -65,6 +70,24 @@ impl SimSettings {
 /// policy's completion records at `settings.ticks_per_ms` (or both reject), else the
 /// first difference.
 pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec<u8>, Divergence> {
+    compare_simulations(trace_json, settings, false)
+}
+
+/// [`compare_simulate`], then each policy's records joined with the receipt of its own
+/// generated trace by core and by the oracle (SPEC.md §14.4): what the closed-loop
+/// sweep checks for each seed.
+pub fn compare_simulate_and_join(
+    trace_json: &[u8],
+    settings: &SimSettings,
+) -> Result<Vec<u8>, Divergence> {
+    compare_simulations(trace_json, settings, true)
+}
+
+fn compare_simulations(
+    trace_json: &[u8],
+    settings: &SimSettings,
+    join: bool,
+) -> Result<Vec<u8>, Divergence> {
     let core = kvroute_core::parse_trace(trace_json)
         .map_err(|e| e.to_string())
         .and_then(|trace| {
@@ -127,8 +150,47 @@ pub fn compare_simulate(trace_json: &[u8], settings: &SimSettings) -> Result<Vec
                     ));
                 }
             }
+            // The join end to end (SPEC §14.4): each policy's records joined with the
+            // receipt of its own generated trace, by core and by the oracle, with and
+            // without objectives, and with the trace for cohorts.
+            for ((policy, served), (_, trace)) in core
+                .completions
+                .iter()
+                .zip(&core.generated_traces)
+                .filter(|_| join)
+            {
+                let records = completion_lines(served, ticks_per_ms);
+                if let Err(difference) = compare_policy_join(*policy, trace, &records) {
+                    return diverge(format!("{}: {difference}", policy.name()));
+                }
+            }
             Ok(core.document)
         }
+    }
+}
+
+/// Joins `records` with the receipt of `trace` under `policy`'s run in core and in the
+/// oracle, as `simulate --completions-out` then `join --trace --slo` would; the first
+/// difference, if any. (The join without a trace or objectives is a part of this one:
+/// the run's figures are the same, only cohorts and goodput are added.)
+fn compare_policy_join(policy: Policy, trace: &[u8], records: &[u8]) -> Result<(), String> {
+    let receipt = kvroute_core::replay_bytes(trace).map_err(|e| format!("replay: {e}"))?;
+    let case = JoinCase {
+        receipt: &receipt,
+        completions: records,
+        format: Some(CompletionsFormat::Aiperf),
+        run: policy,
+        slo: Some(Slo {
+            ttft_ms: Some(50),
+            tpot_ms: Some(5),
+        }),
+        trace: Some(trace),
+    };
+    // simulate's records always join their own receipt: an error both sides agree on
+    // is still a bug, unless no request was served at all.
+    match crate::join::compare_join(&case)? {
+        Ok(_) | Err(kvroute_oracle::JoinFailure::NoRecords) => Ok(()),
+        Err(e) => Err(format!("the records do not join their receipt: {e:?}")),
     }
 }
 
@@ -179,5 +241,5 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
 /// generated trace simulated by both engine models under [`settings_for_seed`].
 pub fn check_closed_loop_seed(seed: u64) -> Result<(), Divergence> {
     let trace = crate::generators::TraceRecipe::from_seed(seed).build_bytes();
-    compare_simulate(&trace, &settings_for_seed(seed)).map(|_| ())
+    compare_simulate_and_join(&trace, &settings_for_seed(seed)).map(|_| ())
 }

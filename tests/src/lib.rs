@@ -11,6 +11,7 @@ pub mod differential;
 pub mod engine_model;
 pub mod fixtures;
 pub mod generators;
+pub mod join;
 pub mod oracles;
 pub mod receipt_tree;
 pub mod reorder;

@@ -182,7 +182,7 @@ impl SweepMode {
             }
             SweepMode::ClosedLoop => {
                 let settings = crate::engine_model::settings_for_seed(seed);
-                crate::engine_model::compare_simulate(&trace_for_seed(seed), &settings)
+                crate::engine_model::compare_simulate_and_join(&trace_for_seed(seed), &settings)
                     .map(|document| fingerprint_bits(&document))
             }
         }

@@ -6,94 +6,20 @@
 //!
 
 use kvroute_core::join::figures::Slo;
-use kvroute_core::join::receipt::ReceiptError;
-use kvroute_core::join::{join, output, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
-use kvroute_core::{parse_trace, Policy};
+use kvroute_core::join::CompletionsFormat;
+use kvroute_core::Policy;
 use kvroute_harness::generators::TraceRecipe;
+use kvroute_harness::join::{compare_join, core_join, JoinCase as Case};
 use kvroute_oracle::JoinFailure;
 use proptest::prelude::*;
 
-/// One join to make: everything `kvroute join` takes but the output format.
-struct Case<'a> {
-    receipt: &'a [u8],
-    completions: &'a [u8],
-    format: Option<CompletionsFormat>,
-    run: Policy,
-    slo: Option<Slo>,
-    trace: Option<&'a [u8]>,
-}
-
-/// Core's result in the oracle's terms.
-fn core_join(case: &Case) -> Result<Vec<u8>, JoinFailure> {
-    let options = JoinOptions {
-        run: Some(case.run),
-        slo: case.slo,
-        format: case.format,
-        trace: case.trace.map(|t| {
-            Ok(TraceCohorts::of(
-                &parse_trace(t).expect("a valid trace"),
-                None,
-            ))
-        }),
-        ..JoinOptions::default()
-    };
-    match join(case.receipt, case.completions, &options) {
-        Ok(joined) => Ok(output::json_bytes(&joined)),
-        Err(JoinError::Undetected { line }) => Err(JoinFailure::Undetectable(line)),
-        Err(JoinError::Completions(errors)) => Err(JoinFailure::Lines(
-            errors.into_iter().map(|e| (e.line, e.reason)).collect(),
-        )),
-        Err(JoinError::Document { mut reasons, more }) => {
-            // The oracle keeps the count line as the last entry, as the CLI prints it.
-            if more > 0 {
-                reasons.push(format!("... and {more} more errors"));
-            }
-            Err(JoinFailure::Document(reasons))
-        }
-        Err(JoinError::Receipt(ReceiptError::NotAReceipt(_))) => Err(JoinFailure::NotAReceipt),
-        Err(JoinError::Receipt(ReceiptError::NoSuchRun(runs))) => Err(JoinFailure::NoSuchRun(runs)),
-        Err(JoinError::NoRecords) => Err(JoinFailure::NoRecords),
-        Err(JoinError::TraceDigest { trace, receipt }) => {
-            Err(JoinFailure::TraceDigest { trace, receipt })
-        }
-        Err(JoinError::UnknownRequest(id)) => Err(JoinFailure::NotInTrace(id)),
-        Err(JoinError::NothingMatched {
-            completion_id,
-            request_id,
-        }) => Err(JoinFailure::NothingMatched {
-            completion_id,
-            request_id,
-        }),
-        Err(JoinError::Trace(lines)) => panic!("the harness gives valid traces: {lines:?}"),
-    }
-}
-
-fn oracle_join(case: &Case) -> Result<Vec<u8>, JoinFailure> {
-    kvroute_oracle::join_inputs(&kvroute_oracle::JoinInputs {
-        receipt: case.receipt,
-        completions: case.completions,
-        format: case.format.map(CompletionsFormat::name),
-        run: case.run.name(),
-        slo: case.slo.map(|s| (s.ttft_ms, s.tpot_ms)),
-        id_key: None,
-        trace: case.trace,
-    })
-}
-
 fn assert_same(case: &Case) {
-    let core = core_join(case);
-    let oracle = oracle_join(case);
-    let show = |r: &Result<Vec<u8>, JoinFailure>| match r {
-        Ok(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Err(e) => format!("{e:?}"),
-    };
-    assert!(
-        core == oracle,
-        "core and oracle differ\n  core:   {}\n  oracle: {}\n  completions:\n{}",
-        show(&core),
-        show(&oracle),
-        String::from_utf8_lossy(case.completions)
-    );
+    if let Err(difference) = compare_join(case) {
+        panic!(
+            "{difference}\n  completions:\n{}",
+            String::from_utf8_lossy(case.completions)
+        );
+    }
 }
 
 const SLO: Slo = Slo {

@@ -1,0 +1,97 @@
+//! `join` (SPEC.md §14) computed twice, core's and the oracle's, in the oracle's terms:
+//! one place that maps core's errors onto the oracle's, for the join tests and for the
+//! closed-loop sweep, which joins each policy's modelled completion records with its
+//! own receipt.
+
+use kvroute_core::join::figures::Slo;
+use kvroute_core::join::receipt::ReceiptError;
+use kvroute_core::join::{join, output, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
+use kvroute_core::{parse_trace, Policy};
+use kvroute_oracle::JoinFailure;
+
+/// One join to make: everything `kvroute join` takes but the output format and the key.
+pub struct JoinCase<'a> {
+    pub receipt: &'a [u8],
+    pub completions: &'a [u8],
+    pub format: Option<CompletionsFormat>,
+    pub run: Policy,
+    pub slo: Option<Slo>,
+    /// `--trace`: a valid trace (the harness never hands an invalid one).
+    pub trace: Option<&'a [u8]>,
+}
+
+/// Core's join, its document's bytes or its error in the oracle's terms.
+pub fn core_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
+    let options = JoinOptions {
+        run: Some(case.run),
+        slo: case.slo,
+        format: case.format,
+        trace: case.trace.map(|t| {
+            Ok(TraceCohorts::of(
+                &parse_trace(t).expect("a valid trace"),
+                None,
+            ))
+        }),
+        ..JoinOptions::default()
+    };
+    match join(case.receipt, case.completions, &options) {
+        Ok(joined) => Ok(output::json_bytes(&joined)),
+        Err(JoinError::Undetected { line }) => Err(JoinFailure::Undetectable(line)),
+        Err(JoinError::Completions(errors)) => Err(JoinFailure::Lines(
+            errors.into_iter().map(|e| (e.line, e.reason)).collect(),
+        )),
+        Err(JoinError::Document { mut reasons, more }) => {
+            // The oracle keeps the count line as the last entry, as the CLI prints it.
+            if more > 0 {
+                reasons.push(format!("... and {more} more errors"));
+            }
+            Err(JoinFailure::Document(reasons))
+        }
+        Err(JoinError::Receipt(ReceiptError::NotAReceipt(_))) => Err(JoinFailure::NotAReceipt),
+        Err(JoinError::Receipt(ReceiptError::NoSuchRun(runs))) => Err(JoinFailure::NoSuchRun(runs)),
+        Err(JoinError::NoRecords) => Err(JoinFailure::NoRecords),
+        Err(JoinError::TraceDigest { trace, receipt }) => {
+            Err(JoinFailure::TraceDigest { trace, receipt })
+        }
+        Err(JoinError::UnknownRequest(id)) => Err(JoinFailure::NotInTrace(id)),
+        Err(JoinError::NothingMatched {
+            completion_id,
+            request_id,
+        }) => Err(JoinFailure::NothingMatched {
+            completion_id,
+            request_id,
+        }),
+        Err(JoinError::Trace(lines)) => panic!("the harness gives valid traces: {lines:?}"),
+    }
+}
+
+/// The oracle's join of the same case.
+pub fn oracle_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
+    kvroute_oracle::join_inputs(&kvroute_oracle::JoinInputs {
+        receipt: case.receipt,
+        completions: case.completions,
+        format: case.format.map(CompletionsFormat::name),
+        run: case.run.name(),
+        slo: case.slo.map(|s| (s.ttft_ms, s.tpot_ms)),
+        id_key: None,
+        trace: case.trace,
+    })
+}
+
+/// Both joins, `Ok` with core's result when they are the same, else both shown.
+pub fn compare_join(case: &JoinCase) -> Result<Result<Vec<u8>, JoinFailure>, String> {
+    let core = core_join(case);
+    let oracle = oracle_join(case);
+    if core == oracle {
+        return Ok(core);
+    }
+    let show = |r: &Result<Vec<u8>, JoinFailure>| match r {
+        Ok(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Err(e) => format!("{e:?}"),
+    };
+    Err(format!(
+        "core and oracle joins differ\n  core:   {}\n  oracle: {}",
+        show(&core),
+        show(&oracle)
+    ))
+}
