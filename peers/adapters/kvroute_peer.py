@@ -14,9 +14,9 @@ and a segment of `t` tokens is that character `t` times. One character a token k
 token counts (a block stored with fewer tokens than a request names matches those
 tokens and stops, as kvroute's walk does); distinct keys never share a first
 character, so two blocks match only if they are the same key, and namespaces are
-disjoint. A key's place in a text is its chain (SPEC.md §12): its parent is the key
-before it in the first request prefix naming it, else in the first store naming it
-after another key; a key with no known parent is at the root.
+disjoint. A key's place in a text is its chain (SPEC.md §12), fixed at its first occurrence
+as SPEC.md §15.2 states: after the key before it in a request prefix or in a store's
+segments, at the root when it comes first there or in an initial cache.
 """
 
 import json
@@ -39,8 +39,8 @@ class TextMap:
     def __init__(self):
         self._chars = {}
         self._next = _FIRST_CODEPOINT
-        # (namespace, key) -> (namespace, parent key) or None (a known root); a key
-        # not in the map has no known parent yet.
+        # (namespace, key) -> (namespace, parent key), or None at the root; fixed at
+        # the key's first occurrence.
         self._parent = {}
         # (namespace, key) -> tokens at its first appearance: the length of its text
         # when it is an ancestor in another key's chain.
@@ -72,13 +72,12 @@ class TextMap:
             parent = name
 
     def learn_store(self, ns, segments):
-        """Learns from a store: each segment after the first follows the one before it
-        when no request has said otherwise; the first keeps an unknown parent."""
+        """Learns from a store (or an initial cache entry, a store of one segment): each
+        segment not seen before follows the one before it, the first is at the root."""
         previous = None
         for segment in segments:
             name = (ns, segment["key"])
-            if previous is not None:
-                self._parent.setdefault(name, previous)
+            self._parent.setdefault(name, previous)
             self._tokens.setdefault(name, segment["tokens"])
             previous = name
 

@@ -16,12 +16,14 @@ its default of 60 s would make the tree depend on wall time), `--disable-health-
 after start-up (a periodic check would only add wall-time traffic).
 
 What the router sees: only requests. Its cache-aware policy keeps its own approximate
-tree of the text it routed per worker and its own count of requests in flight; cache
-events, initial caches and load observations have no way in, so they are not sent.
-Every fake worker answers before the next request is sent (lock-step), so the router's
-in-flight counts are all 0 at each decision: the load-balancing branch never fires and
-every choice is the cache-aware one (the worker with the longest match if the match
-rate exceeds the threshold, else the worker with the smallest tree).
+tree of the text it routed per worker and its own count of requests in flight per
+worker (its load); cache events, initial caches and load observations have no way in,
+so they are not sent. So that its load means something under lock-step, a request stays
+in flight at the fake worker that received it (the HTTP exchange held open) for its
+own service time in logical time, `ceil(prompt_tokens / prefill_rate) +
+ceil(decode_tokens / decode_rate)` ticks of that worker (SPEC.md §3.1's rates, no
+queueing): before each event at tick `t` the requests due by `t` are answered, and the
+adapter waits until the router's `/workers` reports the loads that remain.
 
 The text of a request is kvroute_peer.TextMap's prompt text: its prefix's keys as
 characters, one a token, then its own tokens as a character of its own.
@@ -52,15 +54,43 @@ SETTINGS = [
     "--eviction-interval-secs", "86400",
 ]
 STARTUP_SECONDS = 60
+# Wall-time bounds of one exchange with the router; kvroute's --timeout-ms bounds the
+# whole answer anyway.
+EXCHANGE_SECONDS = 30
+
+
+class Arrivals:
+    """What the fake workers received, and the gates that hold their answers."""
+
+    def __init__(self):
+        self.condition = threading.Condition()
+        self.arrived = []  # worker ids, in order of arrival
+        self.gates = []  # one threading.Event per arrival, set to answer it
+
+    def arrive(self, worker_id):
+        gate = threading.Event()
+        with self.condition:
+            self.arrived.append(worker_id)
+            self.gates.append(gate)
+            self.condition.notify_all()
+        return gate
+
+    def wait_for(self, count):
+        with self.condition:
+            if not self.condition.wait_for(lambda: len(self.arrived) >= count, EXCHANGE_SECONDS):
+                raise RuntimeError("the router forwarded no request within "
+                                   f"{EXCHANGE_SECONDS} s")
+            return self.arrived[count - 1], self.gates[count - 1]
 
 
 class FakeWorker(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, worker_id, received):
+    def __init__(self, worker_id, arrivals):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.worker_id = worker_id
-        self.received = received
+        self.arrivals = arrivals
+        self.closing = threading.Event()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -91,9 +121,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply({})
 
     def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path.startswith("/generate"):
-            self.server.received.append((self.server.worker_id, body))
+            gate = self.server.arrivals.arrive(self.server.worker_id)
+            gate.wait()
             self._reply({"text": "", "meta_info": {"id": "0", "finish_reason": {"type": "length"}}})
         else:
             self._reply({})
@@ -105,6 +136,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
 class SglangRouterPeer:
     name = "sglang-router"
     version = importlib.metadata.version("sglang-router")
@@ -112,54 +147,104 @@ class SglangRouterPeer:
 
     def __init__(self):
         self.text = kvroute_peer.TextMap()
-        self.received = []
+        self.arrivals = Arrivals()
         self.servers = []
+        self.rates = {}
         self.router = None
+        self.port = None
         self.log = None
-        self.connection = None
+        # In flight: (due tick, worker id, gate, client thread), in arrival order.
+        self.in_flight = []
+        self.errors = []
 
     def hello(self, message):
         pass
 
     def fleet(self, message):
         for worker in message["workers"]:
-            server = FakeWorker(worker["id"], self.received)
+            server = FakeWorker(worker["id"], self.arrivals)
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self.servers.append(server)
-        port = _free_port()
+            self.rates[worker["id"]] = (worker["prefill_rate"], worker["decode_rate"])
+        self.port = _free_port()
         urls = [f"http://127.0.0.1:{s.server_port}" for s in self.servers]
         self.log = tempfile.TemporaryFile()
         self.router = subprocess.Popen(
             [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-             "--port", str(port), "--worker-urls", *urls, *SETTINGS, "--log-level", "warn"],
+             "--port", str(self.port), "--worker-urls", *urls, *SETTINGS, "--log-level", "warn"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
         )
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self._wait_ready(len(urls))
+        self.urls = {s.worker_id: f"http://127.0.0.1:{s.server_port}" for s in self.servers}
+        self._wait_loads({}, STARTUP_SECONDS)
 
     def _router_log(self):
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-2000:]
 
-    def _wait_ready(self, count):
-        """Until the router lists every worker as healthy (bounded)."""
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
+    def _workers(self):
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=EXCHANGE_SECONDS)
+        try:
+            connection.request("GET", "/workers")
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                return None
+            return json.loads(body).get("workers", [])
+        finally:
+            connection.close()
+
+    def _wait_loads(self, expected, seconds):
+        """Until the router lists every worker, healthy, with the load `expected`
+        says (worker id -> requests in flight; absent is 0). Bounded."""
+        want = {self.urls[w]: expected.get(w, 0) for w in self.urls}
+        deadline = time.monotonic() + seconds
+        seen = None
+        while True:
             if self.router.poll() is not None:
                 raise RuntimeError(f"the router exited with {self.router.returncode}: {self._router_log()}")
             try:
-                self.connection.request("GET", "/workers")
-                response = self.connection.getresponse()
-                body = json.loads(response.read() or b"{}")
-                healthy = [w for w in body.get("workers", []) if w.get("is_healthy", True)]
-                if response.status == 200 and len(healthy) == count:
-                    return
+                workers = self._workers()
             except (OSError, http.client.HTTPException, ValueError):
-                self.connection.close()
-            time.sleep(0.2)
-        raise RuntimeError(f"the router did not list {count} healthy workers in {STARTUP_SECONDS} s: {self._router_log()}")
+                workers = None
+            if workers is not None:
+                seen = {w["url"]: w.get("load", 0) for w in workers if w.get("is_healthy")}
+                if seen == want:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the router did not report loads {want} within {seconds} s "
+                                   f"(last seen {seen}): {self._router_log()}")
+            time.sleep(0.005 if seen is not None else 0.2)
+
+    def _send(self, body, request_id):
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=None)
+            connection.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            response.read()
+            connection.close()
+            if response.status != 200:
+                self.errors.append(f"the router answered {response.status} to request {request_id}")
+        except (OSError, http.client.HTTPException) as error:
+            self.errors.append(f"request {request_id}: {error}")
+
+    def _release_due(self, tick):
+        due = [f for f in self.in_flight if f[0] <= tick]
+        if not due:
+            return
+        self.in_flight = [f for f in self.in_flight if f[0] > tick]
+        for _, _, gate, thread in due:
+            gate.set()
+        for _, _, _, thread in due:
+            thread.join(EXCHANGE_SECONDS)
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+        expected = {}
+        for _, worker, _, _ in self.in_flight:
+            expected[worker] = expected.get(worker, 0) + 1
+        self._wait_loads(expected, EXCHANGE_SECONDS)
 
     def event(self, event):
+        self._release_due(event["tick"])
         if event["type"] != "request":
             return None
         self.text.learn_request(event)
@@ -168,19 +253,21 @@ class SglangRouterPeer:
             "text": self.text.prompt_text(event),
             "sampling_params": {"max_new_tokens": event["decode_tokens"]},
         }).encode()
-        self.received.clear()
-        self.connection.request("POST", "/generate", body, {"Content-Type": "application/json"})
-        response = self.connection.getresponse()
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"the router answered {response.status} to request {event['id']}")
-        if len(self.received) != 1:
-            raise RuntimeError(f"request {event['id']} reached {len(self.received)} fake workers")
-        return {"choice": self.received[0][0]}
+        count = len(self.arrivals.arrived) + 1
+        thread = threading.Thread(target=self._send, args=(body, event["id"]), daemon=True)
+        thread.start()
+        worker, gate = self.arrivals.wait_for(count)
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+        prefill_rate, decode_rate = self.rates[worker]
+        service = _ceil_div(event["prompt_tokens"], prefill_rate) + _ceil_div(event["decode_tokens"], decode_rate)
+        self.in_flight.append((event["tick"] + service, worker, gate, thread))
+        return {"choice": worker}
 
     def close(self):
-        if self.connection is not None:
-            self.connection.close()
+        for _, _, gate, _ in self.in_flight:
+            gate.set()
+        self.in_flight = []
         if self.router is not None and self.router.poll() is None:
             self.router.terminate()
             try:
