@@ -18,11 +18,14 @@ key's own character `t` times, placed after its chain's ancestors; time is the t
   chain (the text starts at the chain's root, so the run's ancestors are inserted too:
   the tree cannot hold a node without its ancestors). A segment of 0 tokens is a removal,
   as kvroute reads it, and is handled as an evict of that key.
-- evict: the tree has no removal of named text; its public eviction is
-  `evict_tenant_by_lru(tenant, min_remove_size)`, so an evict frees, by the tree's own
-  LRU, as many characters as the evicted keys held on that worker (as the stores gave
-  them, tracked here).
-- clear: `remove_tenants([worker])` then `add_tenants([worker], tick)`.
+- evict: by default nothing. Ray's router sees no engine events and its tree forgets
+  only through its own eviction loop, off by default (`do_eviction=False`,
+  prefix_aware_router.py line 61). With `--evictions lru` an evict instead frees, by
+  the tree's own LRU, as many characters as the evicted keys held on that worker (the
+  tree has no removal of named text; `evict_tenant_by_lru(tenant, min_remove_size)` is
+  its public eviction, the one its eviction loop calls).
+- clear: `remove_tenants([worker])` then `add_tenants([worker], tick)`, what Ray's
+  router does when a replica leaves and comes back.
 - load: nothing (the tree has no load).
 - request: `prefix_match(prefix text, [worker])` for every worker; the answer is the
   matched length (characters are tokens), capped at `prompt_tokens`. Matching does not
@@ -31,6 +34,7 @@ key's own character `t` times, placed after its chain's ancestors; time is the t
 No epoch check: the tree has no ordering rule, so every event is applied.
 """
 
+import argparse
 import importlib.metadata
 import os
 import sys
@@ -49,7 +53,8 @@ class RayPrefixTreePeer:
     version = importlib.metadata.version("ray")
     answers = ["reuse"]
 
-    def __init__(self):
+    def __init__(self, evictions):
+        self.evictions = evictions
         self.tree = PrefixTree()
         self.text = kvroute_peer.TextMap()
         self.workers = []
@@ -80,7 +85,7 @@ class RayPrefixTreePeer:
 
     def _evict(self, worker, ns, keys):
         chars = sum(self.held.pop((worker, ns, key), 0) for key in keys)
-        if chars > 0:
+        if chars > 0 and self.evictions == "lru":
             self.tree.evict_tenant_by_lru(worker, chars)
 
     def event(self, event):
@@ -113,4 +118,7 @@ class RayPrefixTreePeer:
 
 
 if __name__ == "__main__":
-    sys.exit(kvroute_peer.serve(RayPrefixTreePeer()))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--evictions", choices=["none", "lru"], default="none",
+                        help="what a kvroute evict does to the tree (default: none, as Ray's router)")
+    sys.exit(kvroute_peer.serve(RayPrefixTreePeer(parser.parse_args().evictions)))
