@@ -202,6 +202,12 @@ pub enum Command {
     /// failed; whether the predicted work ranks TTFT; per-worker calibration; and
     /// goodput under declared latency objectives (SPEC.md §14).
     Join(JoinArgs),
+    /// Put a router or KV indexer that is a child process under the comparison of
+    /// SPEC.md §12 over the peer protocol kvroute-peer/1 (SPEC.md §15).
+    Peer {
+        #[command(subcommand)]
+        action: PeerAction,
+    },
     /// Subscribe to vLLM or SGLang KV event publishers and write a capture for
     /// `import vllm-events` (SPEC.md §13.6). Stops after --count messages, after
     /// --seconds, or on Ctrl-C, and keeps what it received.
@@ -473,6 +479,78 @@ pub fn parse_policy(text: &str) -> Result<Policy, String> {
             let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
             format!("expected one of {}, found {text:?}", names.join(", "))
         })
+}
+
+/// `kvroute peer`'s commands (SPEC.md §15).
+#[derive(Subcommand)]
+pub enum PeerAction {
+    /// Drive the peer COMMAND over TRACE and print the agreement table of its reuse
+    /// answers (and of its choices against --policy).
+    Run {
+        /// Trace file (kvroute-trace/1 JSON).
+        trace: PathBuf,
+        #[command(flatten)]
+        peer: PeerArgs,
+        /// Tokens of a whole block, told to the peer in the hello (1 to 9007199254740991).
+        #[arg(long, value_name = "B", default_value_t = 16,
+              value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
+        block_tokens: u64,
+        /// Cut the trace to whole blocks first (SPEC.md §12).
+        #[arg(long)]
+        full_blocks_only: bool,
+        /// Do not send the cache events kvroute's epoch rule drops.
+        #[arg(long)]
+        withhold_stale: bool,
+        /// The policy a `choice` answer is compared with.
+        #[arg(long, value_name = "POLICY", value_parser = parse_policy,
+              default_value = "cache_plus_load")]
+        policy: Policy,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = PeerFormat::Table)]
+        format: PeerFormat,
+        /// Write the first difference, cut and shrunk by re-running the peer, as a
+        /// trace that reproduces it.
+        #[arg(long, value_name = "FILE")]
+        diff_out: Option<PathBuf>,
+    },
+    /// Drive the peer COMMAND over the seed sweep's generated chain traces (both
+    /// delivery modes, one peer process per trace).
+    Sweep {
+        /// How many seeds (1 to 1000000).
+        #[arg(long, value_name = "N", default_value_t = 100,
+              value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        seeds: u64,
+        /// The first seed.
+        #[arg(long, value_name = "S", default_value_t = 0,
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
+        start: u64,
+        #[command(flatten)]
+        peer: PeerArgs,
+    },
+}
+
+/// How a peer is started and waited on.
+#[derive(clap::Args)]
+pub struct PeerArgs {
+    /// Longest wait for one message to be written or answered, in ms (1 to 86400000).
+    #[arg(long, value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub timeout_ms: u64,
+    /// Fail unless the peer's hello reports this version.
+    #[arg(long, value_name = "V")]
+    pub expect_version: Option<String>,
+    /// The peer's program and arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// `kvroute peer run`'s output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PeerFormat {
+    /// The agreement tables.
+    Table,
+    /// One JSON object (SPEC.md §15.4).
+    Json,
 }
 
 /// `kvroute join`'s arguments (SPEC.md §14).

@@ -42,6 +42,7 @@ mod failure;
 mod inputs;
 mod join;
 mod out;
+mod peer;
 mod progress;
 mod record;
 mod report;
@@ -170,6 +171,7 @@ fn run(command: Command) -> Result<(), Failure> {
             csv_plain,
         }),
         Command::Join(args) => join::join_command(&args),
+        Command::Peer { action } => peer::peer(action),
         Command::Help { command } => help(&command),
         Command::Record {
             endpoints,
@@ -253,7 +255,7 @@ fn help(path: &[String]) -> Result<(), Failure> {
 
 /// Reads and validates a trace, streamed from the file or stdin (`-`) so that neither
 /// its text nor a tree of it is held: memory follows the validated trace, not the file.
-fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
+pub(crate) fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
     let Some(path) = path else {
         return parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
             .map_err(|errors| Failure::invalid(errors.lines()));

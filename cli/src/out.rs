@@ -75,6 +75,9 @@ pub fn install_signal_handlers() {
             {
                 continue;
             }
+            // A peer of `kvroute peer` is in a process group of its own, out of reach
+            // of the terminal's SIGINT: it is killed and reaped here (SPEC.md §15.3).
+            kvroute_peer_core::protocol::kill_live_peers();
             let pending = pending();
             for entry in pending.iter().rev() {
                 let _ = match entry {

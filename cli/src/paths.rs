@@ -6,7 +6,7 @@
 //! their inputs. Files are compared by device and inode after following links, so a
 //! symbolic or hard link to an input is caught as well as the same name.
 
-use crate::args::{Command, ImportFormat, SwarmAction, SwarmArgs};
+use crate::args::{Command, ImportFormat, PeerAction, SwarmAction, SwarmArgs};
 use kvroute_core::Policy;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,14 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             format: ImportFormat::Mooncake { file, out, .. },
         } => (vec![file.as_path()], vec![out.clone()]),
         Command::Record { out, .. } => (Vec::new(), vec![out.clone()]),
+        Command::Peer {
+            action: PeerAction::Run {
+                trace, diff_out, ..
+            },
+        } => (vec![trace.as_path()], diff_out.iter().cloned().collect()),
+        Command::Peer {
+            action: PeerAction::Sweep { .. },
+        } => (Vec::new(), Vec::new()),
         Command::Import {
             format: ImportFormat::VllmEvents(args) | ImportFormat::DynamoEvents(args),
         } => (
@@ -118,6 +126,12 @@ fn command_name(command: &Command) -> &'static str {
         } => "import dynamo-events",
         Command::Simulate { .. } => "simulate",
         Command::Record { .. } => "record",
+        Command::Peer {
+            action: PeerAction::Run { .. },
+        } => "peer run",
+        Command::Peer {
+            action: PeerAction::Sweep { .. },
+        } => "peer sweep",
         Command::Verify { .. } => "verify",
         Command::Swarm(SwarmArgs {
             action: Some(SwarmAction::Merge { .. }),

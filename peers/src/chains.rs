@@ -4,8 +4,8 @@
 //! Dynamo names it by a *sequence hash* that folds in every block before it. The two
 //! agree only on traces whose keys form chains: every key has one parent (the key
 //! before it in every request prefix that names it), so each key has one sequence hash.
-//! [`ChainMap`] learns the parents from the trace's requests (first occurrence wins,
-//! later disagreements are counted as forks), hashes each key the way Dynamo hashes a
+//! [`ChainMap`] takes the parents [`ChainShape`] learns from the trace's requests (first
+//! occurrence wins, later disagreements are counted as forks), hashes each key the way Dynamo hashes a
 //! block (`compute_block_hash` over the key's bytes, with the namespace folded into the
 //! seed as Dynamo folds a LoRA name) and chains the hashes with
 //! `compute_next_seq_hash`.
@@ -14,7 +14,8 @@ use dynamo_kv_router::protocols::{
     compute_next_seq_hash, ExternalSequenceBlockHash, LocalBlockHash,
 };
 use kvroute_core::input::trace::Namespace;
-use kvroute_core::route::compiled::{Compiled, KeyId, NsId, Step};
+use kvroute_core::route::compiled::{Compiled, KeyId, NsId};
+pub use kvroute_peer_core::chains::ChainShape;
 use std::collections::HashMap;
 
 /// One key of one namespace as Dynamo sees it.
@@ -26,15 +27,13 @@ pub struct ChainBlock {
     pub sequence_hash: ExternalSequenceBlockHash,
 }
 
-/// Every `(namespace, key)` of a trace with its chain position and hashes. Lookups
-/// only: the maps are never iterated, so their order cannot reach a result.
+/// Every `(namespace, key)` of a trace with its chain position ([`ChainShape`]) and
+/// Dynamo's hashes of it. Lookups only: the map is never iterated, so its order cannot
+/// reach a result.
 #[derive(Debug, Clone, Default)]
 pub struct ChainMap {
+    shape: ChainShape,
     blocks: HashMap<(NsId, KeyId), ChainBlock>,
-    children: HashMap<(NsId, KeyId), Vec<KeyId>>,
-    /// Keys some request reaches from a parent other than the first one seen: the
-    /// trace is not a set of chains there, and Dynamo sees one of the two positions.
-    forked: HashMap<(NsId, KeyId), ()>,
 }
 
 /// The block-hash seed of a namespace, as Dynamo derives it for a LoRA adapter and a
@@ -59,9 +58,21 @@ pub fn local_block_hash(key: &str, seed: u64) -> LocalBlockHash {
     LocalBlockHash(dynamo_kv_hashing::compute_hash_v2(key.as_bytes(), seed))
 }
 
+/// Dynamo's sequence hash of a block after `parent` (the first block's is its own
+/// block hash).
+pub fn sequence_hash(
+    parent: Option<ExternalSequenceBlockHash>,
+    local: LocalBlockHash,
+) -> ExternalSequenceBlockHash {
+    ExternalSequenceBlockHash(match parent {
+        None => local.0,
+        Some(p) => compute_next_seq_hash(p.0, local),
+    })
+}
+
 impl ChainMap {
-    /// Learns every key's parent from the requests of `compiled` (in replay order),
-    /// then places keys that only cache events name at the root.
+    /// The chain shape of `compiled` ([`ChainShape::new`]), each key hashed after its
+    /// parent the way Dynamo hashes a block.
     pub fn new(compiled: &Compiled) -> Self {
         let seeds: Vec<u64> = compiled
             .tables
@@ -69,58 +80,24 @@ impl ChainMap {
             .iter()
             .map(namespace_seed)
             .collect();
-        let mut map = ChainMap::default();
-        // A key is hashed at its first occurrence, when its parent (the key before it
-        // in that prefix) has already been hashed: first occurrences are in order.
-        for event in &compiled.events {
-            if let Step::Request(request) = &event.step {
-                let mut parent: Option<KeyId> = None;
-                for segment in &request.prefix {
-                    map.learn(compiled, &seeds, request.ns, segment.key, parent);
-                    parent = Some(segment.key);
-                }
-            }
+        let shape = ChainShape::new(compiled);
+        let mut blocks = HashMap::new();
+        for &(ns, key) in shape.in_order() {
+            let parent = shape.parent(ns, key);
+            let local_hash = local_block_hash(compiled.tables.keys.name(key), seeds[ns as usize]);
+            let parent_hash = parent
+                .map(|p: KeyId| blocks[&(ns, p)])
+                .map(|b: ChainBlock| b.sequence_hash);
+            blocks.insert(
+                (ns, key),
+                ChainBlock {
+                    parent,
+                    local_hash,
+                    sequence_hash: sequence_hash(parent_hash, local_hash),
+                },
+            );
         }
-        for (ns, key) in cache_keys(compiled) {
-            if !map.blocks.contains_key(&(ns, key)) {
-                map.learn(compiled, &seeds, ns, key, None);
-            }
-        }
-        map
-    }
-
-    fn learn(
-        &mut self,
-        compiled: &Compiled,
-        seeds: &[u64],
-        ns: NsId,
-        key: KeyId,
-        parent: Option<KeyId>,
-    ) {
-        if let Some(known) = self.blocks.get(&(ns, key)) {
-            if known.parent != parent {
-                self.forked.insert((ns, key), ());
-            }
-            return;
-        }
-        let local_hash = local_block_hash(compiled.tables.keys.name(key), seeds[ns as usize]);
-        // Dynamo's chain: the first block's sequence hash is its block hash, each
-        // later one `compute_next_seq_hash(parent, block)`.
-        let sequence_hash = match parent {
-            None => local_hash.0,
-            Some(p) => compute_next_seq_hash(self.blocks[&(ns, p)].sequence_hash.0, local_hash),
-        };
-        self.blocks.insert(
-            (ns, key),
-            ChainBlock {
-                parent,
-                local_hash,
-                sequence_hash: ExternalSequenceBlockHash(sequence_hash),
-            },
-        );
-        if let Some(p) = parent {
-            self.children.entry((ns, p)).or_default().push(key);
-        }
+        ChainMap { shape, blocks }
     }
 
     /// The chain block of `(ns, key)`; every key the trace names has one.
@@ -128,42 +105,10 @@ impl ChainMap {
         self.blocks[&(ns, key)]
     }
 
-    /// The keys that follow `(ns, key)` in some request.
-    pub fn children(&self, ns: NsId, key: KeyId) -> &[KeyId] {
-        self.children.get(&(ns, key)).map_or(&[], Vec::as_slice)
+    /// The chain positions, without hashes.
+    pub fn shape(&self) -> &ChainShape {
+        &self.shape
     }
-
-    /// Whether some request reaches `(ns, key)` from a second parent.
-    pub fn is_forked(&self, ns: NsId, key: KeyId) -> bool {
-        self.forked.contains_key(&(ns, key))
-    }
-
-    /// How many keys have a second parent somewhere (0 for a trace of chains).
-    pub fn forked_keys(&self) -> usize {
-        self.forked.len()
-    }
-}
-
-/// The `(namespace, key)` pairs of initial caches and cache events, in trace order.
-fn cache_keys(compiled: &Compiled) -> Vec<(NsId, KeyId)> {
-    let mut keys = Vec::new();
-    for worker in &compiled.workers {
-        keys.extend(worker.cache.iter().map(|&(ns, key, _)| (ns, key)));
-    }
-    for event in &compiled.events {
-        if let Step::Cache { op, .. } = &event.step {
-            match op {
-                kvroute_core::route::compiled::Op::Store { ns, segments } => {
-                    keys.extend(segments.iter().map(|s| (*ns, s.key)));
-                }
-                kvroute_core::route::compiled::Op::Evict { ns, keys: evicted } => {
-                    keys.extend(evicted.iter().map(|&k| (*ns, k)));
-                }
-                kvroute_core::route::compiled::Op::Clear => {}
-            }
-        }
-    }
-    keys
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@
 //! every event is applied in delivery order.
 
 use crate::chains::ChainMap;
-use crate::{Applied, Peer};
 use dynamo_kv_router::indexer::positional::{LevelIndex, SearchMode};
 use dynamo_kv_router::protocols::{
     KvCacheEvent, KvCacheEventData, KvCacheEventError, KvCacheRemoveData, KvCacheStoreData,
@@ -19,6 +18,9 @@ use dynamo_kv_router::protocols::{
 };
 use dynamo_kv_router::{PositionalIndexer, RadixTree, SyncIndexer};
 use kvroute_core::route::compiled::{Compiled, KeyId, NsId, Op, Req, Seg};
+use kvroute_peer_core::chains::{chain_ops, ChainOp};
+pub use kvroute_peer_core::classify::full_block_count;
+use kvroute_peer_core::{Applied, Peer};
 use rustc_hash::FxHashMap;
 
 /// Which of Dynamo's indexers.
@@ -43,28 +45,16 @@ enum Backend {
     Positional(PositionalIndexer, FxHashMap<WorkerWithDpRank, LevelIndex>),
 }
 
-/// The jump size Dynamo's own positional tests and benchmarks use.
-const POSITIONAL_JUMP_SIZE: usize = 8;
-
-/// A Dynamo indexer fed kvroute's cache events through a [`ChainMap`].
-pub struct DynamoIndex {
-    kind: DynamoKind,
+/// One of Dynamo's indexers with nothing of kvroute's mapping: Dynamo events in,
+/// overlap scores out. [`DynamoIndex`] drives it from a trace known in full, the
+/// `kvroute-peer-dynamo` adapter ([`crate::stream`]) from events arriving one at a time.
+pub struct DynamoBackend {
     backend: Backend,
-    chains: ChainMap,
-    block_tokens: u64,
     next_event_id: u64,
-    query: Vec<LocalBlockHash>,
 }
 
-impl DynamoKind {
-    /// Every Dynamo indexer this crate drives.
-    pub const ALL: [DynamoKind; 2] = [DynamoKind::RadixTree, DynamoKind::Positional];
-}
-
-impl DynamoIndex {
-    /// An empty indexer of `kind` for `compiled`, then the workers' initial caches as
-    /// stores (each entry after its parent, so chains that are resident are accepted).
-    pub fn new(kind: DynamoKind, compiled: &Compiled, chains: ChainMap, block_tokens: u64) -> Self {
+impl DynamoBackend {
+    pub fn new(kind: DynamoKind) -> Self {
         let backend = match kind {
             DynamoKind::RadixTree => Backend::Radix(RadixTree::new()),
             DynamoKind::Positional => Backend::Positional(
@@ -72,46 +62,14 @@ impl DynamoIndex {
                 FxHashMap::default(),
             ),
         };
-        let mut index = DynamoIndex {
-            kind,
+        DynamoBackend {
             backend,
-            chains,
-            block_tokens,
             next_event_id: 0,
-            query: Vec::new(),
-        };
-        for (w, worker) in compiled.workers.iter().enumerate() {
-            let mut entries: Vec<(usize, NsId, KeyId)> = worker
-                .cache
-                .iter()
-                .filter(|&&(_, _, tokens)| tokens > 0)
-                .map(|&(ns, key, _)| (index.depth(ns, key), ns, key))
-                .collect();
-            entries.sort_unstable();
-            for (_, ns, key) in entries {
-                // An initial entry whose parent is not resident cannot be expressed;
-                // the comparison's causes name what that changes.
-                let _ = index.store_run(w as u32, ns, &[Seg { key, tokens: 1 }]);
-            }
         }
-        index
     }
 
-    pub fn kind(&self) -> DynamoKind {
-        self.kind
-    }
-
-    fn depth(&self, ns: NsId, key: KeyId) -> usize {
-        let mut depth = 0;
-        let mut at = self.chains.block(ns, key).parent;
-        while let Some(parent) = at {
-            depth += 1;
-            at = self.chains.block(ns, parent).parent;
-        }
-        depth
-    }
-
-    fn send(&mut self, worker: u32, data: KvCacheEventData) -> Result<(), KvCacheEventError> {
+    /// Applies one event of worker `worker` (`WorkerId worker`, `dp_rank` 0).
+    pub fn apply(&mut self, worker: u32, data: KvCacheEventData) -> Result<(), KvCacheEventError> {
         let event = RouterEvent::new(
             worker as u64,
             KvCacheEvent {
@@ -127,6 +85,68 @@ impl DynamoIndex {
                 indexer.apply_event(worker_blocks, event, None)
             }
         }
+    }
+
+    /// `find_matches(query, early_exit = false)`.
+    pub fn find_matches(&self, query: &[LocalBlockHash]) -> OverlapScores {
+        match &self.backend {
+            Backend::Radix(tree) => tree.find_matches(query.to_vec(), false),
+            Backend::Positional(indexer, _) => indexer.find_matches(query, false),
+        }
+    }
+}
+
+/// The jump size Dynamo's own positional tests and benchmarks use.
+const POSITIONAL_JUMP_SIZE: usize = 8;
+
+/// A Dynamo indexer fed kvroute's cache events through a [`ChainMap`].
+pub struct DynamoIndex {
+    kind: DynamoKind,
+    backend: DynamoBackend,
+    chains: ChainMap,
+    block_tokens: u64,
+    query: Vec<LocalBlockHash>,
+}
+
+impl DynamoKind {
+    /// Every Dynamo indexer this crate drives.
+    pub const ALL: [DynamoKind; 2] = [DynamoKind::RadixTree, DynamoKind::Positional];
+}
+
+impl DynamoIndex {
+    /// An empty indexer of `kind` for `compiled`, then the workers' initial caches as
+    /// stores (each entry after its parent, so chains that are resident are accepted).
+    pub fn new(kind: DynamoKind, compiled: &Compiled, chains: ChainMap, block_tokens: u64) -> Self {
+        let mut index = DynamoIndex {
+            kind,
+            backend: DynamoBackend::new(kind),
+            chains,
+            block_tokens,
+            query: Vec::new(),
+        };
+        for (w, worker) in compiled.workers.iter().enumerate() {
+            let mut entries: Vec<(usize, NsId, KeyId)> = worker
+                .cache
+                .iter()
+                .filter(|&&(_, _, tokens)| tokens > 0)
+                .map(|&(ns, key, _)| (index.chains.shape().depth(ns, key), ns, key))
+                .collect();
+            entries.sort_unstable();
+            for (_, ns, key) in entries {
+                // An initial entry whose parent is not resident cannot be expressed;
+                // the comparison's causes name what that changes.
+                let _ = index.store_run(w as u32, ns, &[Seg { key, tokens: 1 }]);
+            }
+        }
+        index
+    }
+
+    pub fn kind(&self) -> DynamoKind {
+        self.kind
+    }
+
+    fn send(&mut self, worker: u32, data: KvCacheEventData) -> Result<(), KvCacheEventError> {
+        self.backend.apply(worker, data)
     }
 
     /// One `Stored` event for segments consecutive in their chain.
@@ -169,40 +189,16 @@ fn removed(chains: &ChainMap, ns: NsId, keys: &[KeyId]) -> KvCacheEventData {
 }
 
 /// The Dynamo events one kvroute cache operation maps to, in order (the module doc's
-/// mapping).
+/// mapping, [`chain_ops`]).
 pub fn dynamo_events(chains: &ChainMap, op: &Op) -> Vec<KvCacheEventData> {
-    let mut events = Vec::new();
-    match op {
-        Op::Store { ns, segments } => {
-            let mut start = 0;
-            for i in 0..=segments.len() {
-                let run_ends = i == segments.len()
-                    || segments[i].tokens == 0
-                    || (i > start
-                        && chains.block(*ns, segments[i].key).parent != Some(segments[i - 1].key));
-                if !run_ends {
-                    continue;
-                }
-                if i > start {
-                    events.push(stored_run(chains, *ns, &segments[start..i]));
-                }
-                start = i;
-                // A store of 0 tokens is a removal in kvroute (SPEC.md §3): Dynamo has
-                // no token counts, so it is sent as one.
-                if i < segments.len() && segments[i].tokens == 0 {
-                    events.push(removed(chains, *ns, &[segments[i].key]));
-                    start = i + 1;
-                }
-            }
-        }
-        Op::Evict { ns, keys } => {
-            if !keys.is_empty() {
-                events.push(removed(chains, *ns, keys));
-            }
-        }
-        Op::Clear => events.push(KvCacheEventData::Cleared),
-    }
-    events
+    chain_ops(|ns, key| chains.block(ns, key).parent, op)
+        .into_iter()
+        .map(|chain_op| match chain_op {
+            ChainOp::Stored { ns, run } => stored_run(chains, ns, run),
+            ChainOp::Removed { ns, keys } => removed(chains, ns, &keys),
+            ChainOp::Cleared => KvCacheEventData::Cleared,
+        })
+        .collect()
 }
 
 /// The blocks Dynamo is asked to match for `request`: its leading whole blocks.
@@ -213,7 +209,7 @@ pub fn query_blocks(chains: &ChainMap, request: &Req, block_tokens: u64) -> Vec<
         .collect()
 }
 
-fn outcome(result: Result<(), KvCacheEventError>) -> Applied {
+pub fn outcome(result: Result<(), KvCacheEventError>) -> Applied {
     match result {
         Ok(()) => Applied::Applied,
         Err(KvCacheEventError::ParentBlockNotFound) => Applied::ParentNotFound,
@@ -243,10 +239,7 @@ impl Peer for DynamoIndex {
         if self.query.is_empty() {
             return;
         }
-        let scores: OverlapScores = match &self.backend {
-            Backend::Radix(tree) => tree.find_matches(self.query.clone(), false),
-            Backend::Positional(indexer, _) => indexer.find_matches(&self.query, false),
-        };
+        let scores: OverlapScores = self.backend.find_matches(&self.query);
         // Dynamo answers only for the workers that match, in hash-map order.
         answer.extend(scores.scores.iter().filter_map(|(worker, &blocks)| {
             let tokens: u64 = request.prefix[..blocks as usize]
@@ -258,13 +251,4 @@ impl Peer for DynamoIndex {
         }));
         answer.sort_unstable();
     }
-}
-
-/// How many leading segments of a prefix are whole blocks of `block_tokens`: what
-/// Dynamo's request side hashes.
-pub fn full_block_count(prefix: &[Seg], block_tokens: u64) -> usize {
-    prefix
-        .iter()
-        .take_while(|s| s.tokens == block_tokens)
-        .count()
 }

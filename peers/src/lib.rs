@@ -1,6 +1,11 @@
 //! kvroute's reuse question put to other KV indexers (SPEC.md, "Peers: what a
 //! radix-tree indexer can represent").
 //!
+//! The Dynamo-free parts (the [`Peer`] trait, kvroute's own answer, the classification
+//! of differences, the generator, the shrinker, the protocol client) are the
+//! `kvroute-peer-core` crate's; this crate adds Dynamo: the in-process comparison and
+//! the `kvroute-peer-dynamo` adapter, which speaks the peer protocol (SPEC.md §15).
+//!
 //! A router's KV indexer answers one question: given the cache events workers
 //! published, how much of this request's prefix does each worker hold? [`Peer`] is that
 //! question as a trait. [`kvroute::KvrouteIndex`] answers it with core's own rules
@@ -14,50 +19,11 @@
 pub mod chains;
 pub mod compare;
 pub mod dynamo;
-pub mod generate;
-pub mod kvroute;
 pub mod selector;
 pub mod shrink;
+pub mod stream;
 pub mod sweep;
 
-use kvroute_core::route::compiled::{Op, Req};
-
-/// What an indexer did with one cache event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    /// The event changed (or confirmed) the index.
-    Applied,
-    /// kvroute's epoch rule dropped it (SPEC.md §3.2).
-    StaleEpoch,
-    /// A Dynamo store whose parent block the indexer does not hold: the whole store is
-    /// dropped (`ParentBlockNotFound`).
-    ParentNotFound,
-    /// A Dynamo removal naming a block the indexer does not hold (`BlockNotFound`).
-    BlockNotFound,
-}
-
-/// A KV indexer under test: it is told every cache event in delivery order and asked,
-/// for each request, how many prompt tokens each worker could reuse.
-pub trait Peer {
-    /// A short name for tables and reports (`kvroute`, `radix_tree`, `positional`).
-    fn name(&self) -> &'static str;
-
-    /// Applies one cache event of worker `worker` (an index in worker-id byte order).
-    fn apply_cache_event(&mut self, worker: u32, tick: u64, epoch: u64, op: &Op) -> Applied;
-
-    /// Replaces `answer` with the workers that can reuse some of `request`'s prompt, as
-    /// `(worker, tokens)` pairs: tokens above 0, capped at the prompt length, each worker
-    /// once, in ascending worker order. A worker not listed reuses 0. The answer is
-    /// sparse because an indexer finds the holders of a prefix, not every worker: a
-    /// dense slot per worker would make each request cost O(workers) whatever the index
-    /// does (the comparison densifies where it compares every row).
-    fn reuse_tokens(&mut self, request: &Req, answer: &mut Vec<(u32, u64)>);
-}
-
-/// Writes a sparse [`Peer::reuse_tokens`] answer into one slot per worker (all others 0).
-pub fn densify(answer: &[(u32, u64)], reuse_tokens: &mut [u64]) {
-    reuse_tokens.fill(0);
-    for &(worker, tokens) in answer {
-        reuse_tokens[worker as usize] = tokens;
-    }
-}
+// The Dynamo-free parts live in `kvroute-peer-core` (so `kvroute peer run` can reach
+// them without Dynamo); their old paths stay.
+pub use kvroute_peer_core::{densify, generate, kvroute, Applied, Peer};

@@ -38,7 +38,7 @@ fn the_sweep_finds_the_positional_removed_abort_on_its_own_and_shrinks_it_to_the
     assert!(!report.findings.is_empty());
     for f in &report.findings {
         assert!(
-            matches!(f.difference.comparison, "positional" | CROSS),
+            matches!(f.difference.comparison.as_str(), "positional" | CROSS),
             "{f:?}"
         );
         assert!(

@@ -235,17 +235,7 @@ fn canonical_pieces_after_events(trace: &Trace, mut emit: impl FnMut(&[u8])) {
         push_str(&mut piece, trace.policy.stale_rule.name());
     }
     piece.extend_from_slice(br#"},"sharing":"#);
-    let grants = trace.sharing.iter().map(|g| {
-        let mut bytes = br#"{"adapter":"#.to_vec();
-        push_str(&mut bytes, &g.adapter);
-        bytes.extend_from_slice(br#","model":"#);
-        push_str(&mut bytes, &g.model);
-        bytes.extend_from_slice(br#","tenants":"#);
-        push_sorted_strings(&mut bytes, &g.tenants);
-        bytes.push(b'}');
-        bytes
-    });
-    push_sorted_pieces(&mut piece, grants);
+    push_grants(&mut piece, trace);
     piece.extend_from_slice(br#","workers":["#);
     emit(&piece);
     for (i, worker) in sorted_workers(trace).into_iter().enumerate() {
@@ -257,6 +247,21 @@ fn canonical_pieces_after_events(trace: &Trace, mut emit: impl FnMut(&[u8])) {
         emit(&piece);
     }
     emit(b"]}");
+}
+
+/// The `sharing` grants, in canonical order.
+fn push_grants(out: &mut Vec<u8>, trace: &Trace) {
+    let grants = trace.sharing.iter().map(|g| {
+        let mut bytes = br#"{"adapter":"#.to_vec();
+        push_str(&mut bytes, &g.adapter);
+        bytes.extend_from_slice(br#","model":"#);
+        push_str(&mut bytes, &g.model);
+        bytes.extend_from_slice(br#","tenants":"#);
+        push_sorted_strings(&mut bytes, &g.tenants);
+        bytes.push(b'}');
+        bytes
+    });
+    push_sorted_pieces(out, grants);
 }
 
 fn push_optional(out: &mut Vec<u8>, value: Option<u64>) {
@@ -507,6 +512,27 @@ impl<W: Write> CanonicalTraceStream<W> {
     }
 }
 
+/// One event's canonical bytes, as the canonical trace writes it (SPEC.md §6.1): what
+/// the peer protocol sends as an event (§15.2).
+pub fn canonical_event_bytes(event: &Event, out: &mut Vec<u8>) {
+    push_event(out, event);
+}
+
+/// `"workers":[…],"sharing":[…]` of the canonical trace, as the peer protocol's `fleet`
+/// message carries them (SPEC.md §15.2): the workers in byte order of ids, each with its
+/// sorted cache entries, and the grants in canonical order.
+pub fn canonical_fleet_members(trace: &Trace, out: &mut Vec<u8>) {
+    out.extend_from_slice(br#""workers":["#);
+    for (i, worker) in sorted_workers(trace).into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_worker(out, worker);
+    }
+    out.extend_from_slice(br#"],"sharing":"#);
+    push_grants(out, trace);
+}
+
 /// The canonical trace bytes.
 pub fn canonical_trace_bytes(trace: &Trace) -> Vec<u8> {
     let mut bytes = Vec::new();
@@ -540,6 +566,30 @@ mod tests {
             let whole = jcs_bytes(&canonical_trace_value(&trace));
             assert_eq!(canonical_trace_bytes(&trace), whole);
             assert_eq!(trace_digest(&trace), sha256_tag(&whole));
+        }
+    }
+
+    #[test]
+    fn event_and_fleet_pieces_are_the_canonical_trace_members() {
+        // The peer protocol (SPEC.md §15.2) sends these pieces as "the trace's
+        // canonical form writes it": they must be the JCS bytes of those members.
+        let json = include_str!("../../../fixtures/sharing_grant/trace.json");
+        let trace = crate::parse_trace(json.as_bytes()).unwrap();
+        let value = canonical_trace_value(&trace);
+        let mut fleet = b"{".to_vec();
+        canonical_fleet_members(&trace, &mut fleet);
+        fleet.push(b'}');
+        let fleet: Value = serde_json::from_slice(&fleet).unwrap();
+        assert_eq!(jcs_bytes(&fleet["workers"]), jcs_bytes(&value["workers"]));
+        assert_eq!(jcs_bytes(&fleet["sharing"]), jcs_bytes(&value["sharing"]));
+        assert!(!value["sharing"].as_array().unwrap().is_empty());
+        for (event, value) in sorted_events(&trace)
+            .into_iter()
+            .zip(value["events"].as_array().unwrap())
+        {
+            let mut bytes = Vec::new();
+            canonical_event_bytes(event, &mut bytes);
+            assert_eq!(bytes, jcs_bytes(value));
         }
     }
 }

@@ -97,26 +97,7 @@ fn main() -> ExitCode {
             no_known_findings,
         } => {
             let report = sweep(start..start + seeds, !no_known_findings);
-            println!(
-                "{} traces, {} rows compared, {} differing",
-                report.traces, report.rows_compared, report.rows_differing
-            );
-            for (cause, n) in &report.by_cause {
-                println!("  {:<14} {n}", cause.name());
-            }
-            for f in report.findings.iter().take(10) {
-                println!(
-                    "new finding: seed {} withhold_stale={} {} request {} worker {}: {} vs {}",
-                    f.seed,
-                    f.options.withhold_stale,
-                    f.difference.comparison,
-                    f.difference.request_id,
-                    f.difference.worker,
-                    f.difference.reference_tokens,
-                    f.difference.peer_tokens
-                );
-            }
-            println!("{} seeds with new findings", report.findings.len());
+            print!("{}", report.summary());
             Ok(())
         }
     };
@@ -184,7 +165,7 @@ fn dynamo(path: &Path, options: Options, diff_out: Option<&Path>) -> Result<(), 
             out.display()
         )));
     };
-    let (comparison, cause) = (first.comparison, first.cause);
+    let (comparison, cause) = (first.comparison.as_str(), first.cause);
     let shrunk = shrink(cut, |t| shows(t, exact, comparison, cause), 20_000);
     let mut bytes = canonical_trace_bytes(&shrunk);
     bytes.push(b'\n');

@@ -1,0 +1,642 @@
+//! The client side of `kvroute-peer/1` (SPEC.md §15): a peer is a child process spoken
+//! to in JSON Lines over its stdin and stdout, in lock-step, every wait bounded.
+//!
+//! [`PeerProcess`] owns the child and everything that can outlive a run: it starts the
+//! peer in a process group of its own, keeps the last lines of its stderr for error
+//! messages, and a watchdog kills the group when one write or one read takes longer than
+//! the timeout, so a blocked read or write returns instead of hanging. Every exit path
+//! kills the group and reaps the peer (`Drop`, and [`kill_live_peers`] for a signal).
+//! What a message must contain is checked by the caller ([`crate::run`]); this module
+//! knows the transport, the hello, and how to turn a failure into one clear line.
+
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The protocol's name, as both hellos carry it.
+pub const PROTOCOL: &str = "kvroute-peer/1";
+/// How many of the peer's last stderr lines an error quotes.
+pub const STDERR_LINES: usize = 20;
+/// Where a quoted stderr line is cut.
+const STDERR_LINE_BYTES: usize = 500;
+/// The longest line the peer may write: a bound on what one answer can make kvroute hold.
+pub const LINE_BYTES_MAX: u64 = 64 << 20;
+
+/// The peers alive in this process, by process id (each its group's leader), for
+/// [`kill_live_peers`].
+static LIVE_PEERS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Kills and reaps every peer this process started and has not reaped yet: what a
+/// SIGINT or SIGTERM handler calls before exiting, so no peer outlives kvroute.
+pub fn kill_live_peers() {
+    let pids = LIVE_PEERS.lock().map(|p| p.clone()).unwrap_or_default();
+    for pid in pids {
+        // SAFETY: plain system calls on a process group and a child this process started
+        // and has not reaped, so the ids cannot name another process.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+            libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// Which answers a peer gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerKinds {
+    pub reuse: bool,
+    pub choice: bool,
+}
+
+/// The peer's hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub name: String,
+    pub version: String,
+    pub answers: AnswerKinds,
+}
+
+/// The message kvroute waits on or sends, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message {
+    Hello,
+    Fleet,
+    Seq(u64),
+    End,
+}
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Message::Hello => write!(f, "hello"),
+            Message::Fleet => write!(f, "fleet"),
+            Message::Seq(seq) => write!(f, "seq {seq}"),
+            Message::End => write!(f, "end"),
+        }
+    }
+}
+
+/// A failed run, as SPEC.md §15.3 prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerError {
+    /// The peer's name from its hello, or the command before it.
+    pub peer: String,
+    pub what: String,
+    /// `(seq, tick)` of the last event sent.
+    pub last_event: Option<(u64, u64)>,
+    /// The peer's last stderr lines.
+    pub stderr: Vec<String>,
+}
+
+impl fmt::Display for PeerError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "peer {}: {} ", self.peer, self.what)?;
+        match self.last_event {
+            Some((seq, tick)) => write!(f, "(last event sent: seq {seq}, tick {tick})")?,
+            None => write!(f, "(before the first event)")?,
+        }
+        if !self.stderr.is_empty() {
+            write!(f, "\npeer stderr (last {} lines):", self.stderr.len())?;
+            for line in &self.stderr {
+                write!(f, "\n  {line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Kills the peer's group when a write or read outlives its deadline. The deadline is
+/// an atomic (milliseconds since `start`, 0 when disarmed), so arming it costs no lock
+/// or wake-up per message; the thread polls it a few times per timeout.
+struct Watchdog {
+    start: Instant,
+    deadline_ms: Arc<AtomicU64>,
+    fired: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    timeout: Duration,
+}
+
+impl Watchdog {
+    fn new(pgid: u32, timeout: Duration) -> Self {
+        let start = Instant::now();
+        let deadline_ms = Arc::new(AtomicU64::new(0));
+        let fired = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let poll = (timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
+        let thread = {
+            let (deadline_ms, fired, stop) = (deadline_ms.clone(), fired.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::park_timeout(poll);
+                    let deadline = deadline_ms.load(Ordering::Acquire);
+                    if deadline != 0 && start.elapsed().as_millis() as u64 >= deadline {
+                        fired.store(true, Ordering::Release);
+                        deadline_ms.store(0, Ordering::Release);
+                        // SAFETY: the group's leader is not reaped while the watchdog
+                        // runs (it is stopped first), so the id is still this peer's.
+                        unsafe {
+                            libc::kill(-(pgid as i32), libc::SIGKILL);
+                        }
+                    }
+                }
+            })
+        };
+        Watchdog {
+            start,
+            deadline_ms,
+            fired,
+            stop,
+            thread: Some(thread),
+            timeout,
+        }
+    }
+
+    fn arm(&self) {
+        let deadline = (self.start.elapsed() + self.timeout).as_millis() as u64;
+        self.deadline_ms.store(deadline.max(1), Ordering::Release);
+    }
+
+    fn disarm(&self) {
+        self.deadline_ms.store(0, Ordering::Release);
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A running peer.
+pub struct PeerProcess {
+    child: Child,
+    stdin: Option<std::io::BufWriter<ChildStdin>>,
+    stdout: BufReader<ChildStdout>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr_thread: Option<JoinHandle<()>>,
+    watchdog: Watchdog,
+    timeout: Duration,
+    name: String,
+    last_event: Option<(u64, u64)>,
+    reaped: Option<ExitStatus>,
+    finished: bool,
+    line: Vec<u8>,
+}
+
+impl PeerProcess {
+    /// Starts `command` (program and arguments) as a peer.
+    pub fn spawn(command: &[OsString], timeout: Duration) -> Result<Self, PeerError> {
+        let name = command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let fail = |what: String| PeerError {
+            peer: name.clone(),
+            what,
+            last_event: None,
+            stderr: Vec::new(),
+        };
+        let Some(program) = command.first() else {
+            return Err(fail("cannot start: no command".into()));
+        };
+        // The registry's lock is held from spawn to registration, so a signal handler
+        // that kills the live peers cannot run in between and miss this one.
+        let mut live = LIVE_PEERS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = Command::new(program)
+            .args(&command[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| fail(format!("cannot start: {e}")))?;
+        live.push(child.id());
+        drop(live);
+        let stdin = child.stdin.take().map(std::io::BufWriter::new);
+        let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_thread = {
+            let tail = stderr.clone();
+            let mut pipe = BufReader::new(child.stderr.take().expect("stderr is piped"));
+            std::thread::spawn(move || {
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    // A line longer than the bound is quoted in pieces, never held whole.
+                    match (&mut pipe).take(64 * 1024).read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    let mut cut = text.len().min(STDERR_LINE_BYTES);
+                    while !text.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    if tail.len() == STDERR_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(text[..cut].to_string());
+                }
+            })
+        };
+        let watchdog = Watchdog::new(child.id(), timeout);
+        Ok(PeerProcess {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            stderr_thread: Some(stderr_thread),
+            watchdog,
+            timeout,
+            name,
+            last_event: None,
+            reaped: None,
+            finished: false,
+            line: Vec::new(),
+        })
+    }
+
+    /// The peer's process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends the hello and reads the peer's (SPEC.md §15.2, message 1).
+    pub fn hello(
+        &mut self,
+        block_tokens: u64,
+        expect_version: Option<&str>,
+    ) -> Result<Hello, PeerError> {
+        let line =
+            format!(r#"{{"type":"hello","protocol":"{PROTOCOL}","block_tokens":{block_tokens}}}"#);
+        self.send(Message::Hello, line.as_bytes(), true)?;
+        let value = self.read(Message::Hello)?;
+        let hello = parse_hello(&value).map_err(|e| self.fail(format!("hello: {e}")))?;
+        self.name = hello.name.clone();
+        if let Some(expected) = expect_version {
+            if hello.version != expected {
+                let found = render(&Value::String(hello.version.clone()));
+                return Err(self.fail(format!(
+                    "hello: $.version: expected {}, found {found}",
+                    render(&Value::String(expected.into()))
+                )));
+            }
+        }
+        Ok(hello)
+    }
+
+    /// Sends the fleet (`members` are `"workers":[…],"sharing":[…]`) and waits for ready.
+    pub fn fleet(&mut self, members: &[u8]) -> Result<(), PeerError> {
+        let mut line = br#"{"type":"fleet","#.to_vec();
+        line.extend_from_slice(members);
+        line.push(b'}');
+        self.send(Message::Fleet, &line, true)?;
+        let value = self.read(Message::Fleet)?;
+        expect_type(&value, "ready").map_err(|e| self.fail(format!("answer to fleet: {e}")))
+    }
+
+    /// Sends one event (`event` its canonical bytes); a request's answer is then read
+    /// with [`PeerProcess::answer`].
+    pub fn event(
+        &mut self,
+        seq: u64,
+        tick: u64,
+        event: &[u8],
+        needs_answer: bool,
+    ) -> Result<(), PeerError> {
+        let mut line = Vec::with_capacity(event.len() + 32);
+        line.extend_from_slice(br#"{"type":"event","event":"#);
+        line.extend_from_slice(event);
+        line.push(b'}');
+        self.last_event = Some((seq, tick));
+        self.send(Message::Seq(seq), &line, needs_answer)
+    }
+
+    /// Reads the answer to request `seq`: a JSON value whose shape the caller checks
+    /// (an error message from the peer is already a failure).
+    pub fn answer(&mut self, seq: u64) -> Result<Value, PeerError> {
+        self.read(Message::Seq(seq))
+    }
+
+    /// Sends `end`, reads `bye`, and waits for the peer to exit with status 0.
+    pub fn end(mut self) -> Result<(), PeerError> {
+        self.send(Message::End, br#"{"type":"end"}"#, true)?;
+        let value = self.read(Message::End)?;
+        expect_type(&value, "bye").map_err(|e| self.fail(format!("answer to end: {e}")))?;
+        drop(self.stdin.take());
+        match self.wait_exit() {
+            Some(status) if status.success() => {
+                self.finish();
+                Ok(())
+            }
+            Some(status) => Err(self.fail(format!("exited ({}) after bye", describe(status)))),
+            None => Err(self.fail(format!(
+                "did not exit within {} ms after bye; killed",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// A failure with `what`: kills the group, reaps the peer and quotes its stderr.
+    pub fn fail(&mut self, what: String) -> PeerError {
+        self.finish();
+        PeerError {
+            peer: self.name.clone(),
+            what,
+            last_event: self.last_event,
+            stderr: self
+                .stderr
+                .lock()
+                .map(|t| t.iter().cloned().collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn send(&mut self, message: Message, line: &[u8], flush: bool) -> Result<(), PeerError> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(self.fail(format!("cannot send {message}: stdin closed")));
+        };
+        self.watchdog.arm();
+        let mut written = stdin.write_all(line).and_then(|()| stdin.write_all(b"\n"));
+        if flush {
+            written = written.and_then(|()| stdin.flush());
+        }
+        self.watchdog.disarm();
+        match written {
+            Ok(()) if !self.watchdog.fired() => Ok(()),
+            _ if self.watchdog.fired() => Err(self.timed_out(message)),
+            Err(_) => Err(self.exited(message, "while kvroute sent")),
+            Ok(()) => unreachable!("handled above"),
+        }
+    }
+
+    fn read(&mut self, message: Message) -> Result<Value, PeerError> {
+        if let Some(stdin) = self.stdin.as_mut() {
+            // What was sent without a flush (events that need no answer) must reach the
+            // peer before kvroute waits on it.
+            self.watchdog.arm();
+            let flushed = stdin.flush();
+            self.watchdog.disarm();
+            if flushed.is_err() {
+                return Err(if self.watchdog.fired() {
+                    self.timed_out(message)
+                } else {
+                    self.exited(message, "while kvroute sent")
+                });
+            }
+        }
+        self.line.clear();
+        self.watchdog.arm();
+        let read = (&mut self.stdout)
+            .take(LINE_BYTES_MAX + 1)
+            .read_until(b'\n', &mut self.line);
+        self.watchdog.disarm();
+        if self.watchdog.fired() {
+            return Err(self.timed_out(message));
+        }
+        match read {
+            Ok(0) => return Err(self.exited(message, "before answering")),
+            Err(e) => return Err(self.fail(format!("cannot read the answer to {message}: {e}"))),
+            Ok(_) => {}
+        }
+        if !self.line.ends_with(b"\n") {
+            if self.line.len() as u64 > LINE_BYTES_MAX {
+                return Err(self.fail(format!(
+                    "answer to {message}: a line longer than {LINE_BYTES_MAX} bytes"
+                )));
+            }
+            return Err(self.exited(message, "in the middle of answering"));
+        }
+        let value: Value = match serde_json::from_slice(&self.line) {
+            Ok(value) => value,
+            Err(e) => return Err(self.fail(format!("answer to {message}: not JSON: {e}"))),
+        };
+        if let Some(text) = peer_error(&value) {
+            return Err(self.fail(text));
+        }
+        Ok(value)
+    }
+
+    fn timed_out(&mut self, message: Message) -> PeerError {
+        let what = format!(
+            "no answer within {} ms to {message}; killed",
+            self.timeout.as_millis()
+        );
+        self.fail(what)
+    }
+
+    /// The peer stopped reading or writing: its exit status, or the error message it
+    /// wrote before going.
+    fn exited(&mut self, message: Message, when: &str) -> PeerError {
+        drop(self.stdin.take());
+        let status = self.wait_exit();
+        self.finish();
+        // The group is gone, so the rest of stdout ends: a last error message the peer
+        // wrote (message 5) is its own account of what happened.
+        let mut rest = Vec::new();
+        let _ = (&mut self.stdout)
+            .take(LINE_BYTES_MAX)
+            .read_to_end(&mut rest);
+        let said = rest
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+            .find_map(|v| peer_error(&v));
+        let what = match (said, status) {
+            (Some(text), _) => text,
+            (None, Some(status)) => format!("exited ({}) {when} {message}", describe(status)),
+            (None, None) => format!(
+                "closed its stdout {when} {message} and did not exit within {} ms; killed",
+                self.timeout.as_millis()
+            ),
+        };
+        self.fail(what)
+    }
+
+    /// Waits up to the timeout for the peer to exit by itself.
+    fn wait_exit(&mut self) -> Option<ExitStatus> {
+        if let Some(status) = self.reaped {
+            return Some(status);
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.mark_reaped(status);
+                    return Some(status);
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn mark_reaped(&mut self, status: ExitStatus) {
+        self.reaped = Some(status);
+        let pid = self.child.id();
+        if let Ok(mut live) = LIVE_PEERS.lock() {
+            live.retain(|&p| p != pid);
+        }
+    }
+
+    /// Kills the group (what the peer started too), reaps the peer, stops the watchdog
+    /// and collects the rest of stderr. Idempotent.
+    fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.watchdog.stop();
+        // The group outlives its leader while any member lives: kill it whether or not
+        // the leader has exited, before the leader's id can be reused (it is reaped
+        // below, or was reaped just now by `wait_exit` with the group still named by it).
+        // SAFETY: a system call on this peer's own process group.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        if self.reaped.is_none() {
+            let status = self
+                .child
+                .wait()
+                .unwrap_or_else(|_| ExitStatus::from_raw(0));
+            self.mark_reaped(status);
+        }
+        drop(self.stdin.take());
+        if let Some(thread) = self.stderr_thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// `exit status: N` or `signal: N`.
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status: {code}"),
+        (None, Some(signal)) => format!("signal: {signal}"),
+        _ => status.to_string(),
+    }
+}
+
+/// A value as error messages quote it: compact JSON, cut at 80 bytes.
+pub fn render(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() <= 80 {
+        return text;
+    }
+    let mut cut = 77;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
+}
+
+/// The peer's own error message (SPEC.md §15.2, message 5), if `value` is one.
+fn peer_error(value: &Value) -> Option<String> {
+    let object = value.as_object()?;
+    if object.get("type")?.as_str()? != "error" {
+        return None;
+    }
+    Some(match object.get("message") {
+        Some(Value::String(m)) => m.clone(),
+        Some(other) => format!("error (message not a string: {})", render(other)),
+        None => "error (no message)".into(),
+    })
+}
+
+fn expect_type(value: &Value, kind: &str) -> Result<(), String> {
+    let Some(object) = value.as_object() else {
+        return Err(format!("$: expected an object, found {}", render(value)));
+    };
+    match object.get("type") {
+        Some(Value::String(t)) if t == kind => Ok(()),
+        Some(other) => Err(format!(
+            "$.type: expected \"{kind}\", found {}",
+            render(other)
+        )),
+        None => Err("$: missing required member \"type\"".into()),
+    }
+}
+
+/// Checks a peer's hello (SPEC.md §15.2, message 1).
+pub fn parse_hello(value: &Value) -> Result<Hello, String> {
+    expect_type(value, "hello")?;
+    let object = value.as_object().expect("checked above");
+    let member = |name: &str| {
+        object
+            .get(name)
+            .ok_or_else(|| format!("$: missing required member \"{name}\""))
+    };
+    let protocol = member("protocol")?;
+    if protocol.as_str() != Some(PROTOCOL) {
+        return Err(format!(
+            "$.protocol: expected \"{PROTOCOL}\", found {}",
+            render(protocol)
+        ));
+    }
+    let text = |name: &str| -> Result<String, String> {
+        match member(name)? {
+            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            other => Err(format!(
+                "$.{name}: expected a non-empty string, found {}",
+                render(other)
+            )),
+        }
+    };
+    let (name, version) = (text("peer")?, text("version")?);
+    let bad_answers = || "$.answers: expected a non-empty array of \"reuse\" and \"choice\"";
+    let Value::Array(answers) = member("answers")? else {
+        return Err(bad_answers().into());
+    };
+    let mut kinds = AnswerKinds {
+        reuse: false,
+        choice: false,
+    };
+    for (i, answer) in answers.iter().enumerate() {
+        let slot = match answer.as_str() {
+            Some("reuse") => &mut kinds.reuse,
+            Some("choice") => &mut kinds.choice,
+            _ => {
+                return Err(format!(
+                    "$.answers[{i}]: expected \"reuse\" or \"choice\", found {}",
+                    render(answer)
+                ))
+            }
+        };
+        if *slot {
+            return Err(format!("$.answers[{i}]: repeated {}", render(answer)));
+        }
+        *slot = true;
+    }
+    if answers.is_empty() {
+        return Err(bad_answers().into());
+    }
+    Ok(Hello {
+        name,
+        version,
+        answers: kinds,
+    })
+}

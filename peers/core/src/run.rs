@@ -1,0 +1,497 @@
+//! One trace put to a peer over `kvroute-peer/1` (SPEC.md §15) and the peer's answers
+//! compared with kvroute's.
+//!
+//! [`run_peer`] sends the fleet and every event in processing order; at each request it
+//! checks the answer's shape, compares the `reuse` answer row by row with kvroute's
+//! reuse walk ([`Reference`], classified by the rules of §12 with a [`ChainModel`] as
+//! the evidence of what a chain indexer would have rejected) and the `choice` with
+//! kvroute's decision under the chosen policy. [`shrunk_first_difference`] cuts a
+//! differing trace down, re-running the peer on every candidate.
+
+use crate::chains::{ChainModel, ChainShape};
+use crate::classify::{
+    full_blocks_view, record, table_header, Cause, Difference, Options, PeerEvidence, Reference,
+    Report, Rules, Tally,
+};
+use crate::protocol::{render, AnswerKinds, Hello, PeerError, PeerProcess};
+use crate::shrink::{cut_reproducing, shrink};
+use kvroute_core::input::trace::{Event, Trace};
+use kvroute_core::output::canonical::{canonical_event_bytes, canonical_fleet_members};
+use kvroute_core::route::compiled::{Compiled, Step};
+use kvroute_core::route::engine::Runner;
+use kvroute_core::Policy;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::time::Duration;
+
+/// How `peer run` drives a peer.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub compare: Options,
+    pub timeout: Duration,
+    pub expect_version: Option<String>,
+    /// The policy whose decisions a `choice` answer is compared with.
+    pub policy: Policy,
+}
+
+/// The choice table's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChoiceTally {
+    pub decisions: u64,
+    pub same: u64,
+    pub differing: u64,
+    /// Differing choices on requests where some reuse row differed too.
+    pub reuse_differed: u64,
+    /// Differing choices on requests whose reuse rows all agreed (only counted when the
+    /// peer answers `reuse`).
+    pub reuse_agreed: u64,
+}
+
+/// The first request on which the choices differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChoiceDifference {
+    pub request_id: String,
+    pub request_seq: u64,
+    pub request_tick: u64,
+    pub kvroute: Option<String>,
+    pub peer: Option<String>,
+}
+
+/// What one run of a peer found.
+#[derive(Debug, Clone)]
+pub struct PeerRun {
+    pub hello: Hello,
+    pub options: Options,
+    pub policy: Policy,
+    /// The reuse comparison: one tally, named by the peer (none when it does not
+    /// answer `reuse`).
+    pub report: Report,
+    pub choice: Option<ChoiceTally>,
+    pub first_choice: Option<ChoiceDifference>,
+}
+
+/// One checked answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// `(worker, tokens)`, ascending by worker.
+    pub reuse: Vec<(u32, u64)>,
+    /// `Some(None)`: the peer would not route.
+    pub choice: Option<Option<u32>>,
+}
+
+/// Checks an answer's shape (SPEC.md §15.2, message 3); the error is `<path>: <reason>`.
+pub fn parse_answer(
+    value: &Value,
+    seq: u64,
+    prompt_tokens: u64,
+    workers: &HashMap<&str, u32>,
+    kinds: AnswerKinds,
+) -> Result<Answer, String> {
+    let Some(object) = value.as_object() else {
+        return Err(format!("$: expected an object, found {}", render(value)));
+    };
+    for name in object.keys() {
+        if !["type", "seq", "reuse", "choice", "scores"].contains(&name.as_str()) {
+            return Err(format!(
+                "$: unexpected member {}",
+                render(&Value::String(name.clone()))
+            ));
+        }
+    }
+    let member = |name: &str| {
+        object
+            .get(name)
+            .ok_or_else(|| format!("$: missing required member \"{name}\""))
+    };
+    let kind = member("type")?;
+    if kind.as_str() != Some("answer") {
+        return Err(format!(
+            "$.type: expected \"answer\", found {}",
+            render(kind)
+        ));
+    }
+    let answered = member("seq")?;
+    if answered.as_u64() != Some(seq) {
+        return Err(format!("$.seq: expected {seq}, found {}", render(answered)));
+    }
+    let worker = |path: &str, v: &Value| -> Result<u32, String> {
+        match v {
+            Value::String(id) => workers
+                .get(id.as_str())
+                .copied()
+                .ok_or_else(|| format!("{path}: unknown worker {}", render(v))),
+            _ => Err(format!("{path}: expected a worker id, found {}", render(v))),
+        }
+    };
+    let mut answer = Answer {
+        reuse: Vec::new(),
+        choice: None,
+    };
+    match (object.get("reuse"), kinds.reuse) {
+        (Some(_), false) => {
+            return Err("$.reuse: present, but the hello did not list \"reuse\"".into())
+        }
+        (None, true) => return Err("$: missing required member \"reuse\"".into()),
+        (None, false) => {}
+        (Some(reuse), true) => {
+            let Value::Array(items) = reuse else {
+                return Err(format!(
+                    "$.reuse: expected an array, found {}",
+                    render(reuse)
+                ));
+            };
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("$.reuse[{i}]");
+                let Some(fields) = item.as_object() else {
+                    return Err(format!(
+                        "{path}: expected an object, found {}",
+                        render(item)
+                    ));
+                };
+                if let Some(other) = fields.keys().find(|k| *k != "worker" && *k != "tokens") {
+                    return Err(format!(
+                        "{path}: unexpected member {}",
+                        render(&Value::String(other.clone()))
+                    ));
+                }
+                let w = match fields.get("worker") {
+                    Some(v) => worker(&format!("{path}.worker"), v)?,
+                    None => return Err(format!("{path}: missing required member \"worker\"")),
+                };
+                let tokens = match fields.get("tokens") {
+                    Some(v) => match v.as_u64() {
+                        Some(t) if (1..=prompt_tokens).contains(&t) => t,
+                        _ => {
+                            return Err(format!(
+                                "{path}.tokens: expected an integer from 1 to {prompt_tokens} (prompt_tokens), found {}",
+                                render(v)
+                            ))
+                        }
+                    },
+                    None => return Err(format!("{path}: missing required member \"tokens\"")),
+                };
+                if answer.reuse.iter().any(|&(seen, _)| seen == w) {
+                    return Err(format!(
+                        "{path}.worker: repeated worker {}",
+                        render(&fields["worker"])
+                    ));
+                }
+                answer.reuse.push((w, tokens));
+            }
+            answer.reuse.sort_unstable();
+        }
+    }
+    match (object.get("choice"), kinds.choice) {
+        (Some(_), false) => {
+            return Err("$.choice: present, but the hello did not list \"choice\"".into())
+        }
+        (None, true) => return Err("$: missing required member \"choice\"".into()),
+        (None, false) => {}
+        (Some(Value::Null), true) => answer.choice = Some(None),
+        (Some(v), true) => answer.choice = Some(Some(worker("$.choice", v)?)),
+    }
+    if let Some(scores) = object.get("scores") {
+        let Value::Object(scores) = scores else {
+            return Err(format!(
+                "$.scores: expected an object, found {}",
+                render(scores)
+            ));
+        };
+        for (id, score) in scores {
+            let path = format!("$.scores.{id}");
+            worker(&path, &Value::String(id.clone()))?;
+            if !(score.is_i64() || score.is_u64()) {
+                return Err(format!(
+                    "{path}: expected an integer, found {}",
+                    render(score)
+                ));
+            }
+        }
+    }
+    Ok(answer)
+}
+
+/// Runs the peer `command` on `trace` (already validated).
+pub fn run_peer(
+    trace: &Trace,
+    command: &[OsString],
+    options: &RunOptions,
+) -> Result<PeerRun, PeerError> {
+    let compare = options.compare;
+    let view;
+    let trace = if compare.full_blocks_only {
+        view = full_blocks_view(trace, compare.block_tokens);
+        &view
+    } else {
+        trace
+    };
+    let compiled = Compiled::new(trace);
+    let shape = ChainShape::streamed(&compiled, &withheld(&compiled, compare));
+    let workers = compiled.worker_count();
+    let worker_index: HashMap<&str, u32> = compiled
+        .worker_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, i as u32))
+        .collect();
+    let mut peer = PeerProcess::spawn(command, options.timeout)?;
+    let hello = peer.hello(compare.block_tokens, options.expect_version.as_deref())?;
+    let mut fleet = Vec::new();
+    canonical_fleet_members(trace, &mut fleet);
+    peer.fleet(&fleet)?;
+
+    let mut reference = Reference::new(&compiled, &shape, compare);
+    let mut model = ChainModel::new(&compiled, &shape);
+    let mut evidence = PeerEvidence::new(workers);
+    let mut runner = Runner::new(&compiled, options.policy);
+    let mut tally = Tally::new(&hello.name);
+    let mut first: Vec<Difference> = Vec::new();
+    let mut choice = ChoiceTally::default();
+    let mut first_choice = None;
+    let mut requests = 0;
+    let mut answer_dense = vec![0u64; workers];
+    let mut bytes = Vec::new();
+    // The compiled events are the trace's in processing order, `(tick, seq)` (§3.1).
+    let mut in_order: Vec<&Event> = trace.events.iter().collect();
+    in_order.sort_by_key(|e| (e.tick, e.seq));
+    for (event, source) in compiled.events.iter().zip(in_order) {
+        debug_assert_eq!((event.tick, event.seq), (source.tick, source.seq));
+        let placement = runner.step(event, &mut ());
+        let send = match &event.step {
+            Step::Cache { worker, epoch, op } => {
+                let send = reference.cache_event(*worker, event.tick, *epoch, op);
+                if send {
+                    let applied = model.apply(*worker as usize, &shape, op);
+                    evidence.note(*worker, op, applied);
+                }
+                send
+            }
+            Step::Load { .. } | Step::Request(_) => true,
+        };
+        if !send {
+            continue;
+        }
+        bytes.clear();
+        canonical_event_bytes(source, &mut bytes);
+        let Step::Request(request) = &event.step else {
+            peer.event(event.seq, event.tick, &bytes, false)?;
+            continue;
+        };
+        peer.event(event.seq, event.tick, &bytes, true)?;
+        let value = peer.answer(event.seq)?;
+        let answer = parse_answer(
+            &value,
+            event.seq,
+            request.prompt_tokens,
+            &worker_index,
+            hello.answers,
+        )
+        .map_err(|e| peer.fail(format!("answer to seq {}: {e}", event.seq)))?;
+        requests += 1;
+        let mut reuse_differed = false;
+        if hello.answers.reuse {
+            crate::densify(&answer.reuse, &mut answer_dense);
+            let kvroute = reference.answer(request);
+            let kvroute: Vec<u64> = kvroute.to_vec();
+            for w in 0..workers {
+                let (kv, p) = (kvroute[w], answer_dense[w]);
+                let cause = (kv != p)
+                    .then(|| reference.cause(Rules::Positional, &evidence, request, w, kv, p));
+                reuse_differed |= cause.is_some();
+                record(
+                    &mut tally, &mut first, event, &compiled, request, w, kv, p, cause,
+                );
+            }
+        }
+        if let Some(chosen) = answer.choice {
+            let decided = placement.map(|p| p.worker as u32);
+            choice.decisions += 1;
+            if chosen == decided {
+                choice.same += 1;
+            } else {
+                choice.differing += 1;
+                if reuse_differed {
+                    choice.reuse_differed += 1;
+                } else if hello.answers.reuse {
+                    choice.reuse_agreed += 1;
+                }
+                if first_choice.is_none() {
+                    let id =
+                        |w: Option<u32>| w.map(|w| compiled.worker_ids[w as usize].to_string());
+                    first_choice = Some(ChoiceDifference {
+                        request_id: request.id.to_string(),
+                        request_seq: event.seq,
+                        request_tick: event.tick,
+                        kvroute: id(decided),
+                        peer: id(chosen),
+                    });
+                }
+            }
+        }
+    }
+    peer.end()?;
+    Ok(PeerRun {
+        options: compare,
+        policy: options.policy,
+        report: Report {
+            workers,
+            requests,
+            forked_keys: shape.forked_keys(),
+            tallies: if hello.answers.reuse {
+                vec![tally]
+            } else {
+                Vec::new()
+            },
+            first,
+        },
+        choice: hello.answers.choice.then_some(choice),
+        first_choice,
+        hello,
+    })
+}
+
+/// Which events kvroute does not send: with `withhold_stale`, the cache events its
+/// epoch rule drops (a replay of the cache events alone, ahead of the run, since the
+/// chain positions the peer can know depend on what it is sent).
+pub fn withheld(compiled: &Compiled, options: Options) -> Vec<bool> {
+    let mut index = crate::kvroute::KvrouteIndex::new(compiled);
+    compiled
+        .events
+        .iter()
+        .map(|event| match &event.step {
+            Step::Cache { worker, epoch, op } if options.withhold_stale => {
+                use crate::Peer;
+                index.apply_cache_event(*worker, event.tick, *epoch, op)
+                    == crate::Applied::StaleEpoch
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+impl PeerRun {
+    /// What `peer run --format table` prints (SPEC.md §15.4).
+    pub fn table(&self) -> String {
+        let o = self.options;
+        let mut out =
+            format!(
+            "peer {} {}: {} requests on {} workers, block_tokens {}{}{}; {} keys not in chains\n",
+            self.hello.name,
+            self.hello.version,
+            self.report.requests,
+            self.report.workers,
+            o.block_tokens,
+            if o.full_blocks_only { ", full blocks only" } else { "" },
+            if o.withhold_stale { ", stale events withheld" } else { "" },
+            self.report.forked_keys
+        );
+        if !self.report.tallies.is_empty() {
+            out.push_str(&self.report.table());
+        }
+        if let Some(c) = &self.choice {
+            out.push_str(&format!(
+                "{:<26} {:>12} {:>10} {:>10} {:>14} {:>12}\n",
+                format!("choice vs {}", self.policy.name()),
+                "decisions",
+                "same",
+                "differing",
+                "reuse_differed",
+                "reuse_agreed"
+            ));
+            out.push_str(&format!(
+                "{:<26} {:>12} {:>10} {:>10} {:>14} {:>12}\n",
+                self.hello.name,
+                c.decisions,
+                c.same,
+                c.differing,
+                c.reuse_differed,
+                if self.hello.answers.reuse {
+                    c.reuse_agreed.to_string()
+                } else {
+                    "-".into()
+                }
+            ));
+        }
+        out
+    }
+
+    /// What `peer run --format json` prints (SPEC.md §15.4), one line.
+    pub fn json(&self) -> String {
+        let mut value = serde_json::json!({
+            "peer": self.hello.name,
+            "version": self.hello.version,
+            "requests": self.report.requests,
+            "workers": self.report.workers,
+            "block_tokens": self.options.block_tokens,
+        });
+        if let Some(t) = self.report.tallies.first() {
+            let causes: serde_json::Map<String, Value> = Cause::ALL
+                .iter()
+                .map(|&c| (c.name().to_string(), Value::from(t.count(c))))
+                .collect();
+            value["reuse"] = serde_json::json!({
+                "rows": t.rows_compared, "differing": t.rows_differing, "causes": causes,
+            });
+        }
+        if let Some(c) = &self.choice {
+            let mut choice = serde_json::json!({
+                "decisions": c.decisions, "same": c.same, "differing": c.differing,
+                "reuse_differed": c.reuse_differed,
+            });
+            if self.hello.answers.reuse {
+                choice["reuse_agreed"] = c.reuse_agreed.into();
+            }
+            value["choice"] = choice;
+        }
+        value.to_string()
+    }
+
+    /// The new findings among the reuse rows.
+    pub fn new_findings(&self) -> u64 {
+        self.report.new_findings()
+    }
+}
+
+/// The header of the reuse table, for callers that compare tables.
+pub fn reuse_table_header() -> String {
+    table_header()
+}
+
+/// The first difference of `run` (the first differing reuse row, else the first
+/// differing choice) as a trace cut and shrunk while re-running the peer still shows a
+/// difference of the same kind, at most `budget` peer runs; `None` when `run` has no
+/// difference. A candidate on which the peer fails counts as not showing it.
+pub fn shrunk_first_difference(
+    trace: &Trace,
+    command: &[OsString],
+    options: &RunOptions,
+    run: &PeerRun,
+    budget: usize,
+) -> Option<Trace> {
+    let base = if options.compare.full_blocks_only {
+        full_blocks_view(trace, options.compare.block_tokens)
+    } else {
+        trace.clone()
+    };
+    // The base is already cut to whole blocks: cutting again would change nothing.
+    let exact = RunOptions {
+        compare: Options {
+            full_blocks_only: false,
+            ..options.compare
+        },
+        ..options.clone()
+    };
+    let rerun = |t: &Trace| run_peer(t, command, &exact).ok();
+    if let Some(difference) = run.report.first.first() {
+        let cause = difference.cause;
+        let shows = |t: &Trace| {
+            rerun(t).is_some_and(|r| r.report.tallies.first().is_some_and(|t| t.count(cause) > 0))
+        };
+        let cut = cut_reproducing(&base, difference, shows).unwrap_or(base);
+        return Some(shrink(cut, shows, budget));
+    }
+    run.first_choice.as_ref()?;
+    let shows = |t: &Trace| rerun(t).is_some_and(|r| r.choice.is_some_and(|c| c.differing > 0));
+    Some(shrink(base, shows, budget))
+}
