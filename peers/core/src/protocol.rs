@@ -3,8 +3,9 @@
 //!
 //! [`PeerProcess`] owns the child and everything that can outlive a run: it starts the
 //! peer in a process group of its own, keeps the last lines of its stderr for error
-//! messages, and a watchdog kills the group when one write or one read takes longer than
-//! the timeout, so a blocked read or write returns instead of hanging. Every exit path
+//! messages, and reads and writes its ends of the pipes without blocking, each wait in
+//! `poll` bounded by the timeout, so no peer (nor a process it started that holds a
+//! pipe open) can make kvroute hang; on a timeout it kills the group. Every exit path
 //! kills the group and reaps the peer (`Drop`, and [`kill_live_peers`] for a signal).
 //! What a message must contain is checked by the caller ([`crate::run`]); this module
 //! knows the transport, the hello, and how to turn a failure into one clear line.
@@ -16,7 +17,6 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,6 +27,8 @@ pub const PROTOCOL: &str = "kvroute-peer/1";
 pub const STDERR_LINES: usize = 20;
 /// Where a quoted stderr line is cut.
 const STDERR_LINE_BYTES: usize = 500;
+/// How long a failed or finished run waits for the rest of the peer's stderr.
+const STDERR_DRAIN: Duration = Duration::from_millis(200);
 /// The longest line the peer may write: a bound on what one answer can make kvroute hold.
 pub const LINE_BYTES_MAX: u64 = 64 << 20;
 
@@ -112,89 +114,67 @@ impl fmt::Display for PeerError {
     }
 }
 
-/// Kills the peer's group when a write or read outlives its deadline. The deadline is
-/// an atomic (milliseconds since `start`, 0 when disarmed), so arming it costs no lock
-/// or wake-up per message; the thread polls it a few times per timeout.
-struct Watchdog {
-    start: Instant,
-    deadline_ms: Arc<AtomicU64>,
-    fired: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    timeout: Duration,
-}
-
-impl Watchdog {
-    fn new(pgid: u32, timeout: Duration) -> Self {
-        let start = Instant::now();
-        let deadline_ms = Arc::new(AtomicU64::new(0));
-        let fired = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let poll = (timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
-        let thread = {
-            let (deadline_ms, fired, stop) = (deadline_ms.clone(), fired.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::park_timeout(poll);
-                    let deadline = deadline_ms.load(Ordering::Acquire);
-                    if deadline != 0 && start.elapsed().as_millis() as u64 >= deadline {
-                        fired.store(true, Ordering::Release);
-                        deadline_ms.store(0, Ordering::Release);
-                        // SAFETY: the group's leader is not reaped while the watchdog
-                        // runs (it is stopped first), so the id is still this peer's.
-                        unsafe {
-                            libc::kill(-(pgid as i32), libc::SIGKILL);
-                        }
-                    }
-                }
-            })
+/// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`) or `deadline` passes;
+/// false on the deadline. A hang-up or an error counts as ready: the read or write that
+/// follows reports it.
+fn ready(fd: std::os::fd::RawFd, events: libc::c_short, deadline: Instant) -> bool {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut poll = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
         };
-        Watchdog {
-            start,
-            deadline_ms,
-            fired,
-            stop,
-            thread: Some(thread),
-            timeout,
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, for a pipe this process owns.
+        let n = unsafe { libc::poll(&mut poll, 1, ms) };
+        if n > 0 {
+            return true;
         }
-    }
-
-    fn arm(&self) {
-        let deadline = (self.start.elapsed() + self.timeout).as_millis() as u64;
-        self.deadline_ms.store(deadline.max(1), Ordering::Release);
-    }
-
-    fn disarm(&self) {
-        self.deadline_ms.store(0, Ordering::Release);
-    }
-
-    fn fired(&self) -> bool {
-        self.fired.load(Ordering::Acquire)
-    }
-
-    fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            let _ = thread.join();
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return true;
         }
     }
 }
+
+/// Makes our end of a pipe non-blocking: every read and write then waits in [`ready`],
+/// bounded by a deadline, however the other end behaves (a process that left the
+/// peer's group and holds the pipe open cannot make kvroute block).
+fn set_nonblocking(fd: std::os::fd::RawFd) {
+    // SAFETY: fcntl on a pipe this process owns.
+    unsafe {
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
+}
+
+/// How many bytes of unsent messages kvroute holds before it writes them out (events
+/// that need no answer are sent in batches; the lock-step wait always writes first).
+const SEND_BATCH_BYTES: usize = 64 * 1024;
 
 /// A running peer.
 pub struct PeerProcess {
     child: Child,
-    stdin: Option<std::io::BufWriter<ChildStdin>>,
-    stdout: BufReader<ChildStdout>,
+    stdin: Option<ChildStdin>,
+    stdout: ChildStdout,
+    /// Bytes not yet written to stdin.
+    pending: Vec<u8>,
+    /// Bytes read from stdout, not yet taken as lines; `scanned` of them hold no `\n`.
+    received: Vec<u8>,
+    scanned: usize,
     stderr: Arc<Mutex<VecDeque<String>>>,
     stderr_thread: Option<JoinHandle<()>>,
-    watchdog: Watchdog,
     timeout: Duration,
     name: String,
     last_event: Option<(u64, u64)>,
     reaped: Option<ExitStatus>,
     finished: bool,
-    line: Vec<u8>,
 }
 
 impl PeerProcess {
@@ -227,8 +207,14 @@ impl PeerProcess {
             .map_err(|e| fail(format!("cannot start: {e}")))?;
         live.push(child.id());
         drop(live);
-        let stdin = child.stdin.take().map(std::io::BufWriter::new);
-        let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        {
+            use std::os::fd::AsRawFd;
+            set_nonblocking(stdin.as_raw_fd());
+            set_nonblocking(stdout.as_raw_fd());
+        }
+        let stdin = Some(stdin);
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_thread = {
             let tail = stderr.clone();
@@ -256,20 +242,20 @@ impl PeerProcess {
                 }
             })
         };
-        let watchdog = Watchdog::new(child.id(), timeout);
         Ok(PeerProcess {
             child,
             stdin,
             stdout,
+            pending: Vec::new(),
+            received: Vec::new(),
+            scanned: 0,
             stderr,
             stderr_thread: Some(stderr_thread),
-            watchdog,
             timeout,
             name,
             last_event: None,
             reaped: None,
             finished: false,
-            line: Vec::new(),
         })
     }
 
@@ -370,61 +356,82 @@ impl PeerProcess {
     }
 
     fn send(&mut self, message: Message, line: &[u8], flush: bool) -> Result<(), PeerError> {
-        let Some(stdin) = self.stdin.as_mut() else {
-            return Err(self.fail(format!("cannot send {message}: stdin closed")));
-        };
-        self.watchdog.arm();
-        let mut written = stdin.write_all(line).and_then(|()| stdin.write_all(b"\n"));
-        if flush {
-            written = written.and_then(|()| stdin.flush());
+        self.pending.extend_from_slice(line);
+        self.pending.push(b'\n');
+        if flush || self.pending.len() >= SEND_BATCH_BYTES {
+            self.write_pending(message)?;
         }
-        self.watchdog.disarm();
-        match written {
-            Ok(()) if !self.watchdog.fired() => Ok(()),
-            _ if self.watchdog.fired() => Err(self.timed_out(message)),
-            Err(_) => Err(self.exited(message, "while kvroute sent")),
-            Ok(()) => unreachable!("handled above"),
+        Ok(())
+    }
+
+    /// Writes out what is pending, each wait for the pipe bounded by the timeout.
+    fn write_pending(&mut self, message: Message) -> Result<(), PeerError> {
+        use std::os::fd::AsRawFd;
+        let mut deadline = Instant::now() + self.timeout;
+        let mut written = 0;
+        while written < self.pending.len() {
+            let Some(stdin) = self.stdin.as_mut() else {
+                return Err(self.fail(format!("cannot send {message}: stdin closed")));
+            };
+            match stdin.write(&self.pending[written..]) {
+                Ok(n) => {
+                    written += n;
+                    deadline = Instant::now() + self.timeout;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let fd = stdin.as_raw_fd();
+                    if !ready(fd, libc::POLLOUT, deadline) {
+                        return Err(self.timed_out(message));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(self.exited(message, "while kvroute sent")),
+            }
         }
+        self.pending.clear();
+        Ok(())
     }
 
     fn read(&mut self, message: Message) -> Result<Value, PeerError> {
-        if let Some(stdin) = self.stdin.as_mut() {
-            // What was sent without a flush (events that need no answer) must reach the
-            // peer before kvroute waits on it.
-            self.watchdog.arm();
-            let flushed = stdin.flush();
-            self.watchdog.disarm();
-            if flushed.is_err() {
-                return Err(if self.watchdog.fired() {
-                    self.timed_out(message)
-                } else {
-                    self.exited(message, "while kvroute sent")
-                });
+        use std::os::fd::AsRawFd;
+        // What was sent in a batch must reach the peer before kvroute waits on it.
+        self.write_pending(message)?;
+        let deadline = Instant::now() + self.timeout;
+        let end = loop {
+            if let Some(at) = self.received[self.scanned..]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                break self.scanned + at;
             }
-        }
-        self.line.clear();
-        self.watchdog.arm();
-        let read = (&mut self.stdout)
-            .take(LINE_BYTES_MAX + 1)
-            .read_until(b'\n', &mut self.line);
-        self.watchdog.disarm();
-        if self.watchdog.fired() {
-            return Err(self.timed_out(message));
-        }
-        match read {
-            Ok(0) => return Err(self.exited(message, "before answering")),
-            Err(e) => return Err(self.fail(format!("cannot read the answer to {message}: {e}"))),
-            Ok(_) => {}
-        }
-        if !self.line.ends_with(b"\n") {
-            if self.line.len() as u64 > LINE_BYTES_MAX {
+            self.scanned = self.received.len();
+            if self.received.len() as u64 > LINE_BYTES_MAX {
                 return Err(self.fail(format!(
                     "answer to {message}: a line longer than {LINE_BYTES_MAX} bytes"
                 )));
             }
-            return Err(self.exited(message, "in the middle of answering"));
-        }
-        let value: Value = match serde_json::from_slice(&self.line) {
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stdout.read(&mut chunk) {
+                Ok(0) if self.received.is_empty() => {
+                    return Err(self.exited(message, "before answering"))
+                }
+                Ok(0) => return Err(self.exited(message, "in the middle of answering")),
+                Ok(n) => self.received.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if !ready(self.stdout.as_raw_fd(), libc::POLLIN, deadline) {
+                        return Err(self.timed_out(message));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(self.fail(format!("cannot read the answer to {message}: {e}")))
+                }
+            }
+        };
+        let parsed = serde_json::from_slice::<Value>(&self.received[..end]);
+        self.received.drain(..=end);
+        self.scanned = 0;
+        let value = match parsed {
             Ok(value) => value,
             Err(e) => return Err(self.fail(format!("answer to {message}: not JSON: {e}"))),
         };
@@ -448,9 +455,9 @@ impl PeerProcess {
         drop(self.stdin.take());
         let status = self.wait_exit();
         self.finish();
-        // The group is gone, so the rest of stdout ends: a last error message the peer
-        // wrote (message 5) is its own account of what happened.
-        let mut rest = Vec::new();
+        // A last error message the peer wrote (message 5) is its own account of what
+        // happened; what it wrote is already in the pipe, and the read does not block.
+        let mut rest = std::mem::take(&mut self.received);
         let _ = (&mut self.stdout)
             .take(LINE_BYTES_MAX)
             .read_to_end(&mut rest);
@@ -504,7 +511,6 @@ impl PeerProcess {
             return;
         }
         self.finished = true;
-        self.watchdog.stop();
         // The group outlives its leader while any member lives: kill it whether or not
         // the leader has exited, before the leader's id can be reused (it is reaped
         // below, or was reaped just now by `wait_exit` with the group still named by it).
@@ -520,8 +526,17 @@ impl PeerProcess {
             self.mark_reaped(status);
         }
         drop(self.stdin.take());
+        // The stderr pipe ends when every process holding it is gone: the group's are,
+        // but one that left the group may hold it for ever, so the wait for the last
+        // lines is bounded and the reader then left to end on its own.
         if let Some(thread) = self.stderr_thread.take() {
-            let _ = thread.join();
+            let deadline = Instant::now() + STDERR_DRAIN;
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
         }
     }
 }

@@ -244,7 +244,12 @@ pub fn run_peer(
     let mut reference = Reference::new(&compiled, &shape, compare);
     let mut model = ChainModel::new(&compiled, &shape);
     let mut evidence = PeerEvidence::new(workers);
-    let mut runner = Runner::new(&compiled, options.policy);
+    // kvroute's decisions are only needed to compare choices: a whole policy run per
+    // request is not paid for a peer that gives none.
+    let mut runner = hello
+        .answers
+        .choice
+        .then(|| Runner::new(&compiled, options.policy));
     let mut tally = Tally::new(&hello.name);
     let mut first: Vec<Difference> = Vec::new();
     let mut choice = ChoiceTally::default();
@@ -257,7 +262,7 @@ pub fn run_peer(
     in_order.sort_by_key(|e| (e.tick, e.seq));
     for (event, source) in compiled.events.iter().zip(in_order) {
         debug_assert_eq!((event.tick, event.seq), (source.tick, source.seq));
-        let placement = runner.step(event, &mut ());
+        let placement = runner.as_mut().and_then(|r| r.step(event, &mut ()));
         let send = match &event.step {
             Step::Cache { worker, epoch, op } => {
                 let send = reference.cache_event(*worker, event.tick, *epoch, op);

@@ -77,6 +77,9 @@ fn main() {
     let sizes: Vec<u32> = value("--workers")
         .map(|w| w.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![8, 64, 512]);
+    let protocol_sizes: Vec<u32> = value("--protocol-workers")
+        .map(|w| w.split(',').filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_else(|| vec![8, 64]);
     let file = match std::fs::File::open(&mooncake) {
         Ok(f) => std::io::BufReader::new(f),
         Err(e) => {
@@ -315,10 +318,99 @@ fn main() {
             radix_selector / decide,
         );
     }
+    protocol_table(&imported, &protocol_sizes, repeats.min(3));
     println!(
         "targets: idx/radix >= 3x at every size; dec/r+sel (kvroute's whole decision vs \
          Dynamo's RadixTree + DefaultWorkerSelector) >= 1x; dec/radix is against the index alone"
     );
+}
+
+/// The comparison through the peer protocol against the same comparison in-process, on
+/// the same canonical stream: `kvroute peer run STREAM --block-tokens 512 --
+/// kvroute-peer-dynamo` (kvroute's answers, the classification, and RadixTree in a child
+/// process fed one JSON line per event) against `kvroute-peers dynamo STREAM` (kvroute's
+/// answers, the classification, RadixTree and PositionalIndexer in-process). Best of
+/// `repeats`; the tallies of both must agree for RadixTree, or the figures mean nothing.
+fn protocol_table(imported: &kvroute_core::Trace, sizes: &[u32], repeats: usize) {
+    use kvroute_peer_core::run::{run_peer, RunOptions};
+    use kvroute_peers::compare::{compare, Options};
+    let adapter = std::env::current_exe()
+        .expect("the bench knows where it is")
+        .with_file_name("kvroute-peer-dynamo");
+    if !adapter.exists() {
+        println!(
+            "(no {}: build it to measure the protocol)",
+            adapter.display()
+        );
+        return;
+    }
+    println!("through the protocol (kvroute-peer-dynamo, RadixTree) vs in-process (kvroute-peers dynamo), best of {repeats}");
+    println!(
+        "{:>7} {:>8} {:>8} {:>12} {:>12} {:>12} {:>12} {:>9}",
+        "workers",
+        "events",
+        "requests",
+        "inproc_ev/s",
+        "proto_ev/s",
+        "inproc_req/s",
+        "proto_req/s",
+        "proto/in"
+    );
+    for &workers in sizes {
+        let (sim, _) = simulation_trace(imported, Some(workers)).expect("a valid fleet size");
+        let compiled = Compiled::new(&sim);
+        let run = simulate_policy(
+            &compiled,
+            Policy::CachePlusLoad,
+            &SimulateOptions::default(),
+            true,
+            &mut (),
+        );
+        let stream = generated_trace(&sim, &run);
+        // As `simulate --events-out` writes it, and as the protocol sends it.
+        let stream = kvroute_core::parse_trace(
+            &kvroute_core::output::canonical::canonical_trace_bytes(&stream),
+        )
+        .expect("a generated stream is valid");
+        let options = Options {
+            block_tokens: BLOCK_TOKENS,
+            ..Options::default()
+        };
+        let run_options = RunOptions {
+            compare: options,
+            timeout: std::time::Duration::from_secs(60),
+            expect_version: None,
+            policy: Policy::CachePlusLoad,
+        };
+        let command = [adapter.clone().into_os_string()];
+        let (mut in_process, mut protocol) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..repeats.max(1) {
+            let started = Instant::now();
+            let report = compare(&stream, options);
+            in_process = in_process.min(started.elapsed().as_secs_f64());
+            let started = Instant::now();
+            let peer = run_peer(&stream, &command, &run_options).expect("the adapter runs");
+            protocol = protocol.min(started.elapsed().as_secs_f64());
+            let (a, b) = (&peer.report.tallies[0], report.tally("radix_tree"));
+            assert_eq!(
+                (a.rows_compared, a.rows_differing, a.by_cause),
+                (b.rows_compared, b.rows_differing, b.by_cause)
+            );
+        }
+        let events = stream.events.len() as f64;
+        let requests = stream.request_count() as f64;
+        println!(
+            "{:>7} {:>8} {:>8} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>8.2}x",
+            workers,
+            events,
+            requests,
+            events / in_process,
+            events / protocol,
+            requests / in_process,
+            requests / protocol,
+            protocol / in_process
+        );
+    }
 }
 
 /// Each side's shortest of `repeats` timed runs, in seconds; a side's runs must agree

@@ -1,0 +1,276 @@
+//! `kvroute peer run` against peers that misbehave (SPEC.md §15.3), each failing with
+//! one clear line that names the peer, the last event sent and the reason, within a
+//! short timeout; no peer process, nor a process a peer started, outlives the run. And
+//! the docs' minimal Python adapter (docs/peers.md), run as written there.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const FIXTURE: &str = "../fixtures/stale_epoch/trace.json";
+
+fn faulty_peer() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/faulty_peer.py")
+}
+
+/// Runs `kvroute peer run FIXTURE extra... -- python3 faulty_peer.py MODE PIDFILE`;
+/// returns the output, the time it took and the peer's process ids.
+fn run_faulty(mode: &str, extra: &[&str]) -> (Output, Duration, Vec<i32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pids");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "run", FIXTURE, "--timeout-ms", "1500"])
+        .args(extra)
+        .arg("--")
+        .arg("python3")
+        .arg(faulty_peer())
+        .arg(mode)
+        .arg(&pid_file)
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let pids = std::fs::read_to_string(&pid_file)
+        .map(|s| s.split_whitespace().map(|p| p.parse().unwrap()).collect())
+        .unwrap_or_default();
+    (out, elapsed, pids)
+}
+
+/// Whether process `pid` still exists (a zombie included: it has not been reaped).
+fn exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn assert_gone(pids: &[i32]) {
+    assert!(!pids.is_empty(), "the peer never started");
+    // A process kvroute killed but that init has still to reap (a grandchild) may take
+    // a moment; one kvroute left running never goes.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|&p| exists(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for &pid in pids {
+        assert!(!exists(pid), "process {pid} outlived the run");
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A failed run: status 1, the first stderr line as given, the peer's stderr quoted,
+/// nothing left running.
+fn assert_fails(mode: &str, extra: &[&str], first_line: &str) -> String {
+    let (out, elapsed, pids) = run_faulty(mode, extra);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(text.lines().next().unwrap(), first_line, "{text}");
+    assert!(out.stdout.is_empty(), "no table on a failed run");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert_gone(&pids);
+    text
+}
+
+#[test]
+fn a_peer_that_hangs_is_killed_after_the_timeout_with_its_children() {
+    let text = assert_fails(
+        "hang",
+        &[],
+        "peer faulty-hang: no answer within 1500 ms to seq 2; killed (last event sent: seq 2, tick 2)",
+    );
+    assert!(
+        text.contains("peer stderr (last 3 lines):\n  faulty peer: hello from kvroute\n"),
+        "{text}"
+    );
+    assert!(text.contains("  faulty peer: event seq 2"), "{text}");
+}
+
+#[test]
+fn a_peer_whose_child_escapes_its_group_still_ends_the_run_in_time() {
+    let (out, elapsed, pids) = run_faulty("escape", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("peer faulty-escape: no answer within 1500 ms to seq 2; killed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    // The peer is gone; the child that left its group is this test's to end.
+    let (peer, escaped) = (pids[0], pids[1]);
+    unsafe {
+        libc::kill(escaped, libc::SIGKILL);
+    }
+    assert_gone(&[peer, escaped]);
+}
+
+#[test]
+fn a_peer_that_lies_about_its_version_is_refused() {
+    assert_fails(
+        "liar",
+        &["--expect-version", "1.0.0"],
+        "peer faulty-liar: hello: $.version: expected \"1.0.0\", found \"9.9.9\" (before the first event)",
+    );
+    // Without --expect-version the version is reported, not checked.
+    let (out, _, pids) = run_faulty("liar", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("peer faulty-liar 9.9.9: "));
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_peer_that_exits_mid_run_is_reported_with_its_exit_status() {
+    let text = assert_fails(
+        "dies",
+        &[],
+        "peer faulty-dies: exited (exit status: 3) before answering seq 2 (last event sent: seq 2, tick 2)",
+    );
+    assert!(text.ends_with("  faulty peer: giving up\n"), "{text}");
+    assert_fails(
+        "silent_exit",
+        &[],
+        "peer faulty-silent_exit: exited (exit status: 0) before answering seq 2 (last event sent: seq 2, tick 2)",
+    );
+}
+
+#[test]
+fn a_garbage_answer_is_reported_with_its_json_path_and_reason() {
+    assert_fails(
+        "garbage",
+        &[],
+        "peer faulty-garbage: answer to seq 2: $.reuse[1].worker: unknown worker \"w9\" (last event sent: seq 2, tick 2)",
+    );
+    let text = assert_fails(
+        "not_json",
+        &[],
+        "peer faulty-not_json: answer to seq 2: not JSON: expected value at line 1 column 1 (last event sent: seq 2, tick 2)",
+    );
+    assert!(text.contains("peer stderr"));
+}
+
+#[test]
+fn a_peer_of_another_protocol_is_refused() {
+    let (out, elapsed, pids) = run_faulty("other_protocol", &[]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    // Before a hello is accepted the peer is named by its command.
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("peer python3 "), "{text}");
+    assert!(
+        first.ends_with(
+            ": hello: $.protocol: expected \"kvroute-peer/1\", found \"kvroute-peer/2\" (before the first event)"
+        ),
+        "{text}"
+    );
+    assert!(first.contains("faulty_peer.py other_protocol "), "{text}");
+    assert!(elapsed < Duration::from_secs(5));
+    assert_gone(&pids);
+}
+
+#[test]
+fn an_answer_to_the_wrong_seq_is_refused() {
+    assert_fails(
+        "wrong_seq",
+        &[],
+        "peer faulty-wrong_seq: answer to seq 2: $.seq: expected 2, found 3 (last event sent: seq 2, tick 2)",
+    );
+}
+
+#[test]
+fn a_peer_error_message_is_quoted() {
+    assert_fails(
+        "error",
+        &[],
+        "peer faulty-error: index corrupted at r1 (last event sent: seq 2, tick 2)",
+    );
+}
+
+#[test]
+fn sigint_kills_and_reaps_the_peer_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pids");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "run", FIXTURE, "--timeout-ms", "60000", "--"])
+        .arg("python3")
+        .arg(faulty_peer())
+        .arg("hang")
+        .arg(&pid_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !pid_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pids: Vec<i32> = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    // Let kvroute reach its wait on the answer.
+    std::thread::sleep(Duration::from_millis(200));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_choice_peer_gets_the_choice_table() {
+    let (out, _, pids) = run_faulty("choice", &["--policy", "round_robin"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    // The peer always picks the first worker; round robin does so every other time.
+    assert!(lines[1].starts_with("choice vs round_robin"), "{text}");
+    let figures: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(figures[0], "faulty-choice");
+    let (decisions, same, differing): (u64, u64, u64) = (
+        figures[1].parse().unwrap(),
+        figures[2].parse().unwrap(),
+        figures[3].parse().unwrap(),
+    );
+    assert!(decisions >= 2 && same >= 1 && differing >= 1, "{text}");
+    assert_eq!(same + differing, decisions);
+    assert_eq!(figures[5], "-", "no reuse answers to split by");
+    assert_gone(&pids);
+}
+
+#[test]
+fn the_docs_minimal_adapter_runs_as_written() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/peers.md"))
+            .unwrap();
+    let start = docs
+        .find("```python\n")
+        .expect("docs/peers.md has the adapter")
+        + 10;
+    let end = start + docs[start..].find("```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("key_set.py");
+    std::fs::write(&script, &docs[start..end]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "peer",
+            "run",
+            "../fixtures/lab/trace.json",
+            "--format",
+            "json",
+            "--",
+        ])
+        .arg("python3")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["peer"], "key-set");
+    assert_eq!(value["requests"], 29);
+    assert_eq!(value["reuse"]["rows"], 29 * 4);
+    // A key set counts whole segments and knows no epochs or grants: it differs from
+    // kvroute, and every difference has a documented cause.
+    assert!(value["reuse"]["differing"].as_u64().unwrap() > 0, "{value}");
+    assert_eq!(value["reuse"]["causes"]["new_finding"], 0, "{value}");
+}
