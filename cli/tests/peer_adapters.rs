@@ -41,7 +41,6 @@ fn venv_python_from(venv: Option<&OsStr>, required: bool) -> Result<Option<PathB
         if required {
             return Err(format!("KVROUTE_REQUIRE_PEER_VENV=1, but {why}"));
         }
-        eprintln!("skipped: {why}");
         return Ok(None);
     };
     let python = Path::new(venv).join("bin/python");
@@ -74,8 +73,15 @@ fn venv_python_from(venv: Option<&OsStr>, required: bool) -> Result<Option<PathB
 
 fn venv_python() -> Option<PathBuf> {
     let required = std::env::var("KVROUTE_REQUIRE_PEER_VENV").is_ok_and(|v| v == "1");
-    venv_python_from(std::env::var_os("KVROUTE_PEER_VENV").as_deref(), required)
-        .unwrap_or_else(|why| panic!("{why}"))
+    let python = venv_python_from(std::env::var_os("KVROUTE_PEER_VENV").as_deref(), required)
+        .unwrap_or_else(|why| panic!("{why}"));
+    if python.is_none() {
+        eprintln!(
+            "skipped: no Python environment for the peer adapters (KVROUTE_PEER_VENV unset; \
+             `bash .ci/run peer_adapters` makes one)"
+        );
+    }
+    python
 }
 
 /// `kvroute peer run FIXTURE --format json OPTIONS -- PYTHON ADAPTER ARGS`, which must
