@@ -238,8 +238,8 @@ fn a_choice_peer_gets_the_choice_table() {
     assert_gone(&pids);
 }
 
-#[test]
-fn the_docs_minimal_adapter_runs_as_written() {
+/// The docs' minimal adapter (docs/peers.md), written to `dir` as it stands there.
+fn docs_adapter(dir: &Path) -> PathBuf {
     let docs =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/peers.md"))
             .unwrap();
@@ -248,9 +248,53 @@ fn the_docs_minimal_adapter_runs_as_written() {
         .expect("docs/peers.md has the adapter")
         + 10;
     let end = start + docs[start..].find("```").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("key_set.py");
+    let script = dir.join("key_set.py");
     std::fs::write(&script, &docs[start..end]).unwrap();
+    script
+}
+
+#[test]
+fn diff_out_writes_the_first_difference_shrunk_by_rerunning_the_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = docs_adapter(dir.path());
+    let out_path = dir.path().join("first.json");
+    let run = |trace: &Path, extra: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_kvroute"))
+            .args(["peer", "run"])
+            .arg(trace)
+            .args(extra)
+            .arg("--")
+            .arg("python3")
+            .arg(&script)
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        Path::new(FIXTURE),
+        &["--diff-out".as_ref(), out_path.as_os_str()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("first difference: 2 events, 1 workers"),
+        "{}",
+        stderr(&out)
+    );
+    // What was written is a trace on which the peer still differs, cut down from 6
+    // events on 2 workers.
+    let again = run(&out_path, &[]);
+    let table = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        table.starts_with("peer key-set 0.1.0: 1 requests on 1 workers"),
+        "{table}"
+    );
+    let row: Vec<&str> = table.lines().nth(2).unwrap().split_whitespace().collect();
+    assert_eq!((row[1], row[2]), ("1", "1"), "{table}");
+}
+
+#[test]
+fn the_docs_minimal_adapter_runs_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = docs_adapter(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args([
             "peer",
@@ -273,4 +317,22 @@ fn the_docs_minimal_adapter_runs_as_written() {
     // kvroute, and every difference has a documented cause.
     assert!(value["reuse"]["differing"].as_u64().unwrap() > 0, "{value}");
     assert_eq!(value["reuse"]["causes"]["new_finding"], 0, "{value}");
+}
+
+#[test]
+fn the_sweep_runs_a_peer_over_generated_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = docs_adapter(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "sweep", "--seeds", "3", "--start", "5", "--"])
+        .arg("python3")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Three seeds, each in both delivery modes, one peer process per trace.
+    assert!(text.starts_with("6 traces, "), "{text}");
+    assert!(text.contains("\n  new_finding    "), "{text}");
+    assert!(text.ends_with(" seeds with new findings\n"), "{text}");
 }

@@ -180,3 +180,56 @@ fn the_sweep_through_the_protocol_has_no_new_finding() {
     assert!(report.rows_differing > 100, "{}", report.summary());
     assert!(report.findings.is_empty(), "{}", report.summary());
 }
+
+#[test]
+fn the_first_difference_is_shrunk_by_rerunning_the_peer() {
+    // The regression fixture of the positional defect: through the protocol, the
+    // positional adapter differs there (removed_abort) and the radix tree does not.
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/positional_removed_abort/trace.json");
+    let trace = load(&path);
+    let options = RunOptions {
+        compare: Options {
+            block_tokens: 16,
+            ..Options::default()
+        },
+        timeout: Duration::from_secs(20),
+        expect_version: None,
+        policy: Policy::CachePlusLoad,
+    };
+    let run = run_peer(&trace, &command(true), &options).unwrap();
+    let first = run
+        .report
+        .first
+        .first()
+        .expect("the fixture differs")
+        .clone();
+    let shrunk = kvroute_peer_core::run::shrunk_first_difference(
+        &trace,
+        &command(true),
+        &options,
+        &run,
+        500,
+    )
+    .expect("a difference to shrink");
+    // Still a valid trace that shows the same cause through the protocol, and no
+    // larger than what it came from.
+    let shrunk = kvroute_core::parse_trace(&canonical_trace_bytes(&shrunk)).unwrap();
+    assert!(shrunk.events.len() <= trace.events.len());
+    let again = run_peer(&shrunk, &command(true), &options).unwrap();
+    assert!(
+        again.report.tallies[0].count(first.cause) > 0,
+        "{}",
+        again.table()
+    );
+    let radix = run_peer(&trace, &command(false), &options).unwrap();
+    assert!(radix.report.first.is_empty());
+    assert!(kvroute_peer_core::run::shrunk_first_difference(
+        &trace,
+        &command(false),
+        &options,
+        &radix,
+        500
+    )
+    .is_none());
+}

@@ -655,3 +655,69 @@ pub fn parse_hello(value: &Value) -> Result<Hello, String> {
         answers: kinds,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_hello_is_checked_member_by_member() {
+        let good = json!({"type": "hello", "protocol": PROTOCOL, "peer": "p", "version": "1",
+            "answers": ["choice", "reuse"]});
+        let hello = parse_hello(&good).unwrap();
+        assert_eq!(
+            hello.answers,
+            AnswerKinds {
+                reuse: true,
+                choice: true
+            }
+        );
+        let with = |member: &str, v: Value| {
+            let mut h = good.clone();
+            h[member] = v;
+            parse_hello(&h).unwrap_err()
+        };
+        assert_eq!(
+            with("protocol", json!("kvroute-peer/2")),
+            "$.protocol: expected \"kvroute-peer/1\", found \"kvroute-peer/2\""
+        );
+        assert_eq!(
+            with("answers", json!([])),
+            "$.answers: expected a non-empty array of \"reuse\" and \"choice\""
+        );
+        assert_eq!(
+            with("answers", json!(["reuse", "reuse"])),
+            "$.answers[1]: repeated \"reuse\""
+        );
+        assert_eq!(
+            with("answers", json!(["route"])),
+            "$.answers[0]: expected \"reuse\" or \"choice\", found \"route\""
+        );
+        assert_eq!(
+            with("peer", json!("")),
+            "$.peer: expected a non-empty string, found \"\""
+        );
+        assert_eq!(
+            with("version", json!(1)),
+            "$.version: expected a non-empty string, found 1"
+        );
+        assert_eq!(
+            with("type", json!("answer")),
+            "$.type: expected \"hello\", found \"answer\""
+        );
+    }
+
+    #[test]
+    fn a_peer_that_cannot_start_is_one_line_and_no_process() {
+        let e = PeerProcess::spawn(&["/nonexistent/peer".into()], Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("peer /nonexistent/peer: cannot start: "),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("(before the first event)"), "{e}");
+    }
+}

@@ -500,3 +500,125 @@ pub fn shrunk_first_difference(
     let shows = |t: &Trace| rerun(t).is_some_and(|r| r.choice.is_some_and(|c| c.differing > 0));
     Some(shrink(base, shows, budget))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(value: Value, kinds: AnswerKinds) -> Result<Answer, String> {
+        let workers: HashMap<&str, u32> = [("w0", 0), ("w1", 1)].into_iter().collect();
+        parse_answer(&value, 41, 100, &workers, kinds)
+    }
+
+    const REUSE: AnswerKinds = AnswerKinds {
+        reuse: true,
+        choice: false,
+    };
+    const BOTH: AnswerKinds = AnswerKinds {
+        reuse: true,
+        choice: true,
+    };
+
+    #[test]
+    fn a_good_answer_is_read_sorted_by_worker() {
+        let answer = check(
+            json!({"type": "answer", "seq": 41, "reuse": [{"worker": "w1", "tokens": 100},
+                {"worker": "w0", "tokens": 3}], "choice": null, "scores": {"w0": -2}}),
+            BOTH,
+        )
+        .unwrap();
+        assert_eq!(answer.reuse, vec![(0, 3), (1, 100)]);
+        assert_eq!(answer.choice, Some(None));
+    }
+
+    #[test]
+    fn each_bad_answer_names_its_path_and_reason() {
+        let cases = [
+            (json!([1]), REUSE, "$: expected an object, found [1]"),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "extra": 1}),
+                REUSE,
+                "$: unexpected member \"extra\"",
+            ),
+            (
+                json!({"type": "ready", "seq": 41}),
+                REUSE,
+                "$.type: expected \"answer\", found \"ready\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 40, "reuse": []}),
+                REUSE,
+                "$.seq: expected 41, found 40",
+            ),
+            (
+                json!({"type": "answer", "seq": 41}),
+                REUSE,
+                "$: missing required member \"reuse\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": {}}),
+                REUSE,
+                "$.reuse: expected an array, found {}",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [{"worker": "w9", "tokens": 1}]}),
+                REUSE,
+                "$.reuse[0].worker: unknown worker \"w9\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [{"worker": 0, "tokens": 1}]}),
+                REUSE,
+                "$.reuse[0].worker: expected a worker id, found 0",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [{"worker": "w0", "tokens": 101}]}),
+                REUSE,
+                "$.reuse[0].tokens: expected an integer from 1 to 100 (prompt_tokens), found 101",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [{"worker": "w0", "tokens": 0}]}),
+                REUSE,
+                "$.reuse[0].tokens: expected an integer from 1 to 100 (prompt_tokens), found 0",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [{"worker": "w0", "tokens": 1},
+                {"worker": "w0", "tokens": 2}]}),
+                REUSE,
+                "$.reuse[1].worker: repeated worker \"w0\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [{"worker": "w0"}]}),
+                REUSE,
+                "$.reuse[0]: missing required member \"tokens\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "choice": "w0"}),
+                REUSE,
+                "$.choice: present, but the hello did not list \"choice\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": []}),
+                BOTH,
+                "$: missing required member \"choice\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "choice": "w7"}),
+                BOTH,
+                "$.choice: unknown worker \"w7\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "scores": {"w0": 1.5}}),
+                REUSE,
+                "$.scores.w0: expected an integer, found 1.5",
+            ),
+        ];
+        for (value, kinds, expected) in cases {
+            assert_eq!(
+                check(value.clone(), kinds).unwrap_err(),
+                expected,
+                "{value}"
+            );
+        }
+    }
+}
