@@ -5,76 +5,28 @@
 //! document's bytes, or the errors, must be the same.
 
 use kvroute_core::join::figures::Slo;
-use kvroute_core::join::receipt::ReceiptError;
-use kvroute_core::join::{join, output, CompletionsFormat, JoinError, JoinOptions};
+use kvroute_core::join::CompletionsFormat;
 use kvroute_core::Policy;
 use kvroute_harness::generators::TraceRecipe;
-use kvroute_oracle::JoinFailure;
+use kvroute_harness::join::{compare_join, JoinCase};
 use proptest::prelude::*;
 
-/// Core's result in the oracle's terms.
-fn core_join(
-    receipt: &[u8],
-    completions: &[u8],
-    run: Policy,
-    slo: Option<Slo>,
-) -> Result<Vec<u8>, JoinFailure> {
-    let options = JoinOptions {
-        run: Some(run),
-        slo,
-        // The generated lines include ones of no layout: named, never detected.
-        format: Some(CompletionsFormat::Aiperf),
-        ..JoinOptions::default()
-    };
-    match join(receipt, completions, &options) {
-        Ok(joined) => Ok(output::json_bytes(&joined)),
-        Err(JoinError::Completions(errors)) => Err(JoinFailure::Lines(
-            errors.into_iter().map(|e| (e.line, e.reason)).collect(),
-        )),
-        Err(JoinError::Receipt(ReceiptError::NotAReceipt(_))) => Err(JoinFailure::NotAReceipt),
-        Err(JoinError::Receipt(ReceiptError::NoSuchRun(runs))) => Err(JoinFailure::NoSuchRun(runs)),
-        Err(JoinError::NoRecords) => Err(JoinFailure::NoRecords),
-        Err(JoinError::NothingMatched {
-            completion_id,
-            request_id,
-        }) => Err(JoinFailure::NothingMatched {
-            completion_id,
-            request_id,
-        }),
-        // AIPerf named, without --trace: detection, documents and traces never apply.
-        Err(other) => panic!("an AIPerf join without --trace gave {other:?}"),
-    }
-}
-
-fn oracle_join(
-    receipt: &[u8],
-    completions: &[u8],
-    run: Policy,
-    slo: Option<Slo>,
-) -> Result<Vec<u8>, JoinFailure> {
-    kvroute_oracle::join(
+fn assert_same(receipt: &[u8], completions: &[u8], run: Policy, slo: Option<Slo>) {
+    let case = JoinCase {
         receipt,
         completions,
-        run.name(),
-        slo.map(|s| (s.ttft_ms, s.tpot_ms)),
-        None,
-    )
-}
-
-fn assert_same(receipt: &[u8], completions: &[u8], run: Policy, slo: Option<Slo>) {
-    let core = core_join(receipt, completions, run, slo);
-    let oracle = oracle_join(receipt, completions, run, slo);
-    let show = |r: &Result<Vec<u8>, JoinFailure>| match r {
-        Ok(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Err(e) => format!("{e:?}"),
+        // The generated lines include ones of no layout: named, never detected.
+        format: Some(CompletionsFormat::Aiperf),
+        run,
+        slo,
+        trace: None,
     };
-    assert!(
-        core == oracle,
-        "core and oracle differ\n  core:   {}\n  oracle: {}\n  completions:\n{}",
-        show(&core),
-        show(&oracle),
-        String::from_utf8_lossy(completions)
-    );
+    if let Err(difference) = compare_join(&case) {
+        panic!(
+            "{difference}\n  completions:\n{}",
+            String::from_utf8_lossy(completions)
+        );
+    }
 }
 
 #[test]
