@@ -140,7 +140,7 @@ pub fn panel(
         .workers
         .iter()
         .map(|w| WorkerRow {
-            worker: super::page::shown_request_id(&w.worker),
+            worker: super::shown::shown_request_id(&w.worker),
             completed: w.completed,
             ttft_mean_us: w.ttft_mean_us,
             tpot_mean_us: w.tpot_mean_us,

@@ -12,6 +12,7 @@ pub mod diff;
 pub mod model;
 pub mod page;
 pub mod select;
+pub mod shown;
 
 use super::{emit, read_input};
 use crate::failure::Failure;

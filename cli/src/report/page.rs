@@ -6,12 +6,13 @@
 //! with the trace, so [`render_within_budget`] keeps the interesting decisions plus a
 //! sample (see [`super::select`]) and halves the sample, then the cap per kind, until
 //! the page's bytes fit [`REPORT_BYTES_MAX`]; the page states what it kept. A request id
-//! can be any length, so the page shows a long one cut (see [`shown_request_id`]).
+//! can be any length, so the page shows a long one cut (see [`super::shown`]).
 
 use super::charts;
 use super::diff::{self, DiffEntry};
 use super::model::{DecisionDoc, Lab, RowDoc};
 use super::select::{self, KINDS};
+use super::shown::{shown_request_id, REQUEST_ID_SHOWN_MAX_BYTES};
 use kvroute_core::route::metrics::Metrics;
 use kvroute_core::Policy;
 use minijinja::Environment;
@@ -24,11 +25,6 @@ pub const REPORT_BYTES_MAX: usize = 10_000_000;
 const LOG_ROWS_MAX: usize = 300;
 /// Differing decisions listed in the shadow-diff section.
 const SHADOW_ROWS_MAX: usize = 200;
-/// The longest request id the page shows whole; a longer one is cut to
-/// [`REQUEST_ID_KEPT_BYTES`] (ids have no length limit, and a page repeats each id up to
-/// five times per policy: the budget is bytes, not decisions).
-pub const REQUEST_ID_SHOWN_MAX_BYTES: usize = 64;
-const REQUEST_ID_KEPT_BYTES: usize = 40;
 
 const TEMPLATE_HTML: &str = include_str!("../../templates/report.html");
 const TEMPLATE_CSS: &str = include_str!("../../templates/report.css");
@@ -205,20 +201,6 @@ fn render_within(
             detail.per_kind /= 2;
         }
     }
-}
-
-/// A request id as the page shows it: whole up to [`REQUEST_ID_SHOWN_MAX_BYTES`], else
-/// its first [`REQUEST_ID_KEPT_BYTES`] (at a character boundary), an ellipsis and its
-/// length, so two cut ids still read as different requests by their seq.
-pub fn shown_request_id(id: &str) -> String {
-    if id.len() <= REQUEST_ID_SHOWN_MAX_BYTES {
-        return id.to_owned();
-    }
-    let mut end = REQUEST_ID_KEPT_BYTES;
-    while !id.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes)", &id[..end], id.len())
 }
 
 fn metric_bars(lab: &Lab) -> Vec<Chart> {
@@ -540,23 +522,5 @@ mod tests {
         assert!(fitted.detail_decisions > 0, "some detail is left");
         let words = fitted.html.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(words.contains("up to 3 decisions of each interesting kind"));
-    }
-
-    #[test]
-    fn long_request_ids_are_shown_cut_with_their_length() {
-        assert_eq!(shown_request_id("r1"), "r1");
-        let exact = "x".repeat(REQUEST_ID_SHOWN_MAX_BYTES);
-        assert_eq!(shown_request_id(&exact), exact);
-        let long = format!("{}{}", "é".repeat(30), "y".repeat(100));
-        // 40 bytes of two-byte characters: 20 of them, at a character boundary.
-        assert_eq!(
-            shown_request_id(&long),
-            format!("{}… (160 bytes)", "é".repeat(20))
-        );
-        let odd = format!("a{long}");
-        assert_eq!(
-            shown_request_id(&odd),
-            format!("a{}… (161 bytes)", "é".repeat(19))
-        );
     }
 }
