@@ -5,7 +5,7 @@
 //! reason order (§4.7) and the Dynamo cost of `dynamo_default` (§4.8).
 
 use crate::model::{EpochNumbering, Grant, Policy, Segment};
-use crate::policies::PolicyKind;
+use crate::policy_kind::PolicyKind;
 use crate::state::WorkerView;
 
 /// The request members a row depends on.

@@ -11,6 +11,9 @@
 //! (§6, streamed), `simulate` (§11, and the completion records of §14.4), `keyed` (the keyed request ids of §6.5, HMAC from
 //! RFC 2104) and `join` (completion records against a receipt's run, §14: AIPerf, Dynamo and
 //! `vllm bench serve` layouts, their detection, and cohorts with `--trace`).
+//! Below them sit `paths` (the number bound and error-line paths of §1.1, §2.1 and §2.2,
+//! shared by `validate` and `limits`) and `policy_kind` (the policies by name, shared by
+//! `candidates` and `policies`).
 
 mod candidates;
 mod canonical;
@@ -20,7 +23,9 @@ mod json;
 mod keyed;
 mod limits;
 mod model;
+mod paths;
 mod policies;
+mod policy_kind;
 mod receipt;
 mod run;
 pub mod simulate;

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use crate::json::quote_str;
 use crate::model::{Event, EventKind, Profile, StaleRule, Trace};
+use crate::paths::{index_path, line, member_path, INTEGER_MAX};
 use crate::state::{apply_cache_event, WorkerView};
-use crate::validate::{index_path, line, member_path, INTEGER_MAX};
 
 /// `<n> <what> exceed the <profile> limit of <m><per>` at `path`, when `n > m`. The
 /// path is written only for a line that is reported.

@@ -5,37 +5,7 @@ use std::cmp::Ordering;
 
 use crate::candidates::Row;
 use crate::model::Trace;
-
-/// The routing policies, in receipt order (§6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyKind {
-    RoundRobin,
-    LeastLoad,
-    LongestPrefix,
-    CachePlusLoad,
-    /// §4.8; only with `dynamo_block_tokens`.
-    DynamoDefault,
-}
-
-impl PolicyKind {
-    /// The four runs every receipt has, in receipt order; the closed loop's (§11).
-    pub const FOUR: [PolicyKind; 4] = [
-        PolicyKind::RoundRobin,
-        PolicyKind::LeastLoad,
-        PolicyKind::LongestPrefix,
-        PolicyKind::CachePlusLoad,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::RoundRobin => "round_robin",
-            PolicyKind::LeastLoad => "least_load",
-            PolicyKind::LongestPrefix => "longest_prefix",
-            PolicyKind::CachePlusLoad => "cache_plus_load",
-            PolicyKind::DynamoDefault => "dynamo_default",
-        }
-    }
-}
+use crate::policy_kind::PolicyKind;
 
 /// A receipt's runs in order: the four, then `dynamo_default` when set (§6).
 pub fn receipt_policies(trace: &Trace) -> Vec<PolicyKind> {

@@ -145,7 +145,7 @@ pub fn metrics_tree(m: &Metrics) -> Json<'static> {
 /// The two logs, the same in every run (§6): computed once by a run that takes the
 /// cache and load events only (routing never touches them, §3.4).
 fn logs(trace: &Trace) -> (Vec<CacheLogEntry>, Vec<ObservationLogEntry>) {
-    let mut router = Router::new(trace, crate::policies::PolicyKind::RoundRobin);
+    let mut router = Router::new(trace, crate::policy_kind::PolicyKind::RoundRobin);
     let (mut cache_log, mut observation_log) = (Vec::new(), Vec::new());
     for event in in_order(trace) {
         if matches!(event.kind, EventKind::Request { .. }) {

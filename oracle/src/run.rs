@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::candidates::{rows, Request, Row};
 use crate::model::{EpochNumbering, Event, EventKind, StaleRule, Trace};
-use crate::policies::{choose, PolicyKind};
+use crate::policies::choose;
+use crate::policy_kind::PolicyKind;
 use crate::state::{apply_cache_event, observe, receive_epoch, CacheOutcome, WorkerView};
 
 /// A cache log entry (§6); `worker` is the worker's position in id order.

@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 
 use crate::canonical::{canonical_trace_bytes, digest, jcs};
 use crate::model::{EpochNumbering, Event, EventKind, Profile, Segment, StaleRule, Trace, Worker};
-use crate::policies::PolicyKind;
+use crate::policy_kind::PolicyKind;
 use crate::run::{in_order, Outcome, Router};
 use crate::validate;
 
