@@ -239,41 +239,62 @@ fn cache_events(trace: &Path) -> Vec<(String, u64, u64, u64)> {
         .collect()
 }
 
+/// Records the test publisher's `replay` mode: six messages of which the PUB socket
+/// drops 2 and 3 live, a replay socket answering from its buffer (`buffer`) or with its
+/// end marker only (`end-only`), with or without the topic frame; `count` messages
+/// are kept. The scratch directory, the capture's path, the PUB endpoint, and the
+/// recorder's note and lines.
+fn record_replay(
+    python: &Path,
+    answer: &str,
+    topic: &str,
+    count: &str,
+) -> (
+    tempfile::TempDir,
+    PathBuf,
+    String,
+    String,
+    Vec<serde_json::Value>,
+) {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let (pub_port, replay_port) = (free_port(), free_port());
+    let endpoint = format!("tcp://127.0.0.1:{pub_port}");
+    let pair = format!("{endpoint}=tcp://127.0.0.1:{replay_port}");
+    // The replay tests wait up to 20 s for an answer, which its end marker ends at
+    // once: a loaded machine must not turn a slow answer into an unfilled gap.
+    let (note, lines) = record_from(
+        python,
+        &[
+            "replay",
+            &format!("tcp://*:{pub_port}"),
+            &format!("tcp://*:{replay_port}"),
+            "2,3",
+            answer,
+            topic,
+        ],
+        &[
+            &endpoint,
+            "--replay",
+            &pair,
+            "--replay-wait-ms",
+            "20000",
+            "--count",
+            count,
+        ],
+        &capture,
+    );
+    (scratch, capture, endpoint, note, lines)
+}
+
 #[test]
 fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no_gap() {
     let Some(python) = venv_python() else {
         return;
     };
-    // vLLM 0.26.0 answers with the topic frame, older vLLM and SGLang without. The
-    // replay tests wait up to 20 s for an answer, which its end marker ends at once: a
-    // loaded machine must not turn a slow answer into an unfilled gap.
+    // vLLM 0.26.0 answers with the topic frame, older vLLM and SGLang without.
     for topic in ["with", "without"] {
-        let scratch = tempfile::tempdir().unwrap();
-        let capture = scratch.path().join("capture.jsonl");
-        let (pub_port, replay_port) = (free_port(), free_port());
-        let endpoint = format!("tcp://127.0.0.1:{pub_port}");
-        let pair = format!("{endpoint}=tcp://127.0.0.1:{replay_port}");
-        let (note, lines) = record_from(
-            &python,
-            &[
-                "replay",
-                &format!("tcp://*:{pub_port}"),
-                &format!("tcp://*:{replay_port}"),
-                "2,3",
-                "buffer",
-                topic,
-            ],
-            &[
-                &endpoint,
-                "--replay",
-                &pair,
-                "--replay-wait-ms",
-                "20000",
-                "--count",
-                "6",
-            ],
-            &capture,
-        );
+        let (_scratch, capture, _, note, lines) = record_replay(&python, "buffer", topic, "6");
         assert!(
             note.ends_with(", 2 messages replayed, 0 of 1 gaps not filled\n"),
             "{topic}: {note}"
@@ -319,32 +340,8 @@ fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
     let Some(python) = venv_python() else {
         return;
     };
-    let scratch = tempfile::tempdir().unwrap();
-    let capture = scratch.path().join("capture.jsonl");
-    let (pub_port, replay_port) = (free_port(), free_port());
-    let endpoint = format!("tcp://127.0.0.1:{pub_port}");
-    let pair = format!("{endpoint}=tcp://127.0.0.1:{replay_port}");
-    let (note, lines) = record_from(
-        &python,
-        &[
-            "replay",
-            &format!("tcp://*:{pub_port}"),
-            &format!("tcp://*:{replay_port}"),
-            "2,3",
-            "end-only",
-            "with",
-        ],
-        &[
-            &endpoint,
-            "--replay",
-            &pair,
-            "--replay-wait-ms",
-            "20000",
-            "--count",
-            "4",
-        ],
-        &capture,
-    );
+    let (_scratch, capture, endpoint, note, lines) =
+        record_replay(&python, "end-only", "with", "4");
     assert!(
         note.ends_with(", 0 messages replayed, 1 of 1 gaps not filled\n"),
         "{note}"

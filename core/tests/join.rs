@@ -3,45 +3,22 @@
 //! calibration; the same from a JSON Lines receipt and with keyed ids; and each kind of
 //! bad input named with its line and path.
 
-use kvroute_core::join::figures::{Counts, Goodput, JoinFigures, Slo, WorkerFigures};
+use kvroute_core::join::figures::{Counts, Goodput, JoinFigures, Slo};
 use kvroute_core::join::receipt::ReceiptError;
 use kvroute_core::join::{join, output, JoinError, JoinOptions};
-use kvroute_core::{parse_trace, replay_bytes, Policy, LAB_TRACE_JSON};
+use kvroute_core::{parse_trace, Policy, LAB_TRACE_JSON};
+
+#[path = "support/lab_join.rs"]
+mod lab_join;
+use lab_join::{lab_receipt, lab_workers, SLO};
 
 const COMPLETIONS: &str = include_str!("../../fixtures/join/lab.completions.jsonl");
-
-fn lab_receipt() -> Vec<u8> {
-    replay_bytes(LAB_TRACE_JSON.as_bytes()).expect("the lab trace is valid")
-}
 
 fn options(slo: Option<Slo>) -> JoinOptions {
     JoinOptions {
         run: Some(Policy::CachePlusLoad),
         slo,
         ..JoinOptions::default()
-    }
-}
-
-const SLO: Slo = Slo {
-    ttft_ms: Some(200),
-    tpot_ms: Some(20),
-};
-
-fn worker(
-    name: &str,
-    completed: u64,
-    ttft: u64,
-    tpot: u64,
-    predicted: u64,
-    per_token: u64,
-) -> WorkerFigures {
-    WorkerFigures {
-        worker: name.to_owned(),
-        completed,
-        ttft_mean_us: ttft,
-        tpot_mean_us: tpot,
-        predicted_mean_milli: predicted,
-        us_per_predicted_token: Some(per_token),
     }
 }
 
@@ -71,12 +48,7 @@ fn hand_computed() -> JoinFigures {
             span_ns: 1_500_000_000,
             good_per_second_milli: 1333,
         }),
-        workers: vec![
-            worker("w0", 2, 210_250, 11_125, 892_000, 235),
-            worker("w1", 1, 50_000, 30_000, 2_600_000, 19),
-            worker("w2", 1, 100_000, 8_500, 2_600_000, 38),
-            worker("w3", 1, 400_250, 15_999, 2_600_000, 153),
-        ],
+        workers: lab_workers(),
         cohorts: None,
     }
 }

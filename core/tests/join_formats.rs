@@ -3,22 +3,17 @@
 //! hand; the layout detected from the first line; and the join by position past the
 //! run's last decision.
 
-use kvroute_core::join::figures::{Counts, Goodput, JoinFigures, Slo, WorkerFigures};
+use kvroute_core::join::figures::{Counts, Goodput, JoinFigures};
 use kvroute_core::join::{join, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
-use kvroute_core::{parse_trace, replay_bytes, Policy, LAB_TRACE_JSON};
+use kvroute_core::{parse_trace, Policy, LAB_TRACE_JSON};
+
+#[path = "support/lab_join.rs"]
+mod lab_join;
+use lab_join::{lab_receipt, lab_workers, worker, SLO};
 
 const AIPERF: &str = include_str!("../../fixtures/join/lab.completions.jsonl");
 const DYNAMO: &str = include_str!("../../fixtures/join/lab.dynamo.jsonl");
 const VLLM_BENCH: &str = include_str!("../../fixtures/join/lab.vllm-bench.json");
-
-const SLO: Slo = Slo {
-    ttft_ms: Some(200),
-    tpot_ms: Some(20),
-};
-
-fn lab_receipt() -> Vec<u8> {
-    replay_bytes(LAB_TRACE_JSON.as_bytes()).expect("the lab trace is valid")
-}
 
 fn options(format: Option<CompletionsFormat>) -> JoinOptions {
     JoinOptions {
@@ -27,28 +22,6 @@ fn options(format: Option<CompletionsFormat>) -> JoinOptions {
         format,
         ..JoinOptions::default()
     }
-}
-
-fn worker(name: &str, figures: [u64; 5]) -> WorkerFigures {
-    let [completed, ttft, tpot, predicted, per_token] = figures;
-    WorkerFigures {
-        worker: name.to_owned(),
-        completed,
-        ttft_mean_us: ttft,
-        tpot_mean_us: tpot,
-        predicted_mean_milli: predicted,
-        us_per_predicted_token: Some(per_token),
-    }
-}
-
-/// The four workers of the AIPerf fixture; the Dynamo fixture completes the same five.
-fn lab_workers() -> Vec<WorkerFigures> {
-    vec![
-        worker("w0", [2, 210_250, 11_125, 892_000, 235]),
-        worker("w1", [1, 50_000, 30_000, 2_600_000, 19]),
-        worker("w2", [1, 100_000, 8_500, 2_600_000, 38]),
-        worker("w3", [1, 400_250, 15_999, 2_600_000, 153]),
-    ]
 }
 
 fn counts(figures: [u64; 13]) -> Counts {

@@ -110,16 +110,7 @@ fn main() {
         "dec/r+sel"
     );
     for workers in sizes {
-        let (sim, _) = simulation_trace(&imported, Some(workers)).expect("a valid fleet size");
-        let compiled = Compiled::new(&sim);
-        let run = simulate_policy(
-            &compiled,
-            Policy::CachePlusLoad,
-            &SimulateOptions::default(),
-            true,
-            &mut (),
-        );
-        let stream = generated_trace(&sim, &run);
+        let stream = simulated_stream(&imported, workers);
         let compiled = Compiled::new(&stream);
         let chains = ChainMap::new(&compiled);
         let mut actions = Vec::new();
@@ -331,6 +322,20 @@ fn main() {
 /// process fed one JSON line per event) against `kvroute-peers dynamo STREAM` (kvroute's
 /// answers, the classification, RadixTree and PositionalIndexer in-process). Best of
 /// `repeats`; the tallies of both must agree for RadixTree, or the figures mean nothing.
+/// The events `cache_plus_load`'s closed loop publishes on `workers` workers, with the
+/// requests: the stream both tables replay.
+fn simulated_stream(imported: &kvroute_core::Trace, workers: u32) -> kvroute_core::Trace {
+    let (sim, _) = simulation_trace(imported, Some(workers)).expect("a valid fleet size");
+    let run = simulate_policy(
+        &Compiled::new(&sim),
+        Policy::CachePlusLoad,
+        &SimulateOptions::default(),
+        true,
+        &mut (),
+    );
+    generated_trace(&sim, &run)
+}
+
 fn protocol_table(imported: &kvroute_core::Trace, sizes: &[u32], repeats: usize) {
     use kvroute_peer_core::run::{run_peer, RunOptions};
     use kvroute_peers::compare::{compare, Options};
@@ -357,16 +362,7 @@ fn protocol_table(imported: &kvroute_core::Trace, sizes: &[u32], repeats: usize)
         "proto/in"
     );
     for &workers in sizes {
-        let (sim, _) = simulation_trace(imported, Some(workers)).expect("a valid fleet size");
-        let compiled = Compiled::new(&sim);
-        let run = simulate_policy(
-            &compiled,
-            Policy::CachePlusLoad,
-            &SimulateOptions::default(),
-            true,
-            &mut (),
-        );
-        let stream = generated_trace(&sim, &run);
+        let stream = simulated_stream(imported, workers);
         // As `simulate --events-out` writes it, and as the protocol sends it.
         let stream = kvroute_core::parse_trace(
             &kvroute_core::output::canonical::canonical_trace_bytes(&stream),
