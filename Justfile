@@ -96,6 +96,22 @@ fuzz-all seconds="30": fuzz-build
         echo "$target: $(grep -E '^Done [0-9]+ runs' "$log" | tail -1)"
     done
 
+# peers/fuzz is its own workspace (it can link Dynamo); without `--features in-process`
+# its `peer_protocol` target drives the `kvroute-peer-dynamo` adapter
+# ($KVROUTE_PEER_DYNAMO, else target/release or target/debug) through the protocol only.
+[doc("Fuzz Dynamo's adapter through the peer protocol for N seconds, building no Dynamo under the fuzz flags.")]
+fuzz-peer seconds="60":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo metadata --locked --format-version 1 --manifest-path peers/fuzz/Cargo.toml > /dev/null
+    cd peers/fuzz
+    mkdir -p corpus/peer_protocol
+    log=$(mktemp)
+    cargo fuzz run peer_protocol --sanitizer none corpus/peer_protocol -- -max_total_time={{seconds}} > "$log" 2>&1 || { tail -40 "$log"; exit 1; }
+    echo "peer_protocol: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1)"
+    echo "peer_protocol: $(grep -E '^Done [0-9]+ runs' "$log" | tail -1)"
+    rm -f "$log"
+
 [doc("What CI runs (`just ci lint tests` runs only those stages).")]
 ci *stages:
     bash .ci/run {{stages}}
