@@ -458,7 +458,8 @@ impl<'t> PeerModels<'t> {
             self.ancestors
                 .apply_cache_event(worker, tick, implied_epoch, &implied);
         }
-        self.ancestors.apply_cache_event(worker, tick, op_epoch, &op);
+        self.ancestors
+            .apply_cache_event(worker, tick, op_epoch, &op);
     }
 
     /// Notes a request the peer was sent: its keys' first occurrences, and that the
@@ -476,8 +477,8 @@ impl<'t> PeerModels<'t> {
     fn walks(&mut self, request: &Req) -> &[Vec<u64>; 2] {
         if !self.walked {
             for (index, walk) in [&mut self.evictions_unseen, &mut self.ancestors]
-            .into_iter()
-            .zip(&mut self.walks)
+                .into_iter()
+                .zip(&mut self.walks)
             {
                 index.reuse_tokens(request, &mut self.sparse);
                 densify(&self.sparse, walk);
@@ -851,7 +852,11 @@ mod tests {
     /// figure on each worker and the cause each of `peer`'s figures `(worker, tokens)`
     /// gets (`None` when it equals kvroute's), with the protocol's models or without
     /// them (the in-process comparison).
-    fn causes(trace: &Trace, models: bool, peer: &[(usize, u64)]) -> (Vec<u64>, Vec<Option<Cause>>) {
+    fn causes(
+        trace: &Trace,
+        models: bool,
+        peer: &[(usize, u64)],
+    ) -> (Vec<u64>, Vec<Option<Cause>>) {
         let options = Options {
             block_tokens: 16,
             ..Options::default()
@@ -879,7 +884,14 @@ mod tests {
                         .iter()
                         .map(|&(w, p)| {
                             (kvroute[w] != p).then(|| {
-                                reference.cause(Rules::Positional, &evidence, request, w, kvroute[w], p)
+                                reference.cause(
+                                    Rules::Positional,
+                                    &evidence,
+                                    request,
+                                    w,
+                                    kvroute[w],
+                                    p,
+                                )
                             })
                         })
                         .collect();
