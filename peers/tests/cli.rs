@@ -35,7 +35,10 @@ fn the_table_counts_rows_and_the_reproduction_is_a_valid_trace_showing_the_diffe
     // One row compared, one differing, classified as the known defect (its column
     // found by name: the causes after it are SPEC §12's protocol-only ones).
     assert_eq!(&figures[1..3], ["1", "1"], "{table}");
-    let header = table.lines().find(|l| l.starts_with("comparison ")).unwrap();
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("comparison "))
+        .unwrap();
     let header: Vec<&str> = header.split_whitespace().collect();
     let removed_abort = header.iter().position(|&c| c == "removed_abort").unwrap();
     assert_eq!(figures[removed_abort], "1", "{table}");
