@@ -179,12 +179,13 @@ fn ray_keeps_what_an_evict_removed_because_it_never_sees_evicts() {
     let Some(python) = venv_python() else {
         return;
     };
-    // w0 stores k0 k1, evicts k1: kvroute reuses 16 tokens of r2 on w0, Ray's tree 32.
+    // w0 stores k0 k1, evicts k1: kvroute reuses 16 tokens of r2 on w0, Ray's tree 32,
+    // the walk of SPEC §12's no-eviction model.
     let summary = peer_run(&python, "ray_evict_unseen", &[], RAY);
     assert_eq!(summary["peer"], "ray-serve-prefix-tree");
     assert_eq!(
         reuse(&summary),
-        (4, 1, vec![("new_finding".into(), 1)]),
+        (4, 1, vec![("evict_unseen".into(), 1)]),
         "{summary}"
     );
 }
@@ -195,11 +196,12 @@ fn ray_holds_the_ancestors_of_every_block_it_stores() {
         return;
     };
     // w1 stores only k1, whose chain parent is k0: kvroute's walk of [k0, k1] on w1
-    // stops at k0 (0 tokens), Ray's insert of k1's text marks k0's node too (32).
+    // stops at k0 (0 tokens), Ray's insert of k1's text marks k0's node too (32), the
+    // walk of SPEC §12's ancestor model.
     let summary = peer_run(&python, "ray_ancestors_implied", &[], RAY);
     assert_eq!(
         reuse(&summary),
-        (4, 1, vec![("new_finding".into(), 1)]),
+        (4, 1, vec![("ancestors_implied".into(), 1)]),
         "{summary}"
     );
 }
@@ -228,7 +230,8 @@ fn ray_lru_eviction_drops_every_block_inserted_at_the_oldest_time_together() {
     // w0 stores k0 k1 k2 in one insert and evicts k2; r2 asks for k0 k1. Without
     // evictions the tree still has them (as kvroute), so nothing differs; with Ray's
     // LRU eviction of k2's 16 characters, the whole chain goes (all three nodes carry
-    // the insert's time), and r2 matches nothing on w0.
+    // the insert's time), and r2 matches nothing on w0: less than either model of
+    // SPEC §12 holds, so it stays a finding.
     let none = peer_run(&python, "ray_lru_same_tick", &[], RAY);
     assert_eq!(reuse(&none), (4, 0, vec![]), "{none}");
     let lru = peer_run(&python, "ray_lru_same_tick", &[], RAY_LRU);

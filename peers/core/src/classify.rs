@@ -9,14 +9,17 @@
 //! that applies; each is checked against the row's own evidence (its figures, or the
 //! keys of its prefix that an event the cause names touched on that worker), not
 //! against the trace as a whole. The in-process Dynamo comparison and a peer reached
-//! over the protocol use this same code.
+//! over the protocol use this same code. A peer reached over the protocol is also
+//! checked, last, against [`PeerModels`]: what an indexer that never applies evictions,
+//! or that holds a stored key's chain ancestors with it, would answer (`evict_unseen`,
+//! `ancestors_implied`).
 
 use crate::chains::ChainShape;
 use crate::kvroute::KvrouteIndex;
 use crate::{densify, Applied, Peer};
 use kvroute_core::input::trace::{CacheOp, EventKind, Trace};
 use kvroute_core::route::compiled::{CEvent, Compiled, KeyId, NsId, Op, Req, Seg};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// How a comparison runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,12 +77,21 @@ pub enum Cause {
     /// The known `PositionalIndexer` defect: a `Removed` event aborted at its first
     /// unknown block and kept the event's remaining blocks (docs/peers.md).
     RemovedAbort,
+    /// The peer's figure is exactly the walk of a model given every event the peer was
+    /// given but no eviction (an `evict`, or a store's 0-token removal): the peer never
+    /// hears, or never acts on, evictions (Ray Serve's `PrefixTree`). Protocol peers only.
+    EvictUnseen,
+    /// Not [`Cause::EvictUnseen`], but the peer's figure is exactly the walk of its
+    /// model with one change more: each stored key also makes its chain ancestors
+    /// resident on that worker, as a tree whose `insert` marks the whole path from the
+    /// root does (Ray Serve's `PrefixTree`). Protocol peers only.
+    AncestorsImplied,
     /// None of the above: a difference nobody has explained.
     NewFinding,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 9] = [
+    pub const ALL: [Cause; 11] = [
         Cause::PartialBlock,
         Cause::TokenCount,
         Cause::StaleEpoch,
@@ -88,6 +100,8 @@ impl Cause {
         Cause::ChainFork,
         Cause::SharingGrant,
         Cause::RemovedAbort,
+        Cause::EvictUnseen,
+        Cause::AncestorsImplied,
         Cause::NewFinding,
     ];
 
@@ -101,12 +115,20 @@ impl Cause {
             Cause::ChainFork => "chain_fork",
             Cause::SharingGrant => "sharing_grant",
             Cause::RemovedAbort => "removed_abort",
+            Cause::EvictUnseen => "evict_unseen",
+            Cause::AncestorsImplied => "ancestors_implied",
             Cause::NewFinding => "new_finding",
         }
     }
 
     fn index(self) -> usize {
         Cause::ALL.iter().position(|&c| c == self).unwrap()
+    }
+
+    /// The width of this cause's column in the agreement table: 13, or the name's
+    /// length when longer (`ancestors_implied`), so the figures stay under their names.
+    fn column_width(self) -> usize {
+        self.name().len().max(13)
     }
 }
 
@@ -166,7 +188,8 @@ impl Tally {
             self.comparison, self.rows_compared, self.rows_differing
         );
         for cause in Cause::ALL {
-            out.push_str(&format!(" {:>13}", self.count(cause)));
+            let width = cause.column_width();
+            out.push_str(&format!(" {:>width$}", self.count(cause)));
         }
         out
     }
@@ -222,7 +245,8 @@ impl Report {
 pub fn table_header() -> String {
     let mut out = format!("{:<26} {:>12} {:>10}", "comparison", "rows", "differing");
     for cause in Cause::ALL {
-        out.push_str(&format!(" {:>13}", cause.name()));
+        let width = cause.column_width();
+        out.push_str(&format!(" {:>width$}", cause.name()));
     }
     out.push('\n');
     out
@@ -358,6 +382,178 @@ fn whole_block_part(prefix: &[Seg], block_tokens: u64, reuse_tokens: u64) -> u64
     sum
 }
 
+/// What two kinds of peer that learn residency otherwise than kvroute would hold, kept
+/// for a peer reached over the protocol (SPEC.md §12, `evict_unseen` and
+/// `ancestors_implied`). Each model is kvroute's own index and walk (§3.2, §4.3), given
+/// exactly the cache events the peer was given, in the order it was given them and
+/// with no epoch rule (each event takes its worker's next epoch, as the peer has no
+/// ordering check), and:
+///
+/// - `evictions_unseen`: no eviction is applied (an `evict`, or a store's 0-token
+///   segment, which kvroute reads as a removal); stores and clears are.
+/// - `ancestors`: the same, and before each store every chain ancestor (the peer's
+///   positions, §15.2) of a key it stores with tokens, and that the store does not
+///   itself name, is made resident on the worker with the tokens of the ancestor's
+///   first occurrence in what the peer was sent (raised to them when held with fewer):
+///   what a tree whose insert walks from the root and marks every node it passes holds.
+///
+/// Memory is two more copies of kvroute's cache state and one token count per key.
+struct PeerModels<'t> {
+    evictions_unseen: KvrouteIndex<'t>,
+    ancestors: KvrouteIndex<'t>,
+    /// Per worker, the last epoch the models were given: each event takes two (an
+    /// implied store, then the event itself), so every one is applied.
+    epochs: Vec<u64>,
+    /// `(namespace, key)` → the tokens of its first occurrence among the requests,
+    /// stores (segments with tokens) and initial caches the peer was sent. Lookups
+    /// only: never iterated.
+    first_tokens: HashMap<(NsId, KeyId), u64>,
+    /// Whether `walks` holds the current request's answers.
+    walked: bool,
+    /// The current request's walk of each model, one slot per worker, in the order
+    /// `evictions_unseen`, `ancestors`.
+    walks: [Vec<u64>; 2],
+    sparse: Vec<(u32, u64)>,
+}
+
+impl<'t> PeerModels<'t> {
+    fn new(compiled: &Compiled<'t>) -> Self {
+        let workers = compiled.worker_count();
+        let mut first_tokens = HashMap::new();
+        for worker in &compiled.workers {
+            for &(ns, key, tokens) in &worker.cache {
+                if tokens > 0 {
+                    first_tokens.entry((ns, key)).or_insert(tokens);
+                }
+            }
+        }
+        PeerModels {
+            evictions_unseen: KvrouteIndex::new(compiled),
+            ancestors: KvrouteIndex::new(compiled),
+            epochs: compiled.workers.iter().map(|w| w.epoch).collect(),
+            first_tokens,
+            walked: false,
+            walks: [vec![0; workers], vec![0; workers]],
+            sparse: Vec::new(),
+        }
+    }
+
+    /// Gives the models one cache operation the peer was given.
+    fn cache_event(&mut self, shape: &ChainShape, worker: u32, tick: u64, op: &Op) {
+        if let Op::Store { ns, segments } = op {
+            for s in segments.iter().filter(|s| s.tokens > 0) {
+                self.first_tokens.entry((*ns, s.key)).or_insert(s.tokens);
+            }
+        }
+        let epoch = &mut self.epochs[worker as usize];
+        let (implied_epoch, op_epoch) = (*epoch + 1, *epoch + 2);
+        *epoch += 2;
+        let Some(op) = without_evictions(op) else {
+            return;
+        };
+        self.evictions_unseen
+            .apply_cache_event(worker, tick, op_epoch, &op);
+        let implied = implied_ancestors(&self.ancestors, &self.first_tokens, shape, worker, &op);
+        if let Some(implied) = implied {
+            self.ancestors
+                .apply_cache_event(worker, tick, implied_epoch, &implied);
+        }
+        self.ancestors
+            .apply_cache_event(worker, tick, op_epoch, &op);
+    }
+
+    /// Notes a request the peer was sent: its keys' first occurrences, and that the
+    /// walks are to be made again.
+    fn request(&mut self, request: &Req) {
+        for s in &request.prefix {
+            self.first_tokens
+                .entry((request.ns, s.key))
+                .or_insert(s.tokens);
+        }
+        self.walked = false;
+    }
+
+    /// The two models' walks of `request`, walked once per request.
+    fn walks(&mut self, request: &Req) -> &[Vec<u64>; 2] {
+        if !self.walked {
+            for (index, walk) in [&mut self.evictions_unseen, &mut self.ancestors]
+                .into_iter()
+                .zip(&mut self.walks)
+            {
+                index.reuse_tokens(request, &mut self.sparse);
+                densify(&self.sparse, walk);
+            }
+            self.walked = true;
+        }
+        &self.walks
+    }
+}
+
+/// `op` without its evictions: `None` for an `evict`, a store without its 0-token
+/// segments (`None` when nothing is left), a `clear` as it is.
+fn without_evictions(op: &Op) -> Option<Op> {
+    match op {
+        Op::Evict { .. } => None,
+        Op::Store { ns, segments } => {
+            let kept: Vec<Seg> = segments.iter().copied().filter(|s| s.tokens > 0).collect();
+            (!kept.is_empty()).then_some(Op::Store {
+                ns: *ns,
+                segments: kept,
+            })
+        }
+        Op::Clear => Some(Op::Clear),
+    }
+}
+
+/// The store of the chain ancestors `op` implies on `worker` in `index` (see
+/// [`PeerModels`]), or `None` when it implies none the worker lacks. Ancestors are
+/// listed once each, in the order the store's segments reach them.
+fn implied_ancestors(
+    index: &KvrouteIndex,
+    first_tokens: &HashMap<(NsId, KeyId), u64>,
+    shape: &ChainShape,
+    worker: u32,
+    op: &Op,
+) -> Option<Op> {
+    let Op::Store { ns, segments } = op else {
+        return None;
+    };
+    let stored: HashSet<KeyId> = segments
+        .iter()
+        .filter(|s| s.tokens > 0)
+        .map(|s| s.key)
+        .collect();
+    let cache = &index.state().cache;
+    let mut implied: Vec<Seg> = Vec::new();
+    for s in segments.iter().filter(|s| s.tokens > 0) {
+        let mut at = shape.parent(*ns, s.key);
+        while let Some(ancestor) = at {
+            at = shape.parent(*ns, ancestor);
+            if stored.contains(&ancestor) || implied.iter().any(|i| i.key == ancestor) {
+                continue;
+            }
+            let Some(&tokens) = first_tokens.get(&(*ns, ancestor)) else {
+                continue;
+            };
+            let held = cache
+                .holders(ancestor)
+                .iter()
+                .find(|h| h.worker == worker && h.ns == *ns)
+                .map_or(0, |h| h.tokens);
+            if held < tokens {
+                implied.push(Seg {
+                    key: ancestor,
+                    tokens,
+                });
+            }
+        }
+    }
+    (!implied.is_empty()).then_some(Op::Store {
+        ns: *ns,
+        segments: implied,
+    })
+}
+
 /// kvroute's side of a comparison: its answers, and the evidence about what the peer
 /// was given.
 pub struct Reference<'c, 't> {
@@ -374,6 +570,8 @@ pub struct Reference<'c, 't> {
     holes: KeySets,
     sparse: Vec<(u32, u64)>,
     answer: Vec<u64>,
+    /// Only for a peer reached over the protocol ([`Reference::with_peer_models`]).
+    models: Option<PeerModels<'t>>,
 }
 
 impl<'c, 't> Reference<'c, 't> {
@@ -391,7 +589,18 @@ impl<'c, 't> Reference<'c, 't> {
             holes: KeySets::new(workers),
             sparse: Vec::new(),
             answer: vec![0; workers],
+            models: None,
         }
+    }
+
+    /// Also keeps the models `evict_unseen` and `ancestors_implied` are checked against
+    /// (SPEC.md §12): for a peer reached over the protocol, whose handling of evictions
+    /// and stores is not known. The in-process Dynamo comparison does not: Dynamo is
+    /// given every `Removed` and drops orphan stores, so a row of its that fits either
+    /// model is a defect of Dynamo's (`removed_abort` is one) and stays a finding.
+    pub fn with_peer_models(mut self) -> Self {
+        self.models = Some(PeerModels::new(self.compiled));
+        self
     }
 
     /// Applies a cache event to kvroute and notes it as given to the peer, unless
@@ -412,6 +621,9 @@ impl<'c, 't> Reference<'c, 't> {
         *next_epoch += 1;
         self.delivered
             .apply_cache_event(worker, tick, *next_epoch, op);
+        if let Some(models) = &mut self.models {
+            models.cache_event(self.shape, worker, tick, op);
+        }
         if let Op::Evict { ns, keys } = op {
             let cache = &self.delivered.state().cache;
             for &key in keys {
@@ -430,15 +642,22 @@ impl<'c, 't> Reference<'c, 't> {
     }
 
     /// kvroute's answer to `request`, one slot per worker.
+    /// Call it for every request, before any [`Reference::cause`] of that request.
     pub fn answer(&mut self, request: &Req) -> &[u64] {
+        if let Some(models) = &mut self.models {
+            models.request(request);
+        }
         self.kvroute.reuse_tokens(request, &mut self.sparse);
         densify(&self.sparse, &mut self.answer);
         &self.answer
     }
 
-    /// The first documented cause that explains `kvroute ≠ peer` on worker `w`.
+    /// The first documented cause that explains `kvroute ≠ peer` on worker `w`, tried in
+    /// SPEC.md §12's order: the evidence rules of the causes an indexer given every
+    /// event has, then (with [`Reference::with_peer_models`]) the two exact model
+    /// rules, so that those can only take a row that would otherwise be a finding.
     pub fn cause(
-        &self,
+        &mut self,
         rules: Rules,
         evidence: &PeerEvidence,
         request: &Req,
@@ -474,6 +693,15 @@ impl<'c, 't> Reference<'c, 't> {
         }
         if peer < kvroute && self.shares_across_tenants(request) {
             return Cause::SharingGrant;
+        }
+        if let Some(models) = &mut self.models {
+            let [evictions_unseen, ancestors] = models.walks(request);
+            if peer == evictions_unseen[w] {
+                return Cause::EvictUnseen;
+            }
+            if peer == ancestors[w] {
+                return Cause::AncestorsImplied;
+            }
         }
         Cause::NewFinding
     }
@@ -567,5 +795,204 @@ pub fn record(
             peer_tokens,
             cause,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The two model rules on hand-built traces, with a fake peer's figures put to
+    //! [`Reference::cause`] directly.
+
+    use super::*;
+    use crate::run::withheld;
+    use serde_json::{json, Value};
+
+    fn request(seq: u64, id: &str, keys: &[&str]) -> Value {
+        let prefix: Vec<Value> = keys
+            .iter()
+            .map(|k| json!({"key": k, "tokens": 16}))
+            .collect();
+        json!({"seq": seq, "tick": seq, "type": "request", "id": id, "tenant": "t",
+            "model": "m", "adapter": "base", "prefix": prefix, "prompt_tokens": 80,
+            "decode_tokens": 4})
+    }
+
+    fn store(seq: u64, worker: &str, epoch: u64, keys: &[&str]) -> Value {
+        let segments: Vec<Value> = keys
+            .iter()
+            .map(|k| json!({"key": k, "tokens": 16}))
+            .collect();
+        json!({"seq": seq, "tick": seq, "type": "cache", "op": "store", "worker": worker,
+            "epoch": epoch, "tenant": "t", "model": "m", "adapter": "base",
+            "segments": segments})
+    }
+
+    fn evict(seq: u64, worker: &str, epoch: u64, keys: &[&str]) -> Value {
+        json!({"seq": seq, "tick": seq, "type": "cache", "op": "evict", "worker": worker,
+            "epoch": epoch, "tenant": "t", "model": "m", "adapter": "base", "keys": keys})
+    }
+
+    fn trace(events: Vec<Value>) -> Trace {
+        let workers: Vec<Value> = ["w0", "w1"]
+            .iter()
+            .map(|id| {
+                json!({"id": id, "model": "m", "adapters": [], "prefill_rate": 16,
+                    "decode_rate": 4, "queued_prefill": 0, "active_decode": 0,
+                    "observed_tick": 0, "epoch": 0, "cache": []})
+            })
+            .collect();
+        let value = json!({"format": "kvroute-trace/1", "limits": "lab",
+            "policy": {"decode_weight_milli": 1000, "freshness_ticks": null,
+                "imbalance_penalty_milli": 0, "max_queued_work": null},
+            "sharing": [], "workers": workers, "events": events});
+        kvroute_core::parse_trace(value.to_string().as_bytes()).expect("a valid trace")
+    }
+
+    /// Replays `trace` as `peer run` does and returns, for the last request, kvroute's
+    /// figure on each worker and the cause each of `peer`'s figures `(worker, tokens)`
+    /// gets (`None` when it equals kvroute's), with the protocol's models or without
+    /// them (the in-process comparison).
+    fn causes(
+        trace: &Trace,
+        models: bool,
+        peer: &[(usize, u64)],
+    ) -> (Vec<u64>, Vec<Option<Cause>>) {
+        let options = Options {
+            block_tokens: 16,
+            ..Options::default()
+        };
+        let compiled = Compiled::new(trace);
+        let shape = ChainShape::streamed(&compiled, &withheld(&compiled, options));
+        let mut reference = Reference::new(&compiled, &shape, options);
+        if models {
+            reference = reference.with_peer_models();
+        }
+        let mut chain_model = crate::chains::ChainModel::new(&compiled, &shape);
+        let mut evidence = PeerEvidence::new(compiled.worker_count());
+        let mut last = None;
+        for event in &compiled.events {
+            match &event.step {
+                kvroute_core::route::compiled::Step::Cache { worker, epoch, op } => {
+                    if reference.cache_event(*worker, event.tick, *epoch, op) {
+                        let applied = chain_model.apply(*worker as usize, &shape, op);
+                        evidence.note(*worker, op, applied);
+                    }
+                }
+                kvroute_core::route::compiled::Step::Request(request) => {
+                    let kvroute = reference.answer(request).to_vec();
+                    let found: Vec<Option<Cause>> = peer
+                        .iter()
+                        .map(|&(w, p)| {
+                            (kvroute[w] != p).then(|| {
+                                reference.cause(
+                                    Rules::Positional,
+                                    &evidence,
+                                    request,
+                                    w,
+                                    kvroute[w],
+                                    p,
+                                )
+                            })
+                        })
+                        .collect();
+                    last = Some((kvroute, found));
+                }
+                kvroute_core::route::compiled::Step::Load { .. } => {}
+            }
+        }
+        last.expect("the trace has a request")
+    }
+
+    #[test]
+    fn a_peer_that_keeps_what_an_evict_removed_is_evict_unseen() {
+        // w0 stores k0 k1 and evicts k1: kvroute reuses 16 tokens of r2 on w0; a peer
+        // that never applied the evict holds both (32).
+        let trace = trace(vec![
+            request(1, "r1", &["k0", "k1"]),
+            store(2, "w0", 1, &["k0", "k1"]),
+            evict(3, "w0", 2, &["k1"]),
+            request(4, "r2", &["k0", "k1"]),
+        ]);
+        let (kvroute, found) = causes(&trace, true, &[(0, 32), (0, 16), (0, 48), (1, 16)]);
+        assert_eq!(kvroute, vec![16, 0]);
+        assert_eq!(
+            found,
+            vec![
+                Some(Cause::EvictUnseen),
+                None,
+                // More than any model holds: nothing explains it.
+                Some(Cause::NewFinding),
+                // w1 holds nothing in any model.
+                Some(Cause::NewFinding),
+            ]
+        );
+        // In-process (no models) the same figure is a finding.
+        let (_, found) = causes(&trace, false, &[(0, 32)]);
+        assert_eq!(found, vec![Some(Cause::NewFinding)]);
+    }
+
+    #[test]
+    fn a_peer_that_holds_a_stored_keys_ancestors_is_ancestors_implied() {
+        // w1 stores only k1, whose chain parent is k0: kvroute's walk of [k0, k1] on w1
+        // stops at k0 (0 tokens); a tree whose insert marks the path holds both (32).
+        let trace = trace(vec![
+            request(1, "r1", &["k0", "k1"]),
+            store(2, "w1", 1, &["k1"]),
+            request(3, "r2", &["k0", "k1"]),
+        ]);
+        let (kvroute, found) = causes(&trace, true, &[(1, 32), (1, 16), (1, 48)]);
+        assert_eq!(kvroute, vec![0, 0]);
+        assert_eq!(
+            found,
+            vec![
+                Some(Cause::AncestorsImplied),
+                // Only k0 (the walk of no model): a finding.
+                Some(Cause::NewFinding),
+                Some(Cause::NewFinding),
+            ]
+        );
+        let (_, found) = causes(&trace, false, &[(1, 32)]);
+        assert_eq!(found, vec![Some(Cause::NewFinding)]);
+    }
+
+    #[test]
+    fn ancestors_implied_is_named_only_where_the_implication_is_needed() {
+        // Chain k0 k1 k2 k3. w0 stores k0 k1, evicts k1 (a leaf then: no hole), then
+        // stores only k3. kvroute holds k0 k3: 16 tokens of [k0 k1 k2 k3]. Without the
+        // evict, k0 k1 k3: 32 (`evict_unseen`); with k3's ancestors k1 k2 implied as
+        // well, all four: 64 (`ancestors_implied`).
+        let trace = trace(vec![
+            request(1, "r1", &["k0", "k1", "k2", "k3"]),
+            store(2, "w0", 1, &["k0", "k1"]),
+            evict(3, "w0", 2, &["k1"]),
+            store(4, "w0", 3, &["k3"]),
+            request(5, "r2", &["k0", "k1", "k2", "k3"]),
+        ]);
+        let (kvroute, found) = causes(&trace, true, &[(0, 32), (0, 64), (0, 48), (0, 80)]);
+        assert_eq!(kvroute, vec![16, 0]);
+        assert_eq!(
+            found,
+            vec![
+                Some(Cause::EvictUnseen),
+                Some(Cause::AncestorsImplied),
+                Some(Cause::NewFinding),
+                Some(Cause::NewFinding),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_earlier_cause_keeps_its_rows() {
+        // A late store kvroute drops (epoch 1 after epoch 2) that the peer was given:
+        // the row is `stale_epoch` even though the no-eviction model fits it too.
+        let trace = trace(vec![
+            request(1, "r1", &["k0"]),
+            store(2, "w0", 2, &["k1"]),
+            store(3, "w0", 1, &["k0"]),
+            request(4, "r2", &["k0"]),
+        ]);
+        let (kvroute, found) = causes(&trace, true, &[(0, 16)]);
+        assert_eq!(kvroute, vec![0, 0]);
+        assert_eq!(found, vec![Some(Cause::StaleEpoch)]);
     }
 }

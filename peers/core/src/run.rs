@@ -241,7 +241,7 @@ pub fn run_peer(
     canonical_fleet_members(trace, &mut fleet);
     peer.fleet(&fleet)?;
 
-    let mut reference = Reference::new(&compiled, &shape, compare);
+    let mut reference = Reference::new(&compiled, &shape, compare).with_peer_models();
     let mut model = ChainModel::new(&compiled, &shape);
     let mut evidence = PeerEvidence::new(workers);
     // kvroute's decisions are only needed to compare choices: a whole policy run per
