@@ -45,7 +45,8 @@ fn assert_gone(pids: &[i32]) {
     assert!(!pids.is_empty(), "the peer never started");
     // A process kvroute killed but that init has still to reap (a grandchild) may take
     // a moment; one kvroute left running never goes.
-    let deadline = Instant::now() + Duration::from_secs(2);
+    // Generous, for a loaded machine: a process left running never goes, whatever the bound.
+    let deadline = Instant::now() + Duration::from_secs(10);
     while pids.iter().any(|&p| exists(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -198,12 +199,13 @@ fn sigint_kills_and_reaps_the_peer_and_exits_130() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // Python's start on a loaded machine; the file appears atomically (renamed into place).
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !pid_file.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     let pids: Vec<i32> = std::fs::read_to_string(&pid_file)
-        .unwrap()
+        .expect("the peer wrote its process ids within 30 s")
         .split_whitespace()
         .map(|p| p.parse().unwrap())
         .collect();
