@@ -535,7 +535,8 @@ pub enum PeerAction {
         diff_out: Option<PathBuf>,
     },
     /// Drive the peer COMMAND over the seed sweep's generated chain traces (both
-    /// delivery modes, one peer process per trace).
+    /// delivery modes; one peer process for all when the peer offers reset, else one
+    /// per trace).
     Sweep {
         /// How many seeds (1 to 1000000).
         #[arg(long, value_name = "N", default_value_t = 100,
@@ -545,6 +546,9 @@ pub enum PeerAction {
         #[arg(long, value_name = "S", default_value_t = 0,
               value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         start: u64,
+        /// Start a fresh peer process for every trace even when the peer offers reset.
+        #[arg(long)]
+        process_per_trace: bool,
         #[command(flatten)]
         peer: PeerArgs,
     },

@@ -8,8 +8,8 @@ use crate::out;
 use kvroute_cli::args::{PeerAction, PeerArgs, PeerFormat};
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_peer_core::classify::Options;
+use kvroute_peer_core::peer_sweep::{sweep_peer, Processes, SweepOptions};
 use kvroute_peer_core::run::{run_peer, shrunk_first_difference, RunOptions};
-use kvroute_peer_core::sweep::{modes, trace_of, SweepReport};
 use std::time::Duration;
 
 /// Peer runs a shrink of `--diff-out` may take (each starts the peer once).
@@ -65,32 +65,28 @@ pub(crate) fn peer(action: PeerAction) -> Result<(), Failure> {
             ));
             Ok(())
         }
-        PeerAction::Sweep { seeds, start, peer } => sweep(seeds, start, &peer),
+        PeerAction::Sweep {
+            seeds,
+            start,
+            process_per_trace,
+            peer,
+        } => sweep(seeds, start, process_per_trace, &peer),
     }
 }
 
-/// Each seed's trace in both delivery modes, one peer process per trace (the protocol
-/// has no reset, and a fresh process is what makes one trace's state unable to reach
-/// the next).
-fn sweep(seeds: u64, start: u64, peer: &PeerArgs) -> Result<(), Failure> {
-    let mut report = SweepReport::default();
-    for seed in start..start.saturating_add(seeds) {
-        let trace = trace_of(seed);
-        for compare in modes(true) {
-            let options = RunOptions {
-                compare,
-                timeout: Duration::from_millis(peer.timeout_ms),
-                expect_version: peer.expect_version.clone(),
-                policy: kvroute_core::Policy::CachePlusLoad,
-            };
-            let run = run_peer(&trace, &peer.command, &options).map_err(|e| {
-                Failure::other(format!(
-                    "seed {seed} (withhold_stale={}): {e}",
-                    compare.withhold_stale
-                ))
-            })?;
-            report.add(seed, compare, &run.report);
-        }
-    }
-    out::print(&report.summary())
+/// Each seed's trace in both delivery modes: one peer process for the sweep when the
+/// peer offers `reset` (unless `--process-per-trace`), else one a trace.
+fn sweep(seeds: u64, start: u64, process_per_trace: bool, peer: &PeerArgs) -> Result<(), Failure> {
+    let options = SweepOptions {
+        timeout: Duration::from_millis(peer.timeout_ms),
+        expect_version: peer.expect_version.clone(),
+        policy: kvroute_core::Policy::CachePlusLoad,
+        processes: if process_per_trace {
+            Processes::OnePerTrace
+        } else {
+            Processes::ResetWhenOffered
+        },
+    };
+    let swept = sweep_peer(&peer.command, seeds, start, &options).map_err(Failure::other)?;
+    out::print(&swept.table())
 }

@@ -333,8 +333,154 @@ fn the_sweep_runs_a_peer_over_generated_traces() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    // Three seeds, each in both delivery modes, one peer process per trace.
+    // Three seeds, each in both delivery modes, one peer process per trace (the docs'
+    // adapter offers no reset).
     assert!(text.starts_with("6 traces, "), "{text}");
     assert!(text.contains("\n  new_finding    "), "{text}");
-    assert!(text.ends_with(" seeds with new findings\n"), "{text}");
+    assert!(
+        text.ends_with(
+            " seeds with new findings\npeer key-set 0.1.0: 6 processes for 6 traces, one per \
+             trace (the peer offers no reset)\n"
+        ),
+        "{text}"
+    );
+}
+
+/// `kvroute peer sweep --seeds 3 --start 5 --timeout-ms 1500 extra... -- python3
+/// faulty_peer.py MODE PIDFILE`; the output, the time it took, and the id of every
+/// peer process the sweep started, in order.
+fn sweep_faulty(mode: &str, extra: &[&str]) -> (Output, Duration, Vec<i32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pids");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "peer",
+            "sweep",
+            "--seeds",
+            "3",
+            "--start",
+            "5",
+            "--timeout-ms",
+            "1500",
+        ])
+        .args(extra)
+        .arg("--")
+        .arg("python3")
+        .arg(faulty_peer())
+        .arg(mode)
+        .arg(&pid_file)
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let pids = std::fs::read_to_string(dir.path().join("pids.all"))
+        .map(|s| s.split_whitespace().map(|p| p.parse().unwrap()).collect())
+        .unwrap_or_default();
+    (out, elapsed, pids)
+}
+
+/// The last line of a sweep's table.
+fn last_line(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().last().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_peer_that_offers_reset_serves_the_whole_sweep_from_one_process() {
+    let (out, _, pids) = sweep_faulty("reset", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("6 traces, "), "{text}");
+    assert_eq!(
+        last_line(&out),
+        "peer faulty-reset 1.0.0: 1 processes for 6 traces, reset between traces"
+    );
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert_gone(&pids);
+    // Forced the old way, the same peer gets a process a trace and the same figures.
+    let (per_trace, _, pids) = sweep_faulty("reset", &["--process-per-trace"]);
+    assert_eq!(per_trace.status.code(), Some(0), "{}", stderr(&per_trace));
+    assert_eq!(
+        last_line(&per_trace),
+        "peer faulty-reset 1.0.0: 6 processes for 6 traces, one per trace (--process-per-trace)"
+    );
+    assert_eq!(pids.len(), 6, "{pids:?}");
+    let figures = |o: &Output| {
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        t[..t.rfind("peer faulty-reset").unwrap()].to_owned()
+    };
+    assert_eq!(figures(&out), figures(&per_trace));
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_peer_that_does_not_offer_reset_still_gets_a_process_per_trace() {
+    let (out, _, pids) = sweep_faulty("plain", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        last_line(&out),
+        "peer faulty-plain 1.0.0: 6 processes for 6 traces, one per trace (the peer offers no reset)"
+    );
+    assert_eq!(pids.len(), 6, "{pids:?}");
+    assert_gone(&pids);
+}
+
+/// The seq of the last event the faulty peer logged (`faulty peer: event seq N`) in
+/// kvroute's quote of its stderr.
+fn last_logged_seq(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("faulty peer: event seq "))
+        .next_back()
+        .expect("the peer logged an event")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_peer_that_hangs_on_reset_is_killed_and_the_error_names_reset_and_the_trace() {
+    let (out, elapsed, pids) = sweep_faulty("reset_hang", &[]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let first = text.lines().next().unwrap();
+    // The first trace (seed 5, every event) ran; its reset got no answer.
+    let prefix = "seed 5 (withhold_stale=false): peer faulty-reset_hang: no answer within 1500 ms \
+                  to reset; killed (last event sent: seq ";
+    assert!(first.starts_with(prefix), "{text}");
+    let seq: u64 = first[prefix.len()..]
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(seq, last_logged_seq(&text), "{text}");
+    assert!(text.ends_with("  faulty peer: reset\n"), "{text}");
+    assert!(out.stdout.is_empty(), "no table on a failed sweep");
+    assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert_gone(&pids);
+}
+
+#[test]
+fn a_reset_peer_that_fails_mid_sweep_is_named_with_the_seed_mode_and_last_event() {
+    let (out, _, pids) = sweep_faulty("reset_dies", &[]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let first = text.lines().next().unwrap();
+    // The second trace (seed 5, stale events withheld) is the first after a reset: the
+    // peer exits at its first request, and the events named are that trace's.
+    let prefix = "seed 5 (withhold_stale=true): peer faulty-reset_dies: exited (exit status: 3) \
+                  before answering seq ";
+    assert!(first.starts_with(prefix), "{text}");
+    let seq = last_logged_seq(&text);
+    assert!(
+        first.contains(&format!(
+            "before answering seq {seq} (last event sent: seq {seq}, tick "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("  faulty peer: giving up after a reset\n"),
+        "{text}"
+    );
+    assert_gone(&pids);
 }

@@ -296,3 +296,82 @@ fn sglang_sends_every_unmatched_request_at_equal_load_to_one_worker() {
     let same = cache_plus_load["choice"]["same"].as_u64().unwrap();
     assert!(same == 0 || same == 4, "{cache_plus_load}");
 }
+
+/// `kvroute peer sweep --seeds N OPTIONS -- PYTHON ADAPTER`, which must succeed; its
+/// table.
+fn peer_sweep(python: &Path, seeds: u64, options: &[&str], adapter: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "sweep", "--seeds", &seeds.to_string()])
+        .args(options)
+        .arg("--")
+        .arg(python)
+        .arg(format!("{ADAPTERS}/{}", adapter[0]))
+        .args(&adapter[1..])
+        .output()
+        .expect("kvroute runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "peer sweep: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A sweep's table without its last line (how many processes served it).
+fn figures(table: &str) -> &str {
+    &table[..table.trim_end().rfind('\n').unwrap() + 1]
+}
+
+#[test]
+fn ray_reset_between_traces_gives_a_fresh_processs_figures() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    // Ray's tree is deterministic, so one process reset between traces (a new
+    // PrefixTree and TextMap) must give every figure fresh processes give.
+    for adapter in [RAY, RAY_LRU] {
+        let reset = peer_sweep(&python, 5, &[], adapter);
+        assert!(
+            reset.ends_with(
+                "peer ray-serve-prefix-tree 2.49.0: 1 processes for 10 traces, reset between traces\n"
+            ),
+            "{reset}"
+        );
+        let fresh = peer_sweep(&python, 5, &["--process-per-trace"], adapter);
+        assert!(
+            fresh.ends_with(": 10 processes for 10 traces, one per trace (--process-per-trace)\n")
+        );
+        assert_eq!(figures(&reset), figures(&fresh), "{adapter:?}");
+        assert!(!reset.starts_with("10 traces, 0 rows"), "{reset}");
+    }
+}
+
+#[test]
+fn the_sglang_router_serves_a_sweep_from_one_process_and_its_choices_are_summed() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    // One router for four traces: every worker removed and new ones added between
+    // traces (the adapter waits until the router lists exactly the new workers, each
+    // at load 0). The router's ties follow an order that changes with its registry, so
+    // only the number of decisions is compared with fresh processes', and the split.
+    let reset = peer_sweep(&python, 2, &[], SGLANG);
+    assert!(
+        reset.ends_with(
+            "peer sglang-router 0.3.2: 1 processes for 4 traces, reset between traces\n"
+        ),
+        "{reset}"
+    );
+    let fresh = peer_sweep(&python, 2, &["--process-per-trace"], SGLANG);
+    let choice_row = |table: &str| -> Vec<u64> {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with("sglang-router "))
+            .unwrap_or_else(|| panic!("no choice row: {table}"));
+        row.split_whitespace()
+            .skip(1)
+            .take(3)
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    let (r, f) = (choice_row(&reset), choice_row(&fresh));
+    assert_eq!(r[0], f[0], "decisions:\n{reset}\n{fresh}");
+    assert!(r[0] > 0 && r[1] + r[2] == r[0], "{reset}");
+}

@@ -3,7 +3,10 @@
 `serve(peer)` runs the lock-step loop: one compact JSON object a line on stdin, one
 answer a line on stdout for each message that needs one, logs on stderr. A peer object
 gives `name`, `version`, `answers` and the methods `fleet(message)`, `event(event)`
-(returning the answer's members for a request, `None` otherwise) and `close()`. Any
+(returning the answer's members for a request, `None` otherwise) and `close()`; a peer
+with a `reset()` method offers `reset` in its hello (SPEC.md §15.2, message 4), and
+`reset()` must drop everything of the trace so far (a fresh `TextMap` too), so that
+one process serves a whole `kvroute peer sweep`. Any
 exception becomes an `error` message, then exit status 1, so kvroute reports it with
 the last event it sent instead of waiting for an answer that will not come.
 
@@ -154,6 +157,7 @@ def serve(peer):
                         "peer": peer.name,
                         "version": peer.version,
                         "answers": peer.answers,
+                        "reset": hasattr(peer, "reset"),
                     }
                 )
             elif kind == "fleet":
@@ -163,6 +167,9 @@ def serve(peer):
                 answer = peer.event(message["event"])
                 if answer is not None:
                     _write(dict({"type": "answer", "seq": message["event"]["seq"]}, **answer))
+            elif kind == "reset" and hasattr(peer, "reset"):
+                peer.reset()
+                _write({"type": "ready"})
             elif kind == "end":
                 peer.close()
                 _write({"type": "bye"})

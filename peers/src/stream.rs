@@ -9,7 +9,8 @@
 //! From there the mapping is §12's, through the same [`DynamoBackend`]: one `Stored`
 //! per run consecutive in its chain ([`chain_ops`]), `Removed` for evictions and
 //! 0-token segments, `Cleared`, and a request's leading whole blocks asked with
-//! `find_matches(early_exit = false)`.
+//! `find_matches(early_exit = false)`. The hello offers `reset`: a new indexer and new
+//! chains per trace, so one process serves a whole `kvroute peer sweep`.
 
 use crate::chains::{local_block_hash, namespace_seed, sequence_hash};
 use crate::dynamo::{DynamoBackend, DynamoKind};
@@ -239,7 +240,7 @@ impl DynamoPeer {
                 Ok(Some(
                     serde_json::json!({
                         "type": "hello", "protocol": PROTOCOL, "peer": self.name(),
-                        "version": DYNAMO_VERSION, "answers": ["reuse"],
+                        "version": DYNAMO_VERSION, "answers": ["reuse"], "reset": true,
                     })
                     .to_string(),
                 ))
@@ -272,6 +273,16 @@ impl DynamoPeer {
                 Ok(Some(r#"{"type":"ready"}"#.into()))
             }
             "event" => self.event(field(message, "$", "event")?),
+            "reset" => {
+                // A new indexer and new chains: nothing of the last trace (its blocks,
+                // its keys' positions, its workers) can reach the next one. The hello's
+                // block size stays, as SPEC.md §15.2 says.
+                *self = DynamoPeer {
+                    block_tokens: self.block_tokens,
+                    ..DynamoPeer::new(self.kind)
+                };
+                Ok(Some(r#"{"type":"ready"}"#.into()))
+            }
             "end" => Ok(Some(r#"{"type":"bye"}"#.into())),
             other => Err(AdapterError(format!(
                 "$.type: unknown message type \"{other}\""

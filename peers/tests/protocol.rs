@@ -233,3 +233,45 @@ fn the_first_difference_is_shrunk_by_rerunning_the_peer() {
     )
     .is_none());
 }
+
+#[test]
+fn a_sweep_from_one_reset_process_gives_a_process_per_traces_figures() {
+    // The adapter offers reset (SPEC.md §15.2, message 4): one process serves every
+    // trace, and nothing of one trace reaches the next, so every figure equals the one
+    // fresh processes give.
+    use kvroute_peer_core::peer_sweep::{sweep_peer, Processes, SweepOptions};
+    for positional in [false, true] {
+        let swept = |processes| {
+            sweep_peer(
+                &command(positional),
+                30,
+                100,
+                &SweepOptions {
+                    timeout: Duration::from_secs(20),
+                    expect_version: Some("1.6.1".into()),
+                    policy: Policy::CachePlusLoad,
+                    processes,
+                },
+            )
+            .unwrap()
+        };
+        let (reset, fresh) = (
+            swept(Processes::ResetWhenOffered),
+            swept(Processes::OnePerTrace),
+        );
+        assert!(reset.hello.reset && reset.reset_used);
+        assert_eq!((reset.processes, fresh.processes), (1, 60));
+        assert!(!fresh.reset_used);
+        assert!(reset.report.rows_differing > 0, "{}", reset.table());
+        assert_eq!(
+            reset.report.summary(),
+            fresh.report.summary(),
+            "positional={positional}"
+        );
+        assert_eq!(
+            (reset.report.rows_compared, reset.report.rows_differing),
+            (fresh.report.rows_compared, fresh.report.rows_differing)
+        );
+        assert_eq!(reset.report.by_cause, fresh.report.by_cause);
+    }
+}

@@ -4,7 +4,11 @@ child it starts, for "hang") to the file named by its second argument, so the te
 can check that nothing is left running once kvroute returns.
 
 Modes: hang, escape, liar, dies, garbage, not_json, other_protocol, wrong_seq, choice,
-error, silent_exit.
+error, silent_exit; for `peer sweep`: plain (no reset offered), reset (offered and
+answered, the next message checked to be a fleet), reset_hang (offered, then no answer
+to it), reset_dies (offered and answered, then an exit at the next trace's first
+request). Every process also appends its id to PIDFILE.all, so a test can count the
+processes a sweep started.
 """
 import json
 import os
@@ -24,6 +28,8 @@ if mode == "escape":
 with open(pid_file + ".tmp", "w") as f:
     f.write(" ".join(map(str, pids)))
 os.rename(pid_file + ".tmp", pid_file)
+with open(pid_file + ".all", "a") as f:
+    f.write(f"{os.getpid()}\n")
 
 
 def send(message):
@@ -39,6 +45,11 @@ if mode == "other_protocol":
     hello["protocol"] = "kvroute-peer/2"
 if mode == "choice":
     hello["answers"] = ["choice"]
+if mode.startswith("reset"):
+    hello["reset"] = True
+
+resets = 0
+expect_fleet = False
 
 workers = []
 for line in sys.stdin:
@@ -48,12 +59,27 @@ for line in sys.stdin:
         send(hello)
     elif m["type"] == "fleet":
         workers = [w["id"] for w in m["workers"]]
+        expect_fleet = False
+        send({"type": "ready"})
+    elif expect_fleet:
+        send({"type": "error", "message": f"after reset: {m['type']} before the fleet"})
+        sys.exit(1)
+    elif m["type"] == "reset" and mode.startswith("reset"):
+        print("faulty peer: reset", file=sys.stderr, flush=True)
+        if mode == "reset_hang":
+            subprocess.call(["sleep", "600"])
+        resets += 1
+        workers = []
+        expect_fleet = True
         send({"type": "ready"})
     elif m["type"] == "event":
         e = m["event"]
         print(f"faulty peer: event seq {e['seq']}", file=sys.stderr, flush=True)
         if e["type"] != "request":
             continue
+        if mode == "reset_dies" and resets == 1:
+            print("faulty peer: giving up after a reset", file=sys.stderr, flush=True)
+            sys.exit(3)
         if mode in ("hang", "escape"):
             subprocess.call(["sleep", "600"])
         elif mode == "dies":
@@ -80,3 +106,6 @@ for line in sys.stdin:
     elif m["type"] == "end":
         send({"type": "bye"})
         break
+    else:
+        send({"type": "error", "message": f"unexpected message {m['type']}"})
+        sys.exit(1)

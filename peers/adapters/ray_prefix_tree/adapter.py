@@ -32,6 +32,7 @@ key's own character `t` times, placed after its chain's ancestors; time is the t
   touch the tree (in Ray the router's insert of the routed text does, and the trace's
   store for the request plays that part here).
 No epoch check: the tree has no ordering rule, so every event is applied.
+- reset: a new `PrefixTree` and a new `TextMap` (what a new process would have).
 """
 
 import argparse
@@ -55,6 +56,10 @@ class RayPrefixTreePeer:
 
     def __init__(self, evictions):
         self.evictions = evictions
+        self.reset()
+
+    def reset(self):
+        """A new tree and a new text map: nothing of one trace reaches the next."""
         self.tree = PrefixTree()
         self.text = kvroute_peer.TextMap()
         self.workers = []

@@ -27,6 +27,30 @@ adapter waits until the router's `/workers` reports the loads that remain.
 
 The text of a request is kvroute_peer.TextMap's prompt text: its prefix's keys as
 characters, one a token, then its own tokens as a character of its own.
+
+Reset (one process, and one router, for a whole `kvroute peer sweep`): every request in
+flight is answered, every worker is removed through the router's own worker
+management (`DELETE /workers/{id}`, a `RemoveWorker` job), and the next fleet's workers
+are new fake workers on ports no earlier worker had, added with `POST /workers`. Removing
+a worker is what clears the router's state of it (sglang-router 0.3.2's sdist):
+- its tree: the removal job's `RemoveFromPolicyRegistryStep`
+  (`src/core/steps/worker/local/remove_from_policy_registry.rs` lines 44-49) calls
+  `remove_worker_from_cache_aware` (`src/policies/registry.rs` line 316), that is
+  `CacheAwarePolicy::remove_worker_by_url` (`src/policies/cache_aware.rs` lines 194-199),
+  `Tree::remove_tenant` on every model's tree (`src/policies/tree.rs` lines 823-893):
+  the tenant leaves every node, from its leaves up, nodes left with no tenant and no
+  child are dropped, and its character count goes (line 893). With every worker
+  removed, every node but the root is gone;
+- its policy: `on_worker_removed` (`registry.rs` lines 110-140) drops the model's
+  policy with its last worker (line 136), and the next added worker gets one assigned;
+- its load: the in-flight count is a field of the worker object (`load_counter`,
+  `src/core/worker.rs` lines 622 and 754-760), created with each added worker, so a new
+  URL starts at 0; new URLs also leave nothing keyed by an old one (circuit breakers,
+  metrics) to match.
+Restarting the router would also be clean, but costs its start-up (about 2 s) a trace,
+which is what reset is for; the removal is the router's documented way to forget a
+worker, and the adapter checks its outcome (`/workers` lists exactly the new workers,
+healthy, every load 0) before it answers the fleet.
 """
 
 import http.client
@@ -146,13 +170,20 @@ class SglangRouterPeer:
     answers = ["choice"]
 
     def __init__(self):
-        self.text = kvroute_peer.TextMap()
-        self.arrivals = Arrivals()
-        self.servers = []
-        self.rates = {}
         self.router = None
         self.port = None
         self.log = None
+        self.servers = []
+        # Every fake worker port used so far: a new trace's workers never reuse one, so
+        # nothing the router keyed by an earlier URL can apply to them.
+        self.used_ports = set()
+        self._fresh_trace()
+
+    def _fresh_trace(self):
+        self.text = kvroute_peer.TextMap()
+        self.arrivals = Arrivals()
+        self.rates = {}
+        self.urls = {}
         # In flight: (due tick, worker id, gate, client thread), in arrival order.
         self.in_flight = []
         self.errors = []
@@ -160,22 +191,73 @@ class SglangRouterPeer:
     def hello(self, message):
         pass
 
+    def _fake_worker(self, worker_id):
+        """A fake worker on a port no earlier one had."""
+        refused = []
+        while True:
+            server = FakeWorker(worker_id, self.arrivals)
+            if server.server_port not in self.used_ports:
+                break
+            refused.append(server)
+        for r in refused:
+            r.server_close()
+        self.used_ports.add(server.server_port)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
     def fleet(self, message):
         for worker in message["workers"]:
-            server = FakeWorker(worker["id"], self.arrivals)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            server = self._fake_worker(worker["id"])
             self.servers.append(server)
             self.rates[worker["id"]] = (worker["prefill_rate"], worker["decode_rate"])
-        self.port = _free_port()
-        urls = [f"http://127.0.0.1:{s.server_port}" for s in self.servers]
-        self.log = tempfile.TemporaryFile()
-        self.router = subprocess.Popen(
-            [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-             "--port", str(self.port), "--worker-urls", *urls, *SETTINGS, "--log-level", "warn"],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-        )
         self.urls = {s.worker_id: f"http://127.0.0.1:{s.server_port}" for s in self.servers}
+        if self.router is None:
+            self.port = _free_port()
+            self.log = tempfile.TemporaryFile()
+            self.router = subprocess.Popen(
+                [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--worker-urls", *self.urls.values(), *SETTINGS,
+                 "--log-level", "warn"],
+                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            )
+            self._wait_loads({}, STARTUP_SECONDS)
+            return
+        # After a reset: the router is up with no workers; add this trace's.
+        for url in self.urls.values():
+            status, body = self._exchange("POST", "/workers", {"url": url})
+            if status not in (200, 201, 202):
+                raise RuntimeError(f"the router answered {status} to adding {url}: {body!r}")
         self._wait_loads({}, STARTUP_SECONDS)
+
+    def _exchange(self, method, path, obj=None):
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=EXCHANGE_SECONDS)
+        try:
+            body = None if obj is None else json.dumps(obj).encode()
+            headers = {} if obj is None else {"Content-Type": "application/json"}
+            connection.request(method, path, body, headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def reset(self):
+        """Answers what is in flight, removes every worker from the router (which
+        clears its tree and loads of them, see the module's docstring), stops the fake
+        workers, and starts the next trace's state afresh."""
+        self._release_due(float("inf"))
+        if self.router is not None:
+            for worker in self._workers() or []:
+                status, body = self._exchange("DELETE", f"/workers/{worker['id']}")
+                if status not in (200, 202, 204):
+                    raise RuntimeError(f"the router answered {status} to removing "
+                                       f"{worker['url']}: {body!r}")
+            self.urls = {}
+            self._wait_loads({}, EXCHANGE_SECONDS)
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        self.servers = []
+        self._fresh_trace()
 
     def _router_log(self):
         self.log.seek(0)
@@ -194,8 +276,8 @@ class SglangRouterPeer:
             connection.close()
 
     def _wait_loads(self, expected, seconds):
-        """Until the router lists every worker, healthy, with the load `expected`
-        says (worker id -> requests in flight; absent is 0). Bounded."""
+        """Until the router lists exactly this trace's workers, each healthy, with the
+        load `expected` says (worker id -> requests in flight; absent is 0). Bounded."""
         want = {self.urls[w]: expected.get(w, 0) for w in self.urls}
         deadline = time.monotonic() + seconds
         seen = None
@@ -207,7 +289,10 @@ class SglangRouterPeer:
             except (OSError, http.client.HTTPException, ValueError):
                 workers = None
             if workers is not None:
-                seen = {w["url"]: w.get("load", 0) for w in workers if w.get("is_healthy")}
+                # Every worker listed counts: one not yet healthy, or one being
+                # removed, is not the state waited for.
+                seen = {w["url"]: w.get("load", 0) if w.get("is_healthy") else "unhealthy"
+                        for w in workers}
                 if seen == want:
                     return
             if time.monotonic() > deadline:

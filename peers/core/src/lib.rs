@@ -17,6 +17,7 @@ pub mod chains;
 pub mod classify;
 pub mod generate;
 pub mod kvroute;
+pub mod peer_sweep;
 pub mod protocol;
 pub mod run;
 pub mod shrink;

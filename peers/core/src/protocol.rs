@@ -63,6 +63,9 @@ pub struct Hello {
     pub name: String,
     pub version: String,
     pub answers: AnswerKinds,
+    /// The peer takes `reset` between traces (SPEC.md §15.2, message 4), so one process
+    /// can serve many.
+    pub reset: bool,
 }
 
 /// The message kvroute waits on or sends, for error messages.
@@ -71,6 +74,7 @@ pub enum Message {
     Hello,
     Fleet,
     Seq(u64),
+    Reset,
     End,
 }
 
@@ -80,6 +84,7 @@ impl fmt::Display for Message {
             Message::Hello => write!(f, "hello"),
             Message::Fleet => write!(f, "fleet"),
             Message::Seq(seq) => write!(f, "seq {seq}"),
+            Message::Reset => write!(f, "reset"),
             Message::End => write!(f, "end"),
         }
     }
@@ -319,6 +324,18 @@ impl PeerProcess {
     /// (an error message from the peer is already a failure).
     pub fn answer(&mut self, seq: u64) -> Result<Value, PeerError> {
         self.read(Message::Seq(seq))
+    }
+
+    /// Sends `reset` after a trace's last event and waits for ready (SPEC.md §15.2,
+    /// message 4): the peer has dropped the trace's state and takes a `fleet` next. Only
+    /// for a peer whose hello offered it. A failure names the last event of the trace
+    /// just finished; after the reset, the next trace's failures name its own events.
+    pub fn reset(&mut self) -> Result<(), PeerError> {
+        self.send(Message::Reset, br#"{"type":"reset"}"#, true)?;
+        let value = self.read(Message::Reset)?;
+        expect_type(&value, "ready").map_err(|e| self.fail(format!("answer to reset: {e}")))?;
+        self.last_event = None;
+        Ok(())
     }
 
     /// Sends `end`, reads `bye`, and waits for the peer to exit with status 0.
@@ -649,10 +666,21 @@ pub fn parse_hello(value: &Value) -> Result<Hello, String> {
     if answers.is_empty() {
         return Err(bad_answers().into());
     }
+    let reset = match object.get("reset") {
+        None => false,
+        Some(Value::Bool(reset)) => *reset,
+        Some(other) => {
+            return Err(format!(
+                "$.reset: expected a boolean, found {}",
+                render(other)
+            ))
+        }
+    };
     Ok(Hello {
         name,
         version,
         answers: kinds,
+        reset,
     })
 }
 
@@ -701,6 +729,16 @@ mod tests {
         assert_eq!(
             with("version", json!(1)),
             "$.version: expected a non-empty string, found 1"
+        );
+        assert!(!hello.reset, "a hello without the member offers no reset");
+        let mut offers_reset = good.clone();
+        offers_reset["reset"] = json!(true);
+        assert!(parse_hello(&offers_reset).unwrap().reset);
+        offers_reset["reset"] = json!(false);
+        assert!(!parse_hello(&offers_reset).unwrap().reset);
+        assert_eq!(
+            with("reset", json!("yes")),
+            "$.reset: expected a boolean, found \"yes\""
         );
         assert_eq!(
             with("type", json!("answer")),

@@ -48,6 +48,45 @@ pub struct ChoiceTally {
     pub reuse_agreed: u64,
 }
 
+impl ChoiceTally {
+    /// Adds another trace's counts (the sweep's sums).
+    pub fn add(&mut self, other: &ChoiceTally) {
+        self.decisions += other.decisions;
+        self.same += other.same;
+        self.differing += other.differing;
+        self.reuse_differed += other.reuse_differed;
+        self.reuse_agreed += other.reuse_agreed;
+    }
+
+    /// The choice table of SPEC.md §15.4: a header naming `policy`, one row named
+    /// `name` (`reuse_agreed` shown as `-` unless the peer answers `reuse`).
+    pub fn table(&self, policy: Policy, name: &str, answers_reuse: bool) -> String {
+        let mut out = format!(
+            "{:<26} {:>12} {:>10} {:>10} {:>14} {:>12}\n",
+            format!("choice vs {}", policy.name()),
+            "decisions",
+            "same",
+            "differing",
+            "reuse_differed",
+            "reuse_agreed"
+        );
+        out.push_str(&format!(
+            "{:<26} {:>12} {:>10} {:>10} {:>14} {:>12}\n",
+            name,
+            self.decisions,
+            self.same,
+            self.differing,
+            self.reuse_differed,
+            if answers_reuse {
+                self.reuse_agreed.to_string()
+            } else {
+                "-".into()
+            }
+        ));
+        out
+    }
+}
+
 /// The first request on which the choices differ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChoiceDifference {
@@ -212,10 +251,30 @@ pub fn parse_answer(
     Ok(answer)
 }
 
-/// Runs the peer `command` on `trace` (already validated).
+/// Runs the peer `command` on `trace` (already validated): one process, hello, the
+/// trace, end.
 pub fn run_peer(
     trace: &Trace,
     command: &[OsString],
+    options: &RunOptions,
+) -> Result<PeerRun, PeerError> {
+    let mut peer = PeerProcess::spawn(command, options.timeout)?;
+    let hello = peer.hello(
+        options.compare.block_tokens,
+        options.expect_version.as_deref(),
+    )?;
+    let run = run_trace(&mut peer, &hello, trace, options)?;
+    peer.end()?;
+    Ok(run)
+}
+
+/// Puts one trace to a peer that has said hello and holds no trace's state (just
+/// started, or reset): the fleet, then every event. `options.compare.block_tokens` must
+/// be what the hello told the peer.
+pub fn run_trace(
+    peer: &mut PeerProcess,
+    hello: &Hello,
+    trace: &Trace,
     options: &RunOptions,
 ) -> Result<PeerRun, PeerError> {
     let compare = options.compare;
@@ -235,8 +294,6 @@ pub fn run_peer(
         .enumerate()
         .map(|(i, id)| (*id, i as u32))
         .collect();
-    let mut peer = PeerProcess::spawn(command, options.timeout)?;
-    let hello = peer.hello(compare.block_tokens, options.expect_version.as_deref())?;
     let mut fleet = Vec::new();
     canonical_fleet_members(trace, &mut fleet);
     peer.fleet(&fleet)?;
@@ -335,7 +392,6 @@ pub fn run_peer(
             }
         }
     }
-    peer.end()?;
     Ok(PeerRun {
         options: compare,
         policy: options.policy,
@@ -352,7 +408,7 @@ pub fn run_peer(
         },
         choice: hello.answers.choice.then_some(choice),
         first_choice,
-        hello,
+        hello: hello.clone(),
     })
 }
 
@@ -395,28 +451,7 @@ impl PeerRun {
             out.push_str(&self.report.table());
         }
         if let Some(c) = &self.choice {
-            out.push_str(&format!(
-                "{:<26} {:>12} {:>10} {:>10} {:>14} {:>12}\n",
-                format!("choice vs {}", self.policy.name()),
-                "decisions",
-                "same",
-                "differing",
-                "reuse_differed",
-                "reuse_agreed"
-            ));
-            out.push_str(&format!(
-                "{:<26} {:>12} {:>10} {:>10} {:>14} {:>12}\n",
-                self.hello.name,
-                c.decisions,
-                c.same,
-                c.differing,
-                c.reuse_differed,
-                if self.hello.answers.reuse {
-                    c.reuse_agreed.to_string()
-                } else {
-                    "-".into()
-                }
-            ));
+            out.push_str(&c.table(self.policy, &self.hello.name, self.hello.answers.reuse));
         }
         out
     }
