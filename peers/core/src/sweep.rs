@@ -71,8 +71,9 @@ impl SweepReport {
             "{} traces, {} rows compared, {} differing\n",
             self.traces, self.rows_compared, self.rows_differing
         );
+        let width = Cause::ALL.iter().map(|c| c.name().len()).max().unwrap_or(0);
         for (cause, n) in &self.by_cause {
-            out.push_str(&format!("  {:<14} {n}\n", cause.name()));
+            out.push_str(&format!("  {:<width$} {n}\n", cause.name()));
         }
         for f in self.findings.iter().take(10) {
             out.push_str(&format!(
@@ -86,9 +87,14 @@ impl SweepReport {
                 f.difference.peer_tokens
             ));
         }
+        // A finding is kept per trace (its first new row), and a seed is two traces.
+        let mut seeds: Vec<u64> = self.findings.iter().map(|f| f.seed).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
         out.push_str(&format!(
-            "{} seeds with new findings\n",
-            self.findings.len()
+            "{} traces on {} seeds with new findings\n",
+            self.findings.len(),
+            seeds.len()
         ));
         out
     }
@@ -114,4 +120,55 @@ pub fn modes(known_findings: bool) -> [Options; 2] {
             ..base
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Difference;
+
+    fn finding(seed: u64, withhold_stale: bool) -> Finding {
+        let [every, withheld] = modes(true);
+        Finding {
+            seed,
+            options: if withhold_stale { withheld } else { every },
+            difference: Difference {
+                comparison: "peer".into(),
+                request_id: "r1".into(),
+                request_tick: 1,
+                request_seq: 1,
+                worker: "w0".into(),
+                reference_tokens: 0,
+                peer_tokens: 16,
+                cause: Cause::NewFinding,
+            },
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_traces_and_seeds_with_findings_apart() {
+        // Seed 3 in both delivery modes and seed 9 in one: three traces, two seeds.
+        let report = SweepReport {
+            findings: vec![finding(3, false), finding(3, true), finding(9, true)],
+            ..SweepReport::default()
+        };
+        let summary = report.summary();
+        assert!(
+            summary.ends_with("3 traces on 2 seeds with new findings\n"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn every_cause_name_has_its_own_column() {
+        let summary = SweepReport::default().summary();
+        let counts: Vec<usize> = summary
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .map(|l| l.rfind(' ').unwrap())
+            .collect();
+        assert_eq!(counts.len(), Cause::ALL.len(), "{summary}");
+        // Every count starts in the same column, the longest name included.
+        assert!(counts.windows(2).all(|w| w[0] == w[1]), "{summary}");
+    }
 }
