@@ -84,6 +84,7 @@ const REJECTED: Choice = Choice {
     reserve_fallback: false,
     tie_count: 0,
     margin_milli: 0,
+    chosen_dominated: None,
 };
 
 /// How a request was routed (SPEC.md §5, "Route kind").
@@ -243,6 +244,7 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
                 reserve_fallback: false,
                 tie_count: 1,
                 margin_milli: 0,
+                chosen_dominated: None,
             };
         }
     }
@@ -285,14 +287,20 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         &rows.reasons[..n],
         &rows.cost_milli[..n],
     );
-    let mut best = Best::new();
+    let (reuse, mut best) = (&rows.reuse[..n], Best::new());
     for w in 0..n {
         if in_front_set(eligible[w], reasons[w]) {
-            best.offer(w, cost[w]);
+            best.offer_noting_reuse(w, cost[w], reuse[w]);
         }
     }
     let choice = best.choice(1);
-    if choice.chosen.is_some() || !rows.eligible.contains(&true) {
+    if let Some(chosen) = choice.chosen {
+        return Choice {
+            chosen_dominated: cheapest_dominated(rows, params, chosen, best.tied_reuse_max),
+            ..choice
+        };
+    }
+    if !rows.eligible.contains(&true) {
         return choice;
     }
     // The reserve is a preference, the cap a limit: reserved-out rows come before an
@@ -310,6 +318,29 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         overload_escape: true,
         ..best_by(rows, |w| rows.eligible[w], |w| rows.after_milli[w], 1)
     }
+}
+
+/// Whether a row dominates the front-set row `chosen` of the smallest cost, read off
+/// the choosing scan: `tied_reuse_max` is the largest reuse of the front rows of that
+/// cost. Without an imbalance term a row's cost is `T = 1000 * recomputed +
+/// work_milli` and its work after placement `T + decode_milli`, each saturated at
+/// 2^64 - 1. While `chosen`'s work after placement is unsaturated, a front row leaves
+/// at most as much work after placement exactly when its `T` is at most `chosen`'s,
+/// that is when it shares the smallest cost, and then it leaves exactly as much; so a
+/// row dominates `chosen` exactly when it shares the cost and reuses more. `None`
+/// where that reasoning does not hold.
+fn cheapest_dominated(
+    rows: &Rows,
+    params: &PolicyParams,
+    chosen: usize,
+    tied_reuse_max: u64,
+) -> Option<bool> {
+    let holds = params.imbalance_penalty_milli == 0
+        && rows.after_milli[chosen] < u64::MAX
+        // The mutants change the cost or the ties this reasoning reads.
+        && !active(Mutant::DecodeIgnored)
+        && !active(Mutant::TiesToLast);
+    holds.then(|| tied_reuse_max > rows.reuse[chosen])
 }
 
 /// The choosable row with the smallest `score`, ties to the smallest id. The margin is
@@ -350,6 +381,9 @@ struct Best {
     runner_up: u64,
     /// The mutant lets a later row with an equal score take the lead.
     ties_to_last: bool,
+    /// The largest reuse of the rows offered with the smallest score so far, kept by
+    /// [`Best::offer_noting_reuse`] (the mutant's ties aside).
+    tied_reuse_max: u64,
 }
 
 impl Best {
@@ -361,7 +395,20 @@ impl Best {
             tie_count: 0,
             runner_up: u64::MAX,
             ties_to_last: active(Mutant::TiesToLast),
+            tied_reuse_max: 0,
         }
+    }
+
+    /// [`Best::offer`], also keeping the largest `reuse` of the rows offered with the
+    /// smallest score so far.
+    #[inline]
+    fn offer_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
+        if self.offered == 0 || score < self.score {
+            self.tied_reuse_max = reuse;
+        } else if score == self.score {
+            self.tied_reuse_max = self.tied_reuse_max.max(reuse);
+        }
+        self.offer(row, score);
     }
 
     #[inline]
@@ -396,6 +443,7 @@ impl Best {
             reserve_fallback: false,
             tie_count: self.tie_count,
             margin_milli,
+            chosen_dominated: None,
         }
     }
 }
@@ -455,6 +503,36 @@ mod tests {
         let mut none = super::tests::rows(&[(false, 0, 0, 0), (false, 0, 0, 0)]);
         let c = choose(Policy::RoundRobin, &mut none, &params, &mut cursor);
         assert_eq!((c.chosen, c.tie_count, cursor), (None, 0, 1));
+    }
+
+    /// The choosing scan's answer on dominance (SPEC.md §4.6) is the test of every
+    /// row's: rows of one cost, the chosen (smallest id) reusing less or more than the
+    /// other, and a cheapest row alone.
+    #[test]
+    fn the_scan_knows_whether_the_cheapest_row_is_dominated() {
+        // (reuse, recomputed, work) per row; decode 0, so after = work + 1000 * recomputed.
+        type Figures = [(u64, u64, u64); 3];
+        let cases: [(Figures, bool); 3] = [
+            ([(0, 10, 5_000), (5, 5, 10_000), (0, 10, 9_000)], true),
+            ([(5, 5, 10_000), (0, 10, 5_000), (0, 10, 9_000)], false),
+            ([(0, 10, 4_000), (5, 5, 10_000), (0, 10, 9_000)], false),
+        ];
+        for (figures, dominated) in cases {
+            let mut rows = Rows::new(figures.len());
+            for (w, &(reuse, recomputed, work)) in figures.iter().enumerate() {
+                rows.eligible[w] = true;
+                rows.reuse[w] = reuse;
+                rows.recomputed[w] = recomputed;
+                rows.work_milli[w] = work;
+                rows.after_milli[w] = work + 1000 * recomputed;
+            }
+            let params = PolicyParams::default();
+            price(Policy::CachePlusLoad, &mut rows, &params);
+            let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut 0);
+            let chosen = c.chosen.expect("a row is chosen");
+            assert_eq!(c.chosen_dominated, Some(dominated), "{figures:?}");
+            assert_eq!(rows.is_dominated(chosen), dominated, "{figures:?}");
+        }
     }
 
     #[test]
