@@ -148,7 +148,6 @@ fn price_dynamo(rows: &mut Rows, params: &PolicyParams) {
 /// the eligible rows' mean. Every row is priced, eligible or not, for every policy but
 /// `dynamo_default`: the receipt shows what cache-plus-load would have paid.
 fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
-    // The mutant prices a worker by its prefill queue alone, as if decode were free.
     let decode_ignored = active(Mutant::DecodeIgnored);
     // Zipped slices rather than indexes: this loop runs once per worker per request.
     let work = rows.work_milli.iter().zip(&rows.queued_prefill);
@@ -157,16 +156,7 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
         .iter_mut()
         .zip(rows.recomputed.iter().zip(work))
     {
-        let work_in_cost = if decode_ignored {
-            1000u64.saturating_mul(queued)
-        } else {
-            work
-        };
-        // The cost without its imbalance term, which needs every row first. Saturating
-        // u64 arithmetic of non-negative terms is the exact sum narrowed by `to_u64`.
-        *cost = 1000u64
-            .saturating_mul(recomputed)
-            .saturating_add(work_in_cost);
+        *cost = cost_before_imbalance(recomputed, work, queued, decode_ignored);
     }
     let imbalance_penalty = params.imbalance_penalty_milli as u128;
     if imbalance_penalty == 0 {
@@ -194,6 +184,47 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
     }
 }
 
+/// A row's cache-plus-load cost without its imbalance term, which needs every row
+/// first (SPEC.md §4.4): `1000 * recomputed + work_milli`. Saturating u64 arithmetic of
+/// non-negative terms is the exact sum narrowed by `to_u64`. `decode_ignored` is
+/// [`Mutant::DecodeIgnored`], read once a decision by the caller.
+#[inline(always)]
+fn cost_before_imbalance(
+    recomputed: u64,
+    work_milli: u64,
+    queued: u64,
+    decode_ignored: bool,
+) -> u64 {
+    // The mutant prices a worker by its prefill queue alone, as if decode were free.
+    let work_in_cost = if decode_ignored {
+        1000u64.saturating_mul(queued)
+    } else {
+        work_milli
+    };
+    1000u64
+        .saturating_mul(recomputed)
+        .saturating_add(work_in_cost)
+}
+
+/// Prices the rows where the choice or a reader of the rows (`rows_read`, a receipt)
+/// needs the cost ([`price`]), then chooses ([`choose`]); `cache_plus_load` without an
+/// imbalance term prices in its choosing scan instead.
+pub fn decide(
+    policy: Policy,
+    rows: &mut Rows,
+    params: &PolicyParams,
+    cursor: &mut usize,
+    rows_read: bool,
+) -> Choice {
+    if policy == Policy::CachePlusLoad && params.imbalance_penalty_milli == 0 {
+        return cache_plus_load(rows, params, true);
+    }
+    if policy.chooses_by_cost() || rows_read {
+        price(policy, rows, params);
+    }
+    choose(policy, rows, params, cursor)
+}
+
 /// Chooses a row. For `cache_plus_load` with a cap this first marks excluded rows
 /// `overloaded`. `cursor` is the round-robin position, untouched by other policies.
 pub fn choose(
@@ -211,7 +242,7 @@ pub fn choose(
             eligible_scores(&rows.eligible, &rows.reuse).map(|(w, reuse)| (w, u64::MAX - reuse)),
             1000,
         ),
-        Policy::CachePlusLoad => cache_plus_load(rows, params),
+        Policy::CachePlusLoad => cache_plus_load(rows, params, false),
         // The Dynamo cost over every eligible row: no cap and no reserve apply (§4.8),
         // and Dynamo's random tie-break becomes the smallest id.
         Policy::DynamoDefault => best_of(eligible_scores(&rows.eligible, &rows.cost_milli), 1),
@@ -251,7 +282,9 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
     REJECTED
 }
 
-fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
+/// `cache_plus_load`'s choice (SPEC.md §4.4, §4.5) over the rows' costs; with
+/// `price_in_scan` (no imbalance term), the scan that chooses prices each row first.
+fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) -> Choice {
     let cap = if active(Mutant::OverloadCapIgnored) {
         None
     } else {
@@ -279,20 +312,14 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
             }
         }
     }
+    // Without an imbalance term a row's cost is its own, so the scan that chooses can
+    // price each row too ([`decide`] then does not call [`price`]): one pass, not two.
+    let best = if price_in_scan {
+        scan_cheapest::<true>(rows)
+    } else {
+        scan_cheapest::<false>(rows)
+    };
     let rows = &*rows;
-    // Slices of one length, indexed in a plain loop: the bounds checks fold away.
-    let n = rows.len();
-    let (eligible, reasons, cost) = (
-        &rows.eligible[..n],
-        &rows.reasons[..n],
-        &rows.cost_milli[..n],
-    );
-    let (reuse, mut best) = (&rows.reuse[..n], Best::new());
-    for w in 0..n {
-        if in_front_set(eligible[w], reasons[w]) {
-            best.offer_noting_reuse(w, cost[w], reuse[w]);
-        }
-    }
     let choice = best.choice(1);
     if let Some(chosen) = choice.chosen {
         return Choice {
@@ -318,6 +345,31 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         overload_escape: true,
         ..best_by(rows, |w| rows.eligible[w], |w| rows.after_milli[w], 1)
     }
+}
+
+/// Offers every front-set row at its cost, first pricing it without an imbalance term
+/// when `PRICE` (one body, compiled once for each).
+fn scan_cheapest<const PRICE: bool>(rows: &mut Rows) -> Best {
+    let decode_ignored = active(Mutant::DecodeIgnored);
+    // Slices of one length, indexed in a plain loop: the bounds checks fold away.
+    let n = rows.len();
+    let (eligible, reasons, reuse) = (&rows.eligible[..n], &rows.reasons[..n], &rows.reuse[..n]);
+    let (recomputed, work, queued) = (
+        &rows.recomputed[..n],
+        &rows.work_milli[..n],
+        &rows.queued_prefill[..n],
+    );
+    let cost = &mut rows.cost_milli[..n];
+    let mut best = Best::new();
+    for w in 0..n {
+        if PRICE {
+            cost[w] = cost_before_imbalance(recomputed[w], work[w], queued[w], decode_ignored);
+        }
+        if in_front_set(eligible[w], reasons[w]) {
+            best.offer_noting_reuse(w, cost[w], reuse[w]);
+        }
+    }
+    best
 }
 
 /// Whether a row dominates the front-set row `chosen` of the smallest cost, read off
