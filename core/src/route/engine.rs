@@ -14,7 +14,7 @@ use crate::input::trace::StaleRule;
 use crate::route::candidate::Rows;
 use crate::route::compiled::{CEvent, Compiled, Req, Step};
 use crate::route::metrics::{Metrics, MetricsRecorder};
-use crate::route::policy::{choose, price, Policy, RouteKind};
+use crate::route::policy::{decide, Policy, RouteKind};
 use crate::route::record::{
     CacheLogEntry, CollectSink, DecisionRef, ObservationLogEntry, Run, RunSink,
 };
@@ -137,10 +137,13 @@ impl<'c, 't> Runner<'c, 't> {
             &mut self.rule,
         );
         // Without a reader of the rows, a cost that no choice uses is not computed.
-        if self.policy.chooses_by_cost() || sink.reads_rows() {
-            price(self.policy, &mut self.rows, params);
-        }
-        let choice = choose(self.policy, &mut self.rows, params, &mut self.cursor);
+        let choice = decide(
+            self.policy,
+            &mut self.rows,
+            params,
+            &mut self.cursor,
+            sink.reads_rows(),
+        );
         // After the choice: the cap and the reserve it applied decide the front set.
         if sink.reads_rows() {
             self.rows.compute_dominance();

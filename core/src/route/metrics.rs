@@ -161,7 +161,16 @@ impl MetricsRecorder {
         if choice.overload_escape {
             m.overload_escapes += 1;
         }
-        if rows.is_dominated(chosen) {
+        let dominated = match choice.chosen_dominated {
+            Some(known) => {
+                // Debug builds (every test) check the policy's shortcut against the
+                // test of every row.
+                debug_assert_eq!(known, rows.is_dominated(chosen), "row {chosen}");
+                known
+            }
+            None => rows.is_dominated(chosen),
+        };
+        if dominated {
             m.dominated_choices += 1;
         }
         m.reused_tokens += rows.reuse[chosen];

@@ -84,6 +84,7 @@ const REJECTED: Choice = Choice {
     reserve_fallback: false,
     tie_count: 0,
     margin_milli: 0,
+    chosen_dominated: None,
 };
 
 /// How a request was routed (SPEC.md §5, "Route kind").
@@ -147,7 +148,6 @@ fn price_dynamo(rows: &mut Rows, params: &PolicyParams) {
 /// the eligible rows' mean. Every row is priced, eligible or not, for every policy but
 /// `dynamo_default`: the receipt shows what cache-plus-load would have paid.
 fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
-    // The mutant prices a worker by its prefill queue alone, as if decode were free.
     let decode_ignored = active(Mutant::DecodeIgnored);
     // Zipped slices rather than indexes: this loop runs once per worker per request.
     let work = rows.work_milli.iter().zip(&rows.queued_prefill);
@@ -156,16 +156,7 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
         .iter_mut()
         .zip(rows.recomputed.iter().zip(work))
     {
-        let work_in_cost = if decode_ignored {
-            1000u64.saturating_mul(queued)
-        } else {
-            work
-        };
-        // The cost without its imbalance term, which needs every row first. Saturating
-        // u64 arithmetic of non-negative terms is the exact sum narrowed by `to_u64`.
-        *cost = 1000u64
-            .saturating_mul(recomputed)
-            .saturating_add(work_in_cost);
+        *cost = cost_before_imbalance(recomputed, work, queued, decode_ignored);
     }
     let imbalance_penalty = params.imbalance_penalty_milli as u128;
     if imbalance_penalty == 0 {
@@ -193,6 +184,47 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
     }
 }
 
+/// A row's cache-plus-load cost without its imbalance term, which needs every row
+/// first (SPEC.md §4.4): `1000 * recomputed + work_milli`. Saturating u64 arithmetic of
+/// non-negative terms is the exact sum narrowed by `to_u64`. `decode_ignored` is
+/// [`Mutant::DecodeIgnored`], read once a decision by the caller.
+#[inline(always)]
+fn cost_before_imbalance(
+    recomputed: u64,
+    work_milli: u64,
+    queued: u64,
+    decode_ignored: bool,
+) -> u64 {
+    // The mutant prices a worker by its prefill queue alone, as if decode were free.
+    let work_in_cost = if decode_ignored {
+        1000u64.saturating_mul(queued)
+    } else {
+        work_milli
+    };
+    1000u64
+        .saturating_mul(recomputed)
+        .saturating_add(work_in_cost)
+}
+
+/// Prices the rows where the choice or a reader of the rows (`rows_read`, a receipt)
+/// needs the cost ([`price`]), then chooses ([`choose`]); `cache_plus_load` without an
+/// imbalance term prices in its choosing scan instead.
+pub fn decide(
+    policy: Policy,
+    rows: &mut Rows,
+    params: &PolicyParams,
+    cursor: &mut usize,
+    rows_read: bool,
+) -> Choice {
+    if policy == Policy::CachePlusLoad && params.imbalance_penalty_milli == 0 {
+        return cache_plus_load(rows, params, true);
+    }
+    if policy.chooses_by_cost() || rows_read {
+        price(policy, rows, params);
+    }
+    choose(policy, rows, params, cursor)
+}
+
 /// Chooses a row. For `cache_plus_load` with a cap this first marks excluded rows
 /// `overloaded`. `cursor` is the round-robin position, untouched by other policies.
 pub fn choose(
@@ -210,7 +242,7 @@ pub fn choose(
             eligible_scores(&rows.eligible, &rows.reuse).map(|(w, reuse)| (w, u64::MAX - reuse)),
             1000,
         ),
-        Policy::CachePlusLoad => cache_plus_load(rows, params),
+        Policy::CachePlusLoad => cache_plus_load(rows, params, false),
         // The Dynamo cost over every eligible row: no cap and no reserve apply (§4.8),
         // and Dynamo's random tie-break becomes the smallest id.
         Policy::DynamoDefault => best_of(eligible_scores(&rows.eligible, &rows.cost_milli), 1),
@@ -243,13 +275,16 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
                 reserve_fallback: false,
                 tie_count: 1,
                 margin_milli: 0,
+                chosen_dominated: None,
             };
         }
     }
     REJECTED
 }
 
-fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
+/// `cache_plus_load`'s choice (SPEC.md §4.4, §4.5) over the rows' costs; with
+/// `price_in_scan` (no imbalance term), the scan that chooses prices each row first.
+fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) -> Choice {
     let cap = if active(Mutant::OverloadCapIgnored) {
         None
     } else {
@@ -277,22 +312,22 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
             }
         }
     }
+    // Without an imbalance term a row's cost is its own, so the scan that chooses can
+    // price each row too ([`decide`] then does not call [`price`]): one pass, not two.
+    let best = if price_in_scan {
+        scan_cheapest::<true>(rows)
+    } else {
+        scan_cheapest::<false>(rows)
+    };
     let rows = &*rows;
-    // Slices of one length, indexed in a plain loop: the bounds checks fold away.
-    let n = rows.len();
-    let (eligible, reasons, cost) = (
-        &rows.eligible[..n],
-        &rows.reasons[..n],
-        &rows.cost_milli[..n],
-    );
-    let mut best = Best::new();
-    for w in 0..n {
-        if in_front_set(eligible[w], reasons[w]) {
-            best.offer(w, cost[w]);
-        }
-    }
     let choice = best.choice(1);
-    if choice.chosen.is_some() || !rows.eligible.contains(&true) {
+    if let Some(chosen) = choice.chosen {
+        return Choice {
+            chosen_dominated: cheapest_dominated(rows, params, chosen, best.tied_reuse_max),
+            ..choice
+        };
+    }
+    if !rows.eligible.contains(&true) {
         return choice;
     }
     // The reserve is a preference, the cap a limit: reserved-out rows come before an
@@ -310,6 +345,54 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         overload_escape: true,
         ..best_by(rows, |w| rows.eligible[w], |w| rows.after_milli[w], 1)
     }
+}
+
+/// Offers every front-set row at its cost, first pricing it without an imbalance term
+/// when `PRICE` (one body, compiled once for each).
+fn scan_cheapest<const PRICE: bool>(rows: &mut Rows) -> Best {
+    let decode_ignored = active(Mutant::DecodeIgnored);
+    // Slices of one length, indexed in a plain loop: the bounds checks fold away.
+    let n = rows.len();
+    let (eligible, reasons, reuse) = (&rows.eligible[..n], &rows.reasons[..n], &rows.reuse[..n]);
+    let (recomputed, work, queued) = (
+        &rows.recomputed[..n],
+        &rows.work_milli[..n],
+        &rows.queued_prefill[..n],
+    );
+    let cost = &mut rows.cost_milli[..n];
+    let mut best = Best::new();
+    for w in 0..n {
+        if PRICE {
+            cost[w] = cost_before_imbalance(recomputed[w], work[w], queued[w], decode_ignored);
+        }
+        if in_front_set(eligible[w], reasons[w]) {
+            best.offer_noting_reuse(w, cost[w], reuse[w]);
+        }
+    }
+    best
+}
+
+/// Whether a row dominates the front-set row `chosen` of the smallest cost, read off
+/// the choosing scan: `tied_reuse_max` is the largest reuse of the front rows of that
+/// cost. Without an imbalance term a row's cost is `T = 1000 * recomputed +
+/// work_milli` and its work after placement `T + decode_milli`, each saturated at
+/// 2^64 - 1. While `chosen`'s work after placement is unsaturated, a front row leaves
+/// at most as much work after placement exactly when its `T` is at most `chosen`'s,
+/// that is when it shares the smallest cost, and then it leaves exactly as much; so a
+/// row dominates `chosen` exactly when it shares the cost and reuses more. `None`
+/// where that reasoning does not hold.
+fn cheapest_dominated(
+    rows: &Rows,
+    params: &PolicyParams,
+    chosen: usize,
+    tied_reuse_max: u64,
+) -> Option<bool> {
+    let holds = params.imbalance_penalty_milli == 0
+        && rows.after_milli[chosen] < u64::MAX
+        // The mutants change the cost or the ties this reasoning reads.
+        && !active(Mutant::DecodeIgnored)
+        && !active(Mutant::TiesToLast);
+    holds.then(|| tied_reuse_max > rows.reuse[chosen])
 }
 
 /// The choosable row with the smallest `score`, ties to the smallest id. The margin is
@@ -350,6 +433,9 @@ struct Best {
     runner_up: u64,
     /// The mutant lets a later row with an equal score take the lead.
     ties_to_last: bool,
+    /// The largest reuse of the rows offered with the smallest score so far, kept by
+    /// [`Best::offer_noting_reuse`] (the mutant's ties aside).
+    tied_reuse_max: u64,
 }
 
 impl Best {
@@ -361,7 +447,20 @@ impl Best {
             tie_count: 0,
             runner_up: u64::MAX,
             ties_to_last: active(Mutant::TiesToLast),
+            tied_reuse_max: 0,
         }
+    }
+
+    /// [`Best::offer`], also keeping the largest `reuse` of the rows offered with the
+    /// smallest score so far.
+    #[inline]
+    fn offer_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
+        if self.offered == 0 || score < self.score {
+            self.tied_reuse_max = reuse;
+        } else if score == self.score {
+            self.tied_reuse_max = self.tied_reuse_max.max(reuse);
+        }
+        self.offer(row, score);
     }
 
     #[inline]
@@ -396,6 +495,7 @@ impl Best {
             reserve_fallback: false,
             tie_count: self.tie_count,
             margin_milli,
+            chosen_dominated: None,
         }
     }
 }
@@ -455,6 +555,36 @@ mod tests {
         let mut none = super::tests::rows(&[(false, 0, 0, 0), (false, 0, 0, 0)]);
         let c = choose(Policy::RoundRobin, &mut none, &params, &mut cursor);
         assert_eq!((c.chosen, c.tie_count, cursor), (None, 0, 1));
+    }
+
+    /// The choosing scan's answer on dominance (SPEC.md §4.6) is the test of every
+    /// row's: rows of one cost, the chosen (smallest id) reusing less or more than the
+    /// other, and a cheapest row alone.
+    #[test]
+    fn the_scan_knows_whether_the_cheapest_row_is_dominated() {
+        // (reuse, recomputed, work) per row; decode 0, so after = work + 1000 * recomputed.
+        type Figures = [(u64, u64, u64); 3];
+        let cases: [(Figures, bool); 3] = [
+            ([(0, 10, 5_000), (5, 5, 10_000), (0, 10, 9_000)], true),
+            ([(5, 5, 10_000), (0, 10, 5_000), (0, 10, 9_000)], false),
+            ([(0, 10, 4_000), (5, 5, 10_000), (0, 10, 9_000)], false),
+        ];
+        for (figures, dominated) in cases {
+            let mut rows = Rows::new(figures.len());
+            for (w, &(reuse, recomputed, work)) in figures.iter().enumerate() {
+                rows.eligible[w] = true;
+                rows.reuse[w] = reuse;
+                rows.recomputed[w] = recomputed;
+                rows.work_milli[w] = work;
+                rows.after_milli[w] = work + 1000 * recomputed;
+            }
+            let params = PolicyParams::default();
+            price(Policy::CachePlusLoad, &mut rows, &params);
+            let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut 0);
+            let chosen = c.chosen.expect("a row is chosen");
+            assert_eq!(c.chosen_dominated, Some(dominated), "{figures:?}");
+            assert_eq!(rows.is_dominated(chosen), dominated, "{figures:?}");
+        }
     }
 
     #[test]

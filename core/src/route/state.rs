@@ -95,7 +95,10 @@ impl WorkerState {
     /// Drains up to `tick` (events arrive in tick order, so `tick` never goes back).
     pub fn drain_to(&mut self, tick: u64) {
         if tick > self.drained_to_tick {
-            self.drain(tick - self.drained_to_tick);
+            // An idle worker stays idle: no multiplication for it.
+            if self.queued_prefill | self.active_decode != 0 {
+                self.drain(tick - self.drained_to_tick);
+            }
             self.drained_to_tick = tick;
         }
     }

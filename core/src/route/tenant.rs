@@ -108,11 +108,19 @@ impl<'t> NamespaceRule<'t> {
 
     /// `None` when an entry under `entry` may serve a request under `request`, else the
     /// boundary reason the row records.
+    #[inline]
     pub fn verdict(&mut self, tables: &Tables, request: NsId, entry: NsId) -> Option<Reason> {
-        // A namespace always serves itself, under every reading of the rule.
+        // A namespace always serves itself, under every reading of the rule: the reuse
+        // walk asks this of nearly every entry it visits, so it is answered inline.
         if request == entry {
             return None;
         }
+        self.verdict_between(tables, request, entry)
+    }
+
+    /// [`NamespaceRule::verdict`] of two different namespaces.
+    #[inline(never)]
+    fn verdict_between(&mut self, tables: &Tables, request: NsId, entry: NsId) -> Option<Reason> {
         let grants = self.sharing.grants;
         let grant_ids = self
             .grant_ids

@@ -9,8 +9,10 @@ use crate::input::document::{self, Path};
 use crate::input::json::{quote_str, MemberName, NodeOf as Node};
 use crate::input::trace::members;
 use crate::input::trace::*;
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// The members of one JSON object, for checking required, unknown and repeated names.
@@ -86,12 +88,15 @@ pub(crate) struct Walk {
 /// order the request did. So the string first seen right after the last one shared
 /// is tried before the map; it sits next to it in `order` and, allocated just after
 /// it, in memory.
+///
+/// The map holds positions in `order` hashed by the string at them, so a new string is
+/// hashed once and shared by `order` alone, not by the map too.
 #[derive(Default)]
 pub(super) struct SharedStrings {
     /// Every string shared so far, in the order first seen.
     order: Vec<Arc<str>>,
-    /// Each string's position in `order`.
-    position: FxHashMap<Arc<str>, usize>,
+    /// Each string's position in `order`, hashed by the string.
+    position: HashTable<usize>,
     /// The position of the string shared last.
     last: usize,
 }
@@ -103,13 +108,16 @@ impl SharedStrings {
             self.last = next;
             return Arc::clone(shared);
         }
-        if let Some(&at) = self.position.get(s) {
+        let hash = FxBuildHasher.hash_one(s);
+        let order = &self.order;
+        if let Some(&at) = self.position.find(hash, |&at| *order[at] == *s) {
             self.last = at;
             return Arc::clone(&self.order[at]);
         }
         let shared: Arc<str> = Arc::from(s);
         self.last = self.order.len();
-        self.position.insert(Arc::clone(&shared), self.last);
+        self.position
+            .insert_unique(hash, self.last, |&at| FxBuildHasher.hash_one(&*order[at]));
         self.order.push(Arc::clone(&shared));
         shared
     }

@@ -36,8 +36,12 @@ pub struct CacheIndex {
 
 impl CacheIndex {
     pub fn new(key_count: usize, worker_count: usize) -> Self {
+        // Built empty rather than cloned from one empty list: cloning a `SmallVec` goes
+        // through its `extend`, tens of instructions a key on a trace of many keys.
+        let mut by_key = Vec::with_capacity(key_count);
+        by_key.resize_with(key_count, SmallVec::new);
         CacheIndex {
-            by_key: vec![SmallVec::new(); key_count],
+            by_key,
             by_worker: vec![Vec::new(); worker_count],
         }
     }
@@ -68,8 +72,15 @@ impl CacheIndex {
         let holders = &mut self.by_key[key as usize];
         match find(holders, worker, ns) {
             Ok(i) if tokens == 0 => {
-                let slot = holders.remove(i).slot;
-                self.forget(worker, slot);
+                // The last holder (nearly always the only one) pops without a shift.
+                let removed = if i + 1 == holders.len() {
+                    holders.pop()
+                } else {
+                    Some(holders.remove(i))
+                };
+                if let Some(removed) = removed {
+                    self.forget(worker, removed.slot);
+                }
             }
             Ok(i) => holders[i].tokens = tokens,
             Err(_) if tokens == 0 => {}
@@ -77,15 +88,18 @@ impl CacheIndex {
                 let entries = &mut self.by_worker[worker as usize];
                 let slot = entries.len() as u32;
                 entries.push((key, ns));
-                holders.insert(
-                    i,
-                    Holder {
-                        worker,
-                        ns,
-                        tokens,
-                        slot,
-                    },
-                );
+                let holder = Holder {
+                    worker,
+                    ns,
+                    tokens,
+                    slot,
+                };
+                // A new last holder (nearly always the first) is pushed without a shift.
+                if i == holders.len() {
+                    holders.push(holder);
+                } else {
+                    holders.insert(i, holder);
+                }
             }
         }
     }
@@ -128,7 +142,20 @@ impl CacheIndex {
     }
 }
 
-/// The position of `(worker, ns)` among a key's sorted holders.
+/// The position of `(worker, ns)` among a key's sorted holders, as a binary search
+/// gives it. Most keys have one or two holders, which a linear scan finds without a
+/// binary search's set-up; a long list is still searched in O(log holders).
+#[inline]
 fn find(holders: &[Holder], worker: u32, ns: NsId) -> Result<usize, usize> {
-    holders.binary_search_by_key(&(worker, ns), |h| (h.worker, h.ns))
+    let wanted = (worker, ns);
+    if holders.len() > 4 {
+        return holders.binary_search_by_key(&wanted, |h| (h.worker, h.ns));
+    }
+    for (i, h) in holders.iter().enumerate() {
+        let at = (h.worker, h.ns);
+        if at >= wanted {
+            return if at == wanted { Ok(i) } else { Err(i) };
+        }
+    }
+    Err(holders.len())
 }

@@ -359,6 +359,10 @@ pub struct Choice {
     pub reserve_fallback: bool,
     pub tie_count: u64,
     pub margin_milli: u64,
+    /// Whether a row dominates the chosen one (SPEC.md §4.6), when the policy's own
+    /// scan already shows it, so that the metrics need not test every row; `None`
+    /// when it does not.
+    pub chosen_dominated: Option<bool>,
 }
 
 #[cfg(test)]
