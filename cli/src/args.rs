@@ -549,6 +549,10 @@ pub enum PeerAction {
         /// Start a fresh peer process for every trace even when the peer offers reset.
         #[arg(long)]
         process_per_trace: bool,
+        /// Write the first new finding's trace, cut and shrunk by re-running the peer
+        /// in that finding's delivery mode, as a trace that reproduces it.
+        #[arg(long, value_name = "FILE")]
+        diff_out: Option<PathBuf>,
         #[command(flatten)]
         peer: PeerArgs,
     },

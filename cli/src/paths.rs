@@ -61,8 +61,8 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             },
         } => (vec![trace.as_path()], diff_out.iter().cloned().collect()),
         Command::Peer {
-            action: PeerAction::Sweep { .. },
-        } => (Vec::new(), Vec::new()),
+            action: PeerAction::Sweep { diff_out, .. },
+        } => (Vec::new(), diff_out.iter().cloned().collect()),
         Command::Import {
             format: ImportFormat::VllmEvents(args) | ImportFormat::DynamoEvents(args),
         } => (

@@ -8,7 +8,7 @@ use crate::out;
 use kvroute_cli::args::{PeerAction, PeerArgs, PeerFormat};
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_peer_core::classify::Options;
-use kvroute_peer_core::peer_sweep::{sweep_peer, Processes, SweepOptions};
+use kvroute_peer_core::peer_sweep::{shrunk_finding, sweep_peer, Processes, SweepOptions};
 use kvroute_peer_core::run::{run_peer, shrunk_first_difference, RunOptions};
 use std::time::Duration;
 
@@ -69,14 +69,21 @@ pub(crate) fn peer(action: PeerAction) -> Result<(), Failure> {
             seeds,
             start,
             process_per_trace,
+            diff_out,
             peer,
-        } => sweep(seeds, start, process_per_trace, &peer),
+        } => sweep(seeds, start, process_per_trace, diff_out.as_deref(), &peer),
     }
 }
 
 /// Each seed's trace in both delivery modes: one peer process for the sweep when the
 /// peer offers `reset` (unless `--process-per-trace`), else one a trace.
-fn sweep(seeds: u64, start: u64, process_per_trace: bool, peer: &PeerArgs) -> Result<(), Failure> {
+fn sweep(
+    seeds: u64,
+    start: u64,
+    process_per_trace: bool,
+    diff_out: Option<&std::path::Path>,
+    peer: &PeerArgs,
+) -> Result<(), Failure> {
     let options = SweepOptions {
         timeout: Duration::from_millis(peer.timeout_ms),
         expect_version: peer.expect_version.clone(),
@@ -88,5 +95,25 @@ fn sweep(seeds: u64, start: u64, process_per_trace: bool, peer: &PeerArgs) -> Re
         },
     };
     let swept = sweep_peer(&peer.command, seeds, start, &options).map_err(Failure::other)?;
-    out::print(&swept.table())
+    out::print(&swept.table())?;
+    let Some(path) = diff_out else {
+        return Ok(());
+    };
+    let Some(finding) = swept.report.findings.first() else {
+        out::note(&format!("no new findings: {} not written", path.display()));
+        return Ok(());
+    };
+    let shrunk = shrunk_finding(&peer.command, finding, &options, SHRINK_RUNS_MAX);
+    let mut bytes = canonical_trace_bytes(&shrunk);
+    bytes.push(b'\n');
+    out::write_file(path, |w| w.write_all(&bytes))?;
+    out::note(&format!(
+        "first new finding (seed {}, withhold_stale={}): {} events, {} workers -> {}",
+        finding.seed,
+        finding.options.withhold_stale,
+        shrunk.events.len(),
+        shrunk.workers.len(),
+        path.display()
+    ));
+    Ok(())
 }

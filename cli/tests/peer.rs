@@ -484,3 +484,66 @@ fn a_reset_peer_that_fails_mid_sweep_is_named_with_the_seed_mode_and_last_event(
     );
     assert_gone(&pids);
 }
+
+#[test]
+fn sweep_diff_out_writes_the_first_new_finding_shrunk_by_one_reset_process() {
+    // The faulty peer in `reset` mode answers no reuse at all, so a worker kvroute holds
+    // a block on is a new finding (seed 6 is the first of 5..8 with one).
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("finding.json");
+    let extra = ["--diff-out", out_path.to_str().unwrap()];
+    let (out, _, pids) = sweep_faulty("reset", &extra);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("\nnew finding: seed 6 withhold_stale=false faulty-reset "),
+        "{text}"
+    );
+    assert!(
+        stderr(&out)
+            .contains("first new finding (seed 6, withhold_stale=false): 2 events, 1 workers -> "),
+        "{}",
+        stderr(&out)
+    );
+    // One process for the sweep, one for every candidate of the shrink (reset between).
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_gone(&pids);
+    // What was written shows the finding again under `peer run`.
+    let again = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "run", "--format", "json"])
+        .arg(&out_path)
+        .args(["--", "python3"])
+        .arg(faulty_peer())
+        .arg("reset")
+        .arg(dir.path().join("again"))
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let value: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(value["reuse"]["causes"]["new_finding"], 1, "{value}");
+    // A peer with no new finding writes nothing and says so.
+    let script = docs_adapter(dir.path());
+    let none_path = dir.path().join("none.json");
+    let none = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "peer",
+            "sweep",
+            "--seeds",
+            "3",
+            "--start",
+            "5",
+            "--diff-out",
+        ])
+        .arg(&none_path)
+        .args(["--", "python3"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(0), "{}", stderr(&none));
+    assert!(
+        stderr(&none).contains("no new findings: "),
+        "{}",
+        stderr(&none)
+    );
+    assert!(!none_path.exists());
+}

@@ -207,6 +207,25 @@ fn ray_holds_the_ancestors_of_every_block_it_stores() {
 }
 
 #[test]
+fn an_evict_that_names_a_key_first_does_not_place_it() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    // Seed 601 of the sweep, shrunk: w0 evicts k2 before anything names it, r6 asks for
+    // [k0, k2] (k2's place: after k0), w0 stores only k2, r11 asks for [k0]. kvroute
+    // holds k2 alone (0 tokens of r11 on w0); Ray's insert of k2's text marks k0 too
+    // (16). When the evict placed k2 at the root, no model held k0 and the row was a
+    // `new_finding`; placed by r6, as the tree's text places it, it is the ancestor
+    // model's figure.
+    let summary = peer_run(&python, "ray_evict_names_key_first", &[], RAY);
+    assert_eq!(
+        reuse(&summary),
+        (2, 1, vec![("ancestors_implied".into(), 1)]),
+        "{summary}"
+    );
+}
+
+#[test]
 fn ray_applies_a_late_store_the_epoch_rule_drops() {
     let Some(python) = venv_python() else {
         return;

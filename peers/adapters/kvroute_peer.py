@@ -19,7 +19,9 @@ tokens and stops, as kvroute's walk does); distinct keys never share a first
 character, so two blocks match only if they are the same key, and namespaces are
 disjoint. A key's place in a text is its chain (SPEC.md §12), fixed at its first occurrence
 as SPEC.md §15.2 states: after the key before it in a request prefix or in a store's
-segments, at the root when it comes first there or in an initial cache.
+segments (0-token segments included), at the root when it comes first there or in an
+initial cache. An eviction places nothing: a key it is the first to name is held by no
+worker, so its place waits for its next occurrence.
 """
 
 import json
@@ -76,12 +78,14 @@ class TextMap:
 
     def learn_store(self, ns, segments):
         """Learns from a store (or an initial cache entry, a store of one segment): each
-        segment not seen before follows the one before it, the first is at the root."""
+        segment not seen before follows the one before it, the first is at the root. A
+        0-token segment (a removal) takes its place too, but gives no token count."""
         previous = None
         for segment in segments:
             name = (ns, segment["key"])
             self._parent.setdefault(name, previous)
-            self._tokens.setdefault(name, segment["tokens"])
+            if segment["tokens"] > 0:
+                self._tokens.setdefault(name, segment["tokens"])
             previous = name
 
     def parent(self, name):
@@ -89,14 +93,15 @@ class TextMap:
 
     def ancestors_text(self, name):
         """The text before `name` in its chain (root first), ancestors at the tokens
-        of their first appearance. Stops at a cycle (keys that name each other as
+        of their first appearance with tokens (none yet: left out, as SPEC.md §12's
+        ancestor model leaves it). Stops at a cycle (keys that name each other as
         parents across namespaces cannot, but a trace may state one within one)."""
         parts = []
         seen = {name}
         current = self._parent.get(name)
         while current is not None and current not in seen:
             seen.add(current)
-            parts.append(self.char(current) * self._tokens[current])
+            parts.append(self.char(current) * self._tokens.get(current, 0))
             current = self._parent.get(current)
         parts.reverse()
         return "".join(parts)

@@ -5,7 +5,8 @@
 //! chains before it starts, learning every key's position from every request. A peer
 //! gets events one at a time, so [`StreamChains`] places a key at its first occurrence
 //! instead (SPEC.md §15.2): after the key before it in a request prefix or in a store's
-//! segments, at the root when it comes first there or in the fleet's initial caches.
+//! segments, at the root when it comes first there or in the fleet's initial caches
+//! (an eviction places nothing).
 //! From there the mapping is §12's, through the same [`DynamoBackend`]: one `Stored`
 //! per run consecutive in its chain ([`chain_ops`]), `Removed` for evictions and
 //! 0-token segments, `Cleared`, and a request's leading whole blocks asked with
@@ -44,6 +45,9 @@ struct StreamBlock {
 pub struct StreamChains {
     namespaces: HashMap<(String, String, String), (NsId, u64)>,
     keys: HashMap<(NsId, String), KeyId>,
+    /// Keys an eviction named before anything placed them: a root block each, for the
+    /// `Removed` to name (no worker holds it), not their place (SPEC.md §15.2).
+    unplaced: HashMap<(NsId, String), KeyId>,
     blocks: Vec<StreamBlock>,
 }
 
@@ -85,6 +89,26 @@ impl StreamChains {
             sequence_hash: sequence_hash(parent_hash, local_hash),
         });
         self.keys.insert((ns, key.to_string()), id);
+        id
+    }
+
+    /// The id an eviction names `key` in `ns` by: its placed id, else a root block
+    /// that places nothing (an eviction is no occurrence that fixes a position).
+    fn evicted_key(&mut self, ns: NsId, seed: u64, key: &str) -> KeyId {
+        if let Some(&id) = self.keys.get(&(ns, key.to_string())) {
+            return id;
+        }
+        if let Some(&id) = self.unplaced.get(&(ns, key.to_string())) {
+            return id;
+        }
+        let id = self.blocks.len() as KeyId;
+        let local_hash = local_block_hash(key, seed);
+        self.blocks.push(StreamBlock {
+            parent: None,
+            local_hash,
+            sequence_hash: sequence_hash(None, local_hash),
+        });
+        self.unplaced.insert((ns, key.to_string()), id);
         id
     }
 
@@ -309,7 +333,7 @@ impl DynamoPeer {
                             let key = k.as_str().ok_or_else(|| {
                                 AdapterError(format!("{path}.keys[{i}]: expected a string"))
                             })?;
-                            keys.push(self.chains.key(ns, seed, key, None));
+                            keys.push(self.chains.evicted_key(ns, seed, key));
                         }
                         Op::Evict { ns, keys }
                     }

@@ -80,7 +80,8 @@ class RayPrefixTreePeer:
     def _store(self, worker, tick, ns, segments):
         removed = [s["key"] for s in segments if s["tokens"] == 0]
         kept = [s for s in segments if s["tokens"] > 0]
-        self.text.learn_store(ns, kept)
+        # Positions from every segment, a removal's too (SPEC.md §15.2).
+        self.text.learn_store(ns, segments)
         for text in self.text.store_runs(ns, kept):
             self.tree.insert(text, worker, tick)
         for segment in kept:

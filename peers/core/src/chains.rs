@@ -50,8 +50,9 @@ impl ChainShape {
 
     /// The positions a peer over the protocol can know (SPEC.md §15.2): each key placed
     /// at its first occurrence in what the peer is sent — after the key before it in a
-    /// request prefix or a store's segments, at the root when first there, in an
-    /// eviction or in an initial cache. A later request reaching a key from another
+    /// request prefix or a store's segments, at the root when first there or in an
+    /// initial cache (an eviction places nothing; a key only evictions name ends at
+    /// the root). A later request reaching a key from another
     /// parent is a fork, as in [`ChainShape::new`]; a later store is not (a store may
     /// skip a block of its chain). `withheld[i]` is whether `compiled.events[i]` is not
     /// sent.
@@ -81,12 +82,9 @@ impl ChainShape {
                             parent = Some(segment.key);
                         }
                     }
-                    Op::Evict { ns, keys } => {
-                        for &key in keys {
-                            shape.place(*ns, key, None);
-                        }
-                    }
-                    Op::Clear => {}
+                    // An eviction places nothing (SPEC.md §15.2): a key it names
+                    // first is held nowhere, so its next occurrence places it.
+                    Op::Evict { .. } | Op::Clear => {}
                 },
                 Step::Cache { .. } | Step::Load { .. } => {}
             }

@@ -10,8 +10,9 @@
 
 use crate::classify::Options;
 use crate::protocol::{Hello, PeerError, PeerProcess};
-use crate::run::{run_trace, ChoiceTally, RunOptions};
-use crate::sweep::{modes, trace_of, SweepReport};
+use crate::run::{run_trace, shrunk_difference, ChoiceTally, RunOptions};
+use crate::sweep::{modes, trace_of, Finding, SweepReport};
+use kvroute_core::input::trace::Trace;
 use kvroute_core::Policy;
 use std::ffi::OsString;
 use std::time::Duration;
@@ -59,6 +60,36 @@ fn on_trace(seed: u64, compare: Options, e: PeerError) -> String {
     )
 }
 
+/// How one trace of the sweep is run, in delivery mode `compare`.
+fn run_options(options: &SweepOptions, compare: Options) -> RunOptions {
+    RunOptions {
+        compare,
+        timeout: options.timeout,
+        expect_version: options.expect_version.clone(),
+        policy: options.policy,
+    }
+}
+
+/// The sweep's new finding `finding` as a reproduction (`peer sweep --diff-out`, SPEC.md
+/// §15.4): its seed's trace, cut and shrunk while re-running the peer in the finding's
+/// delivery mode still shows a `new_finding` row, at most `budget` peer runs. The
+/// result is a trace `peer run` (with `--withhold-stale` when the finding's mode
+/// withheld stale events) shows a new finding on.
+pub fn shrunk_finding(
+    command: &[OsString],
+    finding: &Finding,
+    options: &SweepOptions,
+    budget: usize,
+) -> Trace {
+    shrunk_difference(
+        &trace_of(finding.seed),
+        command,
+        &run_options(options, finding.options),
+        &finding.difference,
+        budget,
+    )
+}
+
 /// Runs `command` over seeds `start..start + seeds`, each in both delivery modes.
 pub fn sweep_peer(
     command: &[OsString],
@@ -70,12 +101,7 @@ pub fn sweep_peer(
         return Err("peer sweep: no seeds".into());
     }
     let end = start.saturating_add(seeds);
-    let run_options = |compare: Options| RunOptions {
-        compare,
-        timeout: options.timeout,
-        expect_version: options.expect_version.clone(),
-        policy: options.policy,
-    };
+    let run_options = |compare: Options| run_options(options, compare);
     let mut report = SweepReport::default();
     let mut choice: Option<ChoiceTally> = None;
     let mut first_hello: Option<Hello> = None;

@@ -498,6 +498,62 @@ pub fn reuse_table_header() -> String {
     table_header()
 }
 
+/// Re-runs of one peer command on candidate traces, for shrinking: one process for
+/// every candidate when the peer's hello offers `reset` (reset between candidates, as
+/// `peer sweep` does, so a shrink of hundreds of candidates does not pay the peer's
+/// start-up each time), else one per candidate. A candidate the peer fails on drops
+/// that process; the next one starts anew.
+struct Rerunner<'a> {
+    command: &'a [OsString],
+    options: RunOptions,
+    live: std::cell::RefCell<Option<(PeerProcess, Hello)>>,
+}
+
+impl<'a> Rerunner<'a> {
+    fn new(command: &'a [OsString], options: RunOptions) -> Self {
+        Rerunner {
+            command,
+            options,
+            live: std::cell::RefCell::new(None),
+        }
+    }
+
+    fn run(&self, trace: &Trace) -> Option<PeerRun> {
+        let live = self.live.borrow_mut().take();
+        let (mut peer, hello) = match live {
+            Some(session) => session,
+            None => {
+                let mut peer = PeerProcess::spawn(self.command, self.options.timeout).ok()?;
+                let hello = peer
+                    .hello(
+                        self.options.compare.block_tokens,
+                        self.options.expect_version.as_deref(),
+                    )
+                    .ok()?;
+                (peer, hello)
+            }
+        };
+        let run = run_trace(&mut peer, &hello, trace, &self.options).ok()?;
+        if hello.reset {
+            if peer.reset().is_ok() {
+                *self.live.borrow_mut() = Some((peer, hello));
+            }
+        } else {
+            peer.end().ok()?;
+        }
+        Some(run)
+    }
+}
+
+impl Drop for Rerunner<'_> {
+    fn drop(&mut self) {
+        if let Some((peer, _)) = self.live.get_mut().take() {
+            // The shrink is over: a peer that fails to say bye is killed by its drop.
+            let _ = peer.end();
+        }
+    }
+}
+
 /// The first difference of `run` (the first differing reuse row, else the first
 /// differing choice) as a trace cut and shrunk while re-running the peer still shows a
 /// difference of the same kind, at most `budget` peer runs; `None` when `run` has no
@@ -509,12 +565,53 @@ pub fn shrunk_first_difference(
     run: &PeerRun,
     budget: usize,
 ) -> Option<Trace> {
+    if let Some(difference) = run.report.first.first() {
+        return Some(shrunk_difference(
+            trace, command, options, difference, budget,
+        ));
+    }
+    run.first_choice.as_ref()?;
+    let (base, exact) = shrink_base(trace, options);
+    let rerunner = Rerunner::new(command, exact);
+    let shows = |t: &Trace| {
+        rerunner
+            .run(t)
+            .is_some_and(|r| r.choice.is_some_and(|c| c.differing > 0))
+    };
+    Some(shrink(base, shows, budget))
+}
+
+/// The differing reuse row `difference` of a run of `trace` under `options` (a row of
+/// `run.report.first`, or a sweep's first new finding) as a trace cut and shrunk while
+/// re-running the peer still shows a row of the same cause, at most `budget` peer runs.
+pub fn shrunk_difference(
+    trace: &Trace,
+    command: &[OsString],
+    options: &RunOptions,
+    difference: &Difference,
+    budget: usize,
+) -> Trace {
+    let (base, exact) = shrink_base(trace, options);
+    let rerunner = Rerunner::new(command, exact);
+    let cause = difference.cause;
+    let shows = |t: &Trace| {
+        rerunner
+            .run(t)
+            .is_some_and(|r| r.report.tallies.first().is_some_and(|t| t.count(cause) > 0))
+    };
+    let cut = cut_reproducing(&base, difference, shows).unwrap_or(base);
+    shrink(cut, shows, budget)
+}
+
+/// The trace a shrink starts from (cut to whole blocks when `options` says so) and the
+/// options its candidates are run with (the base is already cut: cutting again would
+/// change nothing).
+fn shrink_base(trace: &Trace, options: &RunOptions) -> (Trace, RunOptions) {
     let base = if options.compare.full_blocks_only {
         full_blocks_view(trace, options.compare.block_tokens)
     } else {
         trace.clone()
     };
-    // The base is already cut to whole blocks: cutting again would change nothing.
     let exact = RunOptions {
         compare: Options {
             full_blocks_only: false,
@@ -522,18 +619,7 @@ pub fn shrunk_first_difference(
         },
         ..options.clone()
     };
-    let rerun = |t: &Trace| run_peer(t, command, &exact).ok();
-    if let Some(difference) = run.report.first.first() {
-        let cause = difference.cause;
-        let shows = |t: &Trace| {
-            rerun(t).is_some_and(|r| r.report.tallies.first().is_some_and(|t| t.count(cause) > 0))
-        };
-        let cut = cut_reproducing(&base, difference, shows).unwrap_or(base);
-        return Some(shrink(cut, shows, budget));
-    }
-    run.first_choice.as_ref()?;
-    let shows = |t: &Trace| rerun(t).is_some_and(|r| r.choice.is_some_and(|c| c.differing > 0));
-    Some(shrink(base, shows, budget))
+    (base, exact)
 }
 
 #[cfg(test)]
