@@ -394,3 +394,22 @@ fn the_sglang_router_serves_a_sweep_from_one_process_and_its_choices_are_summed(
     assert_eq!(r[0], f[0], "decisions:\n{reset}\n{fresh}");
     assert!(r[0] > 0 && r[1] + r[2] == r[0], "{reset}");
 }
+
+#[test]
+fn three_sglang_adapters_run_side_by_side() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    // The router's metrics exporter bound one fixed port (29000) and panicked when it
+    // was taken, so parallel tests, or two sweeps on one machine, failed at random; two
+    // of three routers started at once failed so before each was given its own port.
+    let runs: Vec<Value> = std::thread::scope(|scope| {
+        let started: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| peer_run(&python, "sglang_cache_events_unseen", &[], SGLANG)))
+            .collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for summary in runs {
+        assert_eq!(summary["choice"]["decisions"], 3, "{summary}");
+    }
+}

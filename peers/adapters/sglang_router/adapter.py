@@ -217,6 +217,11 @@ class SglangRouterPeer:
             self.router = subprocess.Popen(
                 [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
                  "--port", str(self.port), "--worker-urls", *self.urls.values(), *SETTINGS,
+                 # Its metrics exporter binds 0.0.0.0:29000 by default and the router
+                 # panics when that is taken ("failed to install Prometheus metrics
+                 # exporter: ... Address already in use"), so two adapters at once (the
+                 # test harness runs tests in parallel) failed; each gets its own port.
+                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port()),
                  "--log-level", "warn"],
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
             )
