@@ -16,11 +16,23 @@ fn faulty_peer() -> PathBuf {
 /// Runs `kvroute peer run FIXTURE extra... -- python3 faulty_peer.py MODE PIDFILE`;
 /// returns the output, the time it took and the peer's process ids.
 fn run_faulty(mode: &str, extra: &[&str]) -> (Output, Duration, Vec<i32>) {
+    let command = ["peer", "run", FIXTURE, "--timeout-ms", "1500"];
+    kvroute_with_faulty(&command, extra, mode, "pids")
+}
+
+/// `kvroute COMMAND... extra... -- python3 faulty_peer.py MODE DIR/pids`; the output, the
+/// time it took and the process ids the peers wrote to `DIR/<pids_read>`.
+fn kvroute_with_faulty(
+    command: &[&str],
+    extra: &[&str],
+    mode: &str,
+    pids_read: &str,
+) -> (Output, Duration, Vec<i32>) {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pids");
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args(["peer", "run", FIXTURE, "--timeout-ms", "1500"])
+        .args(command)
         .args(extra)
         .arg("--")
         .arg("python3")
@@ -30,7 +42,7 @@ fn run_faulty(mode: &str, extra: &[&str]) -> (Output, Duration, Vec<i32>) {
         .output()
         .unwrap();
     let elapsed = started.elapsed();
-    let pids = std::fs::read_to_string(&pid_file)
+    let pids = std::fs::read_to_string(dir.path().join(pids_read))
         .map(|s| s.split_whitespace().map(|p| p.parse().unwrap()).collect())
         .unwrap_or_default();
     (out, elapsed, pids)
@@ -350,33 +362,17 @@ fn the_sweep_runs_a_peer_over_generated_traces() {
 /// faulty_peer.py MODE PIDFILE`; the output, the time it took, and the id of every
 /// peer process the sweep started, in order.
 fn sweep_faulty(mode: &str, extra: &[&str]) -> (Output, Duration, Vec<i32>) {
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("pids");
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args([
-            "peer",
-            "sweep",
-            "--seeds",
-            "3",
-            "--start",
-            "5",
-            "--timeout-ms",
-            "1500",
-        ])
-        .args(extra)
-        .arg("--")
-        .arg("python3")
-        .arg(faulty_peer())
-        .arg(mode)
-        .arg(&pid_file)
-        .output()
-        .unwrap();
-    let elapsed = started.elapsed();
-    let pids = std::fs::read_to_string(dir.path().join("pids.all"))
-        .map(|s| s.split_whitespace().map(|p| p.parse().unwrap()).collect())
-        .unwrap_or_default();
-    (out, elapsed, pids)
+    let command = [
+        "peer",
+        "sweep",
+        "--seeds",
+        "3",
+        "--start",
+        "5",
+        "--timeout-ms",
+        "1500",
+    ];
+    kvroute_with_faulty(&command, extra, mode, "pids.all")
 }
 
 /// The last line of a sweep's table.
