@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 const FIXTURE: &str = "../fixtures/stale_epoch/trace.json";
 
+/// The sweep every sweep test runs: seeds 5, 6 and 7.
+const SWEEP_THREE_SEEDS: [&str; 6] = ["peer", "sweep", "--seeds", "3", "--start", "5"];
+
 fn faulty_peer() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/faulty_peer.py")
 }
@@ -338,8 +341,8 @@ fn the_sweep_runs_a_peer_over_generated_traces() {
     let dir = tempfile::tempdir().unwrap();
     let script = docs_adapter(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args(["peer", "sweep", "--seeds", "3", "--start", "5", "--"])
-        .arg("python3")
+        .args(SWEEP_THREE_SEEDS)
+        .args(["--", "python3"])
         .arg(&script)
         .output()
         .unwrap();
@@ -358,20 +361,11 @@ fn the_sweep_runs_a_peer_over_generated_traces() {
     );
 }
 
-/// `kvroute peer sweep --seeds 3 --start 5 --timeout-ms 1500 extra... -- python3
+/// `kvroute` [`SWEEP_THREE_SEEDS`] `--timeout-ms 1500 extra... -- python3
 /// faulty_peer.py MODE PIDFILE`; the output, the time it took, and the id of every
 /// peer process the sweep started, in order.
 fn sweep_faulty(mode: &str, extra: &[&str]) -> (Output, Duration, Vec<i32>) {
-    let command = [
-        "peer",
-        "sweep",
-        "--seeds",
-        "3",
-        "--start",
-        "5",
-        "--timeout-ms",
-        "1500",
-    ];
+    let command = [&SWEEP_THREE_SEEDS[..], &["--timeout-ms", "1500"]].concat();
     kvroute_with_faulty(&command, extra, mode, "pids.all")
 }
 
@@ -505,15 +499,14 @@ fn sweep_diff_out_writes_the_first_new_finding_shrunk_by_one_reset_process() {
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_gone(&pids);
     // What was written shows the finding again under `peer run`.
-    let again = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args(["peer", "run", "--format", "json"])
-        .arg(&out_path)
-        .args(["--", "python3"])
-        .arg(faulty_peer())
-        .arg("reset")
-        .arg(dir.path().join("again"))
-        .output()
-        .unwrap();
+    let rerun = [
+        "peer",
+        "run",
+        "--format",
+        "json",
+        out_path.to_str().unwrap(),
+    ];
+    let (again, _, _) = kvroute_with_faulty(&rerun, &[], "reset", "pids");
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let value: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(value["reuse"]["causes"]["new_finding"], 1, "{value}");
@@ -521,15 +514,8 @@ fn sweep_diff_out_writes_the_first_new_finding_shrunk_by_one_reset_process() {
     let script = docs_adapter(dir.path());
     let none_path = dir.path().join("none.json");
     let none = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args([
-            "peer",
-            "sweep",
-            "--seeds",
-            "3",
-            "--start",
-            "5",
-            "--diff-out",
-        ])
+        .args(SWEEP_THREE_SEEDS)
+        .arg("--diff-out")
         .arg(&none_path)
         .args(["--", "python3"])
         .arg(&script)
