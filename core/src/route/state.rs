@@ -156,7 +156,7 @@ impl WorkerState {
 }
 
 /// Everything one policy run knows about the workers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RouterState {
     pub workers: Vec<WorkerState>,
     pub cache: CacheIndex,
@@ -410,7 +410,9 @@ mod tests {
             r.apply_cache_event(0, 9, 2, &store(0, 0, 5)).outcome,
             Outcome::StaleEpoch
         );
-        assert_eq!(r, before);
+        assert_eq!(r.workers, before.workers);
+        assert_eq!(r.key_epochs, before.key_epochs);
+        assert_eq!(r.cache.residency(), before.cache.residency());
         assert_eq!(
             r.apply_cache_event(0, 9, 4, &store(0, 0, 5)).outcome,
             Outcome::Applied
