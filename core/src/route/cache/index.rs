@@ -34,6 +34,14 @@ struct WorkerRecords {
     live: usize,
 }
 
+impl WorkerRecords {
+    /// Every record not marked stale, with its slot: one per resident entry.
+    fn current(&self) -> impl Iterator<Item = (usize, (KeyId, NsId))> + '_ {
+        let records = self.records.iter().copied().enumerate();
+        records.filter(|&(_, (key, _))| key != STALE_KEY)
+    }
+}
+
 /// The key of a stale record. Key ids index the trace's table of keys, which the
 /// input limits keep far below 2^32 entries.
 const STALE_KEY: KeyId = KeyId::MAX;
@@ -105,10 +113,7 @@ impl CacheIndex {
         let mut resident = 0;
         for (worker, records) in self.by_worker.iter().enumerate() {
             let mut live = 0;
-            for (slot, &(key, ns)) in records.records.iter().enumerate() {
-                if key == STALE_KEY {
-                    continue;
-                }
+            for (slot, (key, ns)) in records.current() {
                 live += 1;
                 let holders = &self.by_key[key as usize];
                 let i = find(holders, worker as u32, ns).expect("a live record is resident");
@@ -191,20 +196,12 @@ impl CacheIndex {
         }
     }
 
-    /// The `(key, ns)` of every entry resident on `worker`, in no particular order.
-    fn live_records(&self, worker: u32) -> impl Iterator<Item = (KeyId, NsId)> + '_ {
-        self.by_worker[worker as usize]
-            .records
-            .iter()
-            .copied()
-            .filter(|&(key, _)| key != STALE_KEY)
-    }
-
     /// Removes every entry of one worker for which `keep` says no (the `key_epoch`
     /// clear, which keeps what the worker stored after it).
     pub fn retain_worker(&mut self, worker: u32, mut keep: impl FnMut(NsId, KeyId) -> bool) {
-        let dropped: Vec<(KeyId, NsId)> = self
-            .live_records(worker)
+        let dropped: Vec<(KeyId, NsId)> = self.by_worker[worker as usize]
+            .current()
+            .map(|(_, entry)| entry)
             .filter(|&(key, ns)| !keep(ns, key))
             .collect();
         for (key, ns) in dropped {
@@ -218,7 +215,7 @@ impl CacheIndex {
         // One operation per entry removed: a stale record passed over was paid for by
         // the store that pushed it.
         crate::route::cache::work::count(records.live as u64);
-        for &(key, ns) in records.records.iter().filter(|(key, _)| *key != STALE_KEY) {
+        for (_, (key, ns)) in records.current() {
             let holders = &mut self.by_key[key as usize];
             if let Ok(i) = find(holders, worker, ns) {
                 holders.remove(i);
