@@ -59,8 +59,16 @@ struct Walker<'c, 't> {
 
 impl<'c, 't> Walker<'c, 't> {
     fn new(compiled: &'c Compiled<'t>) -> Self {
+        Self::with_scratch(compiled, WalkScratch::new(compiled.worker_count()))
+    }
+
+    /// A walker whose scratch keeps no list of walked workers, as the row builder's.
+    fn untracked(compiled: &'c Compiled<'t>) -> Self {
+        Self::with_scratch(compiled, WalkScratch::untracked(compiled.worker_count()))
+    }
+
+    fn with_scratch(compiled: &'c Compiled<'t>, mut scratch: WalkScratch) -> Self {
         let n = compiled.worker_count();
-        let mut scratch = WalkScratch::new(n);
         for w in 0..n {
             scratch.set_walking(w, true);
         }
@@ -164,4 +172,48 @@ fn resetting_only_the_walked_workers_answers_as_a_full_reset_does() {
             assert_eq!(sparse.walked_sorted(), full.walked_sorted(), "request {r}");
         }
     }
+}
+
+#[test]
+fn an_untracked_scratch_walks_as_a_tracked_one_and_lists_nothing() {
+    let trace = parse_trace(trace().to_string().as_bytes()).unwrap();
+    let compiled = Compiled::new(&trace);
+    for request in requests(&compiled) {
+        let mut tracked = Walker::new(&compiled);
+        tracked.walk(request);
+        let mut untracked = Walker::untracked(&compiled);
+        untracked.walk(request);
+        assert_eq!(untracked.reuse, tracked.reuse, "{}", request.id);
+        assert_eq!(untracked.boundary, tracked.boundary, "{}", request.id);
+        assert!(!tracked.scratch.walked().is_empty(), "{}", request.id);
+        assert!(untracked.scratch.walked().is_empty(), "{}", request.id);
+    }
+}
+
+/// A worker holding one key under several namespaces has its entries side by side in
+/// the key's holders, and the walk judges them together: the usable one counts and a
+/// boundary reason is kept only when no entry of the segment is usable.
+#[test]
+fn a_worker_holding_a_key_under_two_tenants_reuses_its_own_and_records_no_boundary() {
+    let trace = json!({
+        "format": "kvroute-trace/1",
+        "workers": [
+            worker("w0", vec![entry("acme", "k0", 512), entry("beta", "k0", 512),
+                              entry("beta", "k1", 512), entry("acme", "k1", 100)]),
+            worker("w1", vec![entry("beta", "k0", 512), entry("gamma", "k0", 512)]),
+        ],
+        "events": [
+            request(1, "r", json!([{"key": "k0", "tokens": 512}, {"key": "k1", "tokens": 512}]), 1024),
+        ]
+    });
+    let trace = parse_trace(trace.to_string().as_bytes()).unwrap();
+    let compiled = Compiled::new(&trace);
+    let mut walker = Walker::new(&compiled);
+    walker.walk(requests(&compiled)[0]);
+    // w0: all of k0 from acme's entry, then 100 of k1 (beta's whole k1 is not usable).
+    assert_eq!(walker.reuse, vec![612, 0]);
+    assert!(walker.boundary[0].is_empty(), "{:?}", walker.boundary[0]);
+    // w1 holds k0 only for other tenants: a boundary, and no reuse.
+    assert!(walker.boundary[1].contains(Reason::TenantMismatch));
+    assert_eq!(walker.walked_sorted(), vec![0, 1]);
 }

@@ -21,47 +21,87 @@ pub struct Holder {
 
 /// One worker's records of its resident `(key, ns)` entries, so `clear` touches only
 /// that worker's entries. Each resident entry has exactly one live record, at its
-/// holder's `slot`. An eviction marks the entry's record stale ([`STALE_KEY`]) where it
-/// is rather than moving the last record into the gap: the move cost every eviction a
-/// second holder lookup, to renumber the moved record's holder. Stale records are dropped when they outnumber the live ones three
-/// to one (plus a few), so the list stays under `4 * live + 17` records: memory follows
-/// the state, and a compaction's lookups (one per live record) come to at most a third
-/// of a lookup per eviction.
-#[derive(Debug, Clone, Default)]
+/// holder's `slot`. An eviction frees the entry's record where it stands and the next
+/// store on this worker reuses the freed slot (the most recently freed first), so a
+/// record never moves: moving the last record into the gap cost every eviction a
+/// second holder lookup, to renumber the moved record's holder, and compacting the
+/// list cost one lookup per live record. The list is as long as the most entries the
+/// worker has held at once since its last clear: memory follows the state at its
+/// largest, as the holder lists (which keep their capacity) already do.
+#[derive(Debug, Clone)]
 struct WorkerRecords {
+    /// A free record is `(FREE_KEY, next free slot)`, chaining the free slots.
     records: Vec<(KeyId, NsId)>,
-    /// Resident entries of this worker: its records not marked stale.
+    /// The most recently freed slot, or [`NO_SLOT`] when every record is live.
+    free_head: u32,
+    /// Resident entries of this worker: its records not free.
     live: usize,
 }
 
-impl WorkerRecords {
-    /// Every record not marked stale, with its slot: one per resident entry.
-    fn current(&self) -> impl Iterator<Item = (usize, (KeyId, NsId))> + '_ {
-        let records = self.records.iter().copied().enumerate();
-        records.filter(|&(_, (key, _))| key != STALE_KEY)
+impl Default for WorkerRecords {
+    fn default() -> Self {
+        WorkerRecords {
+            records: Vec::new(),
+            free_head: NO_SLOT,
+            live: 0,
+        }
     }
 }
 
-/// The key of a stale record. Key ids index the trace's table of keys, which the
-/// input limits keep far below 2^32 entries.
-const STALE_KEY: KeyId = KeyId::MAX;
+impl WorkerRecords {
+    /// Every record not free, with its slot: one per resident entry.
+    fn current(&self) -> impl Iterator<Item = (usize, (KeyId, NsId))> + '_ {
+        let records = self.records.iter().copied().enumerate();
+        records.filter(|&(_, (key, _))| key != FREE_KEY)
+    }
 
-/// Stale records a worker's list may hold, beyond three per live one, before it is
-/// compacted: a short list is not worth compacting.
-const STALE_RECORDS_ALLOWED: usize = 16;
+    /// Records `(key, ns)` in a free slot if there is one, else at the end; returns its
+    /// slot.
+    #[inline(always)]
+    fn take(&mut self, key: KeyId, ns: NsId) -> u32 {
+        self.live += 1;
+        let slot = self.free_head;
+        if slot == NO_SLOT {
+            self.records.push((key, ns));
+            return (self.records.len() - 1) as u32;
+        }
+        let record = &mut self.records[slot as usize];
+        self.free_head = record.1;
+        *record = (key, ns);
+        slot
+    }
+
+    /// Frees the record at `slot` for the next store.
+    #[inline(always)]
+    fn free(&mut self, slot: u32) {
+        self.records[slot as usize] = (FREE_KEY, self.free_head);
+        self.free_head = slot;
+        self.live -= 1;
+    }
+}
+
+/// The key of a free record. Key ids index the trace's table of keys, which the input
+/// limits keep far below 2^32 entries.
+const FREE_KEY: KeyId = KeyId::MAX;
+
+/// The end of a worker's chain of free slots. A worker's list holds fewer than 2^32
+/// records, one per entry resident at once, for the same reason.
+const NO_SLOT: u32 = u32::MAX;
 
 /// Every worker's resident entries, indexed by key. Memory is one slot per key the
-/// trace names, one [`Holder`] per live entry, and at most four per-worker records per
-/// live entry (and a few per worker). Which records a worker holds depends on its
+/// trace names, one [`Holder`] per live entry, and one per-worker record per entry
+/// the worker held at its fullest since its last clear. Which records a worker holds depends on its
 /// history, not only on its residency, so the index has no equality; its residency is
 /// what [`CacheIndex::holders`] reads.
 #[derive(Debug, Clone)]
 pub struct CacheIndex {
     /// Key → its holders, sorted by `(worker, ns)` so updates find an entry by binary
-    /// search and the layout never depends on the order events arrived in. Most blocks
-    /// live on one or two workers, so two holders are stored inline: a heap allocation
-    /// per cached block was a third of replay time.
-    by_key: Vec<SmallVec<[Holder; 2]>>,
+    /// search and the layout never depends on the order events arrived in. A heap
+    /// allocation per cached block was a third of replay time, so one holder is stored
+    /// inline: most blocks live on one worker at a time, and keeping room for two made
+    /// every key's slot 64 bytes instead of 40, which on the Mooncake replay (183k
+    /// keys) cost more in cache misses than the second holder's allocation saved.
+    by_key: Vec<SmallVec<[Holder; 1]>>,
     /// Worker → its records. Unordered: only ever iterated to remove every entry, which
     /// gives the same index in any order.
     by_worker: Vec<WorkerRecords>,
@@ -107,7 +147,7 @@ impl CacheIndex {
 
     /// How many entries are resident in all. For tests: it checks that every live
     /// record names a resident entry whose holder points back at it, that the live
-    /// counts are right, and that stale records stay within their allowance.
+    /// counts are right, and that the chain of free slots holds every other record once.
     #[cfg(test)]
     pub fn live_entries(&self) -> usize {
         let mut resident = 0;
@@ -120,7 +160,26 @@ impl CacheIndex {
                 assert_eq!(holders[i].slot as usize, slot, "worker {worker}'s record");
             }
             assert_eq!(live, records.live, "worker {worker}'s live count");
-            assert!(records.records.len() <= 4 * live + STALE_RECORDS_ALLOWED + 1);
+            let mut free = 0;
+            let mut slot = records.free_head;
+            while slot != NO_SLOT {
+                let (key, next) = records.records[slot as usize];
+                assert_eq!(
+                    key, FREE_KEY,
+                    "worker {worker}'s slot {slot} is chained but live"
+                );
+                free += 1;
+                assert!(
+                    free <= records.records.len(),
+                    "worker {worker}'s free chain loops"
+                );
+                slot = next;
+            }
+            assert_eq!(
+                live + free,
+                records.records.len(),
+                "worker {worker}'s records"
+            );
             resident += live;
         }
         let held: usize = self.by_key.iter().map(|holders| holders.len()).sum();
@@ -143,16 +202,13 @@ impl CacheIndex {
                     Some(holders.remove(i))
                 };
                 if let Some(removed) = removed {
-                    self.forget(worker, removed.slot);
+                    self.by_worker[worker as usize].free(removed.slot);
                 }
             }
             Ok(i) => holders[i].tokens = tokens,
             Err(_) if tokens == 0 => {}
             Err(i) => {
-                let records = &mut self.by_worker[worker as usize];
-                let slot = records.records.len() as u32;
-                records.records.push((key, ns));
-                records.live += 1;
+                let slot = self.by_worker[worker as usize].take(key, ns);
                 let holder = Holder {
                     worker,
                     ns,
@@ -165,33 +221,6 @@ impl CacheIndex {
                 } else {
                     holders.insert(i, holder);
                 }
-            }
-        }
-    }
-
-    /// Marks a worker's record at `slot` stale, compacting the list once stale records
-    /// are past their allowance.
-    #[inline]
-    fn forget(&mut self, worker: u32, slot: u32) {
-        let records = &mut self.by_worker[worker as usize];
-        records.records[slot as usize].0 = STALE_KEY;
-        records.live -= 1;
-        let stale = records.records.len() - records.live;
-        if stale > 3 * records.live + STALE_RECORDS_ALLOWED {
-            self.compact(worker);
-        }
-    }
-
-    /// Drops a worker's stale records, pointing each live record's holder at the
-    /// record's new place.
-    #[cold]
-    fn compact(&mut self, worker: u32) {
-        let records = &mut self.by_worker[worker as usize].records;
-        records.retain(|&(key, _)| key != STALE_KEY);
-        for (slot, &(key, ns)) in records.iter().enumerate() {
-            let holders = &mut self.by_key[key as usize];
-            if let Ok(i) = find(holders, worker, ns) {
-                holders[i].slot = slot as u32;
             }
         }
     }
@@ -212,7 +241,7 @@ impl CacheIndex {
     /// Removes every entry of one worker.
     pub fn clear(&mut self, worker: u32) {
         let mut records = std::mem::take(&mut self.by_worker[worker as usize]);
-        // One operation per entry removed: a stale record passed over was paid for by
+        // One operation per entry removed: a free record passed over was paid for by
         // the store that pushed it.
         crate::route::cache::work::count(records.live as u64);
         for (_, (key, ns)) in records.current() {
@@ -223,6 +252,7 @@ impl CacheIndex {
         }
         // The list keeps its allocation for the worker's next entries.
         records.records.clear();
+        records.free_head = NO_SLOT;
         records.live = 0;
         self.by_worker[worker as usize] = records;
     }
@@ -254,8 +284,9 @@ mod tests {
     /// A long churn of stores, evictions, clears and key-epoch clears on a few workers,
     /// keys and namespaces, against a plain map of what is resident. After every step
     /// the index holds exactly the map's entries, every live record points at its
-    /// holder and back, and no worker's list outgrows its allowance, however many
-    /// evictions (and so stale records and compactions) there have been.
+    /// holder and back, and a worker's list is exactly as long as the most entries it
+    /// has held at once since its last clear, however many evictions (and so freed and
+    /// reused slots) there have been.
     #[test]
     fn churn_keeps_the_index_equal_to_a_plain_map_and_its_records_bounded() {
         const WORKERS: u32 = 3;
@@ -270,15 +301,18 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             (state >> 33) % bound
         };
-        let mut compacted = false;
+        // Each worker's most entries resident at once since its last clear.
+        let mut peak = [0usize; WORKERS as usize];
+        let mut reused = false;
         for step in 0..20_000 {
             let worker = next(u64::from(WORKERS)) as u32;
             let (key, ns) = (next(u64::from(KEYS)) as KeyId, next(2) as NsId);
-            // Clears are rare, so stale records pile up to compactions between them.
+            // Clears are rare, so freed slots pile up and are reused between them.
             match next(1000) {
                 0 => {
                     index.clear(worker);
                     model.retain(|&(_, w, _), _| w != worker);
+                    peak[worker as usize] = 0;
                 }
                 1 => {
                     // Keeps the even keys.
@@ -287,18 +321,29 @@ mod tests {
                 }
                 2..=499 => {
                     let tokens = 1 + next(9);
+                    let records = &index.by_worker[worker as usize];
+                    let (before, had_free) = (records.records.len(), records.free_head != NO_SLOT);
                     index.set(worker, ns, key, tokens);
-                    model.insert((key, worker, ns), tokens);
+                    let new = model.insert((key, worker, ns), tokens).is_none();
+                    // A new entry on a worker with a free slot takes it.
+                    reused |= new && had_free;
+                    let after = index.by_worker[worker as usize].records.len();
+                    assert_eq!(after, before + usize::from(new && !had_free), "step {step}");
                 }
                 _ => {
-                    let before = index.by_worker[worker as usize].records.len();
                     index.set(worker, ns, key, 0);
                     model.remove(&(key, worker, ns));
-                    // Only a compaction shortens the list on an eviction.
-                    compacted |= index.by_worker[worker as usize].records.len() < before;
                 }
             }
             assert_eq!(index.live_entries(), model.len(), "step {step}");
+            for (w, peak) in peak.iter_mut().enumerate() {
+                let live = model
+                    .keys()
+                    .filter(|&&(_, held_by, _)| held_by as usize == w);
+                *peak = (*peak).max(live.count());
+                let records = index.by_worker[w].records.len();
+                assert_eq!(records, *peak, "step {step}, worker {w}'s records");
+            }
             for key in 0..KEYS {
                 let held: Vec<_> = index
                     .holders(key)
@@ -312,6 +357,6 @@ mod tests {
                 assert_eq!(held, expected, "step {step}, key {key}");
             }
         }
-        assert!(compacted, "the churn never compacted a list");
+        assert!(reused, "the churn never reused a freed slot");
     }
 }

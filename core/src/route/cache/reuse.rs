@@ -19,35 +19,38 @@ pub struct WalkScratch {
     /// How many segments each worker has fully matched so far; [`NOT_WALKING`] for
     /// workers whose evidence is not consulted (ineligible or stale).
     depth: Vec<u32>,
-    /// Per worker, the segment visit it was last touched in, so `best` and `pending`
-    /// need no clearing between segments.
-    touched_in: Vec<u64>,
-    best: Vec<u64>,
-    pending: Vec<Reasons>,
-    touched: Vec<u32>,
-    visit: u64,
     /// Per worker, the walk it was last changed in, so [`WalkScratch::walked`] lists a
     /// worker once.
     walked_in: Vec<u64>,
     walked: Vec<u32>,
     walk: u64,
+    /// Whether walks list the workers they change. The row builder resets every row
+    /// before each walk and never reads the list, so its scratch skips keeping it.
+    tracks_walked: bool,
 }
 
 /// The depth of a worker whose cache is not walked.
 const NOT_WALKING: u32 = u32::MAX;
 
 impl WalkScratch {
+    /// Scratch whose walks list the workers they change ([`WalkScratch::walked`]).
     pub fn new(worker_count: usize) -> Self {
         WalkScratch {
             depth: vec![NOT_WALKING; worker_count],
-            touched_in: vec![0; worker_count],
-            best: vec![0; worker_count],
-            pending: vec![Reasons::default(); worker_count],
-            touched: Vec::with_capacity(worker_count),
-            visit: 0,
             walked_in: vec![0; worker_count],
             walked: Vec::new(),
             walk: 0,
+            tracks_walked: true,
+        }
+    }
+
+    /// Scratch for a caller that resets every worker before each walk: its walks keep
+    /// no list, and [`WalkScratch::walked`] stays empty.
+    pub fn untracked(worker_count: usize) -> Self {
+        WalkScratch {
+            walked_in: Vec::new(),
+            tracks_walked: false,
+            ..WalkScratch::new(worker_count)
         }
     }
 
@@ -75,12 +78,14 @@ impl WalkScratch {
     /// has depth 0, reuse 0 and no boundary reason, so a caller that walks every worker
     /// for each request resets only these (O(holders), not O(workers)) before the next
     /// walk: `reuse` and `boundary` to zero and empty, and `set_walking(w, true)`.
+    /// Always empty for a scratch made by [`WalkScratch::untracked`].
     pub fn walked(&self) -> &[u32] {
         &self.walked
     }
 
+    #[inline]
     fn note_walked(&mut self, w: usize) {
-        if self.walked_in[w] != self.walk {
+        if self.tracks_walked && self.walked_in[w] != self.walk {
             self.walked_in[w] = self.walk;
             self.walked.push(w as u32);
         }
@@ -109,35 +114,42 @@ pub fn reuse_walk(
     scratch.walked.clear();
     for (i, segment) in request.prefix.iter().enumerate() {
         let i = i as u32;
-        scratch.visit += 1;
-        scratch.touched.clear();
         let holders = index.holders(segment.key);
         crate::route::cache::work::count(holders.len() as u64);
-        for holder in holders {
-            let w = holder.worker as usize;
+        let mut advanced = false;
+        // Holders are sorted by worker, so a worker's entries (one per namespace it
+        // holds the key under) are adjacent: each run is judged and applied at once,
+        // with no per-worker scratch to reset between segments.
+        let mut rest = holders;
+        while let Some(first) = rest.first() {
+            let w = first.worker as usize;
+            let run = rest.iter().take_while(|h| h.worker == first.worker).count();
+            let (entries, after) = rest.split_at(run);
+            rest = after;
             let depth = scratch.depth[w];
-            if depth == NOT_WALKING || (depth != i && !past_partial) {
+            // A walking worker's depth is below `NOT_WALKING`, and so is `i`.
+            let stopped = if past_partial {
+                depth == NOT_WALKING
+            } else {
+                depth != i
+            };
+            if stopped {
                 continue;
             }
-            if scratch.touched_in[w] != scratch.visit {
-                scratch.touched_in[w] = scratch.visit;
-                scratch.best[w] = 0;
-                scratch.pending[w] = Reasons::default();
-                scratch.touched.push(holder.worker);
-                scratch.note_walked(w);
+            scratch.note_walked(w);
+            // The most usable tokens among the worker's entries, and the boundary
+            // reasons of those that may not serve the request.
+            let mut usable_tokens = 0;
+            let mut pending = Reasons::default();
+            for entry in entries {
+                match rule.verdict(tables, request.ns, entry.ns) {
+                    None => usable_tokens = usable_tokens.max(entry.tokens),
+                    Some(reason) => pending.insert(reason),
+                }
             }
-            match rule.verdict(tables, request.ns, holder.ns) {
-                None => scratch.best[w] = scratch.best[w].max(holder.tokens),
-                Some(reason) => scratch.pending[w].insert(reason),
-            }
-        }
-        let mut advanced = false;
-        for &w in &scratch.touched {
-            let w = w as usize;
-            let usable_tokens = scratch.best[w];
             reuse[w] += usable_tokens.min(segment.tokens);
             if usable_tokens == 0 {
-                for reason in scratch.pending[w].iter() {
+                for reason in pending.iter() {
                     boundary[w].insert(reason);
                 }
             }

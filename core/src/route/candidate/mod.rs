@@ -81,7 +81,7 @@ impl Rows {
             after_milli: vec![0; worker_count],
             cost_milli: vec![0; worker_count],
             prompt_tokens: 0,
-            walk: WalkScratch::new(worker_count),
+            walk: WalkScratch::untracked(worker_count),
             dominance: Dominance::default(),
             dominance_current: false,
         }
