@@ -3,10 +3,12 @@
 //! resets only those between walks, so these tests pin that the list is complete
 //! (holders reached, boundary-only holders, workers passed by a 0-token segment), that
 //! it leaves out workers the walk never reached, and that resetting only it gives the
-//! same answers as resetting every worker.
+//! same answers as resetting every worker. The row builder's walk, which reads which
+//! workers it walks off the rows as it reaches them, is pinned against the walk of
+//! workers marked beforehand.
 
 use kvroute_core::parse_trace;
-use kvroute_core::route::cache::reuse::{reuse_walk, WalkScratch};
+use kvroute_core::route::cache::reuse::{reuse_walk, reuse_walk_rows, WalkScratch};
 use kvroute_core::route::compiled::{Compiled, Req, Step};
 use kvroute_core::route::reason::{Reason, Reasons};
 use kvroute_core::route::state::RouterState;
@@ -59,16 +61,8 @@ struct Walker<'c, 't> {
 
 impl<'c, 't> Walker<'c, 't> {
     fn new(compiled: &'c Compiled<'t>) -> Self {
-        Self::with_scratch(compiled, WalkScratch::new(compiled.worker_count()))
-    }
-
-    /// A walker whose scratch keeps no list of walked workers, as the row builder's.
-    fn untracked(compiled: &'c Compiled<'t>) -> Self {
-        Self::with_scratch(compiled, WalkScratch::untracked(compiled.worker_count()))
-    }
-
-    fn with_scratch(compiled: &'c Compiled<'t>, mut scratch: WalkScratch) -> Self {
         let n = compiled.worker_count();
+        let mut scratch = WalkScratch::new(n);
         for w in 0..n {
             scratch.set_walking(w, true);
         }
@@ -174,19 +168,86 @@ fn resetting_only_the_walked_workers_answers_as_a_full_reset_does() {
     }
 }
 
+/// The row builder's walk reads which workers it walks off the rows (eligible, no
+/// reason yet) as it first reaches each one; it must answer as the walk of workers
+/// marked beforehand does, request after request on one scratch, however the rows
+/// change between walks.
 #[test]
-fn an_untracked_scratch_walks_as_a_tracked_one_and_lists_nothing() {
+fn the_walk_from_rows_answers_as_the_walk_of_marked_workers() {
     let trace = parse_trace(trace().to_string().as_bytes()).unwrap();
     let compiled = Compiled::new(&trace);
+    let n = compiled.worker_count();
+    let state = RouterState::initial(&compiled);
+    let mut rule = NamespaceRule::new(Sharing::new(compiled.sharing));
+    let mut from_rows = WalkScratch::untracked(n);
+    // Per walk: which rows are eligible, and which carry a reason before the walk.
+    let row_sets: [([bool; 4], [bool; 4]); 4] = [
+        ([true; 4], [false; 4]),
+        ([false, true, true, true], [false; 4]),
+        ([true; 4], [true, false, false, false]),
+        ([true, true, false, true], [false, false, false, true]),
+    ];
     for request in requests(&compiled) {
-        let mut tracked = Walker::new(&compiled);
-        tracked.walk(request);
-        let mut untracked = Walker::untracked(&compiled);
-        untracked.walk(request);
-        assert_eq!(untracked.reuse, tracked.reuse, "{}", request.id);
-        assert_eq!(untracked.boundary, tracked.boundary, "{}", request.id);
-        assert!(!tracked.scratch.walked().is_empty(), "{}", request.id);
-        assert!(untracked.scratch.walked().is_empty(), "{}", request.id);
+        for (eligible, stale) in &row_sets {
+            let reasons: Vec<Reasons> = stale
+                .iter()
+                .map(|&s| {
+                    let mut r = Reasons::default();
+                    if s {
+                        r.insert(Reason::StaleView);
+                    }
+                    r
+                })
+                .collect();
+            let mut marked = WalkScratch::new(n);
+            for w in 0..n {
+                marked.set_walking(w, eligible[w] && reasons[w].is_empty());
+            }
+            let (mut marked_reuse, mut marked_reasons) = (vec![0; n], reasons.clone());
+            reuse_walk(
+                request,
+                &state.cache,
+                &compiled.tables,
+                &mut rule,
+                &mut marked,
+                &mut marked_reuse,
+                &mut marked_reasons,
+            );
+            let (mut rows_reuse, mut rows_reasons) = (vec![0; n], reasons.clone());
+            reuse_walk_rows(
+                request,
+                &state.cache,
+                &compiled.tables,
+                &mut rule,
+                &mut from_rows,
+                eligible,
+                &mut rows_reuse,
+                &mut rows_reasons,
+            );
+            let case = format!("{} {eligible:?} {stale:?}", request.id);
+            assert_eq!(rows_reuse, marked_reuse, "{case}");
+            assert_eq!(rows_reasons, marked_reasons, "{case}");
+            assert!(from_rows.walked().is_empty(), "{case}");
+        }
+    }
+    // The cases walk something, and a row that is not walked gets no reuse.
+    let request = requests(&compiled)[0];
+    for (eligible, reuse) in [
+        ([true; 4], [612, 0, 0, 0]),
+        ([false, true, true, true], [0; 4]),
+    ] {
+        let (mut rows_reuse, mut rows_reasons) = (vec![0; n], vec![Reasons::default(); n]);
+        reuse_walk_rows(
+            request,
+            &state.cache,
+            &compiled.tables,
+            &mut rule,
+            &mut from_rows,
+            &eligible,
+            &mut rows_reuse,
+            &mut rows_reasons,
+        );
+        assert_eq!(rows_reuse, reuse, "{eligible:?}");
     }
 }
 

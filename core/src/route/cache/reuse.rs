@@ -27,6 +27,9 @@ pub struct WalkScratch {
     /// Whether walks list the workers they change. The row builder resets every row
     /// before each walk and never reads the list, so its scratch skips keeping it.
     tracks_walked: bool,
+    /// For [`reuse_walk_rows`]: per worker, the walk whose start its depth was last
+    /// set for, so only the workers a walk reaches have their depth set.
+    started_in: Vec<u64>,
 }
 
 /// The depth of a worker whose cache is not walked.
@@ -41,15 +44,18 @@ impl WalkScratch {
             walked: Vec::new(),
             walk: 0,
             tracks_walked: true,
+            started_in: Vec::new(),
         }
     }
 
-    /// Scratch for a caller that resets every worker before each walk: its walks keep
-    /// no list, and [`WalkScratch::walked`] stays empty.
+    /// Scratch for the row builder's [`reuse_walk_rows`], which says afresh for each
+    /// walk which workers it walks: its walks keep no list, and
+    /// [`WalkScratch::walked`] stays empty.
     pub fn untracked(worker_count: usize) -> Self {
         WalkScratch {
             walked_in: Vec::new(),
             tracks_walked: false,
+            started_in: vec![0; worker_count],
             ..WalkScratch::new(worker_count)
         }
     }
@@ -57,20 +63,6 @@ impl WalkScratch {
     /// Marks whether worker `w`'s cache is walked for the next request.
     pub fn set_walking(&mut self, w: usize, walking: bool) {
         self.depth[w] = if walking { 0 } else { NOT_WALKING };
-    }
-
-    /// Marks which workers' caches the next request walks: the eligible rows with no
-    /// reason yet (a stale view or an evidence gap keeps the evidence out), one entry
-    /// per worker in each column. One pass over two columns, for the row builder.
-    pub fn set_walking_rows(&mut self, eligible: &[bool], reasons: &[Reasons]) {
-        let rows = eligible.iter().zip(reasons);
-        for (depth, (&eligible, reasons)) in self.depth.iter_mut().zip(rows) {
-            *depth = if eligible && reasons.is_empty() {
-                0
-            } else {
-                NOT_WALKING
-            };
-        }
     }
 
     /// The workers whose depth, `reuse` or `boundary` the last [`reuse_walk`] changed,
@@ -82,9 +74,20 @@ impl WalkScratch {
     pub fn walked(&self) -> &[u32] {
         &self.walked
     }
+}
 
+/// The walked list's half of [`WalkScratch`], borrowed apart from the depths so the
+/// walk's loops keep the columns they index in registers.
+struct WalkedList<'s> {
+    walked_in: &'s mut [u64],
+    walked: &'s mut Vec<u32>,
+    walk: u64,
+    tracks_walked: bool,
+}
+
+impl WalkedList<'_> {
     #[inline]
-    fn note_walked(&mut self, w: usize) {
+    fn note(&mut self, w: usize) {
         if self.tracks_walked && self.walked_in[w] != self.walk {
             self.walked_in[w] = self.walk;
             self.walked.push(w as u32);
@@ -97,8 +100,9 @@ impl WalkScratch {
 /// after its first segment that is not fully resident; boundary reasons go to
 /// `boundary[w]`. Only the holders of each segment's key are visited, so the cost is
 /// O(segments + holders), and the walk ends as soon as no worker is still matching.
-/// `reuse` and `boundary` must be zero/empty for walking workers on entry. Reuse is
-/// capped at the prompt length.
+/// The walking workers are those [`WalkScratch::set_walking`] marked; `reuse` and
+/// `boundary` must be zero/empty for them on entry. Reuse is capped at the prompt
+/// length.
 pub fn reuse_walk(
     request: &Req,
     index: &CacheIndex,
@@ -108,63 +112,134 @@ pub fn reuse_walk(
     reuse: &mut [u64],
     boundary: &mut [Reasons],
 ) {
+    walk::<false>(request, index, tables, rule, scratch, &[], reuse, boundary);
+}
+
+/// [`reuse_walk`] for the row builder, whose rows say which workers are walked: the
+/// eligible rows with no reason yet (a stale view or an evidence gap keeps the
+/// evidence out), `boundary` being the rows' reasons. A worker's row is read when the
+/// walk first reaches it, so no pass over every worker marks them beforehand.
+/// `reuse` must be zero for every row on entry; `scratch` must be
+/// [`WalkScratch::untracked`].
+#[allow(clippy::too_many_arguments)]
+pub fn reuse_walk_rows(
+    request: &Req,
+    index: &CacheIndex,
+    tables: &Tables,
+    rule: &mut NamespaceRule,
+    scratch: &mut WalkScratch,
+    eligible: &[bool],
+    reuse: &mut [u64],
+    boundary: &mut [Reasons],
+) {
+    walk::<true>(
+        request, index, tables, rule, scratch, eligible, reuse, boundary,
+    );
+}
+
+/// The walk of [`reuse_walk`] and [`reuse_walk_rows`]: with `FROM_ROWS`, a worker's
+/// depth is set from its row when the walk first reaches it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn walk<const FROM_ROWS: bool>(
+    request: &Req,
+    index: &CacheIndex,
+    tables: &Tables,
+    rule: &mut NamespaceRule,
+    scratch: &mut WalkScratch,
+    eligible: &[bool],
+    reuse: &mut [u64],
+    boundary: &mut [Reasons],
+) {
     // The mutant keeps walking past a partially resident segment.
     let past_partial = active(Mutant::ReusePastPartial);
     scratch.walk += 1;
     scratch.walked.clear();
+    let this_walk = scratch.walk;
+    let depth = &mut scratch.depth[..];
+    let mut walked = WalkedList {
+        walked_in: &mut scratch.walked_in,
+        walked: &mut scratch.walked,
+        walk: this_walk,
+        tracks_walked: scratch.tracks_walked,
+    };
+    // One length for the columns, so indexing one checks the others' bounds.
+    let n = depth.len();
+    let (reuse, boundary) = (&mut reuse[..n], &mut boundary[..n]);
+    let (eligible, started_in) = if FROM_ROWS {
+        (&eligible[..n], &mut scratch.started_in[..n])
+    } else {
+        (eligible, &mut scratch.started_in[..])
+    };
+    // Worker `w`'s depth now. From rows, a worker first reached in this walk starts at
+    // 0 if its row is walked; its reasons are still the row's own then, since only a
+    // reached worker gets boundary reasons.
+    let mut depth_of = |w: usize, depth: &mut [u32], boundary: &[Reasons]| -> u32 {
+        if FROM_ROWS && started_in[w] != this_walk {
+            started_in[w] = this_walk;
+            depth[w] = if eligible[w] && boundary[w].is_empty() {
+                0
+            } else {
+                NOT_WALKING
+            };
+        }
+        depth[w]
+    };
+    let prompt_tokens = request.prompt_tokens;
     for (i, segment) in request.prefix.iter().enumerate() {
         let i = i as u32;
+        let segment_tokens = segment.tokens;
         let holders = index.holders(segment.key);
         crate::route::cache::work::count(holders.len() as u64);
         let mut advanced = false;
         // Holders are sorted by worker, so a worker's entries (one per namespace it
         // holds the key under) are adjacent: each run is judged and applied at once,
-        // with no per-worker scratch to reset between segments.
-        let mut rest = holders;
-        while let Some(first) = rest.first() {
+        // with no per-worker scratch to reset between segments. A stopped worker's
+        // run is passed one holder at a time: its depth stays what stopped it.
+        let mut k = 0;
+        while let Some(first) = holders.get(k) {
             let w = first.worker as usize;
-            let run = rest.iter().take_while(|h| h.worker == first.worker).count();
-            let (entries, after) = rest.split_at(run);
-            rest = after;
-            let depth = scratch.depth[w];
+            let worker_depth = depth_of(w, depth, boundary);
             // A walking worker's depth is below `NOT_WALKING`, and so is `i`.
             let stopped = if past_partial {
-                depth == NOT_WALKING
+                worker_depth == NOT_WALKING
             } else {
-                depth != i
+                worker_depth != i
             };
             if stopped {
+                k += 1;
                 continue;
             }
-            scratch.note_walked(w);
+            walked.note(w);
             // The most usable tokens among the worker's entries, and the boundary
             // reasons of those that may not serve the request.
             let mut usable_tokens = 0;
             let mut pending = Reasons::default();
-            for entry in entries {
+            while let Some(entry) = holders.get(k).filter(|h| h.worker == first.worker) {
                 match rule.verdict(tables, request.ns, entry.ns) {
                     None => usable_tokens = usable_tokens.max(entry.tokens),
                     Some(reason) => pending.insert(reason),
                 }
+                k += 1;
             }
-            reuse[w] += usable_tokens.min(segment.tokens);
+            // Capped as it grows: the cap of a sum of additions is the cap of each
+            // partial sum plus the next addition, capped.
+            reuse[w] = (reuse[w] + usable_tokens.min(segment_tokens)).min(prompt_tokens);
             if usable_tokens == 0 {
-                for reason in pending.iter() {
-                    boundary[w].insert(reason);
-                }
+                boundary[w] = boundary[w].union(pending);
             }
-            if usable_tokens >= segment.tokens {
-                scratch.depth[w] = i + 1;
+            if usable_tokens >= segment_tokens {
+                depth[w] = i + 1;
                 advanced = true;
             }
         }
         // A segment of 0 tokens is fully resident everywhere (`0 < 0` does not stop a
         // walk), so every worker still matching passes it, holder or not.
-        if segment.tokens == 0 {
-            for w in 0..scratch.depth.len() {
-                if scratch.depth[w] == i {
-                    scratch.depth[w] = i + 1;
-                    scratch.note_walked(w);
+        if segment_tokens == 0 {
+            for w in 0..n {
+                if depth_of(w, depth, boundary) == i {
+                    depth[w] = i + 1;
+                    walked.note(w);
                     advanced = true;
                 }
             }

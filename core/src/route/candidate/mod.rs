@@ -14,7 +14,7 @@ pub mod dominance;
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::mutant::{active, Mutant};
-use crate::route::cache::reuse::{reuse_walk, WalkScratch};
+use crate::route::cache::reuse::{reuse_walk_rows, WalkScratch};
 use crate::route::cache::work::count_dominance;
 use crate::route::compiled::{Compiled, Req};
 use crate::route::reason::{Reason, Reasons};
@@ -110,13 +110,13 @@ impl Rows {
         self.dominance_current = false;
         crate::route::cache::work::count(compiled.workers.len() as u64);
         self.fill_eligibility(tick, request, compiled, state, params);
-        self.walk.set_walking_rows(&self.eligible, &self.reasons);
-        reuse_walk(
+        reuse_walk_rows(
             request,
             &state.cache,
             &compiled.tables,
             rule,
             &mut self.walk,
+            &self.eligible,
             &mut self.reuse,
             &mut self.reasons,
         );
@@ -124,7 +124,7 @@ impl Rows {
         self.fill_work(request, params);
     }
 
-    /// Caps each row's reuse at the prompt and fills its recomputed tokens, its work
+    /// Fills each row's recomputed tokens (its reuse the walk capped at the prompt), its work
     /// and its work after placement. Its own function, like
     /// [`Rows::fill_eligibility`]: each loop is then compiled on its own, the same way
     /// whatever else changes around it.
@@ -139,16 +139,16 @@ impl Rows {
         // keeps out of a valid trace anyway.
         let small_factors = decode_weight < 1 << 31 && decode_milli < 1 << 62;
         // Zipped slices rather than indexes: this loop runs once per worker per request.
+        // The walk capped each row's reuse at the prompt.
         let columns = self
             .reuse
-            .iter_mut()
+            .iter()
             .zip(&mut self.recomputed)
             .zip(&mut self.work_milli)
             .zip(&mut self.after_milli)
             .zip(self.queued_prefill.iter().zip(&self.active_decode));
-        for ((((reuse, recomputed), work), after), (&queued, &active)) in columns {
-            *reuse = (*reuse).min(prompt_tokens);
-            *recomputed = prompt_tokens - *reuse;
+        for ((((&reuse, recomputed), work), after), (&queued, &active)) in columns {
+            *recomputed = prompt_tokens - reuse;
             if small_factors && (queued | active | *recomputed) < 1 << 32 {
                 *work = 1000 * queued + decode_weight * active;
                 *after = *work + 1000 * *recomputed + decode_milli;
