@@ -68,6 +68,14 @@ pub struct Rows {
     dominance_current: bool,
 }
 
+/// `a · b` for factors under 2^32, each read as its low 32 bits: the one multiplication
+/// of two 32-bit numbers into 64 bits, which vector code does two at a time where a
+/// full 64-bit product takes three.
+#[inline(always)]
+fn narrow_product(a: u64, b: u64) -> u64 {
+    u64::from(a as u32) * u64::from(b as u32)
+}
+
 impl Rows {
     pub fn new(worker_count: usize) -> Self {
         Rows {
@@ -134,10 +142,17 @@ impl Rows {
         let decode_weight = params.decode_weight_milli;
         let decode_milli = decode_weight.saturating_mul(request.decode_tokens);
         // Below these bounds no sum can overflow (1000·2^32 + 2^31·2^32 + 1000·2^32 +
-        // 2^62 < 2^64), so plain u64 arithmetic is exact and the saturating path, the
-        // exact sum narrowed with `to_u64`, is for figures the overflow rule (§1.4)
-        // keeps out of a valid trace anyway.
-        let small_factors = decode_weight < 1 << 31 && decode_milli < 1 << 62;
+        // 2^62 < 2^64), and every product is of two factors under 2^32, which the
+        // processor multiplies two rows at a time: so when every row's load is under
+        // 2^32 (one OR over the load columns says so), the rows are filled by plain
+        // arithmetic in a loop without a branch, which the compiler vectorises. The
+        // saturating path, the exact sum narrowed with `to_u64`, is for figures the
+        // overflow rule (§1.4) keeps out of a valid trace anyway.
+        let small_factors =
+            decode_weight < 1 << 31 && decode_milli < 1 << 62 && prompt_tokens < 1 << 32 && {
+                let loads = self.queued_prefill.iter().zip(&self.active_decode);
+                loads.fold(0, |all, (&queued, &active)| all | queued | active) < 1 << 32
+            };
         // Zipped slices rather than indexes: this loop runs once per worker per request.
         // The walk capped each row's reuse at the prompt.
         let columns = self
@@ -147,19 +162,22 @@ impl Rows {
             .zip(&mut self.work_milli)
             .zip(&mut self.after_milli)
             .zip(self.queued_prefill.iter().zip(&self.active_decode));
+        if small_factors {
+            for ((((&reuse, recomputed), work), after), (&queued, &active)) in columns {
+                *recomputed = prompt_tokens - reuse;
+                *work = narrow_product(1000, queued) + narrow_product(decode_weight, active);
+                *after = *work + narrow_product(1000, *recomputed) + decode_milli;
+            }
+            return;
+        }
         for ((((&reuse, recomputed), work), after), (&queued, &active)) in columns {
             *recomputed = prompt_tokens - reuse;
-            if small_factors && (queued | active | *recomputed) < 1 << 32 {
-                *work = 1000 * queued + decode_weight * active;
-                *after = *work + 1000 * *recomputed + decode_milli;
-            } else {
-                *work = 1000u64
-                    .saturating_mul(queued)
-                    .saturating_add(decode_weight.saturating_mul(active));
-                *after = work
-                    .saturating_add(1000u64.saturating_mul(*recomputed))
-                    .saturating_add(decode_milli);
-            }
+            *work = 1000u64
+                .saturating_mul(queued)
+                .saturating_add(decode_weight.saturating_mul(active));
+            *after = work
+                .saturating_add(1000u64.saturating_mul(*recomputed))
+                .saturating_add(decode_milli);
         }
     }
 
@@ -367,7 +385,77 @@ pub struct Choice {
 
 #[cfg(test)]
 mod tests {
-    use super::dynamo_cost_milli;
+    use super::{dynamo_cost_milli, Rows};
+    use crate::input::trace::PolicyParams;
+    use crate::route::compiled::Req;
+
+    /// Every row's work figures, on the vectorised path (every load under 2^32) and the
+    /// saturating one (some load at or over it), against SPEC.md §4.4's formulas in
+    /// 128-bit arithmetic with the overflow rule's saturation at 2^64 - 1: the two paths
+    /// must agree with the formulas at the edges of 32 bits, and a request with one
+    /// wide row must fill its narrow rows as a request without one does.
+    #[test]
+    fn work_figures_match_the_formulas_on_both_sides_of_32_bits() {
+        let edge = [0, 1, 999, (1 << 32) - 1];
+        let wide = [1 << 32, (1 << 53) - 1, u64::MAX];
+        let saturate = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        for decode_weight in [0, 1000, (1 << 31) - 1, 1 << 31, (1 << 53) - 1] {
+            for prompt_tokens in [0, 700, (1 << 32) - 1, 1 << 32] {
+                for wide_row in [None, Some(wide[0]), Some(wide[1]), Some(wide[2])] {
+                    let mut loads: Vec<(u64, u64)> = Vec::new();
+                    for &queued in &edge {
+                        for &active in &edge {
+                            loads.push((queued, active));
+                        }
+                    }
+                    if let Some(load) = wide_row {
+                        loads.push((load, 3));
+                        loads.push((5, load));
+                    }
+                    let mut rows = Rows::new(loads.len());
+                    for (w, &(queued, active)) in loads.iter().enumerate() {
+                        rows.queued_prefill[w] = queued;
+                        rows.active_decode[w] = active;
+                        rows.reuse[w] = (w as u64 * 37) % (prompt_tokens + 1);
+                    }
+                    let request = Req {
+                        id: "r",
+                        ns: 0,
+                        model: 0,
+                        adapter: 0,
+                        prefix: Vec::new(),
+                        prompt_tokens,
+                        decode_tokens: 9,
+                    };
+                    let params = PolicyParams {
+                        decode_weight_milli: decode_weight,
+                        ..PolicyParams::default()
+                    };
+                    rows.fill_work(&request, &params);
+                    let decode_milli = saturate(u128::from(decode_weight) * 9);
+                    for (w, &(queued, active)) in loads.iter().enumerate() {
+                        let recomputed = prompt_tokens - rows.reuse[w];
+                        let work = saturate(
+                            1000 * u128::from(queued)
+                                + u128::from(decode_weight) * u128::from(active),
+                        );
+                        let after = saturate(
+                            u128::from(work)
+                                + 1000 * u128::from(recomputed)
+                                + u128::from(decode_milli),
+                        );
+                        let case = format!(
+                            "weight {decode_weight}, prompt {prompt_tokens}, wide {wide_row:?}, \
+                             row {w} ({queued}, {active})"
+                        );
+                        assert_eq!(rows.recomputed[w], recomputed, "{case}");
+                        assert_eq!(rows.work_milli[w], work, "{case}");
+                        assert_eq!(rows.after_milli[w], after, "{case}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn dynamo_cost_counts_whole_blocks_of_reuse_and_rounds_decode_up() {
