@@ -455,6 +455,13 @@ impl Best {
     /// smallest score so far.
     #[inline]
     fn offer_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
+        // Most rows cost more than the cheapest so far: all such a row can change is
+        // the runner-up, so it is told apart first and its reuse never read.
+        if self.offered != 0 && score > self.score {
+            self.offered += 1;
+            self.runner_up = self.runner_up.min(score);
+            return;
+        }
         if self.offered == 0 || score < self.score {
             self.tied_reuse_max = reuse;
         } else if score == self.score {
@@ -515,6 +522,51 @@ mod tests {
             rows.cost_milli[w] = cost;
         }
         rows
+    }
+
+    /// What the choosing scan keeps, against its definition over the whole list of
+    /// offered `(score, reuse)` pairs: the smallest score, the first row with it, how
+    /// many share it, the smallest score of the other rows (`u64::MAX` when there is
+    /// none), and the largest reuse of the rows that share the smallest score. Short
+    /// lists of few distinct scores, so ties, equal runners-up and `u64::MAX` scores are
+    /// common.
+    #[test]
+    fn the_scan_keeps_the_cheapest_its_ties_the_runner_up_and_the_tied_reuse() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |bound: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % bound
+        };
+        let scores = [0, 1, 2, 3, u64::MAX - 1, u64::MAX];
+        for case in 0..5_000 {
+            let offered: Vec<(u64, u64)> = (0..next(7))
+                .map(|_| (scores[next(scores.len() as u64) as usize], next(4)))
+                .collect();
+            let mut best = Best::new();
+            for (row, &(score, reuse)) in offered.iter().enumerate() {
+                best.offer_noting_reuse(row, score, reuse);
+            }
+            let Some(&min) = offered.iter().map(|(score, _)| score).min() else {
+                assert_eq!(best.offered, 0, "case {case}");
+                continue;
+            };
+            let first = offered.iter().position(|&(score, _)| score == min).unwrap();
+            let others = offered.iter().enumerate().filter(|&(row, _)| row != first);
+            let runner_up = others
+                .map(|(_, &(score, _))| score)
+                .min()
+                .unwrap_or(u64::MAX);
+            let tied = offered.iter().filter(|&&(score, _)| score == min);
+            let case = format!("case {case}: {offered:?}");
+            assert_eq!(best.offered, offered.len() as u64, "{case}");
+            assert_eq!((best.score, best.row), (min, first), "{case}");
+            assert_eq!(best.tie_count, tied.clone().count() as u64, "{case}");
+            assert_eq!(best.runner_up, runner_up, "{case}");
+            let tied_reuse_max = tied.map(|&(_, reuse)| reuse).max().unwrap();
+            assert_eq!(best.tied_reuse_max, tied_reuse_max, "{case}");
+        }
     }
 
     #[test]
