@@ -35,6 +35,8 @@
 //! - the **join** of a receipt's run with measured completion records (counts,
 //!   prediction figures, goodput): [`join`], the last layer.
 
+#[cfg(test)]
+mod fixed_sequence;
 pub mod input;
 pub mod join;
 pub mod mutant;

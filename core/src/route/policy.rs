@@ -532,13 +532,8 @@ mod tests {
     /// common.
     #[test]
     fn the_scan_keeps_the_cheapest_its_ties_the_runner_up_and_the_tied_reuse() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |bound: u64| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 33) % bound
-        };
+        let mut sequence = crate::fixed_sequence::FixedSequence::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = |bound: u64| sequence.below(bound);
         let scores = [0, 1, 2, 3, u64::MAX - 1, u64::MAX];
         for case in 0..5_000 {
             let offered: Vec<(u64, u64)> = (0..next(7))

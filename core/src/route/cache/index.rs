@@ -294,13 +294,8 @@ mod tests {
         let mut index = CacheIndex::new(KEYS as usize, WORKERS as usize);
         let mut model: BTreeMap<(KeyId, u32, NsId), u64> = BTreeMap::new();
         // A fixed linear congruential sequence: the same steps on every run.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |bound: u64| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 33) % bound
-        };
+        let mut sequence = crate::fixed_sequence::FixedSequence::new(0x2545_f491_4f6c_dd1d);
+        let mut next = |bound: u64| sequence.below(bound);
         // Each worker's most entries resident at once since its last clear.
         let mut peak = [0usize; WORKERS as usize];
         let mut reused = false;
