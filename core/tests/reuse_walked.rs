@@ -179,7 +179,7 @@ fn the_walk_from_rows_answers_as_the_walk_of_marked_workers() {
     let n = compiled.worker_count();
     let state = RouterState::initial(&compiled);
     let mut rule = NamespaceRule::new(Sharing::new(compiled.sharing));
-    let mut from_rows = WalkScratch::untracked(n);
+    let mut from_rows = WalkScratch::new(n);
     // Per walk: which rows are eligible, and which carry a reason before the walk.
     let row_sets: [([bool; 4], [bool; 4]); 4] = [
         ([true; 4], [false; 4]),

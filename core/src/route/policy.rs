@@ -455,16 +455,16 @@ impl Best {
     /// smallest score so far.
     #[inline]
     fn offer_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
-        // Most rows cost more than the cheapest so far: all such a row can change is
-        // the runner-up, so it is told apart first and its reuse never read.
+        // Most rows cost more than the cheapest so far and leave the tied rows' reuse
+        // as it is: they are told apart first, so their reuse is never read.
         if self.offered != 0 && score > self.score {
-            self.offered += 1;
-            self.runner_up = self.runner_up.min(score);
+            self.offer(row, score);
             return;
         }
         if self.offered == 0 || score < self.score {
             self.tied_reuse_max = reuse;
-        } else if score == self.score {
+        } else {
+            // The one case left: the score ties the cheapest.
             self.tied_reuse_max = self.tied_reuse_max.max(reuse);
         }
         self.offer(row, score);

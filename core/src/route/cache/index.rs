@@ -90,9 +90,9 @@ const NO_SLOT: u32 = u32::MAX;
 
 /// Every worker's resident entries, indexed by key. Memory is one slot per key the
 /// trace names, one [`Holder`] per live entry, and one per-worker record per entry
-/// the worker held at its fullest since its last clear. Which records a worker holds depends on its
-/// history, not only on its residency, so the index has no equality; its residency is
-/// what [`CacheIndex::holders`] reads.
+/// the worker held at its fullest since its last clear. Which records a worker holds
+/// depends on its history, not only on its residency, so the index has no equality;
+/// its residency is what [`CacheIndex::holders`] reads.
 #[derive(Debug, Clone)]
 pub struct CacheIndex {
     /// Key → its holders, sorted by `(worker, ns)` so updates find an entry by binary

@@ -24,9 +24,6 @@ pub struct WalkScratch {
     walked_in: Vec<u64>,
     walked: Vec<u32>,
     walk: u64,
-    /// Whether walks list the workers they change. The row builder resets every row
-    /// before each walk and never reads the list, so its scratch skips keeping it.
-    tracks_walked: bool,
     /// For [`reuse_walk_rows`]: per worker, the walk whose start its depth was last
     /// set for, so only the workers a walk reaches have their depth set.
     started_in: Vec<u64>,
@@ -36,27 +33,13 @@ pub struct WalkScratch {
 const NOT_WALKING: u32 = u32::MAX;
 
 impl WalkScratch {
-    /// Scratch whose walks list the workers they change ([`WalkScratch::walked`]).
     pub fn new(worker_count: usize) -> Self {
         WalkScratch {
             depth: vec![NOT_WALKING; worker_count],
             walked_in: vec![0; worker_count],
             walked: Vec::new(),
             walk: 0,
-            tracks_walked: true,
-            started_in: Vec::new(),
-        }
-    }
-
-    /// Scratch for the row builder's [`reuse_walk_rows`], which says afresh for each
-    /// walk which workers it walks: its walks keep no list, and
-    /// [`WalkScratch::walked`] stays empty.
-    pub fn untracked(worker_count: usize) -> Self {
-        WalkScratch {
-            walked_in: Vec::new(),
-            tracks_walked: false,
             started_in: vec![0; worker_count],
-            ..WalkScratch::new(worker_count)
         }
     }
 
@@ -70,7 +53,8 @@ impl WalkScratch {
     /// has depth 0, reuse 0 and no boundary reason, so a caller that walks every worker
     /// for each request resets only these (O(holders), not O(workers)) before the next
     /// walk: `reuse` and `boundary` to zero and empty, and `set_walking(w, true)`.
-    /// Always empty for a scratch made by [`WalkScratch::untracked`].
+    /// Empty after a [`reuse_walk_rows`]: its caller resets every row before a walk,
+    /// so that walk keeps no list.
     pub fn walked(&self) -> &[u32] {
         &self.walked
     }
@@ -82,6 +66,7 @@ struct WalkedList<'s> {
     walked_in: &'s mut [u64],
     walked: &'s mut Vec<u32>,
     walk: u64,
+    /// False for [`reuse_walk_rows`], which keeps no list.
     tracks_walked: bool,
 }
 
@@ -119,8 +104,9 @@ pub fn reuse_walk(
 /// eligible rows with no reason yet (a stale view or an evidence gap keeps the
 /// evidence out), `boundary` being the rows' reasons. A worker's row is read when the
 /// walk first reaches it, so no pass over every worker marks them beforehand.
-/// `reuse` must be zero for every row on entry; `scratch` must be
-/// [`WalkScratch::untracked`].
+/// `reuse` must be zero for every row on entry. The walk keeps no list of the
+/// workers it reached ([`WalkScratch::walked`]), since the row builder resets every
+/// row before the next walk anyway.
 #[allow(clippy::too_many_arguments)]
 pub fn reuse_walk_rows(
     request: &Req,
@@ -161,7 +147,7 @@ fn walk<const FROM_ROWS: bool>(
         walked_in: &mut scratch.walked_in,
         walked: &mut scratch.walked,
         walk: this_walk,
-        tracks_walked: scratch.tracks_walked,
+        tracks_walked: !FROM_ROWS,
     };
     // One length for the columns, so indexing one checks the others' bounds.
     let n = depth.len();

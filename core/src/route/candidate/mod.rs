@@ -89,7 +89,7 @@ impl Rows {
             after_milli: vec![0; worker_count],
             cost_milli: vec![0; worker_count],
             prompt_tokens: 0,
-            walk: WalkScratch::untracked(worker_count),
+            walk: WalkScratch::new(worker_count),
             dominance: Dominance::default(),
             dominance_current: false,
         }
@@ -132,8 +132,8 @@ impl Rows {
         self.fill_work(request, params);
     }
 
-    /// Fills each row's recomputed tokens (its reuse the walk capped at the prompt), its work
-    /// and its work after placement. Its own function, like
+    /// Fills each row's recomputed tokens (its reuse the walk capped at the prompt),
+    /// its work and its work after placement. Its own function, like
     /// [`Rows::fill_eligibility`]: each loop is then compiled on its own, the same way
     /// whatever else changes around it.
     #[inline(never)]
@@ -146,15 +146,14 @@ impl Rows {
         // processor multiplies two rows at a time: so when every row's load is under
         // 2^32 (one OR over the load columns says so), the rows are filled by plain
         // arithmetic in a loop without a branch, which the compiler vectorises. The
-        // saturating path, the exact sum narrowed with `to_u64`, is for figures the
-        // overflow rule (§1.4) keeps out of a valid trace anyway.
+        // saturating loop is for figures the overflow rule (§1.4) keeps out of a valid
+        // trace anyway.
         let small_factors =
             decode_weight < 1 << 31 && decode_milli < 1 << 62 && prompt_tokens < 1 << 32 && {
                 let loads = self.queued_prefill.iter().zip(&self.active_decode);
                 loads.fold(0, |all, (&queued, &active)| all | queued | active) < 1 << 32
             };
         // Zipped slices rather than indexes: this loop runs once per worker per request.
-        // The walk capped each row's reuse at the prompt.
         let columns = self
             .reuse
             .iter()
