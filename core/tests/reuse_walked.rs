@@ -168,10 +168,10 @@ fn resetting_only_the_walked_workers_answers_as_a_full_reset_does() {
     }
 }
 
-/// The row builder's walk reads which workers it walks off the rows (eligible, no
-/// reason yet) as it first reaches each one; it must answer as the walk of workers
-/// marked beforehand does, request after request on one scratch, however the rows
-/// change between walks.
+/// The row builder's walk reads which workers it walks off the rows (no reason yet:
+/// an ineligible row lists why, and so does a stale one) as it first reaches each
+/// one; it must answer as the walk of the eligible, fresh workers marked beforehand
+/// does, request after request on one scratch, however the rows change between walks.
 #[test]
 fn the_walk_from_rows_answers_as_the_walk_of_marked_workers() {
     let trace = parse_trace(trace().to_string().as_bytes()).unwrap();
@@ -189,11 +189,13 @@ fn the_walk_from_rows_answers_as_the_walk_of_marked_workers() {
     ];
     for request in requests(&compiled) {
         for (eligible, stale) in &row_sets {
-            let reasons: Vec<Reasons> = stale
-                .iter()
-                .map(|&s| {
+            let reasons: Vec<Reasons> = (0..n)
+                .map(|w| {
                     let mut r = Reasons::default();
-                    if s {
+                    if !eligible[w] {
+                        r.insert(Reason::ModelNotServed);
+                    }
+                    if stale[w] {
                         r.insert(Reason::StaleView);
                     }
                     r
@@ -201,7 +203,7 @@ fn the_walk_from_rows_answers_as_the_walk_of_marked_workers() {
                 .collect();
             let mut marked = WalkScratch::new(n);
             for w in 0..n {
-                marked.set_walking(w, eligible[w] && reasons[w].is_empty());
+                marked.set_walking(w, eligible[w] && !stale[w]);
             }
             let (mut marked_reuse, mut marked_reasons) = (vec![0; n], reasons.clone());
             reuse_walk(
@@ -220,7 +222,6 @@ fn the_walk_from_rows_answers_as_the_walk_of_marked_workers() {
                 &compiled.tables,
                 &mut rule,
                 &mut from_rows,
-                eligible,
                 &mut rows_reuse,
                 &mut rows_reasons,
             );

@@ -62,7 +62,6 @@ fn pairwise(rows: &[RowFigures], a: usize) -> (Option<usize>, u64) {
 fn core_rows(figures: &[RowFigures]) -> Rows {
     let mut rows = Rows::new(figures.len());
     for (w, f) in figures.iter().enumerate() {
-        rows.eligible[w] = f.eligible;
         let mut reasons = Reasons::default();
         if !f.eligible {
             reasons.insert(Reason::ModelNotServed);
@@ -171,7 +170,7 @@ impl RunSink for DominanceReader {
         }
         let figures: Vec<RowFigures> = (0..rows.len())
             .map(|w| RowFigures {
-                eligible: rows.eligible[w],
+                eligible: rows.eligible(w),
                 cut: [Reason::Overloaded, Reason::ColdReserve]
                     .into_iter()
                     .find(|&r| rows.reasons[w].contains(r)),

@@ -10,8 +10,8 @@
 
 use crate::input::trace::PolicyParams;
 use crate::mutant::{active, Mutant};
-use crate::route::candidate::{dynamo_cost_milli, in_front_set, to_u64, Choice, Rows};
-use crate::route::reason::Reason;
+use crate::route::candidate::{dynamo_cost_milli, eligible, in_front_set, to_u64, Choice, Rows};
+use crate::route::reason::{Reason, Reasons};
 
 /// A routing policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -143,31 +143,23 @@ fn price_dynamo(rows: &mut Rows, params: &PolicyParams) {
     }
 }
 
-/// Fills every row's `cost_milli` (SPEC.md §4.4): `1000 * recomputed + work_milli +
-/// imbalance`, where the imbalance penalises a row whose after-placement work is above
-/// the eligible rows' mean. Every row is priced, eligible or not, for every policy but
-/// `dynamo_default`: the receipt shows what cache-plus-load would have paid.
+/// Completes every row's `cost_milli` (SPEC.md §4.4): `1000 * recomputed +
+/// work_milli + imbalance`, where the imbalance penalises a row whose after-placement
+/// work is above the eligible rows' mean. [`Rows::fill`] left each row its cost before
+/// the imbalance term, which is the whole cost when the penalty is 0. Every row is
+/// priced, eligible or not, for every policy but `dynamo_default`: the receipt shows
+/// what cache-plus-load would have paid.
 fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
-    let decode_ignored = active(Mutant::DecodeIgnored);
-    // Zipped slices rather than indexes: this loop runs once per worker per request.
-    let work = rows.work_milli.iter().zip(&rows.queued_prefill);
-    for (cost, (&recomputed, (&work, &queued))) in rows
-        .cost_milli
-        .iter_mut()
-        .zip(rows.recomputed.iter().zip(work))
-    {
-        *cost = cost_before_imbalance(recomputed, work, queued, decode_ignored);
-    }
     let imbalance_penalty = params.imbalance_penalty_milli as u128;
     if imbalance_penalty == 0 {
         return;
     }
     // The eligible rows' count and after sum: the mean the penalty is measured from.
     let (eligible_count, after_sum) = rows
-        .eligible
+        .reasons
         .iter()
         .zip(&rows.after_milli)
-        .filter(|(&eligible, _)| eligible)
+        .filter(|(&reasons, _)| eligible(reasons))
         .fold((0u128, 0u128), |(count, sum), (_, &after)| {
             (count + 1, sum + after as u128)
         });
@@ -184,31 +176,9 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
     }
 }
 
-/// A row's cache-plus-load cost without its imbalance term, which needs every row
-/// first (SPEC.md §4.4): `1000 * recomputed + work_milli`. Saturating u64 arithmetic of
-/// non-negative terms is the exact sum narrowed by `to_u64`. `decode_ignored` is
-/// [`Mutant::DecodeIgnored`], read once a decision by the caller.
-#[inline(always)]
-fn cost_before_imbalance(
-    recomputed: u64,
-    work_milli: u64,
-    queued: u64,
-    decode_ignored: bool,
-) -> u64 {
-    // The mutant prices a worker by its prefill queue alone, as if decode were free.
-    let work_in_cost = if decode_ignored {
-        1000u64.saturating_mul(queued)
-    } else {
-        work_milli
-    };
-    1000u64
-        .saturating_mul(recomputed)
-        .saturating_add(work_in_cost)
-}
-
 /// Prices the rows where the choice or a reader of the rows (`rows_read`, a receipt)
-/// needs the cost ([`price`]), then chooses ([`choose`]); `cache_plus_load` without an
-/// imbalance term prices in its choosing scan instead.
+/// needs the cost ([`price`]), then chooses ([`choose`]). `cache_plus_load` without an
+/// imbalance term needs no pricing: [`Rows::fill`] left each row that cost.
 pub fn decide(
     policy: Policy,
     rows: &mut Rows,
@@ -216,10 +186,8 @@ pub fn decide(
     cursor: &mut usize,
     rows_read: bool,
 ) -> Choice {
-    if policy == Policy::CachePlusLoad && params.imbalance_penalty_milli == 0 {
-        return cache_plus_load(rows, params, true);
-    }
-    if policy.chooses_by_cost() || rows_read {
+    let priced_by_fill = policy == Policy::CachePlusLoad && params.imbalance_penalty_milli == 0;
+    if !priced_by_fill && (policy.chooses_by_cost() || rows_read) {
         price(policy, rows, params);
     }
     choose(policy, rows, params, cursor)
@@ -236,29 +204,29 @@ pub fn choose(
     match policy {
         Policy::RoundRobin => round_robin(rows, cursor),
         // Smaller work first.
-        Policy::LeastLoad => best_of(eligible_scores(&rows.eligible, &rows.work_milli), 1),
+        Policy::LeastLoad => best_of(eligible_scores(&rows.reasons, &rows.work_milli), 1),
         // Larger reuse first: order by the reuse a row lacks against the largest possible.
         Policy::LongestPrefix => best_of(
-            eligible_scores(&rows.eligible, &rows.reuse).map(|(w, reuse)| (w, u64::MAX - reuse)),
+            eligible_scores(&rows.reasons, &rows.reuse).map(|(w, reuse)| (w, u64::MAX - reuse)),
             1000,
         ),
-        Policy::CachePlusLoad => cache_plus_load(rows, params, false),
+        Policy::CachePlusLoad => cache_plus_load(rows, params),
         // The Dynamo cost over every eligible row: no cap and no reserve apply (§4.8),
         // and Dynamo's random tie-break becomes the smallest id.
-        Policy::DynamoDefault => best_of(eligible_scores(&rows.eligible, &rows.cost_milli), 1),
+        Policy::DynamoDefault => best_of(eligible_scores(&rows.reasons, &rows.cost_milli), 1),
     }
 }
 
-/// `(row, score)` for every eligible row, from the `score` column.
+/// `(row, score)` for every eligible row (by its `reasons`), from the `score` column.
 fn eligible_scores<'r>(
-    eligible: &'r [bool],
+    reasons: &'r [Reasons],
     score: &'r [u64],
 ) -> impl Iterator<Item = (usize, u64)> + 'r {
-    eligible
+    reasons
         .iter()
         .zip(score)
         .enumerate()
-        .filter(|(_, (&eligible, _))| eligible)
+        .filter(|(_, (&reasons, _))| eligible(reasons))
         .map(|(w, (_, &score))| (w, score))
 }
 
@@ -266,7 +234,7 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
     let n = rows.len();
     for step in 0..n {
         let i = (*cursor + step) % n;
-        if rows.eligible[i] {
+        if rows.eligible(i) {
             // The cursor is only ever read modulo n, so "past the last" wraps there.
             *cursor = i + 1;
             return Choice {
@@ -282,9 +250,8 @@ fn round_robin(rows: &Rows, cursor: &mut usize) -> Choice {
     REJECTED
 }
 
-/// `cache_plus_load`'s choice (SPEC.md §4.4, §4.5) over the rows' costs; with
-/// `price_in_scan` (no imbalance term), the scan that chooses prices each row first.
-fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) -> Choice {
+/// `cache_plus_load`'s choice (SPEC.md §4.4, §4.5) over the rows' costs.
+fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
     let cap = if active(Mutant::OverloadCapIgnored) {
         None
     } else {
@@ -297,7 +264,7 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) 
             .cold_reserve_milli
             .map(|reserve| cap_milli.saturating_sub(reserve as u128));
         for w in 0..rows.len() {
-            if !rows.eligible[w] {
+            if !rows.eligible(w) {
                 continue;
             }
             let after = rows.after_milli[w] as u128;
@@ -312,14 +279,8 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) 
             }
         }
     }
-    // Without an imbalance term a row's cost is its own, so the scan that chooses can
-    // price each row too ([`decide`] then does not call [`price`]): one pass, not two.
-    let best = if price_in_scan {
-        scan_cheapest::<true>(rows)
-    } else {
-        scan_cheapest::<false>(rows)
-    };
     let rows = &*rows;
+    let best = scan_cheapest(rows);
     let choice = best.choice(1);
     if let Some(chosen) = choice.chosen {
         return Choice {
@@ -327,12 +288,12 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) 
             ..choice
         };
     }
-    if !rows.eligible.contains(&true) {
+    if !(0..rows.len()).any(|w| rows.eligible(w)) {
         return choice;
     }
     // The reserve is a preference, the cap a limit: reserved-out rows come before an
     // escape past the cap.
-    let under_cap = |w: usize| rows.eligible[w] && !rows.reasons[w].contains(Reason::Overloaded);
+    let under_cap = |w: usize| rows.eligible(w) && !rows.reasons[w].contains(Reason::Overloaded);
     let fallback = best_by(rows, under_cap, |w| rows.cost_milli[w], 1);
     if fallback.chosen.is_some() {
         return Choice {
@@ -343,29 +304,18 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams, price_in_scan: bool) 
     // Every eligible row is over the cap: escape to the one that ends up least loaded.
     Choice {
         overload_escape: true,
-        ..best_by(rows, |w| rows.eligible[w], |w| rows.after_milli[w], 1)
+        ..best_by(rows, |w| rows.eligible(w), |w| rows.after_milli[w], 1)
     }
 }
 
-/// Offers every front-set row at its cost, first pricing it without an imbalance term
-/// when `PRICE` (one body, compiled once for each).
-fn scan_cheapest<const PRICE: bool>(rows: &mut Rows) -> Best {
-    let decode_ignored = active(Mutant::DecodeIgnored);
+/// Offers every front-set row at its cost.
+fn scan_cheapest(rows: &Rows) -> Best {
     // Slices of one length, indexed in a plain loop: the bounds checks fold away.
     let n = rows.len();
-    let (eligible, reasons, reuse) = (&rows.eligible[..n], &rows.reasons[..n], &rows.reuse[..n]);
-    let (recomputed, work, queued) = (
-        &rows.recomputed[..n],
-        &rows.work_milli[..n],
-        &rows.queued_prefill[..n],
-    );
-    let cost = &mut rows.cost_milli[..n];
+    let (reasons, reuse, cost) = (&rows.reasons[..n], &rows.reuse[..n], &rows.cost_milli[..n]);
     let mut best = Best::new();
     for w in 0..n {
-        if PRICE {
-            cost[w] = cost_before_imbalance(recomputed[w], work[w], queued[w], decode_ignored);
-        }
-        if in_front_set(eligible[w], reasons[w]) {
+        if in_front_set(reasons[w]) {
             best.offer_noting_reuse(w, cost[w], reuse[w]);
         }
     }
@@ -442,7 +392,9 @@ impl Best {
     fn new() -> Self {
         Best {
             offered: 0,
-            score: 0,
+            // Read before the first offer only by [`Best::offer_noting_reuse`]'s first
+            // test, which no score passes against u64::MAX.
+            score: u64::MAX,
             row: 0,
             tie_count: 0,
             runner_up: u64::MAX,
@@ -456,9 +408,13 @@ impl Best {
     #[inline]
     fn offer_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
         // Most rows cost more than the cheapest so far and leave the tied rows' reuse
-        // as it is: they are told apart first, so their reuse is never read.
-        if self.offered != 0 && score > self.score {
-            self.offer(row, score);
+        // as it is: they are told apart first, so their reuse is never read. Before
+        // the first offer `score` is u64::MAX, which no score exceeds, so a row here is
+        // never the first, and this is all that [`Best::offer`] does with it, without
+        // its test of whether it is.
+        if score > self.score {
+            self.offered += 1;
+            self.runner_up = self.runner_up.min(score);
             return;
         }
         if self.offered == 0 || score < self.score {
@@ -511,11 +467,14 @@ impl Best {
 mod tests {
     use super::*;
 
-    /// Rows from `(eligible, reuse, work, cost)` per worker; after is work + 10.
+    /// Rows from `(eligible, reuse, work, cost)` per worker; after is work + 10. An
+    /// ineligible row lists the model as not served.
     fn rows(spec: &[(bool, u64, u64, u64)]) -> Rows {
         let mut rows = Rows::new(spec.len());
         for (w, &(eligible, reuse, work, cost)) in spec.iter().enumerate() {
-            rows.eligible[w] = eligible;
+            if !eligible {
+                rows.reasons[w].insert(Reason::ModelNotServed);
+            }
             rows.reuse[w] = reuse;
             rows.work_milli[w] = work;
             rows.after_milli[w] = work + 10;
@@ -609,7 +568,8 @@ mod tests {
     /// other, and a cheapest row alone.
     #[test]
     fn the_scan_knows_whether_the_cheapest_row_is_dominated() {
-        // (reuse, recomputed, work) per row; decode 0, so after = work + 1000 * recomputed.
+        // (reuse, recomputed, work) per row; decode 0, so after = work + 1000 * recomputed,
+        // which is also the cost that filling the rows leaves without an imbalance term.
         type Figures = [(u64, u64, u64); 3];
         let cases: [(Figures, bool); 3] = [
             ([(0, 10, 5_000), (5, 5, 10_000), (0, 10, 9_000)], true),
@@ -619,14 +579,13 @@ mod tests {
         for (figures, dominated) in cases {
             let mut rows = Rows::new(figures.len());
             for (w, &(reuse, recomputed, work)) in figures.iter().enumerate() {
-                rows.eligible[w] = true;
                 rows.reuse[w] = reuse;
                 rows.recomputed[w] = recomputed;
                 rows.work_milli[w] = work;
                 rows.after_milli[w] = work + 1000 * recomputed;
+                rows.cost_milli[w] = work + 1000 * recomputed;
             }
             let params = PolicyParams::default();
-            price(Policy::CachePlusLoad, &mut rows, &params);
             let c = choose(Policy::CachePlusLoad, &mut rows, &params, &mut 0);
             let chosen = c.chosen.expect("a row is chosen");
             assert_eq!(c.chosen_dominated, Some(dominated), "{figures:?}");

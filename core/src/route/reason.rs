@@ -47,7 +47,7 @@ impl Reason {
         }
     }
 
-    fn bit(self) -> u16 {
+    const fn bit(self) -> u16 {
         1 << (self as u8)
     }
 }
@@ -57,6 +57,17 @@ impl Reason {
 pub struct Reasons(u16);
 
 impl Reasons {
+    /// The reasons that make a row ineligible (SPEC.md §4.1): a row is eligible exactly
+    /// when it lists neither, so eligibility is read off the reasons, never kept apart
+    /// from them.
+    pub const INELIGIBLE: Reasons =
+        Reasons(Reason::ModelNotServed.bit() | Reason::AdapterNotLoaded.bit());
+
+    /// The reasons that keep a row out of the front set (SPEC.md §4.6): ineligible, or
+    /// cut by the overload cap or the cold reserve.
+    pub const OUTSIDE_FRONT_SET: Reasons =
+        Reasons(Reasons::INELIGIBLE.0 | Reason::Overloaded.bit() | Reason::ColdReserve.bit());
+
     pub fn insert(&mut self, reason: Reason) {
         self.0 |= reason.bit();
     }
@@ -67,6 +78,12 @@ impl Reasons {
 
     pub fn is_empty(self) -> bool {
         self.0 == 0
+    }
+
+    /// Whether the two sets share a reason: one test of a row against a whole class of
+    /// reasons, such as [`Reasons::INELIGIBLE`].
+    pub fn intersects(self, other: Reasons) -> bool {
+        self.0 & other.0 != 0
     }
 
     /// Every reason of either set.

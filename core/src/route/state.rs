@@ -93,14 +93,23 @@ impl WorkerState {
     }
 
     /// Drains up to `tick` (events arrive in tick order, so `tick` never goes back).
+    /// The test is inlined into the row builder's loop over every worker; the drain
+    /// itself is not, since most workers were drained to `tick` already and its
+    /// registers would otherwise be taken from that loop's.
+    #[inline(always)]
     pub fn drain_to(&mut self, tick: u64) {
         if tick > self.drained_to_tick {
-            // An idle worker stays idle: no multiplication for it.
-            if self.queued_prefill | self.active_decode != 0 {
-                self.drain(tick - self.drained_to_tick);
-            }
-            self.drained_to_tick = tick;
+            self.drain_from_last_drain(tick);
         }
+    }
+
+    #[inline(never)]
+    fn drain_from_last_drain(&mut self, tick: u64) {
+        // An idle worker stays idle: no multiplication for it.
+        if self.queued_prefill | self.active_decode != 0 {
+            self.drain(tick - self.drained_to_tick);
+        }
+        self.drained_to_tick = tick;
     }
 
     /// A load observation replaces the load figures unless it is older than the one the

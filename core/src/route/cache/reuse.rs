@@ -7,8 +7,8 @@
 //! count is decided in `tenant`; how far they count is decided here.
 
 use crate::mutant::{active, Mutant};
-use crate::route::cache::index::CacheIndex;
-use crate::route::compiled::{Req, Tables};
+use crate::route::cache::index::{CacheIndex, Holder};
+use crate::route::compiled::{NsId, Req, Tables};
 use crate::route::reason::Reasons;
 use crate::route::tenant::NamespaceRule;
 
@@ -16,17 +16,23 @@ use crate::route::tenant::NamespaceRule;
 /// decision of a run so a decision allocates nothing.
 #[derive(Debug, Clone)]
 pub struct WalkScratch {
-    /// How many segments each worker has fully matched so far; [`NOT_WALKING`] for
-    /// workers whose evidence is not consulted (ineligible or stale).
-    depth: Vec<u32>,
-    /// Per worker, the walk it was last changed in, so [`WalkScratch::walked`] lists a
-    /// worker once.
-    walked_in: Vec<u64>,
+    /// Per worker, in one array so that the walk reaches a worker's figures through
+    /// one pointer and one bounds check.
+    walkers: Vec<Walker>,
     walked: Vec<u32>,
     walk: u64,
-    /// For [`reuse_walk_rows`]: per worker, the walk whose start its depth was last
-    /// set for, so only the workers a walk reaches have their depth set.
-    started_in: Vec<u64>,
+}
+
+/// One worker's place in the walk.
+#[derive(Debug, Clone, Copy)]
+struct Walker {
+    /// How many segments the worker has fully matched so far; [`NOT_WALKING`] for a
+    /// worker whose evidence is not consulted (ineligible or stale).
+    depth: u32,
+    /// The last walk that reached the worker: [`reuse_walk`] lists a worker in
+    /// [`WalkScratch::walked`] when it first reaches it, and [`reuse_walk_rows`] sets
+    /// its depth then, so each does so once a walk.
+    reached_in: u64,
 }
 
 /// The depth of a worker whose cache is not walked.
@@ -34,18 +40,20 @@ const NOT_WALKING: u32 = u32::MAX;
 
 impl WalkScratch {
     pub fn new(worker_count: usize) -> Self {
+        let walker = Walker {
+            depth: NOT_WALKING,
+            reached_in: 0,
+        };
         WalkScratch {
-            depth: vec![NOT_WALKING; worker_count],
-            walked_in: vec![0; worker_count],
+            walkers: vec![walker; worker_count],
             walked: Vec::new(),
             walk: 0,
-            started_in: vec![0; worker_count],
         }
     }
 
     /// Marks whether worker `w`'s cache is walked for the next request.
     pub fn set_walking(&mut self, w: usize, walking: bool) {
-        self.depth[w] = if walking { 0 } else { NOT_WALKING };
+        self.walkers[w].depth = if walking { 0 } else { NOT_WALKING };
     }
 
     /// The workers whose depth, `reuse` or `boundary` the last [`reuse_walk`] changed,
@@ -57,26 +65,6 @@ impl WalkScratch {
     /// so that walk keeps no list.
     pub fn walked(&self) -> &[u32] {
         &self.walked
-    }
-}
-
-/// The walked list's half of [`WalkScratch`], borrowed apart from the depths so the
-/// walk's loops keep the columns they index in registers.
-struct WalkedList<'s> {
-    walked_in: &'s mut [u64],
-    walked: &'s mut Vec<u32>,
-    walk: u64,
-    /// False for [`reuse_walk_rows`], which keeps no list.
-    tracks_walked: bool,
-}
-
-impl WalkedList<'_> {
-    #[inline]
-    fn note(&mut self, w: usize) {
-        if self.tracks_walked && self.walked_in[w] != self.walk {
-            self.walked_in[w] = self.walk;
-            self.walked.push(w as u32);
-        }
     }
 }
 
@@ -97,12 +85,13 @@ pub fn reuse_walk(
     reuse: &mut [u64],
     boundary: &mut [Reasons],
 ) {
-    walk::<false>(request, index, tables, rule, scratch, &[], reuse, boundary);
+    walk::<false>(request, index, tables, rule, scratch, reuse, boundary);
 }
 
 /// [`reuse_walk`] for the row builder, whose rows say which workers are walked: the
-/// eligible rows with no reason yet (a stale view or an evidence gap keeps the
-/// evidence out), `boundary` being the rows' reasons. A worker's row is read when the
+/// rows with no reason yet (an ineligible row has one, and a stale view or an evidence
+/// gap keeps the evidence out), `boundary` being the rows' reasons. A worker's row is
+/// read when the
 /// walk first reaches it, so no pass over every worker marks them beforehand.
 /// `reuse` must be zero for every row on entry. The walk keeps no list of the
 /// workers it reached ([`WalkScratch::walked`]), since the row builder resets every
@@ -114,13 +103,10 @@ pub fn reuse_walk_rows(
     tables: &Tables,
     rule: &mut NamespaceRule,
     scratch: &mut WalkScratch,
-    eligible: &[bool],
     reuse: &mut [u64],
     boundary: &mut [Reasons],
 ) {
-    walk::<true>(
-        request, index, tables, rule, scratch, eligible, reuse, boundary,
-    );
+    walk::<true>(request, index, tables, rule, scratch, reuse, boundary);
 }
 
 /// The walk of [`reuse_walk`] and [`reuse_walk_rows`]: with `FROM_ROWS`, a worker's
@@ -133,7 +119,6 @@ fn walk<const FROM_ROWS: bool>(
     tables: &Tables,
     rule: &mut NamespaceRule,
     scratch: &mut WalkScratch,
-    eligible: &[bool],
     reuse: &mut [u64],
     boundary: &mut [Reasons],
 ) {
@@ -142,34 +127,27 @@ fn walk<const FROM_ROWS: bool>(
     scratch.walk += 1;
     scratch.walked.clear();
     let this_walk = scratch.walk;
-    let depth = &mut scratch.depth[..];
-    let mut walked = WalkedList {
-        walked_in: &mut scratch.walked_in,
-        walked: &mut scratch.walked,
-        walk: this_walk,
-        tracks_walked: !FROM_ROWS,
-    };
+    let walked = &mut scratch.walked;
     // One length for the columns, so indexing one checks the others' bounds.
-    let n = depth.len();
+    let walkers = &mut scratch.walkers[..];
+    let n = walkers.len();
     let (reuse, boundary) = (&mut reuse[..n], &mut boundary[..n]);
-    let (eligible, started_in) = if FROM_ROWS {
-        (&eligible[..n], &mut scratch.started_in[..n])
-    } else {
-        (eligible, &mut scratch.started_in[..])
-    };
     // Worker `w`'s depth now. From rows, a worker first reached in this walk starts at
     // 0 if its row is walked; its reasons are still the row's own then, since only a
     // reached worker gets boundary reasons.
-    let mut depth_of = |w: usize, depth: &mut [u32], boundary: &[Reasons]| -> u32 {
-        if FROM_ROWS && started_in[w] != this_walk {
-            started_in[w] = this_walk;
-            depth[w] = if eligible[w] && boundary[w].is_empty() {
-                0
-            } else {
-                NOT_WALKING
-            };
+    let depth_of = |walker: &mut Walker, boundary: Reasons| -> u32 {
+        if FROM_ROWS && walker.reached_in != this_walk {
+            walker.reached_in = this_walk;
+            walker.depth = if boundary.is_empty() { 0 } else { NOT_WALKING };
         }
-        depth[w]
+        walker.depth
+    };
+    // Lists worker `w` the first time the walk changes it, where a list is kept.
+    let mut note = |w: usize, walker: &mut Walker| {
+        if !FROM_ROWS && walker.reached_in != this_walk {
+            walker.reached_in = this_walk;
+            walked.push(w as u32);
+        }
     };
     let prompt_tokens = request.prompt_tokens;
     for (i, segment) in request.prefix.iter().enumerate() {
@@ -185,7 +163,8 @@ fn walk<const FROM_ROWS: bool>(
         let mut k = 0;
         while let Some(first) = holders.get(k) {
             let w = first.worker as usize;
-            let worker_depth = depth_of(w, depth, boundary);
+            let walker = &mut walkers[w];
+            let worker_depth = depth_of(walker, boundary[w]);
             // A walking worker's depth is below `NOT_WALKING`, and so is `i`.
             let stopped = if past_partial {
                 worker_depth == NOT_WALKING
@@ -196,18 +175,21 @@ fn walk<const FROM_ROWS: bool>(
                 k += 1;
                 continue;
             }
-            walked.note(w);
+            note(w, walker);
             // The most usable tokens among the worker's entries, and the boundary
-            // reasons of those that may not serve the request.
-            let mut usable_tokens = 0;
-            let mut pending = Reasons::default();
-            while let Some(entry) = holders.get(k).filter(|h| h.worker == first.worker) {
-                match rule.verdict(tables, request.ns, entry.ns) {
-                    None => usable_tokens = usable_tokens.max(entry.tokens),
-                    Some(reason) => pending.insert(reason),
-                }
+            // reasons of those that may not serve the request. Nearly always the worker
+            // holds the key once, under the request's own namespace, which serves it:
+            // that case is answered here, and any other run of entries is judged out of
+            // line, so the registers of this loop stay its own.
+            let alone = holders
+                .get(k + 1)
+                .is_none_or(|next| next.worker != first.worker);
+            let (usable_tokens, pending) = if alone && first.ns == request.ns {
                 k += 1;
-            }
+                (first.tokens, Reasons::default())
+            } else {
+                judge_run(holders, &mut k, rule, tables, request.ns)
+            };
             // Capped as it grows: the cap of a sum of additions is the cap of each
             // partial sum plus the next addition, capped.
             reuse[w] = (reuse[w] + usable_tokens.min(segment_tokens)).min(prompt_tokens);
@@ -215,17 +197,17 @@ fn walk<const FROM_ROWS: bool>(
                 boundary[w] = boundary[w].union(pending);
             }
             if usable_tokens >= segment_tokens {
-                depth[w] = i + 1;
+                walker.depth = i + 1;
                 advanced = true;
             }
         }
         // A segment of 0 tokens is fully resident everywhere (`0 < 0` does not stop a
         // walk), so every worker still matching passes it, holder or not.
         if segment_tokens == 0 {
-            for w in 0..n {
-                if depth_of(w, depth, boundary) == i {
-                    depth[w] = i + 1;
-                    walked.note(w);
+            for (w, walker) in walkers.iter_mut().enumerate() {
+                if depth_of(walker, boundary[w]) == i {
+                    walker.depth = i + 1;
+                    note(w, walker);
                     advanced = true;
                 }
             }
@@ -235,4 +217,29 @@ fn walk<const FROM_ROWS: bool>(
             break;
         }
     }
+}
+
+/// The most usable tokens among one worker's run of entries starting at `holders[*k]`,
+/// and the boundary reasons of those that may not serve a request under `request_ns`;
+/// leaves `*k` past the run.
+#[cold]
+#[inline(never)]
+fn judge_run(
+    holders: &[Holder],
+    k: &mut usize,
+    rule: &mut NamespaceRule,
+    tables: &Tables,
+    request_ns: NsId,
+) -> (u64, Reasons) {
+    let worker = holders[*k].worker;
+    let mut usable_tokens = 0;
+    let mut pending = Reasons::default();
+    while let Some(entry) = holders.get(*k).filter(|h| h.worker == worker) {
+        match rule.verdict(tables, request_ns, entry.ns) {
+            None => usable_tokens = usable_tokens.max(entry.tokens),
+            Some(reason) => pending.insert(reason),
+        }
+        *k += 1;
+    }
+    (usable_tokens, pending)
 }

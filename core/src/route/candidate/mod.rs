@@ -2,10 +2,11 @@
 //!
 //! A row says whether the worker may serve the request (eligibility and freshness),
 //! how much prefix it could reuse (the walk in [`crate::route::cache::reuse`], under the
-//! tenant rule of [`crate::route::tenant`]), the load it carries, and the work it would
-//! have after this request. Rows are computed the same way for every policy. What a
-//! policy makes of them — the cost score, the overload cap, the choice — is in
-//! [`crate::route::policy`]. The rows also hold their Pareto dominance, found for all
+//! tenant rule of [`crate::route::tenant`]), the load it carries, the work it would
+//! have after this request, and the cost of §4.4 before its imbalance term, which is a
+//! row's own figures' sum. Rows are computed the same way for every policy. What a
+//! policy makes of them — the imbalance term or the Dynamo cost, the overload cap, the
+//! choice — is in [`crate::route::policy`]. The rows also hold their Pareto dominance, found for all
 //! of them at once by [`dominance`] when a receipt needs it, and this module prices one
 //! row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads nothing but the
 //! row's own figures.
@@ -47,10 +48,11 @@ pub struct CandidateRow {
 /// worker (id order). A run keeps one `Rows` and refills it for each request, so
 /// routing allocates nothing per decision; [`Rows::compute_dominance`] and
 /// [`Rows::to_candidate_rows`] build the receipt's rows only when a receipt is being
-/// written.
+/// written. Eligibility has no column of its own: a row is eligible exactly when its
+/// reasons include no [`Reasons::INELIGIBLE`] one ([`Rows::eligible`]), so the two can
+/// never disagree, and a row's one test of its reasons answers both.
 #[derive(Debug, Clone)]
 pub struct Rows {
-    pub eligible: Vec<bool>,
     pub reasons: Vec<Reasons>,
     pub reuse: Vec<u64>,
     pub recomputed: Vec<u64>,
@@ -58,6 +60,9 @@ pub struct Rows {
     pub active_decode: Vec<u64>,
     pub work_milli: Vec<u64>,
     pub after_milli: Vec<u64>,
+    /// Filled with the cache-plus-load cost before its imbalance term (SPEC.md §4.4)
+    /// by [`Rows::fill`]; [`crate::route::policy::price`] adds the imbalance, or
+    /// replaces it by the Dynamo cost.
     pub cost_milli: Vec<u64>,
     /// The current request's `prompt_tokens`, the same for every row.
     pub prompt_tokens: u64,
@@ -79,7 +84,6 @@ fn narrow_product(a: u64, b: u64) -> u64 {
 impl Rows {
     pub fn new(worker_count: usize) -> Self {
         Rows {
-            eligible: vec![false; worker_count],
             reasons: vec![Reasons::default(); worker_count],
             reuse: vec![0; worker_count],
             recomputed: vec![0; worker_count],
@@ -96,16 +100,22 @@ impl Rows {
     }
 
     pub fn len(&self) -> usize {
-        self.eligible.len()
+        self.reasons.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.eligible.is_empty()
+        self.reasons.is_empty()
+    }
+
+    /// Whether row `w` may serve the request at all (SPEC.md §4.1).
+    pub fn eligible(&self, w: usize) -> bool {
+        eligible(self.reasons[w])
     }
 
     /// Computes every worker's row for `request` at tick `tick`, draining each worker
-    /// up to `tick` first: everything but `cost_milli`, which the policy rule prices
-    /// ([`crate::route::policy::price`]).
+    /// up to `tick` first: everything but the imbalance term of the cost, which needs
+    /// every row first, and the Dynamo cost ([`crate::route::policy::price`] adds or
+    /// replaces them).
     pub fn fill(
         &mut self,
         tick: u64,
@@ -124,7 +134,6 @@ impl Rows {
             &compiled.tables,
             rule,
             &mut self.walk,
-            &self.eligible,
             &mut self.reuse,
             &mut self.reasons,
         );
@@ -133,23 +142,27 @@ impl Rows {
     }
 
     /// Fills each row's recomputed tokens (its reuse the walk capped at the prompt),
-    /// its work and its work after placement. Its own function, like
-    /// [`Rows::fill_eligibility`]: each loop is then compiled on its own, the same way
-    /// whatever else changes around it.
+    /// its work, its work after placement and its cost before the imbalance term. Its
+    /// own function, like [`Rows::fill_eligibility`]: each loop is then compiled on its
+    /// own, the same way whatever else changes around it.
     #[inline(never)]
     fn fill_work(&mut self, request: &Req, params: &PolicyParams) {
         let prompt_tokens = request.prompt_tokens;
         let decode_weight = params.decode_weight_milli;
         let decode_milli = decode_weight.saturating_mul(request.decode_tokens);
+        let decode_ignored = active(Mutant::DecodeIgnored);
         // Below these bounds no sum can overflow (1000·2^32 + 2^31·2^32 + 1000·2^32 +
         // 2^62 < 2^64), and every product is of two factors under 2^32, which the
         // processor multiplies two rows at a time: so when every row's load is under
         // 2^32 (one OR over the load columns says so), the rows are filled by plain
         // arithmetic in a loop without a branch, which the compiler vectorises. The
         // saturating loop is for figures the overflow rule (§1.4) keeps out of a valid
-        // trace anyway.
-        let small_factors =
-            decode_weight < 1 << 31 && decode_milli < 1 << 62 && prompt_tokens < 1 << 32 && {
+        // trace anyway, and for the mutant that prices decode as free.
+        let small_factors = !decode_ignored
+            && decode_weight < 1 << 31
+            && decode_milli < 1 << 62
+            && prompt_tokens < 1 << 32
+            && {
                 let loads = self.queued_prefill.iter().zip(&self.active_decode);
                 loads.fold(0, |all, (&queued, &active)| all | queued | active) < 1 << 32
             };
@@ -158,18 +171,19 @@ impl Rows {
             .reuse
             .iter()
             .zip(&mut self.recomputed)
-            .zip(&mut self.work_milli)
-            .zip(&mut self.after_milli)
+            .zip(self.work_milli.iter_mut().zip(&mut self.after_milli))
+            .zip(&mut self.cost_milli)
             .zip(self.queued_prefill.iter().zip(&self.active_decode));
         if small_factors {
-            for ((((&reuse, recomputed), work), after), (&queued, &active)) in columns {
+            for ((((&reuse, recomputed), (work, after)), cost), (&queued, &active)) in columns {
                 *recomputed = prompt_tokens - reuse;
                 *work = narrow_product(1000, queued) + narrow_product(decode_weight, active);
-                *after = *work + narrow_product(1000, *recomputed) + decode_milli;
+                *cost = narrow_product(1000, *recomputed) + *work;
+                *after = *cost + decode_milli;
             }
             return;
         }
-        for ((((&reuse, recomputed), work), after), (&queued, &active)) in columns {
+        for ((((&reuse, recomputed), (work, after)), cost), (&queued, &active)) in columns {
             *recomputed = prompt_tokens - reuse;
             *work = 1000u64
                 .saturating_mul(queued)
@@ -177,11 +191,12 @@ impl Rows {
             *after = work
                 .saturating_add(1000u64.saturating_mul(*recomputed))
                 .saturating_add(decode_milli);
+            *cost = cost_before_imbalance(*recomputed, *work, queued, decode_ignored);
         }
     }
 
-    /// Drains every worker to `tick` and fills its eligibility, its reasons before the
-    /// walk (model, adapter, freshness, evidence gap), its load, and a reuse of 0.
+    /// Drains every worker to `tick` and fills its reasons before the walk (model,
+    /// adapter, freshness, evidence gap), its load, and a reuse of 0.
     #[inline(never)]
     fn fill_eligibility(
         &mut self,
@@ -191,24 +206,42 @@ impl Rows {
         state: &mut RouterState,
         params: &PolicyParams,
     ) {
-        let base = compiled.base_adapter;
         let freshness_ticks = params
             .freshness_ticks
             .filter(|_| !active(Mutant::FreshnessIgnored));
         let sequential = state.epochs == EpochsMode::Sequential;
+        // Most traces have no freshness window and parallel epochs: their loop, compiled
+        // apart, judges model and adapter alone.
+        if freshness_ticks.is_none() && !sequential {
+            self.fill_rows::<false>(tick, request, compiled, state, None, false);
+        } else {
+            self.fill_rows::<true>(tick, request, compiled, state, freshness_ticks, sequential);
+        }
+    }
+
+    /// [`Rows::fill_eligibility`]'s loop; without `EVIDENCE_RULES` neither the
+    /// freshness window nor the evidence gap can apply.
+    #[inline(always)]
+    fn fill_rows<const EVIDENCE_RULES: bool>(
+        &mut self,
+        tick: u64,
+        request: &Req,
+        compiled: &Compiled,
+        state: &mut RouterState,
+        freshness_ticks: Option<u64>,
+        sequential: bool,
+    ) {
+        let base = compiled.base_adapter;
         // Zipped slices rather than indexes: the columns are distinct borrows, so their
         // pointers stay in registers through the loop, which runs once per worker per
         // request.
         let workers = compiled.workers.iter().zip(&mut state.workers);
         let columns = self
-            .eligible
+            .reasons
             .iter_mut()
-            .zip(&mut self.reasons)
             .zip(&mut self.reuse)
             .zip(self.queued_prefill.iter_mut().zip(&mut self.active_decode));
-        for ((spec, worker), (((eligible, reasons), reuse), (queued, active))) in
-            workers.zip(columns)
-        {
+        for ((spec, worker), ((reasons, reuse), (queued, active))) in workers.zip(columns) {
             worker.drain_to(tick);
             let mut row_reasons = Reasons::default();
             let row_eligible = if spec.model != request.model {
@@ -222,17 +255,17 @@ impl Rows {
             } else {
                 true
             };
-            let stale = row_eligible
+            let stale = EVIDENCE_RULES
+                && row_eligible
                 && freshness_ticks
                     .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
             if stale {
                 row_reasons.insert(Reason::StaleView);
             }
             // Sequential epochs with one missing: the evidence is kept but not used.
-            if row_eligible && sequential && worker.has_gap() {
+            if EVIDENCE_RULES && row_eligible && sequential && worker.has_gap() {
                 row_reasons.insert(Reason::EvidenceGap);
             }
-            *eligible = row_eligible;
             *reasons = row_reasons;
             *reuse = 0;
             *queued = worker.queued_prefill;
@@ -243,7 +276,7 @@ impl Rows {
     /// Eligible and cut neither by the overload cap nor by the cold reserve: the rows
     /// that compete for dominance.
     pub fn in_front_set(&self, w: usize) -> bool {
-        in_front_set(self.eligible[w], self.reasons[w])
+        in_front_set(self.reasons[w])
     }
 
     /// B dominates A when it reuses at least as much and leaves at most as much work
@@ -269,14 +302,13 @@ impl Rows {
         // [`Rows::dominates`] over zipped columns: row `a`'s figures are read once, and
         // the cheap comparisons come before the front-set test.
         let figures = self.reuse.iter().zip(&self.after_milli);
-        let front = self.eligible.iter().zip(&self.reasons);
         figures
-            .zip(front)
-            .any(|((&reuse_b, &after_b), (&eligible_b, &reasons_b))| {
+            .zip(&self.reasons)
+            .any(|((&reuse_b, &after_b), &reasons_b)| {
                 reuse_b >= reuse_a
                     && after_b <= after_a
                     && (reuse_b > reuse_a || after_b < after_a)
-                    && in_front_set(eligible_b, reasons_b)
+                    && in_front_set(reasons_b)
             })
     }
 
@@ -284,10 +316,9 @@ impl Rows {
     /// the policy has chosen: the overload cap and the cold reserve decide the front
     /// set): O(workers · log workers) dominance operations (SPEC.md §1.5).
     pub fn compute_dominance(&mut self) {
-        let (eligible, reasons) = (&self.eligible, &self.reasons);
-        self.dominance.compute(&self.reuse, &self.after_milli, |w| {
-            in_front_set(eligible[w], reasons[w])
-        });
+        let reasons = &self.reasons;
+        self.dominance
+            .compute(&self.reuse, &self.after_milli, |w| in_front_set(reasons[w]));
         self.dominance_current = true;
     }
 
@@ -306,7 +337,7 @@ impl Rows {
         let (dominated_by, dominated_count) = self.dominance(w);
         CandidateRow {
             worker: w,
-            eligible: self.eligible[w],
+            eligible: self.eligible(w),
             reasons: self.reasons[w],
             reuse: self.reuse[w],
             recomputed: self.recomputed[w],
@@ -326,10 +357,37 @@ impl Rows {
     }
 }
 
-/// Whether a row with these figures is in the front set (SPEC.md §4.6): eligible, and
+/// Whether a row with these reasons may serve the request at all (SPEC.md §4.1).
+pub(crate) fn eligible(reasons: Reasons) -> bool {
+    !reasons.intersects(Reasons::INELIGIBLE)
+}
+
+/// Whether a row with these reasons is in the front set (SPEC.md §4.6): eligible, and
 /// cut neither by the overload cap nor by the cold reserve.
-pub(crate) fn in_front_set(eligible: bool, reasons: Reasons) -> bool {
-    eligible && !reasons.contains(Reason::Overloaded) && !reasons.contains(Reason::ColdReserve)
+pub(crate) fn in_front_set(reasons: Reasons) -> bool {
+    !reasons.intersects(Reasons::OUTSIDE_FRONT_SET)
+}
+
+/// A row's cache-plus-load cost without its imbalance term, which needs every row
+/// first (SPEC.md §4.4): `1000 * recomputed + work_milli`. Saturating u64 arithmetic of
+/// non-negative terms is the exact sum narrowed by `to_u64`. `decode_ignored` is
+/// [`Mutant::DecodeIgnored`], read once a decision by the caller.
+#[inline(always)]
+fn cost_before_imbalance(
+    recomputed: u64,
+    work_milli: u64,
+    queued: u64,
+    decode_ignored: bool,
+) -> u64 {
+    // The mutant prices a worker by its prefill queue alone, as if decode were free.
+    let work_in_cost = if decode_ignored {
+        1000u64.saturating_mul(queued)
+    } else {
+        work_milli
+    };
+    1000u64
+        .saturating_mul(recomputed)
+        .saturating_add(work_in_cost)
 }
 
 /// One row's Dynamo cost (SPEC.md §4.8): Dynamo's `prefill blocks - overlap blocks +
@@ -388,11 +446,12 @@ mod tests {
     use crate::input::trace::PolicyParams;
     use crate::route::compiled::Req;
 
-    /// Every row's work figures, on the vectorised path (every load under 2^32) and the
-    /// saturating one (some load at or over it), against SPEC.md §4.4's formulas in
-    /// 128-bit arithmetic with the overflow rule's saturation at 2^64 - 1: the two paths
-    /// must agree with the formulas at the edges of 32 bits, and a request with one
-    /// wide row must fill its narrow rows as a request without one does.
+    /// Every row's work figures and its cost before the imbalance term, on the
+    /// vectorised path (every load under 2^32) and the saturating one (some load at or
+    /// over it), against SPEC.md §4.4's formulas in 128-bit arithmetic with the
+    /// overflow rule's saturation at 2^64 - 1: the two paths must agree with the
+    /// formulas at the edges of 32 bits, and a request with one wide row must fill its
+    /// narrow rows as a request without one does.
     #[test]
     fn work_figures_match_the_formulas_on_both_sides_of_32_bits() {
         let edge = [0, 1, 999, (1 << 32) - 1];
@@ -443,6 +502,7 @@ mod tests {
                                 + 1000 * u128::from(recomputed)
                                 + u128::from(decode_milli),
                         );
+                        let cost = saturate(1000 * u128::from(recomputed) + u128::from(work));
                         let case = format!(
                             "weight {decode_weight}, prompt {prompt_tokens}, wide {wide_row:?}, \
                              row {w} ({queued}, {active})"
@@ -450,9 +510,34 @@ mod tests {
                         assert_eq!(rows.recomputed[w], recomputed, "{case}");
                         assert_eq!(rows.work_milli[w], work, "{case}");
                         assert_eq!(rows.after_milli[w], after, "{case}");
+                        assert_eq!(rows.cost_milli[w], cost, "{case}");
                     }
                 }
             }
+        }
+    }
+
+    /// Eligibility and the front set are read off a row's reasons (SPEC.md §4.1,
+    /// §4.6): over every set of reasons, a row is eligible exactly when it lists
+    /// neither the model nor the adapter as missing, and in the front set exactly when
+    /// it is eligible and cut by neither the cap nor the reserve.
+    #[test]
+    fn eligibility_and_the_front_set_follow_the_reasons() {
+        use crate::route::reason::{Reason, Reasons};
+        for bits in 0..1u32 << Reason::ALL.len() {
+            let mut reasons = Reasons::default();
+            for (i, &reason) in Reason::ALL.iter().enumerate() {
+                if bits & 1 << i != 0 {
+                    reasons.insert(reason);
+                }
+            }
+            let is_eligible = !reasons.contains(Reason::ModelNotServed)
+                && !reasons.contains(Reason::AdapterNotLoaded);
+            let front = is_eligible
+                && !reasons.contains(Reason::Overloaded)
+                && !reasons.contains(Reason::ColdReserve);
+            assert_eq!(super::eligible(reasons), is_eligible, "{reasons:?}");
+            assert_eq!(super::in_front_set(reasons), front, "{reasons:?}");
         }
     }
 
