@@ -8,6 +8,9 @@
 //! `valgrind --tool=callgrind --toggle-collect='kvroute_core::route::engine::run_metrics*'
 //! route-driver run FILE` counts one run's instructions and nothing else.
 //!
+//! That trace is also, byte for byte, the stream `peers-bench` replays for its
+//! whole-decision figure (checked at 8 workers), so the same run profiles that figure.
+//!
 //! The same for reading a trace: `route-driver prepare-input FILE` writes bench-table's
 //! input trace (the core-versus-oracle trace, 8.9 MB) and `route-driver parse FILE`
 //! calls `parse_trace` on it once (`--toggle-collect='kvroute_core::input::validate::parse_trace*'`).

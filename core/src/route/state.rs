@@ -246,13 +246,16 @@ impl RouterState {
     fn apply_op(&mut self, worker: u32, op: &Op) {
         match op {
             Op::Store { ns, segments } => {
+                crate::route::cache::work::count(segments.len() as u64);
                 for segment in segments {
-                    self.cache.set(worker, *ns, segment.key, segment.tokens);
+                    let cache = &mut self.cache;
+                    cache.set_counted_by_caller(worker, *ns, segment.key, segment.tokens);
                 }
             }
             Op::Evict { ns, keys } => {
+                crate::route::cache::work::count(keys.len() as u64);
                 for &key in keys {
-                    self.cache.set(worker, *ns, key, 0);
+                    self.cache.set_counted_by_caller(worker, *ns, key, 0);
                 }
             }
             Op::Clear => self.cache.clear(worker),

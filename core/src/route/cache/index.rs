@@ -192,7 +192,35 @@ impl CacheIndex {
     #[inline(always)]
     pub fn set(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
         crate::route::cache::work::count(1);
+        self.set_counted_by_caller(worker, ns, key, tokens);
+    }
+
+    /// [`CacheIndex::set`] for a caller that has already counted the operation, as the
+    /// loop over a cache event's keys does once for them all.
+    #[inline(always)]
+    pub fn set_counted_by_caller(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
         let holders = &mut self.by_key[key as usize];
+        // Nearly every store is of a key no worker holds, and nearly every eviction
+        // removes a key's only holder: both are answered before the general search,
+        // with one look at the list's length.
+        match holders.as_slice() {
+            [] if tokens > 0 => {
+                let slot = self.by_worker[worker as usize].take(key, ns);
+                holders.push(Holder {
+                    worker,
+                    ns,
+                    tokens,
+                    slot,
+                });
+                return;
+            }
+            &[only] if tokens == 0 && only.worker == worker && only.ns == ns => {
+                holders.clear();
+                self.by_worker[worker as usize].free(only.slot);
+                return;
+            }
+            _ => {}
+        }
         match find(holders, worker, ns) {
             Ok(i) if tokens == 0 => {
                 // The last holder (nearly always the only one) pops without a shift.
