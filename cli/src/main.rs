@@ -78,7 +78,10 @@ fn main() -> ExitCode {
         out: None,
         export: ExportArgs::default(),
     });
-    match run(command) {
+    let outcome = run(command);
+    // A signal being handled decides the exit code, whatever the run made of it.
+    out::yield_to_signal_handler();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => fail(&failure),
     }

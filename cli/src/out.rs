@@ -75,6 +75,9 @@ pub fn install_signal_handlers() {
             {
                 continue;
             }
+            // Before the peer is killed: the main thread, seeing it gone, must not end
+            // the run with a failure of its own first ([`yield_to_signal_handler`]).
+            ENDING_ON_SIGNAL.store(true, Ordering::SeqCst);
             // A peer of `kvroute peer` is in a process group of its own, out of reach
             // of the terminal's SIGINT: it is killed and reaped here (SPEC.md §15.3).
             kvroute_peer_core::protocol::kill_live_peers();
@@ -88,6 +91,20 @@ pub fn install_signal_handlers() {
             std::process::exit(128 + signal);
         }
     });
+}
+
+/// Set by the signal handler once it has begun to end the run, before it kills the
+/// peers and removes what the run left.
+static ENDING_ON_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+/// Waits, when a signal handler has begun to end the run, for it to exit with 128 +
+/// the signal; returns at once otherwise. Called before `main` reports its own outcome:
+/// killing the peer makes the main thread's wait on it fail, and that failure (exit 1)
+/// must not win the race against the signal's exit code.
+pub fn yield_to_signal_handler() {
+    while ENDING_ON_SIGNAL.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Whether the first SIGINT or SIGTERM asks the command to stop and keep its output
