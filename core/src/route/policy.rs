@@ -177,8 +177,8 @@ fn price_cache_plus_load(rows: &mut Rows, params: &PolicyParams) {
 }
 
 /// Prices the rows where the choice or a reader of the rows (`rows_read`, a receipt)
-/// needs the cost ([`price`]), then chooses ([`choose`]). `cache_plus_load` without an
-/// imbalance term needs no pricing: [`Rows::fill`] left each row that cost.
+/// needs the cost ([`price`]), then chooses ([`choose`]). Without an imbalance term
+/// pricing a cache-plus-load row adds nothing to what [`Rows::fill`] left it.
 pub fn decide(
     policy: Policy,
     rows: &mut Rows,
@@ -186,8 +186,7 @@ pub fn decide(
     cursor: &mut usize,
     rows_read: bool,
 ) -> Choice {
-    let priced_by_fill = policy == Policy::CachePlusLoad && params.imbalance_penalty_milli == 0;
-    if !priced_by_fill && (policy.chooses_by_cost() || rows_read) {
+    if policy.chooses_by_cost() || rows_read {
         price(policy, rows, params);
     }
     choose(policy, rows, params, cursor)
@@ -288,7 +287,7 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
             ..choice
         };
     }
-    if !(0..rows.len()).any(|w| rows.eligible(w)) {
+    if !rows.reasons.iter().any(|&reasons| eligible(reasons)) {
         return choice;
     }
     // The reserve is a preference, the cap a limit: reserved-out rows come before an

@@ -71,6 +71,18 @@ impl WorkerRecords {
         slot
     }
 
+    /// The holder of a new entry of this worker's, its record taken.
+    #[inline(always)]
+    fn new_holder(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) -> Holder {
+        let slot = self.take(key, ns);
+        Holder {
+            worker,
+            ns,
+            tokens,
+            slot,
+        }
+    }
+
     /// Frees the record at `slot` for the next store.
     #[inline(always)]
     fn free(&mut self, slot: u32) {
@@ -205,13 +217,8 @@ impl CacheIndex {
         // with one look at the list's length.
         match holders.as_slice() {
             [] if tokens > 0 => {
-                let slot = self.by_worker[worker as usize].take(key, ns);
-                holders.push(Holder {
-                    worker,
-                    ns,
-                    tokens,
-                    slot,
-                });
+                let records = &mut self.by_worker[worker as usize];
+                holders.push(records.new_holder(worker, ns, key, tokens));
                 return;
             }
             &[only] if tokens == 0 && only.worker == worker && only.ns == ns => {
@@ -236,13 +243,7 @@ impl CacheIndex {
             Ok(i) => holders[i].tokens = tokens,
             Err(_) if tokens == 0 => {}
             Err(i) => {
-                let slot = self.by_worker[worker as usize].take(key, ns);
-                let holder = Holder {
-                    worker,
-                    ns,
-                    tokens,
-                    slot,
-                };
+                let holder = self.by_worker[worker as usize].new_holder(worker, ns, key, tokens);
                 // A new last holder (nearly always the first) is pushed without a shift.
                 if i == holders.len() {
                     holders.push(holder);

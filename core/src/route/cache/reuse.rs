@@ -91,8 +91,8 @@ pub fn reuse_walk(
 /// [`reuse_walk`] for the row builder, whose rows say which workers are walked: the
 /// rows with no reason yet (an ineligible row has one, and a stale view or an evidence
 /// gap keeps the evidence out), `boundary` being the rows' reasons. A worker's row is
-/// read when the
-/// walk first reaches it, so no pass over every worker marks them beforehand.
+/// read when the walk first reaches it, so no pass over every worker marks them
+/// beforehand.
 /// `reuse` must be zero for every row on entry. The walk keeps no list of the
 /// workers it reached ([`WalkScratch::walked`]), since the row builder resets every
 /// row before the next walk anyway.

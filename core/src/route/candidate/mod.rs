@@ -6,10 +6,10 @@
 //! have after this request, and the cost of §4.4 before its imbalance term, which is a
 //! row's own figures' sum. Rows are computed the same way for every policy. What a
 //! policy makes of them — the imbalance term or the Dynamo cost, the overload cap, the
-//! choice — is in [`crate::route::policy`]. The rows also hold their Pareto dominance, found for all
-//! of them at once by [`dominance`] when a receipt needs it, and this module prices one
-//! row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads nothing but the
-//! row's own figures.
+//! choice — is in [`crate::route::policy`]. The rows also hold their Pareto dominance,
+//! found for all of them at once by [`dominance`] when a receipt needs it, and this
+//! module prices one row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads
+//! nothing but the row's own figures.
 
 pub mod dominance;
 
@@ -183,15 +183,25 @@ impl Rows {
             }
             return;
         }
+        // Saturating u64 arithmetic of non-negative terms is the exact sum narrowed by
+        // `to_u64`.
         for ((((&reuse, recomputed), (work, after)), cost), (&queued, &active)) in columns {
             *recomputed = prompt_tokens - reuse;
             *work = 1000u64
                 .saturating_mul(queued)
                 .saturating_add(decode_weight.saturating_mul(active));
+            let recomputed_milli = 1000u64.saturating_mul(*recomputed);
             *after = work
-                .saturating_add(1000u64.saturating_mul(*recomputed))
+                .saturating_add(recomputed_milli)
                 .saturating_add(decode_milli);
-            *cost = cost_before_imbalance(*recomputed, *work, queued, decode_ignored);
+            // The mutant prices a worker by its prefill queue alone, as if decode were
+            // free.
+            let work_in_cost = if decode_ignored {
+                1000u64.saturating_mul(queued)
+            } else {
+                *work
+            };
+            *cost = recomputed_milli.saturating_add(work_in_cost);
         }
     }
 
@@ -366,28 +376,6 @@ pub(crate) fn eligible(reasons: Reasons) -> bool {
 /// cut neither by the overload cap nor by the cold reserve.
 pub(crate) fn in_front_set(reasons: Reasons) -> bool {
     !reasons.intersects(Reasons::OUTSIDE_FRONT_SET)
-}
-
-/// A row's cache-plus-load cost without its imbalance term, which needs every row
-/// first (SPEC.md §4.4): `1000 * recomputed + work_milli`. Saturating u64 arithmetic of
-/// non-negative terms is the exact sum narrowed by `to_u64`. `decode_ignored` is
-/// [`Mutant::DecodeIgnored`], read once a decision by the caller.
-#[inline(always)]
-fn cost_before_imbalance(
-    recomputed: u64,
-    work_milli: u64,
-    queued: u64,
-    decode_ignored: bool,
-) -> u64 {
-    // The mutant prices a worker by its prefill queue alone, as if decode were free.
-    let work_in_cost = if decode_ignored {
-        1000u64.saturating_mul(queued)
-    } else {
-        work_milli
-    };
-    1000u64
-        .saturating_mul(recomputed)
-        .saturating_add(work_in_cost)
 }
 
 /// One row's Dynamo cost (SPEC.md §4.8): Dynamo's `prefill blocks - overlap blocks +
