@@ -247,16 +247,13 @@ impl RouterState {
         match op {
             Op::Store { ns, segments } => {
                 crate::route::cache::work::count(segments.len() as u64);
-                for segment in segments {
-                    let cache = &mut self.cache;
-                    cache.set_counted_by_caller(worker, *ns, segment.key, segment.tokens);
-                }
+                let entries = segments.iter().map(|segment| (segment.key, segment.tokens));
+                self.cache.set_each_counted_by_caller(worker, *ns, entries);
             }
             Op::Evict { ns, keys } => {
                 crate::route::cache::work::count(keys.len() as u64);
-                for &key in keys {
-                    self.cache.set_counted_by_caller(worker, *ns, key, 0);
-                }
+                let entries = keys.iter().map(|&key| (key, 0));
+                self.cache.set_each_counted_by_caller(worker, *ns, entries);
             }
             Op::Clear => self.cache.clear(worker),
         }

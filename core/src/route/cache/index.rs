@@ -6,7 +6,6 @@
 //! [`crate::route::state`] changes it after the initial caches.
 
 use crate::route::compiled::{KeyId, NsId};
-use smallvec::SmallVec;
 
 /// One resident entry: which worker holds the key, under which namespace, how many
 /// tokens (always more than 0: an entry with 0 tokens means "not resident").
@@ -100,47 +99,181 @@ const FREE_KEY: KeyId = KeyId::MAX;
 /// records, one per entry resident at once, for the same reason.
 const NO_SLOT: u32 = u32::MAX;
 
-/// Every worker's resident entries, indexed by key. Memory is one slot per key the
-/// trace names, one [`Holder`] per live entry, and one per-worker record per entry
-/// the worker held at its fullest since its last clear. Which records a worker holds
-/// depends on its history, not only on its residency, so the index has no equality;
-/// its residency is what [`CacheIndex::holders`] reads.
+/// Every worker's resident entries, indexed by key. Memory is one 24-byte slot per key
+/// the trace names, one [`Holder`] per live entry (in place for a key held once, in a
+/// list for a key held several times), and one per-worker record per entry the worker
+/// held at its fullest since its last clear. Which records a worker holds depends on
+/// its history, not only on its residency, so the index has no equality; its residency
+/// is what [`CacheIndex::holders`] reads.
 #[derive(Debug, Clone)]
 pub struct CacheIndex {
     /// Key → its holders, sorted by `(worker, ns)` so updates find an entry by binary
-    /// search and the layout never depends on the order events arrived in. A heap
-    /// allocation per cached block was a third of replay time, so one holder is stored
-    /// inline: most blocks live on one worker at a time, and keeping room for two made
-    /// every key's slot 64 bytes instead of 40, which on the Mooncake replay (183k
-    /// keys) cost more in cache misses than the second holder's allocation saved.
-    by_key: Vec<SmallVec<[Holder; 1]>>,
+    /// search and the layout never depends on the order events arrived in.
+    by_key: KeyTable,
     /// Worker → its records. Unordered: only ever iterated to remove every entry, which
     /// gives the same index in any order.
     by_worker: Vec<WorkerRecords>,
 }
 
+/// Key → its holders. A heap allocation per cached block was a third of replay time,
+/// and most blocks live on one worker at a time, so a key held once keeps its holder in
+/// its own slot and only a key held several times has a list. The slot is a bare
+/// [`Holder`], 24 bytes: a `SmallVec<[Holder; 1]>` took 40, and on the Mooncake replay
+/// (183k keys) the 7.3 MB table it made cost cache misses, and its length and spill
+/// tests instructions, on every store and eviction.
+#[derive(Debug, Clone)]
+struct KeyTable {
+    /// A resident holder has tokens above 0, so a slot of 0 tokens is not one: it is
+    /// [`KeyTable::NOT_HELD`] (its `slot` is [`NO_LIST`]), or the index of the key's
+    /// list in `lists` (in its `slot`).
+    slots: Vec<Holder>,
+    /// The holders of each key held two or more times, sorted. A list that falls to one
+    /// holder gives it back to its key's slot and is kept, empty, for the next key that
+    /// needs one, so there are never more lists than keys held several times at once.
+    lists: Vec<Vec<Holder>>,
+    /// The indexes of the empty lists.
+    free_lists: Vec<u32>,
+}
+
+/// A key slot's `slot` when the key has no list.
+const NO_LIST: u32 = u32::MAX;
+
+impl KeyTable {
+    /// The slot of a key no entry holds.
+    const NOT_HELD: Holder = Holder {
+        worker: 0,
+        ns: 0,
+        tokens: 0,
+        slot: NO_LIST,
+    };
+
+    fn new(key_count: usize) -> Self {
+        KeyTable {
+            slots: vec![Self::NOT_HELD; key_count],
+            lists: Vec::new(),
+            free_lists: Vec::new(),
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline(always)]
+    fn holders(&self, key: KeyId) -> &[Holder] {
+        let slot = &self.slots[key as usize];
+        if slot.tokens != 0 {
+            std::slice::from_ref(slot)
+        } else if slot.slot == NO_LIST {
+            &[]
+        } else {
+            &self.lists[slot.slot as usize]
+        }
+    }
+
+    /// The slot of a key whose holders are `list`.
+    fn list_slot(list: u32) -> Holder {
+        Holder {
+            slot: list,
+            ..Self::NOT_HELD
+        }
+    }
+
+    /// Gives `key`, held once by `held`, a list of `held` and `added`, in order.
+    #[cold]
+    #[inline(never)]
+    fn make_list(&mut self, key: KeyId, held: Holder, added: Holder) {
+        let pair = if (added.worker, added.ns) < (held.worker, held.ns) {
+            [added, held]
+        } else {
+            [held, added]
+        };
+        let list = match self.free_lists.pop() {
+            Some(list) => list,
+            None => {
+                self.lists.push(Vec::new());
+                (self.lists.len() - 1) as u32
+            }
+        };
+        self.lists[list as usize].extend(pair);
+        self.slots[key as usize] = Self::list_slot(list);
+    }
+
+    /// Sets the tokens `worker` holds for `key` under `ns`; 0 removes the entry.
+    /// `records` are the worker's: a new entry takes one, a removed one frees its own.
+    #[inline(always)]
+    fn set(&mut self, records: &mut WorkerRecords, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
+        let held = self.slots[key as usize];
+        // Nearly every store is of a key no worker holds, and nearly every eviction
+        // removes a key's only holder: both are answered by the key's slot alone.
+        if held.tokens != 0 {
+            if held.worker == worker && held.ns == ns {
+                if tokens == 0 {
+                    self.slots[key as usize] = Self::NOT_HELD;
+                    records.free(held.slot);
+                } else {
+                    self.slots[key as usize].tokens = tokens;
+                }
+            } else if tokens > 0 {
+                let added = records.new_holder(worker, ns, key, tokens);
+                self.make_list(key, held, added);
+            }
+        } else if held.slot == NO_LIST {
+            if tokens > 0 {
+                self.slots[key as usize] = records.new_holder(worker, ns, key, tokens);
+            }
+        } else {
+            self.set_in_list(key, held.slot, records, worker, ns, tokens);
+        }
+    }
+
+    /// [`KeyTable::set`] for a key whose holders are list `list`.
+    #[cold]
+    #[inline(never)]
+    fn set_in_list(
+        &mut self,
+        key: KeyId,
+        list: u32,
+        records: &mut WorkerRecords,
+        worker: u32,
+        ns: NsId,
+        tokens: u64,
+    ) {
+        let holders = &mut self.lists[list as usize];
+        match find(holders, worker, ns) {
+            Ok(i) if tokens == 0 => records.free(holders.remove(i).slot),
+            Ok(i) => holders[i].tokens = tokens,
+            Err(_) if tokens == 0 => {}
+            Err(i) => holders.insert(i, records.new_holder(worker, ns, key, tokens)),
+        }
+        if holders.len() == 1 {
+            self.slots[key as usize] = holders[0];
+            holders.clear();
+            self.free_lists.push(list);
+        }
+    }
+}
+
 impl CacheIndex {
     pub fn new(key_count: usize, worker_count: usize) -> Self {
-        // Built empty rather than cloned from one empty list: cloning a `SmallVec` goes
-        // through its `extend`, tens of instructions a key on a trace of many keys.
-        let mut by_key = Vec::with_capacity(key_count);
-        by_key.resize_with(key_count, SmallVec::new);
         CacheIndex {
-            by_key,
+            by_key: KeyTable::new(key_count),
             by_worker: vec![WorkerRecords::default(); worker_count],
         }
     }
 
     /// The entries resident under `key`, on any worker and in any namespace.
+    #[inline(always)]
     pub fn holders(&self, key: KeyId) -> &[Holder] {
-        &self.by_key[key as usize]
+        self.by_key.holders(key)
     }
 
     /// The tokens `worker` holds for `key` under `ns` (0 when absent). Routing reads
     /// whole holder lists; this point lookup is for tests.
     #[cfg(test)]
     pub fn resident(&self, worker: u32, ns: NsId, key: KeyId) -> u64 {
-        let holders = &self.by_key[key as usize];
+        let holders = self.holders(key);
         find(holders, worker, ns).map_or(0, |i| holders[i].tokens)
     }
 
@@ -148,18 +281,20 @@ impl CacheIndex {
     /// residency without its records (for tests that compare two states).
     #[cfg(test)]
     pub fn residency(&self) -> Vec<(KeyId, u32, NsId, u64)> {
-        let keys = self.by_key.iter().enumerate();
-        keys.flat_map(|(key, holders)| {
-            holders
+        let keys = 0..self.by_key.len() as KeyId;
+        keys.flat_map(|key| {
+            self.holders(key)
                 .iter()
-                .map(move |h| (key as KeyId, h.worker, h.ns, h.tokens))
+                .map(move |h| (key, h.worker, h.ns, h.tokens))
         })
         .collect()
     }
 
     /// How many entries are resident in all. For tests: it checks that every live
     /// record names a resident entry whose holder points back at it, that the live
-    /// counts are right, and that the chain of free slots holds every other record once.
+    /// counts are right, that the chain of free slots holds every other record once,
+    /// and that the key lists are exactly those of the keys held several times, each
+    /// sorted, plus the empty ones, which are each free once.
     #[cfg(test)]
     pub fn live_entries(&self) -> usize {
         let mut resident = 0;
@@ -167,7 +302,7 @@ impl CacheIndex {
             let mut live = 0;
             for (slot, (key, ns)) in records.current() {
                 live += 1;
-                let holders = &self.by_key[key as usize];
+                let holders = self.holders(key);
                 let i = find(holders, worker as u32, ns).expect("a live record is resident");
                 assert_eq!(holders[i].slot as usize, slot, "worker {worker}'s record");
             }
@@ -194,9 +329,45 @@ impl CacheIndex {
             );
             resident += live;
         }
-        let held: usize = self.by_key.iter().map(|holders| holders.len()).sum();
+        let table = &self.by_key;
+        let mut listed = vec![0; table.lists.len()];
+        for (key, slot) in table.slots.iter().enumerate() {
+            if slot.tokens == 0 && slot.slot != NO_LIST {
+                let holders = &table.lists[slot.slot as usize];
+                assert!(
+                    holders.len() >= 2,
+                    "key {key}'s list holds {}",
+                    holders.len()
+                );
+                let order = holders.windows(2);
+                assert!(order
+                    .into_iter()
+                    .all(|p| (p[0].worker, p[0].ns) < (p[1].worker, p[1].ns)));
+                listed[slot.slot as usize] += 1;
+            }
+        }
+        for &list in &table.free_lists {
+            assert!(
+                table.lists[list as usize].is_empty(),
+                "free list {list} holds entries"
+            );
+            listed[list as usize] += 1;
+        }
+        assert!(
+            listed.iter().all(|&n| n == 1),
+            "a list is not one key's or free once"
+        );
+        let held: usize = (0..table.len() as KeyId)
+            .map(|key| self.holders(key).len())
+            .sum();
         assert_eq!(held, resident, "holders without a live record");
         resident
+    }
+
+    /// How many key lists the index keeps: at most the keys held several times at once.
+    #[cfg(test)]
+    fn lists_kept(&self) -> usize {
+        self.by_key.lists.len()
     }
 
     /// Sets the resident tokens of one entry; 0 removes it. Inlined into the callers'
@@ -211,46 +382,23 @@ impl CacheIndex {
     /// loop over a cache event's keys does once for them all.
     #[inline(always)]
     pub fn set_counted_by_caller(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
-        let holders = &mut self.by_key[key as usize];
-        // Nearly every store is of a key no worker holds, and nearly every eviction
-        // removes a key's only holder: both are answered before the general search,
-        // with one look at the list's length.
-        match holders.as_slice() {
-            [] if tokens > 0 => {
-                let records = &mut self.by_worker[worker as usize];
-                holders.push(records.new_holder(worker, ns, key, tokens));
-                return;
-            }
-            &[only] if tokens == 0 && only.worker == worker && only.ns == ns => {
-                holders.clear();
-                self.by_worker[worker as usize].free(only.slot);
-                return;
-            }
-            _ => {}
-        }
-        match find(holders, worker, ns) {
-            Ok(i) if tokens == 0 => {
-                // The last holder (nearly always the only one) pops without a shift.
-                let removed = if i + 1 == holders.len() {
-                    holders.pop()
-                } else {
-                    Some(holders.remove(i))
-                };
-                if let Some(removed) = removed {
-                    self.by_worker[worker as usize].free(removed.slot);
-                }
-            }
-            Ok(i) => holders[i].tokens = tokens,
-            Err(_) if tokens == 0 => {}
-            Err(i) => {
-                let holder = self.by_worker[worker as usize].new_holder(worker, ns, key, tokens);
-                // A new last holder (nearly always the first) is pushed without a shift.
-                if i == holders.len() {
-                    holders.push(holder);
-                } else {
-                    holders.insert(i, holder);
-                }
-            }
+        let records = &mut self.by_worker[worker as usize];
+        self.by_key.set(records, worker, ns, key, tokens);
+    }
+
+    /// [`CacheIndex::set_counted_by_caller`] of every `(key, tokens)` of `entries` in
+    /// turn, for one worker and namespace: one store's segments or one eviction's keys.
+    /// The worker's records are looked up once for them all, not once a key.
+    #[inline(always)]
+    pub fn set_each_counted_by_caller(
+        &mut self,
+        worker: u32,
+        ns: NsId,
+        entries: impl IntoIterator<Item = (KeyId, u64)>,
+    ) {
+        let records = &mut self.by_worker[worker as usize];
+        for (key, tokens) in entries {
+            self.by_key.set(records, worker, ns, key, tokens);
         }
     }
 
@@ -273,10 +421,12 @@ impl CacheIndex {
         // One operation per entry removed: a free record passed over was paid for by
         // the store that pushed it.
         crate::route::cache::work::count(records.live as u64);
-        for (_, (key, ns)) in records.current() {
-            let holders = &mut self.by_key[key as usize];
-            if let Ok(i) = find(holders, worker, ns) {
-                holders.remove(i);
+        // By position rather than through `current`: each removal frees its record in
+        // `records`, which are then reset whole.
+        for slot in 0..records.records.len() {
+            let (key, ns) = records.records[slot];
+            if key != FREE_KEY {
+                self.by_key.set(&mut records, worker, ns, key, 0);
             }
         }
         // The list keeps its allocation for the worker's next entries.
@@ -315,7 +465,8 @@ mod tests {
     /// the index holds exactly the map's entries, every live record points at its
     /// holder and back, and a worker's list is exactly as long as the most entries it
     /// has held at once since its last clear, however many evictions (and so freed and
-    /// reused slots) there have been.
+    /// reused slots) there have been; and the index keeps exactly as many key lists as
+    /// the most keys held several times at once.
     #[test]
     fn churn_keeps_the_index_equal_to_a_plain_map_and_its_records_bounded() {
         const WORKERS: u32 = 3;
@@ -327,6 +478,8 @@ mod tests {
         let mut next = |bound: u64| sequence.below(bound);
         // Each worker's most entries resident at once since its last clear.
         let mut peak = [0usize; WORKERS as usize];
+        // The most keys held several times at once: the lists the index may keep.
+        let mut shared_keys_peak = 0;
         let mut reused = false;
         for step in 0..20_000 {
             let worker = next(u64::from(WORKERS)) as u32;
@@ -360,6 +513,17 @@ mod tests {
                 }
             }
             assert_eq!(index.live_entries(), model.len(), "step {step}");
+            let mut holders_of_key = BTreeMap::new();
+            for &(key, _, _) in model.keys() {
+                *holders_of_key.entry(key).or_insert(0) += 1;
+            }
+            let shared_keys = holders_of_key.values().filter(|&&n| n >= 2).count();
+            shared_keys_peak = shared_keys_peak.max(shared_keys);
+            assert_eq!(
+                index.lists_kept(),
+                shared_keys_peak,
+                "step {step}: key lists"
+            );
             for (w, peak) in peak.iter_mut().enumerate() {
                 let live = model
                     .keys()
