@@ -17,7 +17,7 @@ use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::mutant::{active, Mutant};
 use crate::route::cache::reuse::{reuse_walk_rows, WalkScratch};
 use crate::route::cache::work::count_dominance;
-use crate::route::compiled::{Compiled, Req};
+use crate::route::compiled::{Compiled, NameId, Req};
 use crate::route::reason::{Reason, Reasons};
 use crate::route::state::RouterState;
 use crate::route::tenant::NamespaceRule;
@@ -67,6 +67,15 @@ pub struct Rows {
     /// The current request's `prompt_tokens`, the same for every row.
     pub prompt_tokens: u64,
     walk: WalkScratch,
+    /// Each worker's model and adapter reasons (SPEC.md §4.1) for requests of
+    /// `served_for`'s model and adapter. Workers never change what they serve, and
+    /// consecutive requests nearly always ask for the same model and adapter, so the
+    /// row builder copies these instead of testing every worker's model and adapters
+    /// for every request. A `Rows` is filled for one compiled trace, whose workers
+    /// these are.
+    served: Vec<Reasons>,
+    /// The `(model, adapter)` that `served` was judged for.
+    served_for: Option<(NameId, NameId)>,
     dominance: Dominance,
     /// Whether `dominance` is that of the current figures: set by
     /// [`Rows::compute_dominance`], cleared by [`Rows::fill`].
@@ -94,6 +103,8 @@ impl Rows {
             cost_milli: vec![0; worker_count],
             prompt_tokens: 0,
             walk: WalkScratch::new(worker_count),
+            served: vec![Reasons::default(); worker_count],
+            served_for: None,
             dominance: Dominance::default(),
             dominance_current: false,
         }
@@ -241,46 +252,57 @@ impl Rows {
         freshness_ticks: Option<u64>,
         sequential: bool,
     ) {
-        let base = compiled.base_adapter;
+        if self.served_for != Some((request.model, request.adapter)) {
+            self.judge_served(request, compiled);
+        }
         // Zipped slices rather than indexes: the columns are distinct borrows, so their
         // pointers stay in registers through the loop, which runs once per worker per
         // request.
-        let workers = compiled.workers.iter().zip(&mut state.workers);
+        let workers = self.served.iter().zip(&mut state.workers);
         let columns = self
             .reasons
             .iter_mut()
             .zip(&mut self.reuse)
             .zip(self.queued_prefill.iter_mut().zip(&mut self.active_decode));
-        for ((spec, worker), ((reasons, reuse), (queued, active))) in workers.zip(columns) {
+        for ((&served, worker), ((reasons, reuse), (queued, active))) in workers.zip(columns) {
             worker.drain_to(tick);
-            let mut row_reasons = Reasons::default();
-            let row_eligible = if spec.model != request.model {
-                row_reasons.insert(Reason::ModelNotServed);
-                false
-            } else if request.adapter != base
-                && spec.adapters.binary_search(&request.adapter).is_err()
-            {
-                row_reasons.insert(Reason::AdapterNotLoaded);
-                false
-            } else {
-                true
-            };
-            let stale = EVIDENCE_RULES
-                && row_eligible
-                && freshness_ticks
+            let mut row_reasons = served;
+            if EVIDENCE_RULES && eligible(served) {
+                let stale = freshness_ticks
                     .is_some_and(|window| tick.saturating_sub(worker.last_heard()) > window);
-            if stale {
-                row_reasons.insert(Reason::StaleView);
-            }
-            // Sequential epochs with one missing: the evidence is kept but not used.
-            if EVIDENCE_RULES && row_eligible && sequential && worker.has_gap() {
-                row_reasons.insert(Reason::EvidenceGap);
+                if stale {
+                    row_reasons.insert(Reason::StaleView);
+                }
+                // Sequential epochs with one missing: the evidence is kept but not used.
+                if sequential && worker.has_gap() {
+                    row_reasons.insert(Reason::EvidenceGap);
+                }
             }
             *reasons = row_reasons;
             *reuse = 0;
             *queued = worker.queued_prefill;
             *active = worker.active_decode;
         }
+    }
+
+    /// Fills `served` for `request`'s model and adapter: a worker of another model
+    /// does not serve it, nor one without its adapter (unless it asks for the base).
+    #[cold]
+    #[inline(never)]
+    fn judge_served(&mut self, request: &Req, compiled: &Compiled) {
+        let base = compiled.base_adapter;
+        for (served, spec) in self.served.iter_mut().zip(&compiled.workers) {
+            let mut reasons = Reasons::default();
+            if spec.model != request.model {
+                reasons.insert(Reason::ModelNotServed);
+            } else if request.adapter != base
+                && spec.adapters.binary_search(&request.adapter).is_err()
+            {
+                reasons.insert(Reason::AdapterNotLoaded);
+            }
+            *served = reasons;
+        }
+        self.served_for = Some((request.model, request.adapter));
     }
 
     /// Eligible and cut neither by the overload cap nor by the cold reserve: the rows
