@@ -92,7 +92,10 @@ fn narrow_product(a: u64, b: u64) -> u64 {
 
 /// [`Rows::fill_work`]'s loop when every factor is under 2^32: from the request's
 /// `[prompt tokens, decode weight, decode work]` and the reuse and load columns, fills
-/// the recomputed, work, cost and after columns. Its own function, with every column
+/// the recomputed, work, cost and after columns, and returns the OR of every load, so
+/// that the caller can tell whether the loads were narrow enough for the figures to be
+/// right (each product reads its factors' low 32 bits, so a wider load makes a wrong
+/// figure but never an overflow). Its own function, with every column
 /// a slice argument of its own, because the compiler may then take them not to
 /// overlap: filled through the rows' fields (or slices passed in an array), the
 /// vector loop first tested every pair of columns for overlap, about 290 instructions
@@ -108,7 +111,7 @@ fn fill_work_narrow(
     work: &mut [u64],
     cost: &mut [u64],
     after: &mut [u64],
-) {
+) -> u64 {
     let n = reuse.len();
     let (queued, active) = (&queued[..n], &active[..n]);
     let (recomputed, work, cost, after) = (
@@ -117,12 +120,15 @@ fn fill_work_narrow(
         &mut cost[..n],
         &mut after[..n],
     );
+    let mut loads = 0;
     for w in 0..n {
+        loads |= queued[w] | active[w];
         recomputed[w] = prompt_tokens - reuse[w];
         work[w] = narrow_product(1000, queued[w]) + narrow_product(decode_weight, active[w]);
         cost[w] = narrow_product(1000, recomputed[w]) + work[w];
         after[w] = cost[w] + decode_milli;
     }
+    loads
 }
 
 impl Rows {
@@ -200,20 +206,18 @@ impl Rows {
         // Below these bounds no sum can overflow (1000·2^32 + 2^31·2^32 + 1000·2^32 +
         // 2^62 < 2^64), and every product is of two factors under 2^32, which the
         // processor multiplies two rows at a time: so when every row's load is under
-        // 2^32 (one OR over the load columns says so), the rows are filled by plain
-        // arithmetic in a loop without a branch, which the compiler vectorises. The
-        // saturating loop is for figures the overflow rule (§1.4) keeps out of a valid
-        // trace anyway, and for the mutant that prices decode as free.
+        // 2^32 too, the rows are filled by plain arithmetic in a loop without a branch,
+        // which the compiler vectorises. That loop ORs the loads together as it goes
+        // (a pass of its own over the load columns cost more than the OR does there),
+        // and when one of them is wider, the saturating loop fills every row again.
+        // It is for figures the overflow rule (§1.4) keeps out of a valid trace anyway,
+        // and for the mutant that prices decode as free.
         let small_factors = !decode_ignored
             && decode_weight < 1 << 31
             && decode_milli < 1 << 62
-            && prompt_tokens < 1 << 32
-            && {
-                let loads = self.queued_prefill.iter().zip(&self.active_decode);
-                loads.fold(0, |all, (&queued, &active)| all | queued | active) < 1 << 32
-            };
-        if small_factors {
-            fill_work_narrow(
+            && prompt_tokens < 1 << 32;
+        if small_factors
+            && fill_work_narrow(
                 [prompt_tokens, decode_weight, decode_milli],
                 &self.reuse,
                 &self.queued_prefill,
@@ -222,7 +226,8 @@ impl Rows {
                 &mut self.work_milli,
                 &mut self.cost_milli,
                 &mut self.after_milli,
-            );
+            ) < 1 << 32
+        {
             return;
         }
         // Zipped slices rather than indexes: this loop runs once per worker per request.
