@@ -175,6 +175,11 @@ pub struct RouterState {
     /// `(namespace, key)`; an entry whose key is not resident is a tombstone. A sorted
     /// map, so a clear's sweep never depends on hash order.
     pub key_epochs: Vec<BTreeMap<(NsId, KeyId), u64>>,
+    /// A tick every worker has been drained to: the row builder drains every worker to
+    /// a request's tick and sets this to it, and no worker's `drained_to_tick` ever
+    /// goes back. Most requests share their tick with the one before, and then no
+    /// worker needs even the test of [`WorkerState::drain_to`].
+    pub all_drained_to_tick: u64,
 }
 
 impl RouterState {
@@ -210,6 +215,7 @@ impl RouterState {
             stale_rule: compiled.trace.policy.stale_rule,
             epochs: compiled.trace.policy.epochs,
             key_epochs: vec![BTreeMap::new(); compiled.worker_count()],
+            all_drained_to_tick: 0,
         }
     }
 
@@ -385,6 +391,7 @@ mod tests {
             stale_rule: StaleRule::WorkerEpoch,
             epochs: EpochsMode::Any,
             key_epochs: vec![BTreeMap::new()],
+            all_drained_to_tick: 0,
         }
     }
 

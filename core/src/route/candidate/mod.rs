@@ -308,8 +308,11 @@ impl Rows {
             .iter_mut()
             .zip(&mut self.reuse)
             .zip(self.queued_prefill.iter_mut().zip(&mut self.active_decode));
+        let drain = tick > state.all_drained_to_tick;
         for ((&served, worker), ((reasons, reuse), (queued, active))) in workers.zip(columns) {
-            worker.drain_to(tick);
+            if drain {
+                worker.drain_to(tick);
+            }
             let mut row_reasons = served;
             if EVIDENCE_RULES && eligible(served) {
                 let stale = freshness_ticks
@@ -327,6 +330,7 @@ impl Rows {
             *queued = worker.queued_prefill;
             *active = worker.active_decode;
         }
+        state.all_drained_to_tick = state.all_drained_to_tick.max(tick);
     }
 
     /// Fills `served` for `request`'s model and adapter: a worker of another model
