@@ -160,15 +160,25 @@ impl KeyTable {
         self.slots.len()
     }
 
+    /// What `key`'s slot holds: the one place that reads the slot's encoding.
+    #[inline(always)]
+    fn held(&self, key: KeyId) -> Held {
+        let slot = self.slots[key as usize];
+        if slot.tokens != 0 {
+            Held::Once(slot)
+        } else if slot.slot == NO_LIST {
+            Held::Not
+        } else {
+            Held::List(slot.slot)
+        }
+    }
+
     #[inline(always)]
     fn holders(&self, key: KeyId) -> &[Holder] {
-        let slot = &self.slots[key as usize];
-        if slot.tokens != 0 {
-            std::slice::from_ref(slot)
-        } else if slot.slot == NO_LIST {
-            &[]
-        } else {
-            &self.lists[slot.slot as usize]
+        match self.held(key) {
+            Held::Once(_) => std::slice::from_ref(&self.slots[key as usize]),
+            Held::Not => &[],
+            Held::List(list) => &self.lists[list as usize],
         }
     }
 
@@ -177,6 +187,47 @@ impl KeyTable {
         Holder {
             slot: list,
             ..Self::NOT_HELD
+        }
+    }
+
+    /// Sets the tokens (above 0) `worker` holds for `key` under `ns`; a new entry takes
+    /// one of `records`, the worker's.
+    #[inline(always)]
+    fn store(
+        &mut self,
+        records: &mut WorkerRecords,
+        worker: u32,
+        ns: NsId,
+        key: KeyId,
+        tokens: u64,
+    ) {
+        // Nearly every store is of a key no worker holds: answered by the slot alone.
+        match self.held(key) {
+            Held::Not => self.slots[key as usize] = records.new_holder(worker, ns, key, tokens),
+            Held::Once(held) if held.worker == worker && held.ns == ns => {
+                self.slots[key as usize].tokens = tokens
+            }
+            Held::Once(held) => {
+                let added = records.new_holder(worker, ns, key, tokens);
+                self.make_list(key, held, added);
+            }
+            Held::List(list) => self.store_in_list(records, list, worker, ns, key, tokens),
+        }
+    }
+
+    /// Removes `(worker, ns)`'s entry of `key`, if there is one; returns the slot of its
+    /// record, for the caller to free.
+    #[inline(always)]
+    fn remove(&mut self, key: KeyId, worker: u32, ns: NsId) -> Option<u32> {
+        // Nearly every eviction removes a key's only holder: answered by the slot alone.
+        match self.held(key) {
+            Held::Not => None,
+            Held::Once(held) if held.worker == worker && held.ns == ns => {
+                self.slots[key as usize] = Self::NOT_HELD;
+                Some(held.slot)
+            }
+            Held::Once(_) => None,
+            Held::List(list) => self.remove_from_list(key, list, worker, ns),
         }
     }
 
@@ -200,59 +251,50 @@ impl KeyTable {
         self.slots[key as usize] = Self::list_slot(list);
     }
 
-    /// Sets the tokens `worker` holds for `key` under `ns`; 0 removes the entry.
-    /// `records` are the worker's: a new entry takes one, a removed one frees its own.
-    #[inline(always)]
-    fn set(&mut self, records: &mut WorkerRecords, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
-        let held = self.slots[key as usize];
-        // Nearly every store is of a key no worker holds, and nearly every eviction
-        // removes a key's only holder: both are answered by the key's slot alone.
-        if held.tokens != 0 {
-            if held.worker == worker && held.ns == ns {
-                if tokens == 0 {
-                    self.slots[key as usize] = Self::NOT_HELD;
-                    records.free(held.slot);
-                } else {
-                    self.slots[key as usize].tokens = tokens;
-                }
-            } else if tokens > 0 {
-                let added = records.new_holder(worker, ns, key, tokens);
-                self.make_list(key, held, added);
-            }
-        } else if held.slot == NO_LIST {
-            if tokens > 0 {
-                self.slots[key as usize] = records.new_holder(worker, ns, key, tokens);
-            }
-        } else {
-            self.set_in_list(key, held.slot, records, worker, ns, tokens);
-        }
-    }
-
-    /// [`KeyTable::set`] for a key whose holders are list `list`.
+    /// [`KeyTable::store`] for a key whose holders are list `list`.
     #[cold]
     #[inline(never)]
-    fn set_in_list(
+    fn store_in_list(
         &mut self,
-        key: KeyId,
-        list: u32,
         records: &mut WorkerRecords,
+        list: u32,
         worker: u32,
         ns: NsId,
+        key: KeyId,
         tokens: u64,
     ) {
         let holders = &mut self.lists[list as usize];
         match find(holders, worker, ns) {
-            Ok(i) if tokens == 0 => records.free(holders.remove(i).slot),
             Ok(i) => holders[i].tokens = tokens,
-            Err(_) if tokens == 0 => {}
             Err(i) => holders.insert(i, records.new_holder(worker, ns, key, tokens)),
         }
-        if holders.len() == 1 {
-            self.slots[key as usize] = holders[0];
+    }
+
+    /// [`KeyTable::remove`] for a key whose holders are list `list`. A list left with
+    /// one holder gives it back to the key's slot and is kept for the next key that
+    /// needs one.
+    #[cold]
+    #[inline(never)]
+    fn remove_from_list(&mut self, key: KeyId, list: u32, worker: u32, ns: NsId) -> Option<u32> {
+        let holders = &mut self.lists[list as usize];
+        let removed = holders.remove(find(holders, worker, ns).ok()?);
+        if let [only] = holders[..] {
+            self.slots[key as usize] = only;
             holders.clear();
             self.free_lists.push(list);
         }
+        Some(removed.slot)
     }
+}
+
+/// What a key's slot holds ([`KeyTable::held`]).
+enum Held {
+    /// No entry holds the key.
+    Not,
+    /// One entry does: this holder, which is the slot itself.
+    Once(Holder),
+    /// Two or more do: the index of their list.
+    List(u32),
 }
 
 impl CacheIndex {
@@ -331,9 +373,9 @@ impl CacheIndex {
         }
         let table = &self.by_key;
         let mut listed = vec![0; table.lists.len()];
-        for (key, slot) in table.slots.iter().enumerate() {
-            if slot.tokens == 0 && slot.slot != NO_LIST {
-                let holders = &table.lists[slot.slot as usize];
+        for key in 0..table.len() as KeyId {
+            if let Held::List(list) = table.held(key) {
+                let holders = &table.lists[list as usize];
                 assert!(
                     holders.len() >= 2,
                     "key {key}'s list holds {}",
@@ -343,7 +385,7 @@ impl CacheIndex {
                 assert!(order
                     .into_iter()
                     .all(|p| (p[0].worker, p[0].ns) < (p[1].worker, p[1].ns)));
-                listed[slot.slot as usize] += 1;
+                listed[list as usize] += 1;
             }
         }
         for &list in &table.free_lists {
@@ -382,8 +424,7 @@ impl CacheIndex {
     /// loop over a cache event's keys does once for them all.
     #[inline(always)]
     pub fn set_counted_by_caller(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) {
-        let records = &mut self.by_worker[worker as usize];
-        self.by_key.set(records, worker, ns, key, tokens);
+        self.set_each_counted_by_caller(worker, ns, [(key, tokens)]);
     }
 
     /// [`CacheIndex::set_counted_by_caller`] of every `(key, tokens)` of `entries` in
@@ -398,7 +439,11 @@ impl CacheIndex {
     ) {
         let records = &mut self.by_worker[worker as usize];
         for (key, tokens) in entries {
-            self.by_key.set(records, worker, ns, key, tokens);
+            if tokens > 0 {
+                self.by_key.store(records, worker, ns, key, tokens);
+            } else if let Some(slot) = self.by_key.remove(key, worker, ns) {
+                records.free(slot);
+            }
         }
     }
 
@@ -421,13 +466,9 @@ impl CacheIndex {
         // One operation per entry removed: a free record passed over was paid for by
         // the store that pushed it.
         crate::route::cache::work::count(records.live as u64);
-        // By position rather than through `current`: each removal frees its record in
-        // `records`, which are then reset whole.
-        for slot in 0..records.records.len() {
-            let (key, ns) = records.records[slot];
-            if key != FREE_KEY {
-                self.by_key.set(&mut records, worker, ns, key, 0);
-            }
+        // The records are reset whole below, so a removed entry's is not freed.
+        for (_, (key, ns)) in records.current() {
+            self.by_key.remove(key, worker, ns);
         }
         // The list keeps its allocation for the worker's next entries.
         records.records.clear();

@@ -330,7 +330,9 @@ impl Rows {
             *queued = worker.queued_prefill;
             *active = worker.active_decode;
         }
-        state.all_drained_to_tick = state.all_drained_to_tick.max(tick);
+        if drain {
+            state.all_drained_to_tick = tick;
+        }
     }
 
     /// Fills `served` for `request`'s model and adapter: a worker of another model
