@@ -160,8 +160,8 @@ fn walk<const FROM_ROWS: bool>(
         // holds the key under) are adjacent: each run is judged and applied at once,
         // with no per-worker scratch to reset between segments. A stopped worker's
         // run is passed one holder at a time: its depth stays what stopped it.
-        let mut k = 0;
-        while let Some(first) = holders.get(k) {
+        let mut rest = holders;
+        while let [first, tail @ ..] = rest {
             let w = first.worker as usize;
             let walker = &mut walkers[w];
             let worker_depth = depth_of(walker, boundary[w]);
@@ -172,30 +172,28 @@ fn walk<const FROM_ROWS: bool>(
                 worker_depth != i
             };
             if stopped {
-                k += 1;
+                rest = tail;
                 continue;
             }
             note(w, walker);
-            // The most usable tokens among the worker's entries, and the boundary
-            // reasons of those that may not serve the request. Nearly always the worker
-            // holds the key once, under the request's own namespace, which serves it:
-            // that case is answered here, and any other run of entries is judged out of
-            // line, so the registers of this loop stay its own.
-            let alone = holders
-                .get(k + 1)
-                .is_none_or(|next| next.worker != first.worker);
-            let (usable_tokens, pending) = if alone && first.ns == request.ns {
-                k += 1;
-                (first.tokens, Reasons::default())
+            // Nearly always the worker holds the key once, under the request's own
+            // namespace, which serves it: that case is answered here, with tokens above
+            // 0 (a resident entry's) and so no boundary reason. Any other run of
+            // entries is judged out of line, so the registers of this loop stay its own.
+            let alone = tail.first().is_none_or(|next| next.worker != first.worker);
+            let usable_tokens = if alone && first.ns == request.ns {
+                rest = tail;
+                first.tokens
             } else {
-                judge_run(holders, &mut k, rule, tables, request.ns)
+                let (usable_tokens, pending) = judge_run(&mut rest, rule, tables, request.ns);
+                if usable_tokens == 0 {
+                    boundary[w] = boundary[w].union(pending);
+                }
+                usable_tokens
             };
             // Capped as it grows: the cap of a sum of additions is the cap of each
             // partial sum plus the next addition, capped.
             reuse[w] = (reuse[w] + usable_tokens.min(segment_tokens)).min(prompt_tokens);
-            if usable_tokens == 0 {
-                boundary[w] = boundary[w].union(pending);
-            }
             if usable_tokens >= segment_tokens {
                 walker.depth = i + 1;
                 advanced = true;
@@ -219,27 +217,29 @@ fn walk<const FROM_ROWS: bool>(
     }
 }
 
-/// The most usable tokens among one worker's run of entries starting at `holders[*k]`,
-/// and the boundary reasons of those that may not serve a request under `request_ns`;
-/// leaves `*k` past the run.
+/// The most usable tokens among the run of entries that starts `rest`, all of one
+/// worker's, and the boundary reasons of those that may not serve a request under
+/// `request_ns`; leaves `rest` past the run.
 #[cold]
 #[inline(never)]
 fn judge_run(
-    holders: &[Holder],
-    k: &mut usize,
+    rest: &mut &[Holder],
     rule: &mut NamespaceRule,
     tables: &Tables,
     request_ns: NsId,
 ) -> (u64, Reasons) {
-    let worker = holders[*k].worker;
+    let worker = rest[0].worker;
     let mut usable_tokens = 0;
     let mut pending = Reasons::default();
-    while let Some(entry) = holders.get(*k).filter(|h| h.worker == worker) {
+    while let [entry, tail @ ..] = *rest {
+        if entry.worker != worker {
+            break;
+        }
         match rule.verdict(tables, request_ns, entry.ns) {
             None => usable_tokens = usable_tokens.max(entry.tokens),
             Some(reason) => pending.insert(reason),
         }
-        *k += 1;
+        *rest = tail;
     }
     (usable_tokens, pending)
 }
