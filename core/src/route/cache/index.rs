@@ -32,9 +32,9 @@ struct WorkerRecords {
     /// A free record is `(FREE_KEY, next free slot)`, chaining the free slots.
     records: Vec<(KeyId, NsId)>,
     /// The most recently freed slot, or [`NO_SLOT`] when every record is live.
+    /// (There is no count of live records: only a clear needs it, and it counts them
+    /// as it goes, where a count kept up to date cost every store and eviction.)
     free_head: u32,
-    /// Resident entries of this worker: its records not free.
-    live: usize,
 }
 
 impl Default for WorkerRecords {
@@ -42,7 +42,6 @@ impl Default for WorkerRecords {
         WorkerRecords {
             records: Vec::new(),
             free_head: NO_SLOT,
-            live: 0,
         }
     }
 }
@@ -58,7 +57,6 @@ impl WorkerRecords {
     /// slot.
     #[inline(always)]
     fn take(&mut self, key: KeyId, ns: NsId) -> u32 {
-        self.live += 1;
         let slot = self.free_head;
         if slot == NO_SLOT {
             self.records.push((key, ns));
@@ -87,7 +85,6 @@ impl WorkerRecords {
     fn free(&mut self, slot: u32) {
         self.records[slot as usize] = (FREE_KEY, self.free_head);
         self.free_head = slot;
-        self.live -= 1;
     }
 }
 
@@ -333,8 +330,8 @@ impl CacheIndex {
     }
 
     /// How many entries are resident in all. For tests: it checks that every live
-    /// record names a resident entry whose holder points back at it, that the live
-    /// counts are right, that the chain of free slots holds every other record once,
+    /// record names a resident entry whose holder points back at it, that the chain of
+    /// free slots holds every other record once,
     /// and that the key lists are exactly those of the keys held several times, each
     /// sorted, plus the empty ones, which are each free once.
     #[cfg(test)]
@@ -348,7 +345,6 @@ impl CacheIndex {
                 let i = find(holders, worker as u32, ns).expect("a live record is resident");
                 assert_eq!(holders[i].slot as usize, slot, "worker {worker}'s record");
             }
-            assert_eq!(live, records.live, "worker {worker}'s live count");
             let mut free = 0;
             let mut slot = records.free_head;
             while slot != NO_SLOT {
@@ -463,17 +459,18 @@ impl CacheIndex {
     /// Removes every entry of one worker.
     pub fn clear(&mut self, worker: u32) {
         let mut records = std::mem::take(&mut self.by_worker[worker as usize]);
-        // One operation per entry removed: a free record passed over was paid for by
-        // the store that pushed it.
-        crate::route::cache::work::count(records.live as u64);
         // The records are reset whole below, so a removed entry's is not freed.
+        let mut removed = 0;
         for (_, (key, ns)) in records.current() {
             self.by_key.remove(key, worker, ns);
+            removed += 1;
         }
+        // One operation per entry removed: a free record passed over was paid for by
+        // the store that pushed it.
+        crate::route::cache::work::count(removed);
         // The list keeps its allocation for the worker's next entries.
         records.records.clear();
         records.free_head = NO_SLOT;
-        records.live = 0;
         self.by_worker[worker as usize] = records;
     }
 }
