@@ -313,6 +313,20 @@ fn scan_cheapest(rows: &Rows) -> Best {
     let n = rows.len();
     let (reasons, reuse, cost) = (&rows.reasons[..n], &rows.reuse[..n], &rows.cost_milli[..n]);
     let mut best = Best::new();
+    // Nearly always every row is in the front set. One OR over the reasons says so,
+    // and then the scan offers every row without testing its reasons and counts the
+    // rows once, at the end, instead of once a row.
+    let any_reasons = reasons
+        .iter()
+        .fold(Reasons::default(), |all, &r| all.union(r));
+    if in_front_set(any_reasons) && n > 0 {
+        best.offer_noting_reuse(0, cost[0], reuse[0]);
+        for w in 1..n {
+            best.offer_later_noting_reuse(w, cost[w], reuse[w]);
+        }
+        best.offered = n as u64;
+        return best;
+    }
     for w in 0..n {
         if in_front_set(reasons[w]) {
             best.offer_noting_reuse(w, cost[w], reuse[w]);
@@ -391,8 +405,6 @@ impl Best {
     fn new() -> Self {
         Best {
             offered: 0,
-            // Read before the first offer only by [`Best::offer_noting_reuse`]'s first
-            // test, which no score passes against u64::MAX.
             score: u64::MAX,
             row: 0,
             tie_count: 0,
@@ -406,23 +418,39 @@ impl Best {
     /// smallest score so far.
     #[inline]
     fn offer_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
+        if self.offered == 0 {
+            self.offered = 1;
+            (self.score, self.row, self.tie_count) = (score, row, 1);
+            self.tied_reuse_max = reuse;
+            return;
+        }
+        self.offered += 1;
+        self.offer_later_noting_reuse(row, score, reuse);
+    }
+
+    /// [`Best::offer_noting_reuse`] of a row after the first, without counting it: for
+    /// a scan that offers every row and counts them itself.
+    #[inline(always)]
+    fn offer_later_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
         // Most rows cost more than the cheapest so far and leave the tied rows' reuse
-        // as it is: they are told apart first, so their reuse is never read. Before
-        // the first offer `score` is u64::MAX, which no score exceeds, so a row here is
-        // never the first, and this is all that [`Best::offer`] does with it, without
-        // its test of whether it is.
+        // as it is: they are told apart first, so their reuse is never read.
         if score > self.score {
-            self.offered += 1;
             self.runner_up = self.runner_up.min(score);
             return;
         }
-        if self.offered == 0 || score < self.score {
-            self.tied_reuse_max = reuse;
+        self.tied_reuse_max = if score < self.score {
+            reuse
+        } else {
+            self.tied_reuse_max.max(reuse)
+        };
+        if score < self.score || (self.ties_to_last && score == self.score) {
+            self.runner_up = self.score;
+            (self.score, self.row, self.tie_count) = (score, row, 1);
         } else {
             // The one case left: the score ties the cheapest.
-            self.tied_reuse_max = self.tied_reuse_max.max(reuse);
+            self.tie_count += 1;
+            self.runner_up = self.runner_up.min(score);
         }
-        self.offer(row, score);
     }
 
     #[inline]
@@ -500,6 +528,25 @@ mod tests {
             let mut best = Best::new();
             for (row, &(score, reuse)) in offered.iter().enumerate() {
                 best.offer_noting_reuse(row, score, reuse);
+            }
+            // The scan of a front set of every row: the first row offered, the others
+            // offered uncounted, the count set at the end.
+            if let Some(&(score, reuse)) = offered.first() {
+                let mut every_row = Best::new();
+                every_row.offer_noting_reuse(0, score, reuse);
+                for (row, &(score, reuse)) in offered.iter().enumerate().skip(1) {
+                    every_row.offer_later_noting_reuse(row, score, reuse);
+                }
+                every_row.offered = offered.len() as u64;
+                let fields = |b: &Best| {
+                    let kept = (b.offered, b.score, b.row, b.tie_count, b.runner_up);
+                    (kept, b.tied_reuse_max)
+                };
+                assert_eq!(
+                    fields(&every_row),
+                    fields(&best),
+                    "case {case}: {offered:?}"
+                );
             }
             let Some(&min) = offered.iter().map(|(score, _)| score).min() else {
                 assert_eq!(best.offered, 0, "case {case}");
