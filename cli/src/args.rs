@@ -231,17 +231,19 @@ pub enum Command {
         /// Where to write the capture (atomically, when recording stops).
         #[arg(short = 'o', long = "out", value_name = "CAPTURE")]
         out: PathBuf,
-        /// Stop after this many messages.
-        #[arg(long, value_name = "N")]
+        /// Stop after this many messages (0 to 9007199254740991).
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         count: Option<u64>,
-        /// Stop after this many seconds.
-        #[arg(long, value_name = "S")]
+        /// Stop after this many seconds (0 to 9007199254740991).
+        #[arg(long, value_name = "S",
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
         seconds: Option<u64>,
         /// A publisher's replay socket, as ENDPOINT=REPLAY (ENDPOINT one of those
         /// recorded): on a sequence gap, the missing messages are asked for there.
         #[arg(long = "replay", value_name = "ENDPOINT=REPLAY")]
         replay: Vec<String>,
-        /// How long a replay socket's answer is waited for.
+        /// How long a replay socket's answer is waited for (1 to 60000).
         #[arg(long, value_name = "MS", default_value_t = 1000,
               value_parser = clap::value_parser!(u64).range(1..=60_000))]
         replay_wait_ms: u64,

@@ -281,9 +281,11 @@ async fn receive(
     for (index, endpoint) in args.endpoints.iter().enumerate() {
         tokio::spawn(subscribe(index, endpoint.clone(), sender.clone()));
     }
+    // `--seconds` is at most 2^53 - 1, which no clock reaches; a deadline past what
+    // `Instant` can hold is none, rather than a panic.
     let deadline = args
         .seconds
-        .map(|s| Instant::now() + Duration::from_secs(s));
+        .and_then(|s| Instant::now().checked_add(Duration::from_secs(s)));
     let wait = Duration::from_millis(args.replay_wait_ms);
     loop {
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);

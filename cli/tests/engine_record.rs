@@ -574,3 +574,62 @@ fn the_first_sigint_stops_the_recording_and_keeps_the_capture() {
         "no temporary file left"
     );
 }
+
+#[test]
+fn a_count_or_seconds_past_2_to_the_53_is_bad_usage_and_help_states_every_bound() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    for (option, value) in [
+        ("--seconds", "18446744073709551615"),
+        ("--seconds", "9007199254740992"),
+        ("--count", "18446744073709551615"),
+    ] {
+        // The other stop condition ends a run that wrongly accepted the value.
+        let other = if option == "--count" {
+            "--seconds"
+        } else {
+            "--count"
+        };
+        let out = kvroute(&[
+            "record",
+            &endpoint,
+            "-o",
+            capture.to_str().unwrap(),
+            option,
+            value,
+            other,
+            "0",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {stderr}");
+        assert!(stderr.contains("0..=9007199254740991"), "{stderr}");
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
+    // The largest accepted is no panic: --count 0 ends the run at once.
+    let out = kvroute(&[
+        "record",
+        &endpoint,
+        "-o",
+        capture.to_str().unwrap(),
+        "--seconds",
+        "9007199254740991",
+        "--count",
+        "0",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let help = kvroute(&["record", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for stated in [
+        "Stop after this many messages (0 to 9007199254740991)",
+        "Stop after this many seconds (0 to 9007199254740991)",
+        "answer is waited for (1 to 60000)",
+    ] {
+        assert!(help.contains(stated), "{help}");
+    }
+}
