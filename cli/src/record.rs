@@ -22,6 +22,7 @@ use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zeromq::{Socket, SocketRecv, SocketSend};
 
@@ -37,6 +38,17 @@ const REPLAY_MESSAGES_MAX: usize = 100_000;
 /// The sequence frame of a replay socket's end marker: -1 as 8 bytes big-endian two's
 /// complement (vLLM and SGLang `ZmqEventPublisher.END_SEQ`).
 const END_SEQ: [u8; 8] = [0xFF; 8];
+
+/// The largest topic and payload frames together a message may have to be written:
+/// the largest payload `import vllm-events` decodes (SPEC.md §13.6), so that no line
+/// of a capture is one its import refuses.
+const MESSAGE_BYTES_MAX: usize = kvroute_core::input::kv_events::wire::PAYLOAD_BYTES_MAX;
+
+/// The longest capture line written, its newline included: the import's cap.
+const LINE_BYTES_MAX: usize = kvroute_core::input::kv_events::LINE_BYTES_MAX;
+
+/// Panics anywhere in the process, counted by [`count_panics`]'s hook.
+static PANICS: AtomicU64 = AtomicU64::new(0);
 
 /// What to record, and when to stop.
 pub struct RecordArgs<'a> {
@@ -92,6 +104,7 @@ struct Stream {
 /// Records until a stop condition, then renames the capture into place.
 pub fn record(args: &RecordArgs) -> Result<(), Failure> {
     let streams = streams(args)?;
+    count_panics();
     out::stop_on_signal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -137,13 +150,72 @@ pub fn record(args: &RecordArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Each endpoint's stream, with the replay socket `--replay` pairs it with.
+/// Counts every panic from now on, after the message the previous hook prints. A
+/// panic in a socket task (ours or one the ZeroMQ crate spawns) ends only that task,
+/// which would leave the recording waiting on a socket that is gone and exiting 0
+/// with what it never received; the writer fails the recording instead.
+fn count_panics() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+}
+
+/// An endpoint as a socket connects to it, so that two spellings of one address are
+/// one (a host name's case, a port's leading zeros, an IPv6 address's forms, a path's
+/// repeated separators), or why `record` cannot connect to it.
+fn connect_address(endpoint: &str) -> Result<zeromq::Endpoint, String> {
+    let quoted = kvroute_core::input::json::quote_str(endpoint);
+    let parsed = endpoint.parse::<zeromq::Endpoint>().map_err(|error| {
+        format!("{quoted} is no ZeroMQ address: {error} (record connects to tcp://HOST:PORT or ipc://PATH)")
+    })?;
+    match parsed {
+        zeromq::Endpoint::Tcp(zeromq::Host::Domain(name), _) if name == "*" => Err(format!(
+            "{quoted} is an address to bind, not to connect to: name the engine's host, \
+             such as tcp://127.0.0.1:5557"
+        )),
+        zeromq::Endpoint::Tcp(zeromq::Host::Domain(name), port) => Ok(zeromq::Endpoint::Tcp(
+            zeromq::Host::Domain(name.to_ascii_lowercase()),
+            port,
+        )),
+        other => Ok(other),
+    }
+}
+
+/// Each endpoint's connect address, refusing one given twice: its messages would be
+/// recorded twice, and the import would take each repeat for an engine restart.
+fn connect_addresses(endpoints: &[String]) -> Result<Vec<zeromq::Endpoint>, Failure> {
+    let mut addresses: Vec<zeromq::Endpoint> = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        let address = connect_address(endpoint).map_err(|e| Failure::invalid(vec![e]))?;
+        if let Some(first) = addresses.iter().position(|a| *a == address) {
+            return Err(Failure::invalid(vec![format!(
+                "{} and {} are one endpoint: each message would be recorded twice",
+                kvroute_core::input::json::quote_str(&endpoints[first]),
+                kvroute_core::input::json::quote_str(endpoint)
+            )]));
+        }
+        addresses.push(address);
+    }
+    Ok(addresses)
+}
+
+/// Each endpoint's stream, with the replay socket `--replay` pairs it with; every
+/// address is checked here, before any socket starts.
 fn streams(args: &RecordArgs) -> Result<Vec<Stream>, Failure> {
+    let addresses = connect_addresses(args.endpoints)?;
     let mut streams: Vec<Stream> = args.endpoints.iter().map(|_| Stream::default()).collect();
     for pair in args.replay {
         let (endpoint, replay) = pair.split_once('=').unwrap_or((pair, ""));
         let quoted = kvroute_core::input::json::quote_str(endpoint);
-        let Some(index) = args.endpoints.iter().position(|e| e == endpoint) else {
+        let index = connect_address(endpoint)
+            .ok()
+            .and_then(|address| addresses.iter().position(|a| *a == address));
+        let Some(index) = index else {
             return Err(Failure::invalid(vec![format!(
                 "--replay {pair}: {quoted} is not one of the endpoints to record"
             )]));
@@ -155,11 +227,8 @@ fn streams(args: &RecordArgs) -> Result<Vec<Stream>, Failure> {
         }
         // Refused now rather than at the first gap, where it could only leave the gap
         // unfilled long after the user could have fixed it.
-        if let Err(error) = replay.parse::<zeromq::Endpoint>() {
-            return Err(Failure::invalid(vec![format!(
-                "--replay {pair}: {} is no ZeroMQ address: {error}",
-                kvroute_core::input::json::quote_str(replay)
-            )]));
+        if let Err(reason) = connect_address(replay) {
+            return Err(Failure::invalid(vec![format!("--replay {pair}: {reason}")]));
         }
         streams[index].replay_endpoint = Some(replay.to_owned());
     }
@@ -210,6 +279,12 @@ impl Capture<'_> {
             return Ok(());
         }
         let line = capture_line(endpoint, frames, replayed);
+        // A topic of escaped control characters can grow a line past the cap its
+        // import reads, which would make the whole capture unreadable.
+        if line.len() >= LINE_BYTES_MAX {
+            self.tally.malformed += 1;
+            return Ok(());
+        }
         writeln!(self.w, "{line}").map_err(|e| write_failure(self.out, &e))?;
         self.tally.written += 1;
         self.tally.replayed += u64::from(replayed);
@@ -287,7 +362,14 @@ async fn receive(
         .seconds
         .and_then(|s| Instant::now().checked_add(Duration::from_secs(s)));
     let wait = Duration::from_millis(args.replay_wait_ms);
+    let panics_before = PANICS.load(Ordering::SeqCst);
     loop {
+        if PANICS.load(Ordering::SeqCst) != panics_before {
+            return Err(Failure::other(
+                "kvroute record: a socket task failed (the panic above); no capture written"
+                    .to_owned(),
+            ));
+        }
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
         if capture.full() || timed_out || out::stop_signal().is_some() {
             break;
@@ -421,12 +503,21 @@ fn is_end_marker(message: &zeromq::ZmqMessage) -> bool {
     matches!(frames.as_slice(), [.., seq, payload] if seq.as_ref() == END_SEQ && payload.is_empty())
 }
 
-/// A live message of three frames with an 8-byte sequence frame; `None` for any other.
+/// Whether a message's topic and payload frames together are small enough to write.
+fn fits(topic: &[u8], payload: &[u8]) -> bool {
+    topic.len().saturating_add(payload.len()) <= MESSAGE_BYTES_MAX
+}
+
+/// A live message of three frames with an 8-byte sequence frame, its topic and
+/// payload within [`MESSAGE_BYTES_MAX`]; `None` for any other.
 fn live_frames(message: zeromq::ZmqMessage) -> Option<Frames> {
     let frames = message.into_vec();
     let [topic, seq, payload] = frames.as_slice() else {
         return None;
     };
+    if !fits(topic, payload) {
+        return None;
+    }
     Some(Frames {
         topic: topic.to_vec(),
         seq: u64::from_be_bytes(seq.as_ref().try_into().ok()?),
@@ -444,16 +535,17 @@ fn answer_frames(message: zeromq::ZmqMessage) -> Option<Option<(u64, Answer)>> {
     let frames = message.into_vec();
     let (topic, seq, payload) = match frames.as_slice() {
         [delimiter, seq, payload] if delimiter.is_empty() => (None, seq, payload),
-        [delimiter, topic, seq, payload] if delimiter.is_empty() => {
-            (Some(topic.to_vec()), seq, payload)
-        }
+        [delimiter, topic, seq, payload] if delimiter.is_empty() => (Some(topic), seq, payload),
         _ => return None,
     };
+    if !fits(topic.map_or(&[][..], |t| t.as_ref()), payload) {
+        return None;
+    }
     let seq = u64::from_be_bytes(seq.as_ref().try_into().ok()?);
     Some(Some((
         seq,
         Answer {
-            topic,
+            topic: topic.map(|t| t.to_vec()),
             payload: payload.to_vec(),
         },
     )))
@@ -637,6 +729,61 @@ mod tests {
             ]
         );
         assert_eq!(tally.written, 3);
+    }
+
+    #[test]
+    fn a_panic_in_a_socket_task_fails_the_recording_at_once() {
+        count_panics();
+        let endpoints = ["tcp://127.0.0.1:9".to_owned()];
+        let args = RecordArgs {
+            endpoints: &endpoints,
+            out: Path::new("c"),
+            count: None,
+            seconds: Some(20),
+            replay: &[],
+            replay_wait_ms: 1000,
+        };
+        let (mut bytes, mut tally) = (Vec::new(), Tally::default());
+        let mut capture = Capture {
+            w: &mut bytes,
+            out: Path::new("c"),
+            count: None,
+            tally: &mut tally,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let Ok(streams) = streams(&args) else {
+            panic!("one loopback endpoint is a valid recording");
+        };
+        let started = Instant::now();
+        let recorded = runtime.block_on(async {
+            tokio::spawn(async { panic!("a planted panic in a socket task") });
+            receive(&args, streams, &mut capture).await
+        });
+        let Err(failure) = recorded else {
+            panic!("a recording whose socket task panicked must fail");
+        };
+        assert_eq!(failure.status, 1);
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn oversized_frames_are_no_message() {
+        let big = vec![0u8; MESSAGE_BYTES_MAX];
+        let live = |frames: &[&[u8]]| {
+            let mut message = zeromq::ZmqMessage::from(frames[0].to_vec());
+            for frame in &frames[1..] {
+                message.push_back(frame.to_vec().into());
+            }
+            message
+        };
+        let seq = 1u64.to_be_bytes();
+        assert!(live_frames(live(&[b"", &seq, &big])).is_some());
+        assert!(live_frames(live(&[b"t", &seq, &big])).is_none());
+        assert!(answer_frames(live(&[b"", &seq, &big])).is_some());
+        assert!(answer_frames(live(&[b"", b"t", &seq, &big])).is_none());
     }
 
     #[test]

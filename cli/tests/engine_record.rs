@@ -461,11 +461,11 @@ fn a_replay_pair_naming_no_recorded_endpoint_or_no_zeromq_address_exits_2_and_wr
         ),
         (
             vec!["tcp://127.0.0.1:9=nonsense://x"],
-            "--replay tcp://127.0.0.1:9=nonsense://x: \"nonsense://x\" is no ZeroMQ address: Unknown transport type nonsense\n",
+            "--replay tcp://127.0.0.1:9=nonsense://x: \"nonsense://x\" is no ZeroMQ address: Unknown transport type nonsense (record connects to tcp://HOST:PORT or ipc://PATH)\n",
         ),
         (
             vec!["tcp://127.0.0.1:9"],
-            "--replay tcp://127.0.0.1:9: \"\" is no ZeroMQ address: Invalid Syntax: Could not parse transport\n",
+            "--replay tcp://127.0.0.1:9: \"\" is no ZeroMQ address: Invalid Syntax: Could not parse transport (record connects to tcp://HOST:PORT or ipc://PATH)\n",
         ),
     ] {
         let mut args = vec!["record", "tcp://127.0.0.1:9", "-o", capture.to_str().unwrap()];
@@ -519,7 +519,7 @@ fn an_endpoint_that_is_no_zeromq_address_exits_2_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "nonsense://x: cannot subscribe: Endpoint Error: Unknown transport type nonsense\n"
+        "\"nonsense://x\" is no ZeroMQ address: Unknown transport type nonsense (record connects to tcp://HOST:PORT or ipc://PATH)\n"
     );
     assert!(!capture.exists());
     assert_eq!(
@@ -632,4 +632,237 @@ fn a_count_or_seconds_past_2_to_the_53_is_bad_usage_and_help_states_every_bound(
     ] {
         assert!(help.contains(stated), "{help}");
     }
+}
+
+/// A runtime for the tests' own ZeroMQ sockets, which stand for a publisher.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A ZeroMQ message of `frames`.
+fn message(frames: &[&[u8]]) -> zeromq::ZmqMessage {
+    let mut message = zeromq::ZmqMessage::from(frames[0].to_vec());
+    for frame in &frames[1..] {
+        message.push_back(frame.to_vec().into());
+    }
+    message
+}
+
+/// Starts `kvroute record` with `args` and a capture in `scratch`.
+fn start_recorder(args: &[&str], capture: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .arg("record")
+        .args(args)
+        .args(["-o", capture.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvroute record starts")
+}
+
+/// Publishes `each(n)` for n = 0, 1, … every 50 ms (a PUB socket drops what goes out
+/// before the recorder subscribed) until the recorder exits; its note and lines.
+fn publish_until_done(
+    rt: &tokio::runtime::Runtime,
+    socket: &mut zeromq::PubSocket,
+    recorder: std::process::Child,
+    capture: &Path,
+    each: impl Fn(u64) -> Vec<zeromq::ZmqMessage>,
+) -> (Option<i32>, String, Vec<serde_json::Value>) {
+    use zeromq::SocketSend;
+    let mut recorder = recorder;
+    rt.block_on(async {
+        for n in 0.. {
+            for message in each(n) {
+                socket.send(message).await.unwrap();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            if recorder.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(n < 1200, "the recorder never stopped");
+        }
+    });
+    let out = recorder.wait_with_output().unwrap();
+    let note = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = std::fs::read(capture)
+        .map(|bytes| {
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    (out.status.code(), note, lines)
+}
+
+#[test]
+fn an_ipc_endpoint_is_recorded() {
+    use zeromq::Socket;
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let endpoint = format!("ipc://{}", scratch.path().join("kv.sock").display());
+    let rt = runtime();
+    // The sockets start their tasks on the runtime they are made in.
+    let _entered = rt.enter();
+    let mut publisher = zeromq::PubSocket::new();
+    rt.block_on(publisher.bind(&endpoint)).unwrap();
+    let recorder = start_recorder(&[&endpoint, "--count", "2", "--seconds", "20"], &capture);
+    let (code, note, lines) = publish_until_done(&rt, &mut publisher, recorder, &capture, |n| {
+        vec![message(&[b"kv-events", &n.to_be_bytes(), b"payload"])]
+    });
+    assert_eq!(code, Some(0), "{note}");
+    assert_eq!(lines.len(), 2, "{note}");
+    assert!(lines.iter().all(|l| l["endpoint"] == endpoint.as_str()));
+    let first = lines[0]["seq"].as_u64().unwrap();
+    assert_eq!(lines[1]["seq"].as_u64(), Some(first + 1));
+}
+
+#[test]
+fn an_endpoint_given_twice_or_one_to_bind_or_of_no_zeromq_scheme_exits_2_and_writes_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    for (endpoints, reason) in [
+        (
+            vec!["tcp://127.0.0.1:5557", "tcp://127.0.0.1:05557"],
+            "\"tcp://127.0.0.1:5557\" and \"tcp://127.0.0.1:05557\" are one endpoint: each message would be recorded twice\n",
+        ),
+        (
+            vec!["tcp://LocalHost:5557", "tcp://localhost:5557"],
+            "\"tcp://LocalHost:5557\" and \"tcp://localhost:5557\" are one endpoint: each message would be recorded twice\n",
+        ),
+        (
+            vec!["tcp://[::1]:5557", "tcp://[0:0::1]:5557"],
+            "\"tcp://[::1]:5557\" and \"tcp://[0:0::1]:5557\" are one endpoint: each message would be recorded twice\n",
+        ),
+        (
+            vec!["ipc:///tmp/kv.sock", "tcp://127.0.0.1:5557", "ipc:///tmp//kv.sock"],
+            "\"ipc:///tmp/kv.sock\" and \"ipc:///tmp//kv.sock\" are one endpoint: each message would be recorded twice\n",
+        ),
+        (
+            vec!["tcp://*:5557"],
+            "\"tcp://*:5557\" is an address to bind, not to connect to: name the engine's host, such as tcp://127.0.0.1:5557\n",
+        ),
+        (
+            vec!["inproc://kv"],
+            "\"inproc://kv\" is no ZeroMQ address: Unknown transport type inproc (record connects to tcp://HOST:PORT or ipc://PATH)\n",
+        ),
+    ] {
+        let mut args = vec!["record"];
+        args.extend(&endpoints);
+        args.extend(["-o", capture.to_str().unwrap(), "--count", "0"]);
+        let out = kvroute(&args);
+        assert_eq!(out.status.code(), Some(2), "{endpoints:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), reason);
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
+}
+
+#[test]
+fn a_message_larger_than_the_import_reads_is_counted_malformed_and_the_rest_recorded() {
+    use zeromq::Socket;
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let rt = runtime();
+    // The sockets start their tasks on the runtime they are made in.
+    let _entered = rt.enter();
+    let mut publisher = zeromq::PubSocket::new();
+    let endpoint = rt
+        .block_on(publisher.bind("tcp://127.0.0.1:0"))
+        .unwrap()
+        .to_string();
+    let recorder = start_recorder(&[&endpoint, "--count", "2", "--seconds", "60"], &capture);
+    // The import's payload cap is 16 MiB (kv_events::wire::PAYLOAD_BYTES_MAX): one
+    // byte more, or a topic that takes the pair past it, is refused.
+    let over = vec![7u8; 16 * 1024 * 1024 + 1];
+    let (code, note, lines) = publish_until_done(&rt, &mut publisher, recorder, &capture, |n| {
+        vec![
+            message(&[b"kv-events", &n.to_be_bytes(), &over]),
+            message(&[&over[..1024], &n.to_be_bytes(), &over[1024..]]),
+            message(&[b"kv-events", &n.to_be_bytes(), b"small"]),
+        ]
+    });
+    assert_eq!(code, Some(0), "{note}");
+    assert_eq!(lines.len(), 2, "{note}");
+    assert!(
+        lines.iter().all(|l| l["payload_b64"] == "c21hbGw="),
+        "{note}"
+    );
+    assert!(note.contains(" malformed messages skipped"), "{note}");
+}
+
+#[test]
+fn the_replay_request_has_the_frames_vllms_router_socket_reads() {
+    use zeromq::{Socket, SocketRecv, SocketSend};
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let rt = runtime();
+    // The sockets start their tasks on the runtime they are made in.
+    let _entered = rt.enter();
+    let mut publisher = zeromq::PubSocket::new();
+    let mut router = zeromq::RouterSocket::new();
+    let endpoint = rt.block_on(publisher.bind("tcp://127.0.0.1:0")).unwrap();
+    let replay = rt.block_on(router.bind("tcp://127.0.0.1:0")).unwrap();
+    let pair = format!("{endpoint}={replay}");
+    let recorder = start_recorder(
+        &[
+            &endpoint.to_string(),
+            "--replay",
+            &pair,
+            "--replay-wait-ms",
+            "20000",
+            "--count",
+            "3",
+            "--seconds",
+            "60",
+        ],
+        &capture,
+    );
+    // Only even numbers go out live, so the second message received opens a replay
+    // for the odd number before it.
+    let (published, request) = rt.block_on(async {
+        for n in 0u64..1200 {
+            let seq = 2 * n;
+            publisher
+                .send(message(&[b"kv-events", &seq.to_be_bytes(), b"live"]))
+                .await
+                .unwrap();
+            let asked = std::time::Duration::from_millis(50);
+            if let Ok(request) = tokio::time::timeout(asked, router.recv()).await {
+                return (seq, request.unwrap());
+            }
+        }
+        panic!("no replay request came");
+    });
+    // vLLM's `_service_replay` takes exactly `client_id, _, start_seq_bytes` and reads
+    // the start big-endian; the DEALER adds no identity frame of its own.
+    let frames: Vec<Vec<u8>> = request.iter().map(|f| f.to_vec()).collect();
+    assert_eq!(frames.len(), 3, "{frames:?}");
+    assert_eq!(frames[1], b"", "the empty delimiter: {frames:?}");
+    let asked = u64::from_be_bytes(frames[2].as_slice().try_into().unwrap());
+    assert!(
+        asked % 2 == 1 && asked < published,
+        "the first number missing, big-endian: {frames:?}"
+    );
+    rt.block_on(async {
+        let identity = frames[0].as_slice();
+        let answer = message(&[identity, b"", b"kv-events", &asked.to_be_bytes(), b"again"]);
+        router.send(answer).await.unwrap();
+        router
+            .send(message(&[identity, b"", b"", &[0xFF; 8], b""]))
+            .await
+            .unwrap();
+    });
+    let (code, note, lines) = publish_until_done(&rt, &mut publisher, recorder, &capture, |n| {
+        let seq = published + 2 * (n + 1);
+        vec![message(&[b"kv-events", &seq.to_be_bytes(), b"live"])]
+    });
+    assert_eq!(code, Some(0), "{note}");
+    assert_eq!(
+        seqs(&lines),
+        [(asked - 1, false), (asked, true), (asked + 1, false)],
+        "{note}"
+    );
 }
