@@ -47,6 +47,10 @@ const MESSAGE_BYTES_MAX: usize = kvroute_core::input::kv_events::wire::PAYLOAD_B
 /// The longest capture line written, its newline included: the import's cap.
 const LINE_BYTES_MAX: usize = kvroute_core::input::kv_events::LINE_BYTES_MAX;
 
+/// How long an endpoint may stay silent before record asks whether an engine publishes
+/// there: longer than a connection takes, shorter than a user waits wondering.
+const SILENCE_WARNING: Duration = Duration::from_secs(5);
+
 /// Panics anywhere in the process, counted by [`count_panics`]'s hook.
 static PANICS: AtomicU64 = AtomicU64::new(0);
 
@@ -63,6 +67,8 @@ pub struct RecordArgs<'a> {
 
 /// What the socket tasks hand the writer.
 enum Received {
+    /// The SUB socket of endpoint `usize` reached its publisher.
+    Connected(usize),
     Message(usize, zeromq::ZmqMessage),
     Failed(usize, zeromq::ZmqError),
     /// One message of a replay socket's answer to request `request` of endpoint `usize`,
@@ -90,6 +96,11 @@ struct Answer {
 #[derive(Default)]
 struct Stream {
     replay_endpoint: Option<String>,
+    /// Whether the SUB socket reached the publisher, and whether any message came.
+    connected: bool,
+    heard: bool,
+    /// Whether the user was told that nothing came.
+    warned_silent: bool,
     /// The sequence number of the last line written from this endpoint.
     last_seq: Option<u64>,
     /// The open replay's request number, when one is open.
@@ -112,20 +123,23 @@ pub fn record(args: &RecordArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::other(format!("kvroute record: cannot start: {e}")))?;
     let mut tally = Tally::default();
     let mut failure = None;
+    let progress = crate::progress::Progress::start("record", "connecting");
     let written = out::write_file(args.out, |w| {
+        let mut counted = progress.counting(w);
         let mut capture = Capture {
-            w,
+            w: &mut counted,
             out: args.out,
             count: args.count,
             tally: &mut tally,
         };
         runtime
-            .block_on(receive(args, streams, &mut capture))
+            .block_on(receive(args, streams, &mut capture, &progress))
             .map_err(|f| {
                 failure = Some(f);
                 std::io::Error::other("recording failed")
             })
     });
+    progress.finish();
     if let Some(failure) = failure {
         return Err(failure);
     }
@@ -318,6 +332,49 @@ impl Capture<'_> {
         self.write(endpoint, &frames, false).map(|()| None)
     }
 
+    /// A message of `stream`'s SUB socket: counted malformed, or taken as [`Self::live`]
+    /// does; a replay full with it is ended.
+    fn message(
+        &mut self,
+        endpoint: &str,
+        stream: &mut Stream,
+        message: zeromq::ZmqMessage,
+    ) -> Result<Option<(u64, u64)>, Failure> {
+        stream.heard = true;
+        let Some(frames) = live_frames(message) else {
+            self.tally.malformed += 1;
+            return Ok(None);
+        };
+        let asked = self.live(endpoint, stream, frames)?;
+        if stream.open_replay.is_some() && stream.replay_full() {
+            self.flush(endpoint, stream)?;
+        }
+        Ok(asked)
+    }
+
+    /// One message of the answer to `stream`'s replay request `request`: kept, or
+    /// counted malformed; a late answer to an earlier request is dropped.
+    fn answer(
+        &mut self,
+        endpoint: &str,
+        stream: &mut Stream,
+        request: u64,
+        message: zeromq::ZmqMessage,
+    ) -> Result<(), Failure> {
+        if stream.open_replay != Some(request) {
+            return Ok(());
+        }
+        match answer_frames(message) {
+            Some(None) => {}
+            Some(Some((seq, answer))) => stream.answered(seq, answer),
+            None => self.tally.malformed += 1,
+        }
+        if stream.replay_full() {
+            self.flush(endpoint, stream)?;
+        }
+        Ok(())
+    }
+
     /// Ends `stream`'s replay: writes the held messages in the order received, each
     /// after the answers that fill the hole before it (SPEC.md §13.6).
     fn flush(&mut self, endpoint: &str, stream: &mut Stream) -> Result<(), Failure> {
@@ -347,11 +404,52 @@ impl Capture<'_> {
     }
 }
 
+/// Shows on the progress line how many endpoints are connected and how many messages
+/// were written, and warns once about each endpoint silent for [`SILENCE_WARNING`].
+fn show_progress(
+    progress: &crate::progress::Progress,
+    since: Instant,
+    endpoints: &[String],
+    streams: &mut [Stream],
+    tally: &Tally,
+) {
+    let connected = streams.iter().filter(|s| s.connected).count();
+    let malformed = match tally.malformed {
+        0 => String::new(),
+        n => format!(", {n} malformed"),
+    };
+    progress.phase(&format!(
+        "{connected} of {} endpoints connected, {} messages{malformed}",
+        streams.len(),
+        tally.written
+    ));
+    if since.elapsed() < SILENCE_WARNING {
+        return;
+    }
+    for (endpoint, stream) in endpoints.iter().zip(streams) {
+        if !stream.heard && !stream.warned_silent {
+            stream.warned_silent = true;
+            let state = if stream.connected {
+                "connected"
+            } else {
+                "not connected"
+            };
+            out::note(&format!(
+                "kvroute record: no message from {endpoint} after {} s ({state}): is the \
+                 engine publishing there?",
+                SILENCE_WARNING.as_secs()
+            ));
+        }
+    }
+}
+
 async fn receive(
     args: &RecordArgs<'_>,
     mut streams: Vec<Stream>,
     capture: &mut Capture<'_>,
+    progress: &crate::progress::Progress,
 ) -> Result<(), Failure> {
+    let started = Instant::now();
     let (sender, mut receiver) = tokio::sync::mpsc::channel(1024);
     for (index, endpoint) in args.endpoints.iter().enumerate() {
         tokio::spawn(subscribe(index, endpoint.clone(), sender.clone()));
@@ -370,6 +468,13 @@ async fn receive(
                     .to_owned(),
             ));
         }
+        show_progress(
+            progress,
+            started,
+            args.endpoints,
+            &mut streams,
+            capture.tally,
+        );
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
         if capture.full() || timed_out || out::stop_signal().is_some() {
             break;
@@ -379,35 +484,19 @@ async fn receive(
             Ok(None) | Err(_) => continue,
         };
         match received {
+            Received::Connected(index) => streams[index].connected = true,
             Received::Message(index, message) => {
-                let Some(frames) = live_frames(message) else {
-                    capture.tally.malformed += 1;
-                    continue;
-                };
-                let endpoint = &args.endpoints[index];
                 let stream = &mut streams[index];
-                if let Some((request, first_missing)) = capture.live(endpoint, stream, frames)? {
+                let asked = capture.message(&args.endpoints[index], stream, message)?;
+                if let Some((request, first_missing)) = asked {
                     let replay = stream.replay_endpoint.clone().unwrap_or_default();
                     let ask = ask(index, request, replay, first_missing, wait, sender.clone());
                     tokio::spawn(ask);
                 }
-                if stream.open_replay.is_some() && stream.replay_full() {
-                    capture.flush(endpoint, stream)?;
-                }
             }
             Received::Answer(index, request, message) => {
                 let stream = &mut streams[index];
-                if stream.open_replay != Some(request) {
-                    continue;
-                }
-                match answer_frames(message) {
-                    Some(None) => {}
-                    Some(Some((seq, answer))) => stream.answered(seq, answer),
-                    None => capture.tally.malformed += 1,
-                }
-                if stream.replay_full() {
-                    capture.flush(&args.endpoints[index], stream)?;
-                }
+                capture.answer(&args.endpoints[index], stream, request, message)?;
             }
             Received::AnswerEnded(index, request) => {
                 if streams[index].open_replay == Some(request) {
@@ -437,13 +526,20 @@ fn write_failure(out: &Path, error: &std::io::Error) -> Failure {
 /// One endpoint's socket: connects (retrying until the publisher is up), then hands
 /// on every message until the writer goes away.
 async fn subscribe(index: usize, endpoint: String, sender: tokio::sync::mpsc::Sender<Received>) {
-    let mut socket = zeromq::SubSocket::new();
+    // A publisher not up yet is waited for however long it takes (SPEC.md §13.6); the
+    // crate's default would give up after 30 s and end the recording.
+    let mut options = zeromq::SocketOptions::default();
+    options.no_connect_timeout();
+    let mut socket = zeromq::SubSocket::with_options(options);
     let connected = async {
         socket.subscribe("").await?;
         socket.connect(&endpoint).await
     };
     if let Err(error) = connected.await {
         let _ = sender.send(Received::Failed(index, error)).await;
+        return;
+    }
+    if sender.send(Received::Connected(index)).await.is_err() {
         return;
     }
     loop {
@@ -760,7 +856,8 @@ mod tests {
         let started = Instant::now();
         let recorded = runtime.block_on(async {
             tokio::spawn(async { panic!("a planted panic in a socket task") });
-            receive(&args, streams, &mut capture).await
+            let progress = crate::progress::Progress::start("record", "testing");
+            receive(&args, streams, &mut capture, &progress).await
         });
         let Err(failure) = recorded else {
             panic!("a recording whose socket task panicked must fail");

@@ -49,6 +49,11 @@ fn free_port() -> u16 {
         .expect("a loopback port")
 }
 
+/// The last line of stderr: record's note, after any progress line a slow run shows.
+fn last_line(stderr: &str) -> &str {
+    stderr.lines().last().unwrap_or_default()
+}
+
 fn payloads(capture: &[u8]) -> Vec<(u64, String)> {
     String::from_utf8_lossy(capture)
         .lines()
@@ -91,7 +96,7 @@ fn a_real_publisher_is_recorded_imported_and_replayed() {
     let note = String::from_utf8_lossy(&recorded.stderr);
     assert_eq!(recorded.status.code(), Some(0), "{note}");
     assert!(
-        note.starts_with("recorded 5 messages from 1 endpoints"),
+        last_line(&note).starts_with("recorded 5 messages from 1 endpoints"),
         "{note}"
     );
 
@@ -399,7 +404,7 @@ fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_tim
         &capture,
     );
     assert!(
-        note.starts_with("recorded 4 messages from 2 endpoints"),
+        last_line(&note).starts_with("recorded 4 messages from 2 endpoints"),
         "{note}"
     );
     let received: Vec<(&str, u64)> = lines
@@ -499,9 +504,8 @@ fn a_recording_that_hears_nothing_keeps_an_empty_capture_when_its_time_is_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(std::fs::read(&capture).unwrap(), b"");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).starts_with("recorded 0 messages from 1 endpoints")
-    );
+    assert!(last_line(&String::from_utf8_lossy(&out.stderr))
+        .starts_with("recorded 0 messages from 1 endpoints"));
 }
 
 #[test]
@@ -865,4 +869,69 @@ fn the_replay_request_has_the_frames_vllms_router_socket_reads() {
         [(asked - 1, false), (asked, true), (asked + 1, false)],
         "{note}"
     );
+}
+
+#[test]
+fn a_publisher_not_up_for_half_a_minute_is_still_waited_for_and_the_silence_is_told() {
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
+    // Past the ZeroMQ crate's default connect timeout of 30 s.
+    let out = kvroute(&[
+        "record",
+        &endpoint,
+        "-o",
+        capture.to_str().unwrap(),
+        "--seconds",
+        "32",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let warning = format!(
+        "kvroute record: no message from {endpoint} after 5 s (not connected): is the engine \
+         publishing there?\n"
+    );
+    assert_eq!(stderr.matches(&warning).count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("record: 0 of 1 endpoints connected, 0 messages"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nrecorded 0 messages from 1 endpoints -> "),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn progress_shows_the_endpoints_connected_and_the_messages_written() {
+    use zeromq::Socket;
+    let scratch = tempfile::tempdir().unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let rt = runtime();
+    // The sockets start their tasks on the runtime they are made in.
+    let _entered = rt.enter();
+    let mut publisher = zeromq::PubSocket::new();
+    let endpoint = rt
+        .block_on(publisher.bind("tcp://127.0.0.1:0"))
+        .unwrap()
+        .to_string();
+    let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["record", &endpoint, "--count", "20", "--seconds", "60"])
+        .args(["-o", capture.to_str().unwrap()])
+        .env("KVROUTE_PROGRESS_AFTER_MS", "0")
+        .env("KVROUTE_PROGRESS_EVERY_MS", "100")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, note, lines) = publish_until_done(&rt, &mut publisher, recorder, &capture, |n| {
+        vec![message(&[b"kv-events", &n.to_be_bytes(), b"payload"])]
+    });
+    assert_eq!(code, Some(0), "{note}");
+    assert_eq!(lines.len(), 20);
+    assert!(
+        note.contains("record: 1 of 1 endpoints connected, "),
+        "{note}"
+    );
+    assert!(note.contains(" messages, "), "{note}");
+    assert!(!note.contains("no message from"), "{note}");
 }
