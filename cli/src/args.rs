@@ -100,7 +100,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         completions_out: Option<PathBuf>,
         /// With --completions-out: ticks per millisecond (1 to 1000000).
-        #[arg(long, value_name = "N", default_value_t = 1,
+        #[arg(long, value_name = "N", default_value_t = 1, requires = "completions_out",
               value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         ticks_per_ms: u64,
         /// Output format: the comparison table, or the canonical kvroute-simulate/1
@@ -677,8 +677,22 @@ pub enum DiffFormat {
     Csv,
 }
 
-/// The bounds no single option's parser can check. `Err` is a usage error (exit 2).
+/// The bounds no single option's parser can check. `Err` is a usage error (exit 2),
+/// found before any input is read.
 pub fn check(cli: &Cli) -> Result<(), String> {
+    if let Some(Command::Diff {
+        second: None,
+        baseline,
+        candidate,
+        ..
+    }) = &cli.command
+    {
+        if baseline.is_none() || candidate.is_none() {
+            return Err(
+                "kvroute diff: with one input, name both --baseline and --candidate".into(),
+            );
+        }
+    }
     if let Some(Command::Swarm(swarm)) = &cli.command {
         if let (Some(seeds), None) = (swarm.seeds, &swarm.action) {
             let config = kvroute_harness::sweep::SweepConfig {

@@ -27,7 +27,7 @@ pub(crate) fn peer(action: PeerAction) -> Result<(), Failure> {
             format,
             diff_out,
         } => {
-            let loaded = crate::load_trace(Some(&trace))?;
+            let loaded = crate::load_trace(Some(&trace)).map_err(|f| f.in_file(&trace))?;
             let options = RunOptions {
                 compare: Options {
                     block_tokens,
