@@ -121,7 +121,9 @@ impl fmt::Display for PeerError {
 
 /// Makes the child killed when kvroute dies, even by SIGKILL, where no handler runs to
 /// kill it (Linux's parent-death signal). A parent already gone when the child sets it
-/// is caught by comparing the parent's pid.
+/// is caught by comparing the parent's pid. Linux sends the signal when the thread that
+/// spawned the child ends, so a peer must be driven and reaped on the thread that
+/// started it, as every caller here does.
 fn die_with_parent(command: &mut Command) {
     let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
     // SAFETY: the closure runs in the forked child before exec and calls only prctl,
