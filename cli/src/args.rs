@@ -10,7 +10,8 @@ use kvroute_core::input::limits::JSON_INTEGER_MAX;
 use kvroute_core::input::trace::{EpochsMode, StaleRule};
 use kvroute_core::simulate;
 use kvroute_core::Policy;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 /// The largest `--lag`, `--jitter`, `--cache-tokens` and `--cache-blocks`: 2^53 - 1,
 /// SPEC.md's `B`, so their sums stay far inside 64 bits (SPEC.md §11).
@@ -36,14 +37,14 @@ pub enum Command {
     /// Replay a trace (default: the built-in lab trace) and print or write the receipt.
     Replay {
         /// Trace file (kvroute-trace/1 JSON); omit for the built-in lab trace.
-        trace: Option<PathBuf>,
+        trace: Option<InputPath>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
         /// Write to FILE instead of stdout (atomically: nothing is left on failure; a
         /// link is followed, a FIFO or device written in place, a read-only file refused).
         #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
+        out: Option<OutputPath>,
         #[command(flatten)]
         export: ExportArgs,
     },
@@ -52,7 +53,7 @@ pub enum Command {
     /// the router (SPEC.md §11). Prints the four-policy comparison.
     Simulate {
         /// Trace file (kvroute-trace/1 JSON); its cache and load events are dropped.
-        trace: PathBuf,
+        trace: InputPath,
         /// Replace the trace's workers by N copies of its first worker (1 to 4096).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
         workers: Option<u32>,
@@ -93,14 +94,14 @@ pub enum Command {
         /// produced) to DIR/<policy>.trace.json; `kvroute replay` reproduces the run.
         /// Each is validated first: when one would be rejected, none is written (exit 2).
         #[arg(long, value_name = "DIR")]
-        events_out: Option<PathBuf>,
+        events_out: Option<OutputDir>,
         /// Write each policy's AIPerf completion records (one per routed request, times
         /// from the engine model) to DIR/<policy>.completions.jsonl, for `kvroute join`
         /// (SPEC.md §14.4).
         #[arg(long, value_name = "DIR")]
-        completions_out: Option<PathBuf>,
+        completions_out: Option<OutputDir>,
         /// With --completions-out: ticks per millisecond (1 to 1000000).
-        #[arg(long, value_name = "N", default_value_t = 1,
+        #[arg(long, value_name = "N", default_value_t = 1, requires = "completions_out",
               value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         ticks_per_ms: u64,
         /// Output format: the comparison table, or the canonical kvroute-simulate/1
@@ -111,7 +112,7 @@ pub enum Command {
     /// Check a trace against the contract and print its digest.
     Validate {
         /// Trace file (kvroute-trace/1 JSON).
-        trace: PathBuf,
+        trace: InputPath,
     },
     /// Check a receipt against the trace it claims to explain, byte for byte, by
     /// recomputing it with the independent oracle as the receipt streams in; without a
@@ -120,14 +121,14 @@ pub enum Command {
     Verify {
         /// The trace the receipt was produced from.
         #[arg(long, value_name = "TRACE")]
-        trace: PathBuf,
+        trace: InputPath,
         /// The receipt (kvroute-receipt/1 JSON, as `replay --format json` writes it);
         /// omit it to compare core's receipt of TRACE with the oracle's.
-        receipt: Option<PathBuf>,
+        receipt: Option<InputPath>,
         /// The receipt was written with `replay --id-key FILE`: key the recomputed
         /// request ids with the same FILE before comparing.
         #[arg(long, value_name = "FILE")]
-        id_key: Option<PathBuf>,
+        id_key: Option<InputPath>,
     },
     /// Generate one trace per seed and compare core with the oracle on each, in parallel;
     /// `swarm merge` checks and joins the reports of a sharded sweep.
@@ -137,13 +138,13 @@ pub enum Command {
     /// work over time, a shadow diff, the stale and boundary logs and cohort metrics.
     Report {
         /// A trace or a receipt (kvroute-receipt/1 JSON); omit for the built-in lab trace.
-        input: Option<PathBuf>,
+        input: Option<InputPath>,
         /// With a receipt: its trace, for cohort metrics and latency proxies.
         #[arg(long, value_name = "TRACE")]
-        trace: Option<PathBuf>,
+        trace: Option<InputPath>,
         /// With --trace: the key of a receipt written with replay --id-key, to match cohorts.
         #[arg(long, value_name = "FILE")]
-        id_key: Option<PathBuf>,
+        id_key: Option<InputPath>,
         /// Where to write the page (atomically: nothing is left on failure).
         #[arg(
             short = 'o',
@@ -151,7 +152,7 @@ pub enum Command {
             value_name = "OUT",
             default_value = "report.html"
         )]
-        out: PathBuf,
+        out: OutputPath,
         /// The serving policy of the shadow-diff section.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy,
               default_value = "least_load")]
@@ -168,7 +169,7 @@ pub enum Command {
         /// Completion records to join with the receipt, as `kvroute join` does: adds the
         /// Completions panel (counts, goodput, per-worker calibration).
         #[arg(long, value_name = "FILE")]
-        completions: Option<PathBuf>,
+        completions: Option<InputPath>,
         /// With --completions: their layout; told from their first line when omitted.
         #[arg(long, value_enum, requires = "completions")]
         completions_format: Option<CompletionsFormat>,
@@ -185,9 +186,9 @@ pub enum Command {
     /// with the second's candidate run (default cache_plus_load for both).
     Diff {
         /// A trace or receipt.
-        first: PathBuf,
+        first: InputPath,
         /// A second receipt of the same requests (e.g. other policy settings).
-        second: Option<PathBuf>,
+        second: Option<InputPath>,
         /// The serving policy: required with one input; with two receipts the default
         /// is cache_plus_load.
         #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
@@ -198,13 +199,13 @@ pub enum Command {
         candidate: Option<Policy>,
         /// With receipts: their trace, for latency proxy deltas.
         #[arg(long, value_name = "TRACE")]
-        trace: Option<PathBuf>,
+        trace: Option<InputPath>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
         format: DiffFormat,
         /// Write to FILE instead of stdout (atomically).
         #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
+        out: Option<OutputPath>,
         /// CSV only: write ids exactly as in the receipt. By default an id starting with
         /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
         #[arg(long)]
@@ -230,7 +231,7 @@ pub enum Command {
         endpoints: Vec<String>,
         /// Where to write the capture (atomically, when recording stops).
         #[arg(short = 'o', long = "out", value_name = "CAPTURE")]
-        out: PathBuf,
+        out: OutputPath,
         /// Stop after this many messages (0 to 9007199254740991).
         #[arg(long, value_name = "N",
               value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
@@ -269,7 +270,7 @@ pub enum ImportFormat {
     /// `hash_ids`): one request a line, under the `scale` limits (SPEC.md §10).
     Mooncake {
         /// The JSONL file.
-        file: PathBuf,
+        file: InputPath,
         /// Prompt tokens per hash id (the last block of a request may be partial), at most
         /// 2^53 - 1.
         #[arg(long, default_value_t = 512,
@@ -291,7 +292,7 @@ pub enum ImportFormat {
         dynamo_block_tokens: Option<u64>,
         /// Where to write the trace (atomically: nothing is left on failure).
         #[arg(short = 'o', long = "out", value_name = "OUT")]
-        out: PathBuf,
+        out: OutputPath,
     },
     /// vLLM or SGLang KV events captured by `kvroute record`, with the requests the
     /// engines served: a worker per publisher, sequential epochs (SPEC.md §13). Both
@@ -309,10 +310,10 @@ pub enum ImportFormat {
 pub struct EngineImportArgs {
     /// The events: a capture of ZeroMQ messages (SPEC.md §13.2) for vllm-events,
     /// RouterEvent lines (§13.7) for dynamo-events.
-    pub capture: PathBuf,
+    pub capture: InputPath,
     /// The request log: one request a line (SPEC.md §13.3).
     #[arg(long, value_name = "REQUESTS")]
-    pub requests: PathBuf,
+    pub requests: InputPath,
     /// The engines' KV block size in tokens (vLLM's default on GPUs is 16).
     #[arg(long, default_value_t = 16,
           value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
@@ -325,7 +326,7 @@ pub struct EngineImportArgs {
     pub model: Option<String>,
     /// Where to write the trace (atomically: nothing is left on failure).
     #[arg(short = 'o', long = "out", value_name = "OUT")]
-    pub out: PathBuf,
+    pub out: OutputPath,
 }
 
 /// How `replay` exports ids (SPEC.md §6.3, §6.5).
@@ -335,7 +336,7 @@ pub struct ExportArgs {
     /// FILE, in hex (32 digits), so the export can be shared without the ids. Worker ids
     /// stay as written; keep FILE private (anyone with it can test a guessed id).
     #[arg(long, value_name = "FILE")]
-    pub id_key: Option<PathBuf>,
+    pub id_key: Option<InputPath>,
     /// CSV only: write ids exactly as in the receipt. By default an id starting with
     /// `=`, `+`, `-`, `@`, tab or CR gets a leading `'`, so spreadsheets do not run it.
     #[arg(long)]
@@ -448,7 +449,7 @@ pub struct SwarmArgs {
     pub closed_loop: bool,
     /// Also write a JSON summary of this run to FILE (atomically), for `swarm merge`.
     #[arg(long, value_name = "FILE")]
-    pub report: Option<PathBuf>,
+    pub report: Option<OutputPath>,
 }
 
 #[derive(clap::Subcommand)]
@@ -459,7 +460,7 @@ pub enum SwarmAction {
     Merge {
         /// The reports written by `kvroute swarm --report`.
         #[arg(required = true, value_name = "FILE")]
-        reports: Vec<PathBuf>,
+        reports: Vec<InputPath>,
     },
 }
 
@@ -511,7 +512,7 @@ pub enum PeerAction {
     /// answers (and of its choices against --policy).
     Run {
         /// Trace file (kvroute-trace/1 JSON).
-        trace: PathBuf,
+        trace: InputPath,
         #[command(flatten)]
         peer: PeerArgs,
         /// Tokens of a whole block, told to the peer in the hello (1 to 9007199254740991).
@@ -534,7 +535,7 @@ pub enum PeerAction {
         /// Write the first difference, cut and shrunk by re-running the peer, as a
         /// trace that reproduces it.
         #[arg(long, value_name = "FILE")]
-        diff_out: Option<PathBuf>,
+        diff_out: Option<OutputPath>,
     },
     /// Drive the peer COMMAND over the seed sweep's generated chain traces (both
     /// delivery modes; one peer process for all when the peer offers reset, else one
@@ -554,7 +555,7 @@ pub enum PeerAction {
         /// Write the first new finding's trace, cut and shrunk by re-running the peer
         /// in that finding's delivery mode, as a trace that reproduces it.
         #[arg(long, value_name = "FILE")]
-        diff_out: Option<PathBuf>,
+        diff_out: Option<OutputPath>,
         #[command(flatten)]
         peer: PeerArgs,
     },
@@ -588,9 +589,9 @@ pub enum PeerFormat {
 #[derive(clap::Args)]
 pub struct JoinArgs {
     /// The receipt (`replay --format json` or `--format jsonl`); `-` is stdin.
-    pub receipt: PathBuf,
+    pub receipt: InputPath,
     /// The completion records; `-` is stdin.
-    pub completions: PathBuf,
+    pub completions: InputPath,
     /// The layout of the completion records; told from their first line when omitted.
     #[arg(long, value_enum)]
     pub completions_format: Option<CompletionsFormat>,
@@ -601,11 +602,11 @@ pub struct JoinArgs {
     /// The trace the receipt was replayed from (its digest must be the receipt's
     /// trace_digest): adds the per-(tenant, model, adapter) cohorts.
     #[arg(long, value_name = "TRACE")]
-    pub trace: Option<PathBuf>,
+    pub trace: Option<InputPath>,
     /// The key the receipt's request ids were keyed with (`replay --id-key`):
     /// completion ids are keyed the same way before they are matched.
     #[arg(long, value_name = "FILE")]
-    pub id_key: Option<PathBuf>,
+    pub id_key: Option<InputPath>,
     /// Latency objectives in whole milliseconds, `ttft_ms=X,tpot_ms=Y` (either alone).
     #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
     pub slo: Option<kvroute_core::join::figures::Slo>,
@@ -614,7 +615,7 @@ pub struct JoinArgs {
     pub format: DiffFormat,
     /// Write to FILE instead of stdout (atomically).
     #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    pub out: Option<OutputPath>,
     /// CSV only: write worker ids exactly as in the receipt. By default an id
     /// starting with `=`, `+`, `-`, `@`, tab or CR gets a leading `'`.
     #[arg(long)]
@@ -679,8 +680,22 @@ pub enum DiffFormat {
     Csv,
 }
 
-/// The bounds no single option's parser can check. `Err` is a usage error (exit 2).
+/// The bounds no single option's parser can check. `Err` is a usage error (exit 2),
+/// found before any input is read.
 pub fn check(cli: &Cli) -> Result<(), String> {
+    if let Some(Command::Diff {
+        second: None,
+        baseline,
+        candidate,
+        ..
+    }) = &cli.command
+    {
+        if baseline.is_none() || candidate.is_none() {
+            return Err(
+                "kvroute diff: with one input, name both --baseline and --candidate".into(),
+            );
+        }
+    }
     if let Some(Command::Swarm(swarm)) = &cli.command {
         if let (Some(seeds), None) = (swarm.seeds, &swarm.action) {
             let config = kvroute_harness::sweep::SweepConfig {
@@ -747,3 +762,46 @@ pub fn parse_fuzz_input(data: &[u8]) {
         }
     }
 }
+
+/// Declares a path argument's role: parsed from the command line as is, and found by
+/// [`crate::paths::check`] through its type, so that no command's list of inputs and
+/// outputs is written by hand.
+macro_rules! path_argument {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub struct $name(pub PathBuf);
+
+        impl From<OsString> for $name {
+            fn from(text: OsString) -> Self {
+                $name(PathBuf::from(text))
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = Path;
+            fn deref(&self) -> &Path {
+                &self.0
+            }
+        }
+
+        impl AsRef<Path> for $name {
+            fn as_ref(&self) -> &Path {
+                &self.0
+            }
+        }
+    };
+}
+
+path_argument!(
+    /// A file a command reads (`-` is stdin).
+    InputPath
+);
+path_argument!(
+    /// A file a command writes.
+    OutputPath
+);
+path_argument!(
+    /// A directory a command writes files into (`DIR/<policy>.<suffix>`).
+    OutputDir
+);

@@ -22,3 +22,17 @@ impl Failure {
         }
     }
 }
+
+impl Failure {
+    /// The same failure with each line that does not name `path` yet prefixed by it, for
+    /// a command with more than one input file.
+    pub(crate) fn in_file(mut self, path: &std::path::Path) -> Self {
+        let name = format!("{}: ", path.display());
+        for line in &mut self.lines {
+            if !line.starts_with(&name) {
+                line.insert_str(0, &name);
+            }
+        }
+        self
+    }
+}

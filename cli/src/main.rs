@@ -6,7 +6,7 @@
 //! rules for files (a temporary file renamed into place, links followed, FIFOs and
 //! devices written in place) and for signals.
 
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, FromArgMatches};
 use kvroute_cli::args::{
     Cli, Command, EngineImportArgs, ExportArgs, Format, ImportFormat, PolicyOverrides,
     SimulateFormat, SAMPLE_MAX,
@@ -58,18 +58,18 @@ use out::{emit, emit_with};
 
 fn main() -> ExitCode {
     out::install_signal_handlers();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // The matches are kept for the paths check, which finds the paths by their types.
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => return usage_error(&error),
     };
     if let Err(problem) = kvroute_cli::args::check(&cli) {
         return fail(&Failure::invalid(vec![problem]));
     }
-    if let Some(problem) = cli
-        .command
-        .as_ref()
-        .and_then(|c| kvroute_cli::paths::check(c).err())
-    {
+    if let Err(problem) = kvroute_cli::paths::check(&matches) {
         return fail(&Failure::invalid(vec![problem]));
     }
     let command = cli.command.unwrap_or(Command::Replay {
@@ -160,7 +160,7 @@ fn run(command: Command) -> Result<(), Failure> {
             usize::try_from(sample).unwrap_or(SAMPLE_MAX),
             completions
                 .map(|file| report::completions::CompletionsArgs {
-                    file,
+                    file: file.0,
                     format: completions_format.map(|f| f.core()),
                     slo,
                     run: run.unwrap_or(Policy::CachePlusLoad),
@@ -177,13 +177,13 @@ fn run(command: Command) -> Result<(), Failure> {
             out,
             csv_plain,
         } => report::diff_command(&report::DiffArgs {
-            first,
-            second,
+            first: first.0,
+            second: second.map(|p| p.0),
             baseline,
             candidate,
-            trace,
+            trace: trace.map(|p| p.0),
             format,
-            out,
+            out: out.map(|p| p.0),
             csv_plain,
         }),
         Command::Join(args) => join::join_command(&args),

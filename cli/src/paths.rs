@@ -1,158 +1,82 @@
 //! The paths a command reads and writes, checked once before anything runs: at most
 //! one of its inputs is `-` (stdin can be read once), and no output is one of its
 //! inputs. Every output is written to a temporary file and renamed over its target, so
-//! `replay t.json --out t.json` used to replace the trace with its own receipt and exit
-//! 0; `import mooncake m.jsonl -o m.jsonl` and `--id-key k --out k` did the same to
-//! their inputs. Files are compared by device and inode after following links, so a
-//! symbolic or hard link to an input is caught as well as the same name.
+//! an output naming an input would replace the input and exit 0. Files are compared by
+//! device and inode after following links, so a symbolic or hard link to an input is
+//! caught as well as the same name.
+//!
+//! Which arguments are inputs and which outputs is read from their types
+//! ([`InputPath`], [`OutputPath`], [`OutputDir`] in `args`), walking the parsed command
+//! line: a new path argument is checked as soon as it is declared with its role.
 
-use crate::args::{Command, ImportFormat, PeerAction, SwarmAction, SwarmArgs};
+use crate::args::{InputPath, OutputDir, OutputPath};
+use clap::ArgMatches;
 use kvroute_core::Policy;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// The files a command reads and the files it writes (`-` and absent options left out).
-fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
-    fn some<'a>(paths: &[Option<&'a PathBuf>]) -> Vec<&'a Path> {
-        paths.iter().flatten().map(|p| p.as_path()).collect()
-    }
-    match command {
-        Command::Replay {
-            trace, out, export, ..
-        } => (
-            some(&[trace.as_ref(), export.id_key.as_ref()]),
-            out.iter().cloned().collect(),
-        ),
-        Command::Report {
-            input,
-            trace,
-            id_key,
-            out,
-            ..
-        } => (
-            some(&[input.as_ref(), trace.as_ref(), id_key.as_ref()]),
-            vec![out.clone()],
-        ),
-        Command::Diff {
-            first,
-            second,
-            trace,
-            out,
-            ..
-        } => (
-            some(&[Some(first), second.as_ref(), trace.as_ref()]),
-            out.iter().cloned().collect(),
-        ),
-        Command::Join(args) => (
-            some(&[
-                Some(&args.receipt),
-                Some(&args.completions),
-                args.id_key.as_ref(),
-            ]),
-            args.out.iter().cloned().collect(),
-        ),
-        Command::Import {
-            format: ImportFormat::Mooncake { file, out, .. },
-        } => (vec![file.as_path()], vec![out.clone()]),
-        Command::Record { out, .. } => (Vec::new(), vec![out.clone()]),
-        Command::Peer {
-            action: PeerAction::Run {
-                trace, diff_out, ..
-            },
-        } => (vec![trace.as_path()], diff_out.iter().cloned().collect()),
-        Command::Peer {
-            action: PeerAction::Sweep { diff_out, .. },
-        } => (Vec::new(), diff_out.iter().cloned().collect()),
-        Command::Import {
-            format: ImportFormat::VllmEvents(args) | ImportFormat::DynamoEvents(args),
-        } => (
-            vec![args.capture.as_path(), args.requests.as_path()],
-            vec![args.out.clone()],
-        ),
-        Command::Simulate {
-            trace,
-            events_out,
-            completions_out,
-            ..
-        } => (
-            vec![trace.as_path()],
-            [
-                (events_out, "trace.json"),
-                (completions_out, "completions.jsonl"),
-            ]
-            .into_iter()
-            .flat_map(|(dir, suffix)| {
-                dir.iter().flat_map(move |dir| {
-                    Policy::STANDARD.map(|p| dir.join(format!("{}.{suffix}", p.name())))
-                })
-            })
-            .collect(),
-        ),
-        Command::Verify {
-            trace,
-            receipt,
-            id_key,
-        } => (
-            some(&[Some(trace), receipt.as_ref(), id_key.as_ref()]),
-            vec![],
-        ),
-        Command::Swarm(SwarmArgs {
-            action: Some(SwarmAction::Merge { reports }),
-            ..
-        }) => (reports.iter().map(PathBuf::as_path).collect(), vec![]),
-        Command::Swarm(SwarmArgs {
-            report: Some(report),
-            ..
-        }) => (vec![], vec![report.clone()]),
-        _ => (vec![], vec![]),
-    }
+/// The files that every `DIR` argument may receive: `DIR/<policy>.<suffix>`.
+const OUTPUT_DIR_SUFFIXES: [&str; 2] = ["trace.json", "completions.jsonl"];
+
+/// The command's name as typed (`import mooncake`), its inputs and its outputs.
+struct Paths {
+    command: Vec<String>,
+    inputs: Vec<PathBuf>,
+    outputs: Vec<PathBuf>,
 }
 
-/// The command's name as the user typed it, for messages.
-fn command_name(command: &Command) -> &'static str {
-    match command {
-        Command::Replay { .. } => "replay",
-        Command::Report { .. } => "report",
-        Command::Diff { .. } => "diff",
-        Command::Join(_) => "join",
-        Command::Import {
-            format: ImportFormat::Mooncake { .. },
-        } => "import mooncake",
-        Command::Import {
-            format: ImportFormat::VllmEvents(_),
-        } => "import vllm-events",
-        Command::Import {
-            format: ImportFormat::DynamoEvents(_),
-        } => "import dynamo-events",
-        Command::Simulate { .. } => "simulate",
-        Command::Record { .. } => "record",
-        Command::Peer {
-            action: PeerAction::Run { .. },
-        } => "peer run",
-        Command::Peer {
-            action: PeerAction::Sweep { .. },
-        } => "peer sweep",
-        Command::Verify { .. } => "verify",
-        Command::Swarm(SwarmArgs {
-            action: Some(SwarmAction::Merge { .. }),
-            ..
-        }) => "swarm merge",
-        Command::Swarm(_) => "swarm",
-        Command::Validate { .. } => "validate",
-        Command::Help { .. } => "help",
+/// Every value of type `T` among the arguments given at this level of the command.
+fn values_of<T: Clone + Send + Sync + 'static>(matches: &ArgMatches) -> Vec<T> {
+    matches
+        .ids()
+        .filter_map(|id| matches.try_get_many::<T>(id.as_str()).ok().flatten())
+        .flat_map(|values| values.cloned())
+        .collect()
+}
+
+fn collect(matches: &ArgMatches) -> Paths {
+    let mut paths = Paths {
+        command: Vec::new(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+    };
+    let mut level = Some(matches);
+    while let Some(matches) = level {
+        paths
+            .inputs
+            .extend(values_of::<InputPath>(matches).into_iter().map(|p| p.0));
+        paths
+            .outputs
+            .extend(values_of::<OutputPath>(matches).into_iter().map(|p| p.0));
+        for OutputDir(dir) in values_of::<OutputDir>(matches) {
+            for suffix in OUTPUT_DIR_SUFFIXES {
+                paths
+                    .outputs
+                    .extend(Policy::STANDARD.map(|p| dir.join(format!("{}.{suffix}", p.name()))));
+            }
+        }
+        level = matches.subcommand().map(|(name, sub)| {
+            paths.command.push(name.to_owned());
+            sub
+        });
     }
+    paths
 }
 
 /// `Err` when two inputs are `-`, or when a regular file the command would write is one
 /// it reads (naming the output and the input). Paths that do not exist yet, or cannot
 /// be looked at, are left to the reading and writing code, which reports them in its
 /// own words.
-pub fn check(command: &Command) -> Result<(), String> {
-    let (inputs, outputs) = inputs_and_outputs(command);
+pub fn check(matches: &ArgMatches) -> Result<(), String> {
+    let Paths {
+        command,
+        inputs,
+        outputs,
+    } = collect(matches);
     if inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         return Err(format!(
             "kvroute {}: only one input can be - (stdin)",
-            command_name(command)
+            command.join(" ")
         ));
     }
     let identity = |path: &Path| {
@@ -178,4 +102,47 @@ pub fn check(command: &Command) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::args::Cli;
+    use clap::builder::ValueParser;
+    use clap::CommandFactory;
+
+    /// Every argument of `command` and its subcommands, as `command path: --name`.
+    fn arguments(command: &clap::Command, path: &str, found: &mut Vec<(String, clap::Arg)>) {
+        for arg in command.get_arguments() {
+            found.push((format!("{path} {}", arg.get_id()), arg.clone()));
+        }
+        for sub in command.get_subcommands() {
+            arguments(sub, &format!("{path} {}", sub.get_name()), found);
+        }
+    }
+
+    #[test]
+    fn no_path_argument_is_left_without_its_role() {
+        let mut found = Vec::new();
+        arguments(&Cli::command(), "kvroute", &mut found);
+        let untyped: Vec<&String> = found
+            .iter()
+            .filter(|(_, arg)| {
+                let parser = arg.get_value_parser().type_id();
+                parser == ValueParser::path_buf().type_id()
+            })
+            .map(|(name, _)| name)
+            .collect();
+        assert!(
+            untyped.is_empty(),
+            "path arguments typed PathBuf, so the own-input check cannot see them: {untyped:?}"
+        );
+        let typed = found
+            .iter()
+            .filter(|(_, arg)| {
+                arg.get_value_parser().type_id()
+                    == ValueParser::from(clap::value_parser!(crate::args::InputPath)).type_id()
+            })
+            .count();
+        assert!(typed >= 10, "the input paths are found: {typed}");
+    }
 }

@@ -12,6 +12,15 @@ use kvroute_peer_core::peer_sweep::{shrunk_finding, sweep_peer, Processes, Sweep
 use kvroute_peer_core::run::{run_peer, shrunk_first_difference, RunOptions};
 use std::time::Duration;
 
+/// `text` with every line made safe for a terminal: a peer's name, messages and stderr
+/// lines are the peer's own bytes, and the line breaks between them are kvroute's.
+fn printable_lines(text: &str) -> String {
+    text.split('\n')
+        .map(|line| kvroute_cli::terminal::printable(line))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Peer runs a shrink of `--diff-out` may take (each starts the peer once).
 const SHRINK_RUNS_MAX: usize = 2_000;
 
@@ -27,7 +36,7 @@ pub(crate) fn peer(action: PeerAction) -> Result<(), Failure> {
             format,
             diff_out,
         } => {
-            let loaded = crate::load_trace(Some(&trace))?;
+            let loaded = crate::load_trace(Some(&trace)).map_err(|f| f.in_file(&trace))?;
             let options = RunOptions {
                 compare: Options {
                     block_tokens,
@@ -40,9 +49,9 @@ pub(crate) fn peer(action: PeerAction) -> Result<(), Failure> {
                 policy,
             };
             let run = run_peer(&loaded, &peer.command, &options)
-                .map_err(|e| Failure::other(e.to_string()))?;
+                .map_err(|e| Failure::other(printable_lines(&e.to_string())))?;
             match format {
-                PeerFormat::Table => out::print(&run.table())?,
+                PeerFormat::Table => out::print(&printable_lines(&run.table()))?,
                 PeerFormat::Json => out::print(&format!("{}\n", run.json()))?,
             }
             let Some(path) = diff_out else {
@@ -94,8 +103,9 @@ fn sweep(
             Processes::ResetWhenOffered
         },
     };
-    let swept = sweep_peer(&peer.command, seeds, start, &options).map_err(Failure::other)?;
-    out::print(&swept.table())?;
+    let swept = sweep_peer(&peer.command, seeds, start, &options)
+        .map_err(|e| Failure::other(printable_lines(&e)))?;
+    out::print(&printable_lines(&swept.table()))?;
     let Some(path) = diff_out else {
         return Ok(());
     };

@@ -228,8 +228,15 @@ fn of_total(bytes: u64, total: u64, elapsed: Duration) -> String {
     })
 }
 
+/// The least share done, in per mille, and the least time measured before an
+/// estimate of the time left is shown: before either, the mean rate still carries the
+/// start-up (the trace read, the oracle started) and the estimate is far off.
+const ESTIMATE_AFTER_SHARE_PM: u64 = 50;
+const ESTIMATE_AFTER: Duration = Duration::from_secs(3);
+
 /// `, DONE of TOTAL WHAT (share%), RATE/s, about T left`, amounts shown by `show`: the
-/// rate is the mean so far, and the estimate the rest at that rate.
+/// rate is the mean so far, and the estimate (when [`time_left`] has one) the rest at
+/// that rate.
 fn share_of_total(
     done: u64,
     total: u64,
@@ -238,15 +245,30 @@ fn share_of_total(
     show: &dyn Fn(u64) -> String,
 ) -> String {
     let share = done.min(total) * 100 / total.max(1);
-    let rate = done as f64 / elapsed.as_secs_f64().max(1e-3);
-    let left = Duration::from_secs_f64(total.saturating_sub(done) as f64 / rate.max(1.0));
+    let elapsed_ms = elapsed.as_millis().max(1);
+    let rate = u64::try_from(u128::from(done) * 1000 / elapsed_ms).unwrap_or(u64::MAX);
+    let left = time_left(done, total, elapsed).map_or(String::new(), |left| {
+        format!(", about {} left", indicatif::HumanDuration(left))
+    });
     format!(
-        ", {} of {} {what} ({share}%), {}/s, about {} left",
+        ", {} of {} {what} ({share}%), {}/s{left}",
         show(done),
         show(total),
-        show(rate as u64),
-        indicatif::HumanDuration(left)
+        show(rate)
     )
+}
+
+/// The time left at the mean rate so far, once that rate means something: at least
+/// [`ESTIMATE_AFTER_SHARE_PM`] of the total done and [`ESTIMATE_AFTER`] elapsed.
+fn time_left(done: u64, total: u64, elapsed: Duration) -> Option<Duration> {
+    let share_pm = u128::from(done.min(total)) * 1000 / u128::from(total.max(1));
+    if share_pm < u128::from(ESTIMATE_AFTER_SHARE_PM) || elapsed < ESTIMATE_AFTER || done == 0 {
+        return None;
+    }
+    let left_ms = elapsed.as_millis() * u128::from(total.saturating_sub(done)) / u128::from(done);
+    Some(Duration::from_millis(
+        u64::try_from(left_ms).unwrap_or(u64::MAX),
+    ))
 }
 
 /// The display thread: waits out the quiet period, then shows the status until done.
@@ -283,5 +305,29 @@ fn show(shared: &Shared, quiet: Duration, every: Duration) {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{share_of_total, time_left};
+    use std::time::Duration;
+
+    #[test]
+    fn no_estimate_until_enough_is_done_and_measured() {
+        let secs = Duration::from_secs;
+        // A slow start: 0.1% of a receipt read in the first seconds says nothing yet.
+        assert_eq!(time_left(1_000, 1_000_000, secs(2)), None);
+        assert_eq!(time_left(1_000, 1_000_000, secs(60)), None);
+        // Enough done, but too soon to tell.
+        assert_eq!(
+            time_left(500_000, 1_000_000, Duration::from_millis(500)),
+            None
+        );
+        // Enough of both: the rest at the mean rate.
+        assert_eq!(time_left(100_000, 1_000_000, secs(4)), Some(secs(36)));
+        assert_eq!(time_left(1_000_000, 1_000_000, secs(6)), Some(secs(0)));
+        let line = share_of_total(1_000, 1_000_000, secs(2), "read", &|n| n.to_string());
+        assert_eq!(line, ", 1000 of 1000000 read (0%), 500/s");
     }
 }

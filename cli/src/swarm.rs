@@ -92,6 +92,7 @@ pub fn shard_from_env(var: impl Fn(&str) -> Option<String>) -> Result<(u64, u64)
 /// Runs `kvroute swarm` (or `swarm merge`).
 pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
     if let Some(SwarmAction::Merge { reports }) = args.action {
+        let reports: Vec<_> = reports.into_iter().map(|path| path.0).collect();
         return swarm_report::merge_command(&reports);
     }
     let Some(seeds) = args.seeds else {

@@ -601,3 +601,61 @@ fn the_replay_table_names_its_columns_as_the_other_tables_do() {
         }
     }
 }
+
+/// A completion record of the lab receipt, for `report --completions` and `join`.
+const LAB_COMPLETION: &str =
+    "{\"metadata\": {\"x_request_id\": \"acme-01\", \"request_start_ns\": 1}}\n";
+
+#[test]
+fn an_output_that_is_a_link_to_an_input_is_refused_and_the_input_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("receipt.json");
+    let replayed = kvroute(&[
+        "replay",
+        path_str(&fixtures().join("lab/trace.json")),
+        "--format",
+        "json",
+        "--out",
+        path_str(&receipt),
+    ]);
+    assert_eq!(replayed.status.code(), Some(0));
+    let completions = dir.path().join("completions.jsonl");
+    std::fs::write(&completions, LAB_COMPLETION).unwrap();
+    let trace = dir.path().join("trace.json");
+    std::fs::copy(fixtures().join("lab/trace.json"), &trace).unwrap();
+    let (to_completions, to_trace) = (dir.path().join("page.html"), dir.path().join("t.out"));
+    std::os::unix::fs::symlink(&completions, &to_completions).unwrap();
+    std::os::unix::fs::symlink(&trace, &to_trace).unwrap();
+    let report = [
+        "report",
+        path_str(&receipt),
+        "--completions",
+        path_str(&completions),
+        "-o",
+        path_str(&to_completions),
+    ];
+    let join = [
+        "join",
+        path_str(&receipt),
+        path_str(&completions),
+        "--trace",
+        path_str(&trace),
+        "--out",
+        path_str(&to_trace),
+    ];
+    for (args, input) in [(&report[..], &completions), (&join[..], &trace)] {
+        let before = std::fs::read(input).unwrap();
+        let out = kvroute(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is also an input of this command"),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read(input).unwrap(),
+            before,
+            "{args:?} kept its input"
+        );
+    }
+}

@@ -529,3 +529,73 @@ fn sweep_diff_out_writes_the_first_new_finding_shrunk_by_one_reset_process() {
     );
     assert!(!none_path.exists());
 }
+
+#[test]
+fn a_peer_dies_with_a_sigkilled_kvroute() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("peer.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+    let mut kvroute = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "peer",
+            "run",
+            FIXTURE,
+            "--timeout-ms",
+            "600000",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let peer_pid = loop {
+        let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        if let Ok(pid) = text.trim().parse::<u32>() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the peer never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    kvroute.kill().unwrap(); // SIGKILL: no handler of kvroute's runs.
+    kvroute.wait().unwrap();
+    // Gone, or a zombie waiting for init to reap it: either way no longer running.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{peer_pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let still = running();
+    if still {
+        // SAFETY: kill(2) on the pid this test's peer wrote; it is not left behind.
+        unsafe { libc::kill(peer_pid as i32, libc::SIGKILL) };
+    }
+    assert!(!still, "peer {peer_pid} outlived the SIGKILLed kvroute");
+}
+
+#[test]
+fn a_peers_stderr_reaches_the_terminal_escaped() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["peer", "run", FIXTURE, "--", "sh", "-c"])
+        .arg("printf '\\033[2Kok: all agreed\\n' >&2; exit 3")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "a raw escape: {stderr:?}");
+    assert!(stderr.contains("\\u001b[2Kok: all agreed"), "{stderr}");
+}

@@ -513,3 +513,56 @@ fn mangled_receipt_bytes_are_rejected_with_a_reason_and_never_panic() {
         }
     }
 }
+
+/// Runs `kvroute verify --trace LAB -` with `head` and then an endless stream of `a` on
+/// stdin; the exit status, or `None` when it was still reading after `limit`.
+fn verify_with_endless_stdin(head: &'static [u8], limit: std::time::Duration) -> Option<i32> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/lab/trace.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["verify", "--trace"])
+        .arg(&trace)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Writes until kvroute closes the pipe (or is killed below).
+    let writer = std::thread::spawn(move || {
+        let block = vec![b'a'; 64 * 1024];
+        let _ = stdin.write_all(head);
+        while stdin.write_all(&block).is_ok() {}
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    writer.join().unwrap();
+    status
+}
+
+#[test]
+fn a_receipt_wrong_at_its_first_bytes_is_rejected_without_reading_on() {
+    // Not JSON at byte 0, and a wrong format whose receipt then stops being JSON: either
+    // way nothing after can name another trace, so verify answers at once.
+    for head in [&b"x"[..], br#"{"format":"kvroute-receipt/2""#] {
+        let status = verify_with_endless_stdin(head, std::time::Duration::from_secs(30));
+        assert_eq!(
+            status,
+            Some(1),
+            "verify of {:?} and endless bytes",
+            String::from_utf8_lossy(head)
+        );
+    }
+}

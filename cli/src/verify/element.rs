@@ -254,7 +254,10 @@ fn decision_problem(element: &Element<'_>, later: &mut dyn Later) -> Option<Stri
     }
     // No check (and so no claim) when round robin's cursor cannot be known here.
     let mut cursor = round_robin_cursor(element, rows)?;
-    let justified = justified_choice(element.policy, rows, &mut cursor);
+    let justified = match justified_choice(element.policy, rows, &mut cursor) {
+        Ok(justified) => justified,
+        Err(problem) => return Some(format!("{path}: {problem}")),
+    };
     let chosen = receipt.get("chosen").and_then(Node::as_str);
     if chosen != justified.as_deref() {
         return Some(format!(
@@ -339,8 +342,13 @@ fn dominance_problem(rows: &[Node]) -> Option<String> {
 }
 
 /// The worker a policy must choose from these rows (in worker-id order), by SPEC.md §5.
-/// Round robin advances `cursor` exactly as the policy does.
-pub fn justified_choice(policy: &str, rows: &[Node], cursor: &mut usize) -> Option<String> {
+/// Round robin advances `cursor` exactly as the policy does. `Err` for a policy §5 has
+/// no rule for: no other policy's rule stands in for it.
+pub fn justified_choice(
+    policy: &str,
+    rows: &[Node],
+    cursor: &mut usize,
+) -> Result<Option<String>, String> {
     let eligible_rows: Vec<usize> = (0..rows.len()).filter(|&i| eligible(&rows[i])).collect();
     let worker = |i: usize| {
         rows[i]
@@ -369,7 +377,7 @@ pub fn justified_choice(policy: &str, rows: &[Node], cursor: &mut usize) -> Opti
         "longest_prefix" => smallest(&eligible_rows, &|r| u64::MAX - field(r, "reuse")),
         // SPEC.md §4.8: the Dynamo cost over every eligible row; no cap, no reserve.
         "dynamo_default" => smallest(&eligible_rows, &|r| field(r, "cost_milli")),
-        _ => {
+        "cache_plus_load" => {
             // SPEC.md §5 and §4.5: rows neither overloaded nor reserved out, else the
             // reserved-out rows too, else the overload escape over every eligible row.
             let within = |skip_reserved: bool| -> Vec<usize> {
@@ -391,8 +399,14 @@ pub fn justified_choice(policy: &str, rows: &[Node], cursor: &mut usize) -> Opti
                 smallest(&eligible_rows, &|r| field(r, "after_milli"))
             }
         }
+        unknown => {
+            return Err(format!(
+                "chosen cannot be checked: SPEC.md §5 has no rule for a run of policy {}",
+                quote_str(unknown)
+            ))
+        }
     };
-    index.and_then(worker)
+    Ok(index.and_then(worker))
 }
 
 /// The first path, in canonical order, where two values differ, with both values.
@@ -475,8 +489,9 @@ mod tests {
             row("w1", 300, &[], true),
             row("w2", 100, &["cold_reserve"], true),
         ];
-        let choice =
-            |policy, rows: &[Node], cursor: &mut usize| justified_choice(policy, rows, cursor);
+        let choice = |policy, rows: &[Node], cursor: &mut usize| {
+            justified_choice(policy, rows, cursor).unwrap()
+        };
         assert_eq!(
             choice("dynamo_default", &rows, &mut cursor).as_deref(),
             Some("w0")
@@ -509,5 +524,18 @@ mod tests {
             Some("w2")
         );
         assert_eq!(cursor, 0);
+    }
+
+    #[test]
+    fn a_policy_without_a_rule_is_named_not_judged_by_another_rule() {
+        let rows = [
+            row("w0", 100, &["overloaded"], true),
+            row("w1", 300, &[], true),
+        ];
+        let problem = justified_choice("?", &rows, &mut 0).unwrap_err();
+        assert_eq!(
+            problem,
+            "chosen cannot be checked: SPEC.md §5 has no rule for a run of policy \"?\""
+        );
     }
 }

@@ -498,14 +498,16 @@ fn explain(receipt: &mut Receipt<'_>, expected: &mut Expected<'_>, d: Disagreeme
     };
     let problem = problem
         .unwrap_or_else(|| format!("differs from the recomputation at byte offset {}", d.start));
-    if problem.starts_with("trace_digest is") {
+    // A receipt that is not JSON has no last member to name another trace by, so
+    // nothing after the problem is read (an endless input ends here too).
+    if problem.starts_with("trace_digest is") || walk::is_not_json(&problem) {
         return problem;
     }
-    // Read both to their ends for the trace digests.
+    // Read both to their ends for the trace digests; the receipt only while it is JSON.
+    let given = last_trace_digest_while_json(&mut json::Lexer::new(&mut receipt_bytes, 0));
     let mut sink = std::io::sink();
     let _ = std::io::copy(&mut expected_bytes, &mut sink);
     let wanted = last_trace_digest(&mut &expected_bytes.last_structure[..]);
-    let given = last_trace_digest(&mut receipt_bytes);
     match (given, wanted) {
         (Some(given), Some(wanted)) if given != wanted => format!(
             "trace_digest is {}, but this trace's digest is {}",
@@ -513,6 +515,25 @@ fn explain(receipt: &mut Receipt<'_>, expected: &mut Expected<'_>, d: Disagreeme
             json::quote_digest(&wanted)
         ),
         _ => problem,
+    }
+}
+
+/// The value of the last `"trace_digest":"…"` member in a stream of JSON tokens, read
+/// up to the first byte that cannot continue JSON text: past it there are no members.
+fn last_trace_digest_while_json(lexer: &mut json::Lexer<'_>) -> Option<String> {
+    let mut found = None;
+    // The last two tokens: a member name and its colon, when they are.
+    let mut name_then_colon = (false, false);
+    loop {
+        let tok = match lexer.next() {
+            Ok(lexed) if lexed.tok != json::Tok::Eof => lexed.tok,
+            _ => return found,
+        };
+        if let (true, json::Tok::Str(value)) = (name_then_colon.1, &tok) {
+            found = Some(value.clone());
+        }
+        let is_name = matches!(&tok, json::Tok::Str(name) if name == "trace_digest");
+        name_then_colon = (is_name, name_then_colon.0 && tok == json::Tok::Colon);
     }
 }
 

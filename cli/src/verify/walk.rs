@@ -144,6 +144,11 @@ fn frames_after(last_element: Option<&str>) -> Option<Vec<Frame>> {
     Some(frames)
 }
 
+/// Whether `problem` says the receipt is not JSON (or empty) where it was read.
+pub(crate) fn is_not_json(problem: &str) -> bool {
+    problem.starts_with("the receipt is not JSON") || problem == "the receipt is empty"
+}
+
 fn invalid(path: &str, e: &LexError) -> String {
     if e.offset == 0 && e.reason == "the input ends inside the receipt" {
         return "the receipt is empty".to_owned();

@@ -119,6 +119,28 @@ impl fmt::Display for PeerError {
     }
 }
 
+/// Makes the child killed when kvroute dies, even by SIGKILL, where no handler runs to
+/// kill it (Linux's parent-death signal). A parent already gone when the child sets it
+/// is caught by comparing the parent's pid. Linux sends the signal when the thread that
+/// spawned the child ends, so a peer must be driven and reaped on the thread that
+/// started it, as every caller here does.
+fn die_with_parent(command: &mut Command) {
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the forked child before exec and calls only prctl,
+    // getppid and raise, which are async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`) or `deadline` passes;
 /// false on the deadline. A hang-up or an error counts as ready: the read or write that
 /// follows reports it.
@@ -202,12 +224,15 @@ impl PeerProcess {
         // The registry's lock is held from spawn to registration, so a signal handler
         // that kills the live peers cannot run in between and miss this one.
         let mut live = LIVE_PEERS.lock().unwrap_or_else(|e| e.into_inner());
-        let mut child = Command::new(program)
+        let mut spawning = Command::new(program);
+        spawning
             .args(&command[1..])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
+            .process_group(0);
+        die_with_parent(&mut spawning);
+        let mut child = spawning
             .spawn()
             .map_err(|e| fail(format!("cannot start: {e}")))?;
         live.push(child.id());
