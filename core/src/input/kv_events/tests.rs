@@ -532,5 +532,74 @@ fn a_dynamo_line_of_the_wrong_shape_or_a_request_with_an_adapter_is_refused() {
     .unwrap_err();
     let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     assert_eq!(shown[0], "request line 1: adapter: Dynamo's events do not name adapters, so dynamo-events imports base-model requests only");
-    assert_eq!(shown[2], "capture line 1: worker_id: expected an integer from 0 to 18446744073709551615, found a string");
+    assert_eq!(shown.len(), 2, "no spurious give --model: {shown:?}");
+    assert_eq!(shown[1], "capture line 1: worker_id: expected an integer from 0 to 18446744073709551615, found a string");
+}
+
+#[test]
+fn a_dynamo_member_written_twice_is_refused_with_its_path() {
+    let request = r#"{"arrival_ms":0,"id":"r","model":"m","token_ids":[],"output_tokens":1}"#;
+    let lines = [
+        r#"{"worker_id":7,"worker_id":8,"event":{"event_id":0,"data":"cleared"}}"#,
+        r#"{"worker_id":7,"event":{"event_id":0,"data":{"removed":{"block_hashes":[1],"block_hashes":[2]}}}}"#,
+    ];
+    let errors = import_dynamo_events(
+        lines.join("\n").as_bytes(),
+        request.as_bytes(),
+        &EventsOptions::default(),
+    )
+    .unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        shown,
+        [
+            "capture line 1: worker_id: repeated member \"worker_id\"",
+            "capture line 2: event.data.removed.block_hashes: repeated member \"block_hashes\"",
+        ]
+    );
+}
+
+#[test]
+fn messagepacks_reserved_byte_is_malformed_not_nil() {
+    // [1.0, [], 0xC1]: the rank would read as nil, so as rank 0.
+    let mut payload = vec![0x93, 0xcb];
+    payload.extend_from_slice(&1.0f64.to_be_bytes());
+    payload.extend_from_slice(&[0x90, 0xc1]);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&payload);
+    let capture =
+        format!(r#"{{"endpoint":"tcp://e:1","topic":"t","seq":0,"payload_b64":"{encoded}"}}"#);
+    let errors = import(&[capture], REQUEST).unwrap_err();
+    assert_eq!(
+        errors[0].reason,
+        "payload: invalid MessagePack: the reserved byte 0xC1 at byte 11"
+    );
+}
+
+#[test]
+fn an_empty_lora_name_is_an_error_of_its_capture_line() {
+    let store = map(vec![
+        ("type", s("BlockStored")),
+        ("block_hashes", ints(&[1])),
+        ("token_ids", ints(&[1, 2])),
+        ("block_size", Value::from(2)),
+        ("lora_name", s("")),
+    ]);
+    let errors = import(&[line(0, &batch(1.0, vec![store]))], REQUEST).unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        shown,
+        ["capture line 1: payload.events[0].lora_name: expected a non-empty string, found an empty string"]
+    );
+}
+
+#[test]
+fn a_bad_request_line_is_not_followed_by_give_model() {
+    let store = batch(1.0, vec![stored_array(&[1], None, &[1, 2])]);
+    let errors = import(&[line(0, &store)], "{bad").unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(
+        shown[0].starts_with("request line 1: invalid request line:"),
+        "{shown:?}"
+    );
 }
