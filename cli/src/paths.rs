@@ -64,7 +64,10 @@ fn inputs_and_outputs(command: &Command) -> (Vec<&Path>, Vec<PathBuf>) {
             action: PeerAction::Sweep { diff_out, .. },
         } => (Vec::new(), diff_out.iter().cloned().collect()),
         Command::Import {
-            format: ImportFormat::VllmEvents(args) | ImportFormat::DynamoEvents(args),
+            format:
+                ImportFormat::VllmEvents(args)
+                | ImportFormat::SglangEvents(args)
+                | ImportFormat::DynamoEvents(args),
         } => (
             vec![args.capture.as_path(), args.requests.as_path()],
             vec![args.out.clone()],
@@ -121,6 +124,9 @@ fn command_name(command: &Command) -> &'static str {
         Command::Import {
             format: ImportFormat::VllmEvents(_),
         } => "import vllm-events",
+        Command::Import {
+            format: ImportFormat::SglangEvents(_),
+        } => "import sglang-events",
         Command::Import {
             format: ImportFormat::DynamoEvents(_),
         } => "import dynamo-events",

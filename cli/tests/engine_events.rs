@@ -407,3 +407,45 @@ fn batches_of_two_publishers_received_out_of_time_order_are_counted() {
         ["store@0#1", "store@250#2", "store@500#1", "store@625#2"]
     );
 }
+
+#[test]
+fn import_help_lists_sglang_events_and_its_usage_names_it() {
+    let help = kvroute(&["import", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("sglang-events ")),
+        "{text}"
+    );
+    let help = kvroute(&["import", "sglang-events", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(
+        text.contains("Usage: kvroute import sglang-events [OPTIONS]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_empty_tenant_or_model_is_an_error_of_the_option() {
+    for option in ["--tenant", "--model"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let out = scratch.path().join("t.json");
+        let output = kvroute(&[
+            "import",
+            "vllm-events",
+            &fixture("vllm.capture.jsonl"),
+            "--requests",
+            &fixture("requests.jsonl"),
+            option,
+            "",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(2));
+        let text = stderr(&output);
+        assert!(text.contains(&format!("'{option} <")), "{text}");
+        assert!(!text.contains("does not validate"), "{text}");
+        assert!(!out.exists());
+    }
+}
