@@ -757,6 +757,13 @@ fn import_engine_events(args: &EngineImportArgs, source: EngineSource) -> Result
         };
         Failure::invalid(errors.iter().map(line).collect())
     })?;
+    let names = (
+        capture.display().to_string(),
+        requests.display().to_string(),
+    );
+    if let Some(nothing) = report.nothing_to_import(trace.workers.len(), &names.0, &names.1) {
+        return Err(Failure::other(format!("kvroute {command}: {nothing}")));
+    }
     let mut bytes = canonical::canonical_trace_bytes(&trace);
     let validated = parse_trace(&bytes).map_err(|errors| {
         let first = errors.lines().into_iter().next().unwrap_or_default();
