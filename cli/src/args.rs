@@ -297,8 +297,12 @@ pub enum ImportFormat {
     /// vLLM or SGLang KV events captured by `kvroute record`, with the requests the
     /// engines served: a worker per publisher, sequential epochs (SPEC.md §13). Both
     /// engines' layouts are read, each told apart by its values.
-    #[command(name = "vllm-events", alias = "sglang-events")]
+    #[command(name = "vllm-events")]
     VllmEvents(EngineImportArgs),
+    /// SGLang or vLLM KV events captured by `kvroute record`: the same import as
+    /// vllm-events, which reads both engines' layouts (SPEC.md §13).
+    #[command(name = "sglang-events")]
+    SglangEvents(EngineImportArgs),
     /// NVIDIA Dynamo's RouterEvent, one JSON object a line, with the requests the
     /// workers served: blocks keyed by Dynamo's tokens_hash (SPEC.md §13.7).
     #[command(name = "dynamo-events")]
@@ -319,10 +323,11 @@ pub struct EngineImportArgs {
           value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
     pub block_tokens: u64,
     /// The tenant of the engines' stores, and of requests that name none.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub tenant: String,
     /// The workers' model; by default the one model the request log names.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub model: Option<String>,
     /// Where to write the trace (atomically: nothing is left on failure).
     #[arg(short = 'o', long = "out", value_name = "OUT")]

@@ -228,7 +228,10 @@ fn run(command: Command) -> Result<(), Failure> {
         ),
         Command::Import {
             format: ImportFormat::VllmEvents(args),
-        } => import_engine_events(&args, EngineSource::VllmOrSglang),
+        } => import_engine_events(&args, EngineSource::Vllm),
+        Command::Import {
+            format: ImportFormat::SglangEvents(args),
+        } => import_engine_events(&args, EngineSource::Sglang),
         Command::Import {
             format: ImportFormat::DynamoEvents(args),
         } => import_engine_events(&args, EngineSource::Dynamo),
@@ -736,7 +739,7 @@ fn import_engine_events(args: &EngineImportArgs, source: EngineSource) -> Result
     };
     let (capture_lines, request_lines) = (open(capture)?, open(requests)?);
     let imported = match source {
-        EngineSource::VllmOrSglang => {
+        EngineSource::Vllm | EngineSource::Sglang => {
             kv_events::import_engine_events(capture_lines, request_lines, &options)
         }
         EngineSource::Dynamo => {
@@ -754,6 +757,13 @@ fn import_engine_events(args: &EngineImportArgs, source: EngineSource) -> Result
         };
         Failure::invalid(errors.iter().map(line).collect())
     })?;
+    let names = (
+        capture.display().to_string(),
+        requests.display().to_string(),
+    );
+    if let Some(nothing) = report.nothing_to_import(trace.workers.len(), &names.0, &names.1) {
+        return Err(Failure::other(format!("kvroute {command}: {nothing}")));
+    }
     let mut bytes = canonical::canonical_trace_bytes(&trace);
     let validated = parse_trace(&bytes).map_err(|errors| {
         let first = errors.lines().into_iter().next().unwrap_or_default();
@@ -781,8 +791,11 @@ fn import_engine_events(args: &EngineImportArgs, source: EngineSource) -> Result
 /// Whose events an engine-event import reads.
 #[derive(Clone, Copy)]
 enum EngineSource {
-    /// ZeroMQ captures of vLLM or SGLang (SPEC.md §13.2).
-    VllmOrSglang,
+    /// ZeroMQ captures (SPEC.md §13.2), as `vllm-events` names them; both engines'
+    /// layouts are read by either name.
+    Vllm,
+    /// The same, as `sglang-events` names them.
+    Sglang,
     /// Dynamo's RouterEvent lines (SPEC.md §13.7).
     Dynamo,
 }
@@ -791,7 +804,8 @@ impl EngineSource {
     /// The command, as its messages name it.
     fn command(self) -> &'static str {
         match self {
-            EngineSource::VllmOrSglang => "import vllm-events",
+            EngineSource::Vllm => "import vllm-events",
+            EngineSource::Sglang => "import sglang-events",
             EngineSource::Dynamo => "import dynamo-events",
         }
     }

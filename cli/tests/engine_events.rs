@@ -407,3 +407,156 @@ fn batches_of_two_publishers_received_out_of_time_order_are_counted() {
         ["store@0#1", "store@250#2", "store@500#1", "store@625#2"]
     );
 }
+
+#[test]
+fn import_help_lists_sglang_events_and_its_usage_names_it() {
+    let help = kvroute(&["import", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("sglang-events ")),
+        "{text}"
+    );
+    let help = kvroute(&["import", "sglang-events", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(
+        text.contains("Usage: kvroute import sglang-events [OPTIONS]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_empty_tenant_or_model_is_an_error_of_the_option() {
+    for option in ["--tenant", "--model"] {
+        let scratch = tempfile::tempdir().unwrap();
+        let out = scratch.path().join("t.json");
+        let output = kvroute(&[
+            "import",
+            "vllm-events",
+            &fixture("vllm.capture.jsonl"),
+            "--requests",
+            &fixture("requests.jsonl"),
+            option,
+            "",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(2));
+        let text = stderr(&output);
+        assert!(text.contains(&format!("'{option} <")), "{text}");
+        assert!(!text.contains("does not validate"), "{text}");
+        assert!(!out.exists());
+    }
+}
+
+/// Imports the vLLM fixture with `requests` (lines written to a scratch file) and
+/// `extra` options: the output, and whether OUT was written.
+fn import_requests(capture: &str, requests: &[String], extra: &[&str]) -> (Output, bool) {
+    let scratch = tempfile::tempdir().unwrap();
+    let log = scratch.path().join("r.jsonl");
+    std::fs::write(&log, requests.join("\n")).unwrap();
+    let out = scratch.path().join("t.json");
+    let mut args = vec![
+        "import",
+        "vllm-events",
+        capture,
+        "--requests",
+        log.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let output = kvroute(&args);
+    (output, out.exists())
+}
+
+/// The fixture's request log with `edit` applied to each line.
+fn fixture_requests(edit: impl Fn(usize, &str) -> String) -> Vec<String> {
+    std::fs::read_to_string(fixture("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, l)| edit(i, l))
+        .collect()
+}
+
+#[test]
+fn requests_of_another_model_are_named_and_none_left_is_nothing_to_route() {
+    let capture = fixture("vllm.capture.jsonl");
+    let one_other = fixture_requests(|i, l| match i {
+        0 => l.replace("Qwen/Qwen3-8B", "other"),
+        _ => l.to_owned(),
+    });
+    let (output, written) = import_requests(&capture, &one_other, &["--model", "Qwen/Qwen3-8B"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(written);
+    assert!(stderr(&output).contains(
+        "\nwarning: 1 of 2 requests name a model other than the workers' \"Qwen/Qwen3-8B\"; no worker serves them\n"
+    ), "{}", stderr(&output));
+    let (output, written) = import_requests(
+        &capture,
+        &fixture_requests(|_, l| l.to_owned()),
+        &["--model", "X"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(!written, "nothing to route writes nothing");
+    assert!(
+        stderr(&output).ends_with(
+            "r.jsonl: nothing to route: none of the 2 requests names the workers' model \"X\"\n"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn requests_on_another_clock_are_named() {
+    // Milliseconds from the benchmark's start, not since the Unix epoch.
+    let from_start = fixture_requests(|i, l| {
+        let at = ["1789095808015", "1789095808045"][i];
+        l.replace(at, ["15", "45"][i])
+    });
+    let (output, _) = import_requests(&fixture("vllm.capture.jsonl"), &from_start, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains(
+        "\nwarning: 2 of 2 requests arrive before the capture's first message, the earliest 1789095807985 ms before it, so they reuse nothing it records; arrival_ms must be the engines' clock (ms since the Unix epoch)\n"
+    ), "{}", stderr(&output));
+}
+
+#[test]
+fn an_empty_capture_or_request_log_is_not_success() {
+    let scratch = tempfile::tempdir().unwrap();
+    let empty = scratch.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let requests = fixture_requests(|_, l| l.to_owned());
+    let (output, written) = import_requests(empty.to_str().unwrap(), &requests, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(!written);
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "kvroute import vllm-events: {}: nothing recorded: no message from any publisher, so the trace would have no worker\n",
+            empty.display()
+        )
+    );
+    let (output, written) = import_requests(
+        &fixture("vllm.capture.jsonl"),
+        &[],
+        &["--model", "Qwen/Qwen3-8B"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(!written);
+    assert!(
+        stderr(&output).ends_with("r.jsonl: nothing to route: no request\n"),
+        "{}",
+        stderr(&output)
+    );
+    let (output, _) = import_requests(&fixture("vllm.capture.jsonl"), &[], &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "without --model too: {}",
+        stderr(&output)
+    );
+}

@@ -311,6 +311,12 @@ fn detect<'r>(
         if is_blank(&line) {
             continue;
         }
+        if let Some(reason) = not_json_text(&read_ahead[start..]) {
+            return Err(JoinError::Completions(vec![LineError {
+                line: number,
+                reason,
+            }]));
+        }
         let format =
             format_of_line(&read_ahead[start..]).ok_or(JoinError::Undetected { line: number })?;
         let replay = std::io::Cursor::new(read_ahead).chain(completions);
@@ -322,6 +328,29 @@ fn detect<'r>(
         CompletionsFormat::Aiperf,
         Box::new(std::io::BufReader::new(replay)),
     ))
+}
+
+/// Why a line cannot be JSON text whatever its layout (SPEC.md §14.1.4): it starts
+/// with a byte order mark, or is not UTF-8. Said as such, since no layout could be told
+/// from it and "cannot tell the format" would hide what is wrong.
+fn not_json_text(line: &[u8]) -> Option<String> {
+    // An over-long line is cut where the cap falls, maybe within a character.
+    if line.len() > LINE_BYTES_MAX {
+        return None;
+    }
+    if line.starts_with(b"\xEF\xBB\xBF") {
+        return Some(
+            "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), which \
+             JSON text must not carry"
+                .to_owned(),
+        );
+    }
+    std::str::from_utf8(line).err().map(|e| {
+        format!(
+            "invalid JSON: the line is not UTF-8 at column {}",
+            e.valid_up_to() + 1
+        )
+    })
 }
 
 /// JSON's own whitespace only (a form feed is not, SPEC.md §14.5).
@@ -429,5 +458,41 @@ fn read_records(
         Ok(records)
     } else {
         Err(JoinError::Completions(errors.finish()))
+    }
+}
+
+#[cfg(test)]
+mod detection_tests {
+    use super::*;
+
+    fn detected_error(completions: &[u8]) -> Option<JoinError> {
+        detect(completions).err()
+    }
+
+    #[test]
+    fn a_byte_order_mark_or_bytes_that_are_not_utf8_are_named_not_undetected() {
+        let record = br#"{"metadata":{"x_request_id":"a","request_start_ns":1}}"#;
+        let bom = [b"\n\xEF\xBB\xBF".as_slice(), record].concat();
+        assert_eq!(
+            detected_error(&bom),
+            Some(JoinError::Completions(vec![LineError {
+                line: 2,
+                reason: "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), \
+                         which JSON text must not carry"
+                    .to_owned(),
+            }]))
+        );
+        let not_utf8 = [br#"{"metadata":{"x_request_id":""#.as_slice(), b"\xFF\"}}"].concat();
+        assert_eq!(
+            detected_error(&not_utf8),
+            Some(JoinError::Completions(vec![LineError {
+                line: 1,
+                reason: "invalid JSON: the line is not UTF-8 at column 30".to_owned(),
+            }]))
+        );
+        assert_eq!(
+            detected_error(b"[1]\n"),
+            Some(JoinError::Undetected { line: 1 })
+        );
     }
 }

@@ -163,6 +163,8 @@ pub struct Converter<'o> {
     staged: Vec<Staged>,
     adapters: BTreeSet<Arc<str>>,
     earliest_ms: Option<u64>,
+    /// The earliest time of a capture message, requests aside.
+    earliest_message_ms: Option<u64>,
     latest: LatestTimes,
     report: ImportReport,
 }
@@ -213,6 +215,7 @@ impl<'o> Converter<'o> {
             staged: Vec::new(),
             adapters: BTreeSet::new(),
             earliest_ms: None,
+            earliest_message_ms: None,
             latest: LatestTimes::default(),
             report: ImportReport::default(),
         }
@@ -228,6 +231,10 @@ impl<'o> Converter<'o> {
     pub fn message(&mut self, line: usize, message: &Message, batch: Batch) {
         self.report.messages += 1;
         self.saw_time(batch.time_ms);
+        if let Some(time_ms) = batch.time_ms {
+            let earliest = self.earliest_message_ms.map_or(time_ms, |t| t.min(time_ms));
+            self.earliest_message_ms = Some(earliest);
+        }
         for field in batch.unknown_fields {
             *self.report.unknown_fields.entry(field).or_default() += 1;
         }
@@ -474,6 +481,7 @@ impl<'o> Converter<'o> {
     /// The trace: workers, the staged cache events, then the requests, ticks counted
     /// from the earliest time of both inputs.
     pub fn finish(mut self, logged: Vec<(usize, LoggedRequest)>) -> (Trace, ImportReport) {
+        self.report.requests = self.requests_seen(&logged);
         for (_, request) in &logged {
             self.saw_time(Some(request.arrival_ms));
             if let Some(adapter) = &request.adapter {
@@ -514,6 +522,29 @@ impl<'o> Converter<'o> {
             events,
         };
         (trace, self.report)
+    }
+
+    /// How the requests meet the workers' model and the capture's time.
+    fn requests_seen(&self, logged: &[(usize, LoggedRequest)]) -> super::report::RequestsSeen {
+        let mut seen = super::report::RequestsSeen {
+            requests: logged.len() as u64,
+            workers_model: self.model.to_string(),
+            ..Default::default()
+        };
+        for (_, request) in logged {
+            if *request.model != *self.model {
+                seen.of_other_model += 1;
+            }
+            let before = self
+                .earliest_message_ms
+                .and_then(|first| first.checked_sub(request.arrival_ms))
+                .filter(|&before| before > 0);
+            if let Some(before) = before {
+                seen.before_capture += 1;
+                seen.earliest_before_ms = seen.earliest_before_ms.max(before);
+            }
+        }
+        seen
     }
 
     fn request(&mut self, logged: LoggedRequest) -> Request {

@@ -56,6 +56,13 @@ impl DynamoReader {
     pub fn line(&mut self, line: &[u8]) -> Result<(Message, Batch), String> {
         let value: Value =
             serde_json::from_slice(line).map_err(|e| format!("invalid JSON: {e}"))?;
+        // The tree above keeps a repeated member's last value; the line is refused
+        // instead, as a capture line and `join` refuse one (SPEC.md §13.7).
+        if let Ok(node) = crate::input::json::parse_node(line) {
+            if let Some(reason) = repeated_member(&node, "") {
+                return Err(reason);
+            }
+        }
         let mut unknown_fields = Vec::new();
         let top = object(
             &value,
@@ -198,6 +205,34 @@ impl DynamoReader {
             tokens_hashes: Some(tokens_hashes),
             ..Stored::default()
         })))
+    }
+}
+
+/// The first member written twice in one object, depth first, as
+/// `<member path>: repeated member "<name>"`; `path` is the value's own (empty for
+/// the line).
+fn repeated_member(node: &crate::input::json::Node, path: &str) -> Option<String> {
+    use crate::input::json::NodeOf;
+    match node {
+        NodeOf::Object(members) => {
+            let mut seen = std::collections::BTreeSet::new();
+            members.iter().find_map(|(name, value)| {
+                let member = match path {
+                    "" => name.to_string(),
+                    _ => format!("{path}.{name}"),
+                };
+                if !seen.insert(name.as_ref()) {
+                    let quoted = crate::input::json::quote_str(name);
+                    return Some(format!("{member}: repeated member {quoted}"));
+                }
+                repeated_member(value, &member)
+            })
+        }
+        NodeOf::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| repeated_member(item, &format!("{path}[{i}]"))),
+        _ => None,
     }
 }
 

@@ -155,6 +155,9 @@ fn import_capped(
     let logged = read_requests(requests, options.keying, &mut errors);
     let model = match convert::fleet_model(options, &logged) {
         Ok(model) => model,
+        // With no request read (bad lines, or none), the log has nothing to route:
+        // asking for --model would mislead.
+        Err(_) if logged.is_empty() => String::new(),
         Err(reason) => {
             errors.push(Input::Whole, 0, reason);
             String::new()

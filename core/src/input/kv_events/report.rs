@@ -58,6 +58,22 @@ pub struct ImportReport {
     pub unknown_fields: BTreeMap<String, u64>,
     /// The first [`SEQUENCE_NOTES_MAX`] restarts and gaps, in capture order.
     pub notes: Vec<SequenceNote>,
+    /// How the request log meets the capture (SPEC.md §13.5, the warnings).
+    pub requests: RequestsSeen,
+}
+
+/// What the request log holds that the capture's workers cannot use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestsSeen {
+    pub requests: u64,
+    /// The workers' model, which every request should name.
+    pub workers_model: String,
+    /// Requests naming another model: no worker serves them.
+    pub of_other_model: u64,
+    /// Requests that arrive before the capture's first message, and how far before it
+    /// the earliest of them does: on another clock, they all do, by years.
+    pub before_capture: u64,
+    pub earliest_before_ms: u64,
 }
 
 impl ImportReport {
@@ -70,6 +86,53 @@ impl ImportReport {
         if self.notes.len() < SEQUENCE_NOTES_MAX {
             self.notes.push(note);
         }
+    }
+
+    /// Why the import holds nothing worth writing (SPEC.md §13.5), `capture` and
+    /// `requests` being the inputs' names as given, or `None`.
+    pub fn nothing_to_import(
+        &self,
+        workers: usize,
+        capture: &str,
+        requests: &str,
+    ) -> Option<String> {
+        let seen = &self.requests;
+        if workers == 0 {
+            return Some(format!(
+                "{capture}: nothing recorded: no message from any publisher, so the trace would have no worker"
+            ));
+        }
+        if seen.requests == 0 {
+            return Some(format!("{requests}: nothing to route: no request"));
+        }
+        (seen.of_other_model == seen.requests).then(|| {
+            format!(
+                "{requests}: nothing to route: none of the {} requests names the workers' model {}",
+                seen.requests,
+                crate::input::json::quote_str(&seen.workers_model)
+            )
+        })
+    }
+
+    /// The warnings about the request log, each line only when it has something to say.
+    fn request_warnings(&self) -> Vec<String> {
+        let seen = &self.requests;
+        let mut lines = Vec::new();
+        if seen.of_other_model > 0 {
+            lines.push(format!(
+                "warning: {} of {} requests name a model other than the workers' {}; no worker serves them",
+                seen.of_other_model,
+                seen.requests,
+                crate::input::json::quote_str(&seen.workers_model)
+            ));
+        }
+        if seen.before_capture > 0 {
+            lines.push(format!(
+                "warning: {} of {} requests arrive before the capture's first message, the earliest {} ms before it, so they reuse nothing it records; arrival_ms must be the engines' clock (ms since the Unix epoch)",
+                seen.before_capture, seen.requests, seen.earliest_before_ms
+            ));
+        }
+        lines
     }
 
     /// The report's lines after the first (which names the output and its digest),
@@ -95,6 +158,7 @@ impl ImportReport {
                 l.no_token_ids, l.token_count, l.unknown_parent, l.unknown_removed_hashes
             ),
         ];
+        lines.extend(self.request_warnings());
         // Tags and field names come from the payload, so they are escaped (and cut)
         // as every quoted value is (SPEC.md §2.2); a field is shown without its quotes,
         // since `Type.name` is a path, not a value.

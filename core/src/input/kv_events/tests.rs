@@ -532,5 +532,204 @@ fn a_dynamo_line_of_the_wrong_shape_or_a_request_with_an_adapter_is_refused() {
     .unwrap_err();
     let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     assert_eq!(shown[0], "request line 1: adapter: Dynamo's events do not name adapters, so dynamo-events imports base-model requests only");
-    assert_eq!(shown[2], "capture line 1: worker_id: expected an integer from 0 to 18446744073709551615, found a string");
+    assert_eq!(shown.len(), 2, "no spurious give --model: {shown:?}");
+    assert_eq!(shown[1], "capture line 1: worker_id: expected an integer from 0 to 18446744073709551615, found a string");
+}
+
+#[test]
+fn a_dynamo_member_written_twice_is_refused_with_its_path() {
+    let request = r#"{"arrival_ms":0,"id":"r","model":"m","token_ids":[],"output_tokens":1}"#;
+    let lines = [
+        r#"{"worker_id":7,"worker_id":8,"event":{"event_id":0,"data":"cleared"}}"#,
+        r#"{"worker_id":7,"event":{"event_id":0,"data":{"removed":{"block_hashes":[1],"block_hashes":[2]}}}}"#,
+    ];
+    let errors = import_dynamo_events(
+        lines.join("\n").as_bytes(),
+        request.as_bytes(),
+        &EventsOptions::default(),
+    )
+    .unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        shown,
+        [
+            "capture line 1: worker_id: repeated member \"worker_id\"",
+            "capture line 2: event.data.removed.block_hashes: repeated member \"block_hashes\"",
+        ]
+    );
+}
+
+#[test]
+fn messagepacks_reserved_byte_is_malformed_not_nil() {
+    // [1.0, [], 0xC1]: the rank would read as nil, so as rank 0.
+    let mut payload = vec![0x93, 0xcb];
+    payload.extend_from_slice(&1.0f64.to_be_bytes());
+    payload.extend_from_slice(&[0x90, 0xc1]);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&payload);
+    let capture =
+        format!(r#"{{"endpoint":"tcp://e:1","topic":"t","seq":0,"payload_b64":"{encoded}"}}"#);
+    let errors = import(&[capture], REQUEST).unwrap_err();
+    assert_eq!(
+        errors[0].reason,
+        "payload: invalid MessagePack: the reserved byte 0xC1 at byte 11"
+    );
+}
+
+#[test]
+fn an_empty_lora_name_is_an_error_of_its_capture_line() {
+    let store = map(vec![
+        ("type", s("BlockStored")),
+        ("block_hashes", ints(&[1])),
+        ("token_ids", ints(&[1, 2])),
+        ("block_size", Value::from(2)),
+        ("lora_name", s("")),
+    ]);
+    let errors = import(&[line(0, &batch(1.0, vec![store]))], REQUEST).unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        shown,
+        ["capture line 1: payload.events[0].lora_name: expected a non-empty string, found an empty string"]
+    );
+}
+
+#[test]
+fn a_bad_request_line_is_not_followed_by_give_model() {
+    let store = batch(1.0, vec![stored_array(&[1], None, &[1, 2])]);
+    let errors = import(&[line(0, &store)], "{bad").unwrap_err();
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(
+        shown[0].starts_with("request line 1: invalid request line:"),
+        "{shown:?}"
+    );
+}
+
+/// Each cache event's epoch and kind (`store`, `evict`, `clear`), in the trace's order.
+fn epochs_and_kinds(trace: &Trace) -> Vec<(u64, String)> {
+    cache_ops(trace)
+        .into_iter()
+        .map(|(_, e, w)| (e, w.split(' ').next().unwrap().to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_restart_that_lost_only_its_first_message_skips_one_epoch() {
+    let store = |h: u64| batch(1.0, vec![stored_array(&[h], None, &[1, 2])]);
+    // Seqs 0, 1, 2, then 1: the engine restarted and its new message 0 was lost.
+    let capture = [
+        line(0, &store(1)),
+        line(1, &store(2)),
+        line(2, &store(3)),
+        line(1, &store(4)),
+    ];
+    let (trace, report) = import(&capture, REQUEST).unwrap();
+    // SPEC §13.4: s = 1 <= s' = 2 is a restart: the clear takes 4, then since s > 0
+    // one number (5) is skipped for the lost seq 0, and the store takes 6.
+    let kind = |e, k: &str| (e, k.to_owned());
+    assert_eq!(
+        epochs_and_kinds(&trace),
+        vec![
+            kind(1, "store"),
+            kind(2, "store"),
+            kind(3, "store"),
+            kind(4, "clear"),
+            kind(6, "store")
+        ]
+    );
+    assert_eq!((report.restarts, report.gaps), (1, 0));
+    assert_eq!((report.notes[0].seq, report.notes[0].previous_seq), (1, 2));
+}
+
+#[test]
+fn a_removal_on_another_tier_or_group_leaves_the_gpu_block_in_the_table() {
+    let removal = |medium: Value, group: Value| {
+        Value::Array(vec![s("BlockRemoved"), ints(&[10]), medium, group])
+    };
+    let events = vec![
+        stored_array(&[10], None, &[1, 2]),
+        removal(s("CPU_TIER1"), Value::Nil),
+        removal(s("GPU"), Value::from(1)),
+        removal(s("GPU"), Value::Nil),
+    ];
+    let (trace, report) = import(&[line(0, &batch(1.0, events))], REQUEST).unwrap();
+    let k = chained_key("", &[1, 2]);
+    // SPEC §13.4: a removal whose medium or group_idx is not the GPU's full-attention
+    // cache is left out, the table untouched, so the GPU removal still knows hash 10.
+    assert_eq!(
+        cache_ops(&trace),
+        vec![(0, 1, format!("store {k}")), (0, 2, format!("evict {k}"))]
+    );
+    let l = &report.left_out;
+    assert_eq!(
+        (l.not_on_gpu, l.other_cache_group, l.unknown_removed_hashes),
+        (1, 1, 0)
+    );
+    assert_eq!(report.removed, 3);
+}
+
+#[test]
+fn two_batches_of_one_publisher_at_the_same_time_keep_sequence_order() {
+    let store = |h: u64, tokens: &[u64]| batch(1.0, vec![stored_array(&[h], None, tokens)]);
+    let capture = [line(0, &store(1, &[1, 2])), line(1, &store(2, &[3, 4]))];
+    let (trace, report) = import(&capture, REQUEST).unwrap();
+    // SPEC §13.4: only a time earlier than the publisher's previous is counted; an
+    // equal one keeps its time, and the capture's order gives the seqs.
+    assert_eq!((report.earlier_than_own, report.earlier_than_other), (0, 0));
+    let placed: Vec<(u64, u64, u64)> = trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Cache { epoch, .. } => Some((e.tick, e.seq, *epoch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placed, vec![(0, 1, 1), (0, 2, 2)]);
+}
+
+#[test]
+fn a_store_with_both_lora_name_and_lora_id_is_under_the_name() {
+    let store = map(vec![
+        ("type", s("BlockStored")),
+        ("block_hashes", ints(&[1])),
+        ("token_ids", ints(&[1, 2])),
+        ("block_size", Value::from(2)),
+        ("lora_id", Value::from(7)),
+        ("lora_name", s("sql-lora")),
+    ]);
+    let (trace, _) = import(&[line(0, &batch(1.0, vec![store]))], REQUEST).unwrap();
+    // SPEC §13.4: the adapter is lora_name, else lora-id:<n>.
+    let adapters: Vec<&str> = trace.workers[0].adapters.iter().map(|a| &**a).collect();
+    assert_eq!(adapters, vec!["sql-lora"]);
+    let Some(EventKind::Cache {
+        op: CacheOp::Store { namespace, .. },
+        ..
+    }) = trace.events.first().map(|e| &e.kind)
+    else {
+        panic!("a store first")
+    };
+    assert_eq!(&*namespace.adapter, "sql-lora");
+}
+
+#[test]
+fn more_sequence_gaps_than_notes_are_all_counted() {
+    let store = |h: u64| batch(1.0, vec![stored_array(&[h], None, &[1, 2])]);
+    // Seqs 0, 2, 4, ..., 204: 102 gaps, each losing one message.
+    let capture: Vec<String> = (0..=102).map(|i| line(2 * i, &store(i))).collect();
+    let (trace, report) = import(&capture, REQUEST).unwrap();
+    assert_eq!(report.gaps, 102);
+    assert_eq!(report.notes.len(), report::SEQUENCE_NOTES_MAX);
+    let last = report.notes.last().unwrap();
+    assert_eq!((last.line, last.seq, last.previous_seq), (101, 200, 198));
+    let lines = report.lines("c");
+    assert!(lines
+        .contains(&"publishers: 0 restarts, 102 sequence gaps, 0 joined mid-stream".to_owned()));
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains(": sequence gap: "))
+            .count(),
+        100
+    );
+    // Every gap skips an epoch, noted or not: the last store is 1 + 2 * 102.
+    assert_eq!(epochs_and_kinds(&trace).last().unwrap().0, 205);
 }

@@ -116,6 +116,12 @@ pub fn decode_batch(payload: &[u8]) -> Result<Batch, String> {
             rest.len()
         ));
     }
+    // The decoder reads the reserved marker as nil; no encoder writes it.
+    if let Some(offset) = reserved_marker_offset(payload) {
+        return Err(format!(
+            "payload: invalid MessagePack: the reserved byte 0xC1 at byte {offset}"
+        ));
+    }
     let mut unknown_fields = Vec::new();
     let fields = struct_fields(
         &value,
@@ -145,6 +151,49 @@ pub fn decode_batch(payload: &[u8]) -> Result<Batch, String> {
         rank,
         unknown_fields,
     })
+}
+
+/// Where the first value marker `0xC1` (MessagePack's "never used") is, walking
+/// the values of a payload the decoder has read whole. No stack is needed: each value
+/// read adds its elements to the count of values still to read.
+fn reserved_marker_offset(payload: &[u8]) -> Option<usize> {
+    let (mut at, mut pending) = (0usize, 1u64);
+    let length = |at: usize, bytes: usize| -> Option<usize> {
+        let field = payload.get(at + 1..at + 1 + bytes)?;
+        Some(field.iter().fold(0usize, |n, &b| n << 8 | usize::from(b)))
+    };
+    while pending > 0 {
+        let marker = *payload.get(at)?;
+        pending -= 1;
+        // (bytes of the header after the marker, bytes of data, elements within)
+        let (header, data, elements) = match marker {
+            0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => (0, 0, 0),
+            0x80..=0x8f => (0, 0, 2 * usize::from(marker & 0x0f)),
+            0x90..=0x9f => (0, 0, usize::from(marker & 0x0f)),
+            0xa0..=0xbf => (0, usize::from(marker & 0x1f), 0),
+            0xc1 => return Some(at),
+            0xc4 | 0xd9 => (1, length(at, 1)?, 0),
+            0xc5 | 0xda => (2, length(at, 2)?, 0),
+            0xc6 | 0xdb => (4, length(at, 4)?, 0),
+            0xc7 => (2, length(at, 1)?, 0),
+            0xc8 => (3, length(at, 2)?, 0),
+            0xc9 => (5, length(at, 4)?, 0),
+            0xca => (0, 4, 0),
+            0xcb => (0, 8, 0),
+            0xcc | 0xd0 => (0, 1, 0),
+            0xcd | 0xd1 => (0, 2, 0),
+            0xce | 0xd2 => (0, 4, 0),
+            0xcf | 0xd3 => (0, 8, 0),
+            0xd4..=0xd8 => (1, 1 << (marker - 0xd4), 0),
+            0xdc => (2, 0, length(at, 2)?),
+            0xdd => (4, 0, length(at, 4)?),
+            0xde => (2, 0, 2 * length(at, 2)?),
+            0xdf => (4, 0, 2 * length(at, 4)?),
+        };
+        at = at.checked_add(1 + header + data)?;
+        pending = pending.saturating_add(elements as u64);
+    }
+    None
 }
 
 /// `ts` in whole milliseconds: `floor(ts · 1000)` for a float, `ts · 1000` for an
@@ -283,7 +332,7 @@ fn stored(fields: &[Option<&Value>], path: &str) -> Result<Stored, String> {
         block_size,
         lora_id: optional(fields[4], &at(4), integer)?,
         medium: optional(fields[5], &at(5), owned_text)?,
-        lora_name: optional(fields[6], &at(6), owned_text)?,
+        lora_name: optional(fields[6], &at(6), non_empty_text)?,
         has_extra_keys: optional(fields[7], &at(7), any_entry_set)?.unwrap_or(false),
         group_idx: optional(fields[8], &at(8), integer)?,
         kv_cache_spec_kind: optional(fields[9], &at(9), owned_text)?,
@@ -369,6 +418,16 @@ fn text<'v>(value: &'v Value, path: &str) -> Result<&'v str, String> {
             .as_str()
             .ok_or_else(|| format!("{path}: expected a string, found a string that is not UTF-8")),
         other => Err(expected(path, "a string", other)),
+    }
+}
+
+/// An adapter's name: empty, it would name no adapter in the trace.
+fn non_empty_text(value: &Value, path: &str) -> Result<String, String> {
+    match text(value, path)? {
+        "" => Err(format!(
+            "{path}: expected a non-empty string, found an empty string"
+        )),
+        name => Ok(name.to_owned()),
     }
 }
 
