@@ -42,8 +42,6 @@ struct Shared {
     /// The decisions counted, how many the command routes in all, and since when.
     decisions: Mutex<Option<(DecisionsRouted, u64, Instant)>>,
     done: AtomicBool,
-    /// Whether the display thread showed anything.
-    shown: AtomicBool,
     started: Instant,
     quiet: Duration,
 }
@@ -65,7 +63,6 @@ impl Progress {
             bytes_read_total: AtomicU64::new(0),
             decisions: Mutex::new(None),
             done: AtomicBool::new(false),
-            shown: AtomicBool::new(false),
             started: Instant::now(),
             quiet: duration_from_env("KVROUTE_PROGRESS_AFTER_MS", QUIET_PERIOD),
         });
@@ -130,13 +127,11 @@ impl Progress {
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
             let _ = thread.join();
-            // A run that outlasted the quiet period before the display thread got to
-            // show anything (a loaded machine) still says once what it did.
+            // A run that outlasted the quiet period says once more, at its end, what it
+            // did: a log then ends with the figures done, and a run the display thread
+            // never got to show (a loaded machine) still shows them once.
             let shared = &self.shared;
-            if !shared.shown.load(Ordering::Relaxed)
-                && shared.started.elapsed() >= shared.quiet
-                && !io::stderr().is_terminal()
-            {
+            if shared.started.elapsed() >= shared.quiet && !io::stderr().is_terminal() {
                 let _ = writeln!(
                     io::stderr().lock(),
                     "{}",
@@ -287,7 +282,6 @@ fn show(shared: &Shared, quiet: Duration, every: Duration) {
     if !wait_until(started + quiet) {
         return;
     }
-    shared.shown.store(true, Ordering::Relaxed);
     if io::stderr().is_terminal() {
         let spinner = indicatif::ProgressBar::new_spinner();
         loop {

@@ -689,6 +689,77 @@ fn worker_json(index: usize, w: &WorkerRecipe) -> Value {
     })
 }
 
+/// The largest integer a trace may carry (SPEC.md conventions: `B = 2^53 − 1`).
+pub const INTEGER_MAX: u64 = (1 << 53) - 1;
+
+/// An edge that [`TraceRecipe::build`]'s small domains never reach, for
+/// [`at_boundary`] to push a built trace onto.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundary {
+    /// The last request and every event after it at tick `B`: the drain over a span of
+    /// about `B` ticks and the freshness age at the top of the range.
+    TickAtMax,
+    /// As [`Boundary::TickAtMax`], with the load events from there on observed at `B`
+    /// and the first worker's initial `observed_tick` at `B` (heard "after" every
+    /// request, so its age saturates at 0).
+    ObservedTickAtMax,
+    /// A freshness window of `B` ticks, with the last request at tick `B`.
+    FreshnessAtMax,
+    /// The first worker's `active_decode` at 2^32 + 7, initially and in its load
+    /// events, with every other load narrow: the one load that decides whether the row
+    /// builder's 32-bit path is exact.
+    WideActiveDecodeOnly,
+}
+
+impl Boundary {
+    pub const ALL: [Boundary; 4] = [
+        Boundary::TickAtMax,
+        Boundary::ObservedTickAtMax,
+        Boundary::FreshnessAtMax,
+        Boundary::WideActiveDecodeOnly,
+    ];
+}
+
+/// `recipe`'s trace pushed onto `boundary`. Still valid: ticks stay in array order (the
+/// builder's ticks never fall, and everything from the last request on moves to `B`
+/// together), a load's `observed_tick` stays at most its tick, and a wide decode load
+/// keeps the overflow rule's bound (§1.4) near 2^45, far under `B`, for the weights
+/// the builder draws (at most 2000 milli).
+pub fn at_boundary(recipe: &TraceRecipe, boundary: Boundary) -> Value {
+    let mut trace = recipe.build();
+    if boundary == Boundary::WideActiveDecodeOnly {
+        // Its load events too, so the load stays wide through the trace.
+        let wide = json!((1u64 << 32) + 7);
+        trace["workers"][0]["active_decode"] = wide.clone();
+        let first_worker = trace["workers"][0]["id"].clone();
+        for event in events_mut(&mut trace) {
+            if event["type"] == "load" && event["worker"] == first_worker {
+                event["active_decode"] = wide.clone();
+            }
+        }
+        return trace;
+    }
+    let events = events_mut(&mut trace);
+    let last_request = events
+        .iter()
+        .rposition(|e| e["type"] == "request")
+        .unwrap_or(events.len().saturating_sub(1));
+    for event in events.iter_mut().skip(last_request) {
+        event["tick"] = json!(INTEGER_MAX);
+        if boundary == Boundary::ObservedTickAtMax && event["type"] == "load" {
+            event["observed_tick"] = json!(INTEGER_MAX);
+        }
+    }
+    match boundary {
+        Boundary::ObservedTickAtMax => {
+            trace["workers"][0]["observed_tick"] = json!(INTEGER_MAX);
+        }
+        Boundary::FreshnessAtMax => trace["policy"]["freshness_ticks"] = json!(INTEGER_MAX),
+        _ => {}
+    }
+    trace
+}
+
 /// A proptest strategy over recipes (shrinks through the underlying bytes).
 pub fn trace_recipes() -> impl Strategy<Value = TraceRecipe> {
     proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1600)

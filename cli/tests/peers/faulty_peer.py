@@ -7,8 +7,9 @@ Modes: hang, escape, liar, dies, garbage, not_json, other_protocol, wrong_seq, c
 error, silent_exit; for `peer sweep`: plain (no reset offered), reset (offered and
 answered, the next message checked to be a fleet), reset_hang (offered, then no answer
 to it), reset_dies (offered and answered, then an exit at the next trace's first
-request). Every process also appends its id to PIDFILE.all, so a test can count the
-processes a sweep started.
+request), reset_fails_second (offered; the first reset answered, the second answered
+with an error and an exit). Every process also appends its id to PIDFILE.all, so a test
+can count the processes a sweep started.
 """
 import json
 import os
@@ -68,6 +69,9 @@ for line in sys.stdin:
         print("faulty peer: reset", file=sys.stderr, flush=True)
         if mode == "reset_hang":
             subprocess.call(["sleep", "600"])
+        if mode == "reset_fails_second" and resets == 1:
+            send({"type": "error", "message": "cannot reset twice"})
+            sys.exit(4)
         resets += 1
         workers = []
         expect_fleet = True

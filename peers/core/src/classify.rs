@@ -956,6 +956,35 @@ mod tests {
     }
 
     #[test]
+    fn an_ancestor_held_with_fewer_tokens_is_raised_by_the_implication() {
+        // r1 names k0 and k1 with 16 tokens each (their first occurrences). w1 stores
+        // k0 with 8 tokens, then k1 alone, then evicts both: kvroute holds nothing
+        // (0). Without the evict, k0 with 8 and k1: the walk stops inside k0, 8
+        // (`evict_unseen`). A tree whose insert marks k1's path holds k0 whole again
+        // too: 32 (`ancestors_implied`), since an ancestor held with fewer tokens than
+        // its first occurrence is raised to them, not only a missing one added.
+        let mut short_k0 = store(2, "w1", 1, &["k0"]);
+        short_k0["segments"][0]["tokens"] = json!(8);
+        let trace = trace(vec![
+            request(1, "r1", &["k0", "k1"]),
+            short_k0,
+            store(3, "w1", 2, &["k1"]),
+            evict(4, "w1", 3, &["k0", "k1"]),
+            request(5, "r2", &["k0", "k1"]),
+        ]);
+        let (kvroute, found) = causes(&trace, true, &[(1, 32), (1, 8), (1, 24)]);
+        assert_eq!(kvroute, vec![0, 0]);
+        assert_eq!(
+            found,
+            vec![
+                Some(Cause::AncestorsImplied),
+                Some(Cause::EvictUnseen),
+                Some(Cause::NewFinding),
+            ]
+        );
+    }
+
+    #[test]
     fn ancestors_implied_is_named_only_where_the_implication_is_needed() {
         // Chain k0 k1 k2 k3. w0 stores k0 k1, evicts k1 (a leaf then: no hole), then
         // stores only k3. kvroute holds k0 k3: 16 tokens of [k0 k1 k2 k3]. Without the
