@@ -938,3 +938,23 @@ fn a_completions_error_is_the_joins_and_writes_no_page() {
     let usage = kvroute(&["report", "--slo", "ttft_ms=1", "-o", s(&out)]);
     assert_eq!(usage.status.code(), Some(2));
 }
+
+/// The page's title and heading name what it reports, a receipt or a trace, not "lab"
+/// whatever the input.
+#[test]
+fn the_title_names_the_receipt_or_trace_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("served.receipt.json");
+    ok(&["replay", "--format", "json", "--out", s(&receipt)]);
+    let (page, _page_dir) = report_of(&[s(&receipt)]);
+    let html = Html::parse_document(&page);
+    let title = select(&html, "title")[0].text().collect::<String>();
+    let heading = select(&html, "h1")[0].text().collect::<String>();
+    for text in [&title, &heading] {
+        assert_eq!(text, &format!("kvroute report: {}", s(&receipt)));
+    }
+    let (page, _page_dir) = report_of(&[s(&lab_trace())]);
+    let html = Html::parse_document(&page);
+    let title = select(&html, "title")[0].text().collect::<String>();
+    assert_eq!(title, format!("kvroute report: {}", s(&lab_trace())));
+}
