@@ -958,3 +958,37 @@ fn the_title_names_the_receipt_or_trace_reported() {
     let title = select(&html, "title")[0].text().collect::<String>();
     assert_eq!(title, format!("kvroute report: {}", s(&lab_trace())));
 }
+
+/// A receipt whose served run repeats a request id is the join's error (SPEC.md §14.1),
+/// named with the receipt, the repeat's path and the id: its one completion would
+/// otherwise be matched once per decision. Exit 2, no page.
+#[test]
+fn a_completions_join_refuses_a_run_that_repeats_a_request_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut receipt = receipt_of(&lab_trace());
+    let decisions = &mut receipt["runs"][3]["decisions"];
+    let repeated = decisions[2]["request"].as_str().unwrap().to_owned();
+    decisions[5]["request"] = Value::from(repeated.clone());
+    let path = dir.path().join("spliced.receipt.json");
+    std::fs::write(&path, serde_json::to_vec(&receipt).unwrap()).unwrap();
+    let out = dir.path().join("report.html");
+    let completions = join_fixture("lab.completions.jsonl");
+    let failed = kvroute(&[
+        "report",
+        s(&path),
+        "--completions",
+        s(&completions),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(failed.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: not a kvroute receipt: runs[3].decisions[5].request: repeated request id \"{repeated}\", first at runs[3].decisions[2]",
+            s(&path)
+        )),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
