@@ -22,7 +22,33 @@
       check.dataset.points = String(svg ? svg.querySelectorAll('circle[r="' + markerRadius + '"]').length : 0);
       check.dataset.plot = svg ? String(hash(svg.outerHTML)) : "";
     }
+    check.dataset.cut = cutElements().join(" ");
     check.dataset.ready = "1";
+  }
+  // What the layout cuts or runs past its column at this viewport: the comparison table
+  // wider than its section, a decision label wider than the selector shows. The browser
+  // test opens the page 1000 px wide and expects nothing here.
+  function cutElements() {
+    var cut = [];
+    var table = document.querySelector("table.metrics");
+    if (table && table.getBoundingClientRect().right > table.parentElement.getBoundingClientRect().right + 0.5) {
+      cut.push("comparison-table");
+    }
+    var select = document.getElementById("decision-select");
+    var probe = document.createElement("span");
+    probe.style.cssText = "position:absolute;visibility:hidden;white-space:pre";
+    probe.style.font = getComputedStyle(select).font;
+    document.body.appendChild(probe);
+    // The selector's arrow and padding take about 28 px of its width.
+    for (var i = 0; i < select.options.length; i++) {
+      probe.textContent = select.options[i].text;
+      if (probe.getBoundingClientRect().width + 28 > select.clientWidth) {
+        cut.push("decision-select");
+        break;
+      }
+    }
+    document.body.removeChild(probe);
+    return cut;
   }
   function hash(text) {
     var h = 5381;

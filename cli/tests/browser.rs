@@ -8,7 +8,9 @@
 //! browser binary; `KVROUTE_MOONCAKE` the Mooncake JSONL (default
 //! `../shared/traces/mooncake-conversation.jsonl` beside the repository).
 //!
-//! Per page: no console message and no script error; the number of candidate markers
+//! Per page, opened 1000 px wide: no console message and no script error; nothing cut
+//! or running past its column (the comparison table, the decision labels); a title that
+//! names the input; the number of candidate markers
 //! plotted for the selected decision equals its rows in the receipt; stepping to the
 //! next interesting decision (`#...&step=next-interesting`) shows another decision with
 //! another plot; and a screenshot is written under `target/browser/`.
@@ -87,6 +89,8 @@ fn browser_args() -> Vec<&'static str> {
 /// What the page's self-check wrote, and the console lines Chromium logged.
 struct Check {
     attrs: HashMap<String, String>,
+    /// The page's `<title>` as the browser has it.
+    title: String,
     console: Vec<String>,
 }
 
@@ -100,7 +104,8 @@ fn open(page: &Path, fragment: &str) -> Check {
     let url = format!("file://{}{fragment}", s(&page.canonicalize().unwrap()));
     let out = Command::new(chromium())
         .args(browser_args())
-        .args(["--virtual-time-budget=10000", "--dump-dom", &url])
+        .args(["--virtual-time-budget=10000", "--window-size=1000,1500"])
+        .args(["--dump-dom", &url])
         .output()
         .expect("chromium runs");
     assert!(
@@ -128,7 +133,15 @@ fn open(page: &Path, fragment: &str) -> Check {
         .filter(|l| l.contains(":CONSOLE"))
         .map(str::to_owned)
         .collect();
-    Check { attrs, console }
+    let title = dom
+        .select(&Selector::parse("title").unwrap())
+        .next()
+        .map_or_else(String::new, |t| t.text().collect());
+    Check {
+        attrs,
+        title,
+        console,
+    }
 }
 
 fn screenshot(page: &Path, png: &Path, fragment: &str) -> u64 {
@@ -199,6 +212,16 @@ fn check_page(name: &str, page: &Path, trace: &Path, policy: &str) {
             check.console.is_empty(),
             "{name} {label}: console: {:?}",
             check.console
+        );
+        assert_eq!(
+            check.get("cut"),
+            "",
+            "{name} {label}: cut or overflowing at 1000 px wide"
+        );
+        assert!(
+            check.title.starts_with("kvroute report: ") && !check.title.contains("lab report"),
+            "{name} {label}: title {:?}",
+            check.title
         );
         assert_eq!(check.get("policy"), policy);
         let seq: u64 = check.get("seq").parse().unwrap();

@@ -938,3 +938,57 @@ fn a_completions_error_is_the_joins_and_writes_no_page() {
     let usage = kvroute(&["report", "--slo", "ttft_ms=1", "-o", s(&out)]);
     assert_eq!(usage.status.code(), Some(2));
 }
+
+/// The page's title and heading name what it reports, a receipt or a trace, not "lab"
+/// whatever the input.
+#[test]
+fn the_title_names_the_receipt_or_trace_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("served.receipt.json");
+    ok(&["replay", "--format", "json", "--out", s(&receipt)]);
+    let (page, _page_dir) = report_of(&[s(&receipt)]);
+    let html = Html::parse_document(&page);
+    let title = select(&html, "title")[0].text().collect::<String>();
+    let heading = select(&html, "h1")[0].text().collect::<String>();
+    for text in [&title, &heading] {
+        assert_eq!(text, &format!("kvroute report: {}", s(&receipt)));
+    }
+    let (page, _page_dir) = report_of(&[s(&lab_trace())]);
+    let html = Html::parse_document(&page);
+    let title = select(&html, "title")[0].text().collect::<String>();
+    assert_eq!(title, format!("kvroute report: {}", s(&lab_trace())));
+}
+
+/// A receipt whose served run repeats a request id is the join's error (SPEC.md §14.1),
+/// named with the receipt, the repeat's path and the id: its one completion would
+/// otherwise be matched once per decision. Exit 2, no page.
+#[test]
+fn a_completions_join_refuses_a_run_that_repeats_a_request_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut receipt = receipt_of(&lab_trace());
+    let decisions = &mut receipt["runs"][3]["decisions"];
+    let repeated = decisions[2]["request"].as_str().unwrap().to_owned();
+    decisions[5]["request"] = Value::from(repeated.clone());
+    let path = dir.path().join("spliced.receipt.json");
+    std::fs::write(&path, serde_json::to_vec(&receipt).unwrap()).unwrap();
+    let out = dir.path().join("report.html");
+    let completions = join_fixture("lab.completions.jsonl");
+    let failed = kvroute(&[
+        "report",
+        s(&path),
+        "--completions",
+        s(&completions),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(failed.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: not a kvroute receipt: runs[3].decisions[5].request: repeated request id \"{repeated}\", first at runs[3].decisions[2]",
+            s(&path)
+        )),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}

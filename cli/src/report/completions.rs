@@ -74,7 +74,7 @@ pub fn receipt_of_trace(input: Option<&Path>) -> Result<Vec<u8>, Failure> {
 /// Joins `receipt` with the completions (every error is `join`'s, SPEC.md §14.5).
 pub fn panel(
     receipt_name: &Path,
-    receipt: &[u8],
+    receipt: impl std::io::BufRead,
     args: &CompletionsArgs,
     id_key: Option<Vec<u8>>,
 ) -> Result<CompletionsView, Failure> {

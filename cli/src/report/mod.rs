@@ -24,6 +24,7 @@ use kvroute_core::route::compiled::Compiled;
 use kvroute_core::{parse_trace, Policy, Trace};
 use model::{Lab, ReceiptDoc, TraceFacts, RECEIPT_FORMAT};
 use serde::Deserialize;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 /// Only the `format` member, to tell a receipt from a trace before parsing either.
@@ -105,16 +106,58 @@ fn load_trace_bytes(bytes: &[u8]) -> Result<Trace, Failure> {
     parse_trace(bytes).map_err(|errors| Failure::invalid(errors.lines()))
 }
 
+/// A receipt file read as it streams in, when `path` is a file that starts as a
+/// canonical or a JSON Lines receipt does; `None` for anything else (stdin, a trace, a
+/// receipt written some other way, a file that cannot be read), which is read whole.
+fn stream_receipt(path: &Path) -> Result<Option<ReceiptDoc>, Failure> {
+    if path.as_os_str() == "-" {
+        return Ok(None);
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(None);
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let Ok(head) = reader.fill_buf() else {
+        return Ok(None);
+    };
+    let invalid = |what: &str, problem: String| {
+        Failure::invalid(vec![format!(
+            "{}: not a valid {what}: {problem}",
+            path.display()
+        )])
+    };
+    if head.starts_with(model::STREAM_HEAD) {
+        let receipt = model::read_lines(reader)
+            .map_err(|problem| invalid(&format!("{STREAM_FORMAT} receipt"), problem))?;
+        Ok(Some(receipt))
+    } else if head.starts_with(model::RECEIPT_HEAD) {
+        let receipt =
+            model::read_canonical(reader).map_err(|e| invalid(RECEIPT_FORMAT, e.to_string()))?;
+        Ok(Some(receipt))
+    } else {
+        Ok(None)
+    }
+}
+
 /// Replays a trace (None: the built-in lab trace) or reads a receipt file. With a
 /// receipt, `trace` may name its trace, for cohorts and latency; its digest must match
 /// the receipt's `trace_digest`. `id_key` is the key the receipt's request ids were
 /// written under (`replay --id-key`, SPEC.md §6.5): the trace's ids are keyed the same
-/// way, after its digest is checked, so its requests match the receipt's.
+/// way, after its digest is checked, so its requests match the receipt's. A receipt
+/// file is streamed ([`stream_receipt`]); anything else is read whole.
 pub fn load_lab(
     input: Option<&Path>,
     trace: Option<&Path>,
     id_key: Option<&Path>,
 ) -> Result<Lab, Failure> {
+    if let Some(path) = input {
+        if let Some(receipt) = stream_receipt(path)? {
+            check_id_key(id_key, trace)?;
+            let mut lab = lab_of_receipt(path.display().to_string(), receipt, trace, id_key)?;
+            lab.receipt_path = Some(path.to_owned());
+            return Ok(lab);
+        }
+    }
     let (source, bytes) = match input {
         None => (
             "the built-in lab trace (fixtures/lab/trace.json)".to_owned(),
@@ -136,12 +179,7 @@ pub fn load_lab(
         .ok()
         .and_then(|probe| probe.format)
         .is_some_and(|format| format == RECEIPT_FORMAT);
-    if let (Some(key), None) = (id_key, trace) {
-        return Err(Failure::invalid(vec![format!(
-            "{}: --id-key keys the ids of the --trace TRACE of a receipt, and there is none",
-            key.display()
-        )]));
-    }
+    check_id_key(id_key, trace)?;
     if !is_receipt {
         if trace.is_some() {
             return Err(Failure::invalid(vec![format!(
@@ -153,6 +191,30 @@ pub fn load_lab(
     let receipt: ReceiptDoc = serde_json::from_slice(&bytes).map_err(|e| {
         Failure::invalid(vec![format!("{source}: not a valid {RECEIPT_FORMAT}: {e}")])
     })?;
+    let mut lab = lab_of_receipt(source, receipt, trace, id_key)?;
+    lab.receipt_json = Some(bytes);
+    Ok(lab)
+}
+
+/// `--id-key` keys the ids of a receipt's `--trace`: without one it is bad usage.
+fn check_id_key(id_key: Option<&Path>, trace: Option<&Path>) -> Result<(), Failure> {
+    match (id_key, trace) {
+        (Some(key), None) => Err(Failure::invalid(vec![format!(
+            "{}: --id-key keys the ids of the --trace TRACE of a receipt, and there is none",
+            key.display()
+        )])),
+        _ => Ok(()),
+    }
+}
+
+/// The lab of a receipt read from `source`, with its trace's facts when `trace` names
+/// it (its digest checked, its ids keyed with `id_key`).
+fn lab_of_receipt(
+    source: String,
+    receipt: ReceiptDoc,
+    trace: Option<&Path>,
+    id_key: Option<&Path>,
+) -> Result<Lab, Failure> {
     let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
     if let Some(run) = receipt
         .runs
@@ -188,7 +250,8 @@ pub fn load_lab(
         receipt_digest: receipt.receipt_digest,
         runs: receipt.runs,
         facts,
-        receipt_json: Some(bytes),
+        receipt_json: None,
+        receipt_path: None,
         completions: None,
     })
 }
@@ -209,6 +272,7 @@ fn lab_of_trace(source: String, trace: &Trace) -> Lab {
         runs: model::runs_of_receipt(&receipt),
         facts: Some(TraceFacts::of(trace)),
         receipt_json: None,
+        receipt_path: None,
         completions: None,
     }
 }
@@ -225,13 +289,18 @@ pub fn report(
 ) -> Result<(), Failure> {
     let mut lab = load_lab(input, trace, id_key)?;
     if let Some(args) = completions {
-        let receipt = match lab.receipt_json.take() {
-            Some(receipt) => receipt,
-            None => completions::receipt_of_trace(input)?,
+        let receipt: Box<dyn BufRead> = match (lab.receipt_json.take(), &lab.receipt_path) {
+            (Some(receipt), _) => Box::new(std::io::Cursor::new(receipt)),
+            (None, Some(path)) => Box::new(std::io::BufReader::new(
+                std::fs::File::open(path).map_err(|e| {
+                    Failure::invalid(vec![format!("{}: cannot read input: {e}", path.display())])
+                })?,
+            )),
+            (None, None) => Box::new(std::io::Cursor::new(completions::receipt_of_trace(input)?)),
         };
         let id_key = id_key.map(super::read_id_key).transpose()?;
         let name = input.unwrap_or(Path::new("the built-in lab trace"));
-        lab.completions = Some(completions::panel(name, &receipt, args, id_key)?);
+        lab.completions = Some(completions::panel(name, receipt, args, id_key)?);
     }
     if lab.requests_unmatched() {
         let how = match id_key {
@@ -305,11 +374,12 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
         }
     };
     let second_lab = second.as_ref().unwrap_or(&first);
-    let run = |lab: &Lab, policy: Policy| {
-        lab.run(policy.name()).cloned().ok_or_else(|| {
+    // The runs are compared where they lie: a copy would add half the receipt again.
+    fn run(lab: &Lab, policy: Policy) -> Result<&model::RunDoc, Failure> {
+        lab.run(policy.name()).ok_or_else(|| {
             Failure::invalid(vec![format!("{}: no {} run", lab.source, policy.name())])
         })
-    };
+    }
     let (base_run, cand_run) = (run(&first, baseline)?, run(second_lab, candidate)?);
     let name = |lab: &Lab, policy: Policy| match &second {
         None => policy.name().to_owned(),
@@ -317,8 +387,8 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
     };
     let facts = first.facts.as_ref().or(second_lab.facts.as_ref());
     let result = diff::diff(
-        (&name(&first, baseline), &base_run),
-        (&name(second_lab, candidate), &cand_run),
+        (&name(&first, baseline), base_run),
+        (&name(second_lab, candidate), cand_run),
         facts,
     )
     .map_err(|e| Failure::invalid(vec![format!("kvroute diff: {e}")]))?;

@@ -13,9 +13,103 @@ use kvroute_core::route::record::{CacheLogEntry, Decision, ObservationLogEntry, 
 use kvroute_core::{Receipt, Trace};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::io::BufRead;
 
 /// The `format` member of a receipt file.
 pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
+
+/// How a canonical receipt file starts (its members are sorted, `format` first).
+pub const RECEIPT_HEAD: &[u8] = br#"{"format":"kvroute-receipt/1""#;
+/// How a JSON Lines receipt file starts (SPEC.md §6.4).
+pub const STREAM_HEAD: &[u8] = br#"{"format":"kvroute-receipt-stream/1""#;
+
+/// Reads a canonical receipt from `reader` into its runs, one element at a time: the
+/// file's bytes are never held, only the documents they make.
+pub fn read_canonical(reader: impl BufRead) -> Result<ReceiptDoc, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let receipt = ReceiptDoc::deserialize(&mut de)?;
+    de.end()?;
+    Ok(receipt)
+}
+
+/// The members of one JSON Lines receipt line (SPEC.md §6.4): the head's, one
+/// element's beside its `policy`, or the last line's `receipt_digest`.
+#[derive(Deserialize)]
+struct StreamLine {
+    receipt_format: Option<String>,
+    trace_digest: Option<String>,
+    policy: Option<String>,
+    decisions: Option<DecisionDoc>,
+    cache_log: Option<CacheLogDoc>,
+    observation_log: Option<ObservationLogDoc>,
+    metrics: Option<Metrics>,
+    receipt_digest: Option<String>,
+}
+
+impl StreamLine {
+    fn elements(&self) -> usize {
+        usize::from(self.decisions.is_some())
+            + usize::from(self.cache_log.is_some())
+            + usize::from(self.observation_log.is_some())
+            + usize::from(self.metrics.is_some())
+    }
+}
+
+/// Reads a JSON Lines receipt from `reader` a line at a time into the runs its lines
+/// make: the runs in the order the lines first name them, each member's elements in
+/// line order, `receipt_digest` from the last line. Problems name their line.
+pub fn read_lines(reader: impl BufRead) -> Result<ReceiptDoc, String> {
+    let mut runs: Vec<(RunDoc, bool)> = Vec::new();
+    let mut trace_digest = None;
+    let mut receipt_digest = None;
+    for (index, line) in reader.split(b'\n').enumerate() {
+        let line_number = index + 1;
+        let line = line.map_err(|e| format!("line {line_number}: cannot read it: {e}"))?;
+        if line.is_empty() {
+            continue;
+        }
+        let line: StreamLine =
+            serde_json::from_slice(&line).map_err(|e| format!("line {line_number}: {e}"))?;
+        if index == 0 {
+            if line.receipt_format.as_deref() != Some(RECEIPT_FORMAT) {
+                return Err(format!(
+                    "line 1: its receipt_format is not {RECEIPT_FORMAT:?}"
+                ));
+            }
+            trace_digest = line.trace_digest;
+            continue;
+        }
+        if line.receipt_digest.is_some() {
+            receipt_digest = line.receipt_digest;
+            continue;
+        }
+        let Some(policy) = line.policy.as_deref() else {
+            return Err(format!("line {line_number}: no policy"));
+        };
+        if line.elements() != 1 {
+            return Err(format!("line {line_number}: not one member beside policy"));
+        }
+        if runs.last().is_none_or(|(run, _)| run.policy != policy) {
+            runs.push((RunDoc::empty(policy), false));
+        }
+        let (run, has_metrics) = runs.last_mut().expect("pushed");
+        if let Some(metrics) = line.metrics {
+            run.metrics = metrics;
+            *has_metrics = true;
+        }
+        run.decisions.extend(line.decisions);
+        run.cache_log.extend(line.cache_log);
+        run.observation_log.extend(line.observation_log);
+    }
+    if let Some((run, _)) = runs.iter().find(|(_, has_metrics)| !has_metrics) {
+        return Err(format!("the {} run has no metrics line", run.policy));
+    }
+    Ok(ReceiptDoc {
+        trace_digest: trace_digest.ok_or("line 1: no trace_digest")?,
+        runs: runs.into_iter().map(|(run, _)| run).collect(),
+        receipt_digest: receipt_digest.ok_or("no last line with the receipt_digest")?,
+    })
+}
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ReceiptDoc {
@@ -32,6 +126,19 @@ pub struct RunDoc {
     pub observation_log: Vec<ObservationLogDoc>,
     /// Core's own type: its fields are the receipt's member names.
     pub metrics: Metrics,
+}
+
+impl RunDoc {
+    /// A run of `policy` with nothing read yet.
+    fn empty(policy: &str) -> RunDoc {
+        RunDoc {
+            policy: policy.to_owned(),
+            decisions: Vec::new(),
+            cache_log: Vec::new(),
+            observation_log: Vec::new(),
+            metrics: Metrics::default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -177,8 +284,12 @@ pub struct Lab {
     pub receipt_digest: String,
     pub runs: Vec<RunDoc>,
     pub facts: Option<TraceFacts>,
-    /// The receipt's JSON as read, when the input was a receipt (for `--completions`).
+    /// The receipt's JSON as read, when the input was a receipt read whole (for
+    /// `--completions`).
     pub receipt_json: Option<Vec<u8>>,
+    /// The receipt file, when the input was a receipt streamed from it (for
+    /// `--completions`, which reads it again).
+    pub receipt_path: Option<std::path::PathBuf>,
     /// The Completions panel (SPEC.md §14.6), when `--completions` was given.
     pub completions: Option<super::completions::CompletionsView>,
 }

@@ -11,6 +11,7 @@
 use crate::route::policy::Policy;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use std::collections::btree_map::{BTreeMap, Entry};
 use std::fmt;
 use std::io::{BufRead, Read};
 
@@ -139,6 +140,14 @@ fn read_canonical(receipt: impl Read, policy: Policy) -> Result<ReceiptRun, Rece
         Some((picked_policy, decisions)) if picked_policy == policy.name() => decisions?,
         _ => return Err(ReceiptError::NoSuchRun(body.policies)),
     };
+    if let Some((first, second)) = first_repeat(&decisions) {
+        let at = |i: usize| format!("runs[{wanted}].decisions[{i}]");
+        return Err(repeated_request(
+            &format!("{}.request", at(second)),
+            &decisions[second].request,
+            &at(first),
+        ));
+    }
     Ok(ReceiptRun {
         receipt_digest,
         trace_digest,
@@ -277,6 +286,30 @@ impl<'de> Visitor<'de> for RunSeed {
     }
 }
 
+/// The first decision whose request id an earlier decision of the run already has, as
+/// (the earlier one's index, its index). A run routes each request of its trace once
+/// (SPEC.md §14.1), so a repeat is a receipt that was edited or spliced: joined, its
+/// one completion would match each of the decisions.
+fn first_repeat(decisions: &[DecisionSummary]) -> Option<(usize, usize)> {
+    let mut first_of_request: BTreeMap<&str, usize> = BTreeMap::new();
+    decisions.iter().enumerate().find_map(|(i, decision)| {
+        match first_of_request.entry(decision.request.as_str()) {
+            Entry::Occupied(first) => Some((*first.get(), i)),
+            Entry::Vacant(slot) => {
+                slot.insert(i);
+                None
+            }
+        }
+    })
+}
+
+fn repeated_request(path: &str, request: &str, first: &str) -> ReceiptError {
+    ReceiptError::NotAReceipt(format!(
+        "{path}: repeated request id {}, first at {first}: a run's request ids are unique",
+        crate::input::json::quote_str(request)
+    ))
+}
+
 /// The members of one JSON Lines receipt line that `join` reads (§6.4).
 #[derive(Deserialize)]
 struct StreamLine {
@@ -291,6 +324,8 @@ struct StreamLine {
 fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
     let mut policies: Vec<String> = Vec::new();
     let mut decisions = Vec::new();
+    // The line of each kept decision, for the error naming a repeated request id.
+    let mut decision_lines: Vec<usize> = Vec::new();
     let mut receipt_digest = None;
     let mut trace_digest = None;
     for (index, line) in receipt.lines().enumerate() {
@@ -314,6 +349,7 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
             }
             if let Some(decision) = line.decisions.filter(|_| name == policy.name()) {
                 decisions.push(decision.summary().map_err(ReceiptError::NotAReceipt)?);
+                decision_lines.push(index + 1);
             }
         }
         if line.receipt_digest.is_some() {
@@ -326,6 +362,13 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
     if !policies.iter().any(|p| p == policy.name()) {
         return Err(ReceiptError::NoSuchRun(policies));
     }
+    if let Some((first, second)) = first_repeat(&decisions) {
+        return Err(repeated_request(
+            &format!("line {}: decisions.request", decision_lines[second]),
+            &decisions[second].request,
+            &format!("line {}", decision_lines[first]),
+        ));
+    }
     Ok(ReceiptRun {
         receipt_digest,
         trace_digest,
@@ -333,4 +376,80 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
         policies,
         decisions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::compiled::Compiled;
+    use crate::{parse_trace, replay, LAB_TRACE_JSON};
+
+    /// The lab receipt, canonical, with cache_plus_load's decision 5 given decision 2's
+    /// request id.
+    fn canonical_with_a_repeat() -> Vec<u8> {
+        let receipt = crate::replay_bytes(LAB_TRACE_JSON.as_bytes()).unwrap();
+        let mut receipt: serde_json::Value = serde_json::from_slice(&receipt).unwrap();
+        let decisions = &mut receipt["runs"][3]["decisions"];
+        decisions[5]["request"] = decisions[2]["request"].clone();
+        serde_json::to_vec(&receipt).unwrap()
+    }
+
+    /// The lab receipt as JSON Lines, with the same repeat.
+    fn lines_with_a_repeat() -> (String, usize, usize) {
+        let trace = parse_trace(LAB_TRACE_JSON.as_bytes()).unwrap();
+        let digest = crate::output::canonical::trace_digest(&trace);
+        let mut bytes = Vec::new();
+        replay::write_jsonl(&Compiled::new(&trace), &digest, &mut bytes).unwrap();
+        let mut lines: Vec<String> = String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let of_run: Vec<usize> = (0..lines.len())
+            .filter(|&i| {
+                lines[i].starts_with(r#"{"decisions":"#)
+                    && lines[i].ends_with(r#""policy":"cache_plus_load"}"#)
+            })
+            .collect();
+        let request = |line: &str| -> String {
+            let line: serde_json::Value = serde_json::from_str(line).unwrap();
+            line["decisions"]["request"].as_str().unwrap().to_owned()
+        };
+        let (first, second) = (of_run[2], of_run[5]);
+        let (wanted, other) = (request(&lines[first]), request(&lines[second]));
+        lines[second] = lines[second].replace(
+            &format!(r#""request":"{other}""#),
+            &format!(r#""request":"{wanted}""#),
+        );
+        (lines.join("\n") + "\n", first + 1, second + 1)
+    }
+
+    #[test]
+    fn a_run_that_repeats_a_request_id_is_not_a_receipt() {
+        let receipt = canonical_with_a_repeat();
+        let error = read_run(&receipt[..], Policy::CachePlusLoad).unwrap_err();
+        let ReceiptError::NotAReceipt(reason) = error else {
+            panic!("{error:?}")
+        };
+        assert!(
+            reason.starts_with("runs[3].decisions[5].request: repeated request id \"")
+                && reason
+                    .ends_with("first at runs[3].decisions[2]: a run's request ids are unique"),
+            "{reason}"
+        );
+        // The other runs are not read, and theirs are unique.
+        assert!(read_run(&receipt[..], Policy::LeastLoad).is_ok());
+
+        let (lines, first, second) = lines_with_a_repeat();
+        let error = read_run(lines.as_bytes(), Policy::CachePlusLoad).unwrap_err();
+        let ReceiptError::NotAReceipt(reason) = error else {
+            panic!("{error:?}")
+        };
+        assert!(
+            reason.starts_with(&format!(
+                "line {second}: decisions.request: repeated request id"
+            )) && reason.contains(&format!("first at line {first}:")),
+            "{reason}"
+        );
+    }
 }
