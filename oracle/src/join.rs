@@ -1052,31 +1052,32 @@ enum Completions {
     Bench(vllm::Bench),
 }
 
-/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
-/// or the first error of §14.5 that applies.
-pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
-    // The layout: named, or told from the first line that is not blank (§14.1.4), the
-    // only error reported when it cannot be told.
-    let layout = match inputs.format {
-        Some(name) => detect::Layout::named(name)
-            .unwrap_or_else(|| panic!("no completions format {name:?} (bad usage)")),
+/// The layout: named, or told from the first line that is not blank (§14.1.4), the
+/// only error reported when it cannot be told.
+fn layout(inputs: &JoinInputs) -> Result<detect::Layout, JoinFailure> {
+    match inputs.format {
+        Some(name) => Ok(detect::Layout::named(name)
+            .unwrap_or_else(|| panic!("no completions format {name:?} (bad usage)"))),
         None => match detect::detect(inputs.completions) {
-            Ok(Some(layout)) => layout,
-            Ok(None) => return Err(JoinFailure::NoRecords),
-            Err(line) => return Err(JoinFailure::Undetectable(line)),
+            Ok(Some(layout)) => Ok(layout),
+            Ok(None) => Err(JoinFailure::NoRecords),
+            Err(line) => Err(JoinFailure::Undetectable(line)),
         },
-    };
+    }
+}
 
-    // 1, 2: the completions, every line (or the whole document) checked first.
+/// §14.5 errors 1 and 2: the completions in `layout`, every line (or the whole
+/// document) checked, then at least one record.
+fn read_completions(bytes: &[u8], layout: detect::Layout) -> Result<Completions, JoinFailure> {
     let completions = match layout {
-        detect::Layout::Aiperf => Completions::Lines(
-            completion_records(inputs.completions, record).map_err(JoinFailure::Lines)?,
-        ),
+        detect::Layout::Aiperf => {
+            Completions::Lines(completion_records(bytes, record).map_err(JoinFailure::Lines)?)
+        }
         detect::Layout::Dynamo => Completions::Lines(
-            completion_records(inputs.completions, dynamo::record).map_err(JoinFailure::Lines)?,
+            completion_records(bytes, dynamo::record).map_err(JoinFailure::Lines)?,
         ),
         detect::Layout::VllmBench => {
-            Completions::Bench(vllm::read(inputs.completions).map_err(JoinFailure::Document)?)
+            Completions::Bench(vllm::read(bytes).map_err(JoinFailure::Document)?)
         }
     };
     let empty = match &completions {
@@ -1086,12 +1087,22 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     if empty {
         return Err(JoinFailure::NoRecords);
     }
+    Ok(completions)
+}
 
-    // 3, 4: the receipt and its run.
-    let text = receipt_text(inputs.receipt).ok_or(JoinFailure::NotAReceipt)?;
-    let (receipt_digest, receipt_trace_digest, all_runs) =
-        runs(&text).ok_or(JoinFailure::NotAReceipt)?;
-    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == inputs.run) else {
+/// What the join reads of the receipt: its `receipt_digest`, its `trace_digest` (when
+/// a string) and the decisions of the run.
+struct RunRead {
+    receipt_digest: String,
+    trace_digest: Option<String>,
+    decisions: Vec<Decision>,
+}
+
+/// §14.5 errors 3 and 4: the receipt, and the run `--run` names.
+fn read_run(receipt: &[u8], run: &str) -> Result<RunRead, JoinFailure> {
+    let text = receipt_text(receipt).ok_or(JoinFailure::NotAReceipt)?;
+    let (receipt_digest, trace_digest, all_runs) = runs(&text).ok_or(JoinFailure::NotAReceipt)?;
+    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == run) else {
         return Err(JoinFailure::NoSuchRun(
             all_runs.iter().map(|(policy, _)| policy.clone()).collect(),
         ));
@@ -1100,28 +1111,27 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     for node in decision_nodes {
         decisions.push(decision(node).ok_or(JoinFailure::NotAReceipt)?);
     }
+    Ok(RunRead {
+        receipt_digest,
+        trace_digest,
+        decisions,
+    })
+}
 
-    // 5, 6: the trace, its digest, and each decision's cohort.
-    let cohort_of: Option<Vec<cohorts::Triple>> = match inputs.trace {
-        None => None,
-        Some(trace) => {
-            let receipt_trace_digest = receipt_trace_digest.ok_or(JoinFailure::NotAReceipt)?;
-            Some(cohorts::triples(
-                trace,
-                &receipt_trace_digest,
-                inputs.id_key,
-                &decisions,
-            )?)
-        }
-    };
-
-    // The record lines as the join compares them.
-    let (entries, span, first_completion_id) = match completions {
+/// The record lines as the join compares them, how the span is found, and the first
+/// completion id (for §14.5 error 7; `None` for `vllm-bench`, whose entries take their
+/// decisions' ids). Ids are keyed under `--id-key`.
+fn comparable_entries(
+    completions: Completions,
+    id_key: Option<&[u8]>,
+    decisions: &[Decision],
+) -> (Vec<Entry>, Span, Option<String>) {
+    match completions {
         Completions::Lines(lines) => {
             let entries: Vec<Entry> = lines
                 .into_iter()
                 .map(|(_, id, record)| Entry {
-                    id: Some(match inputs.id_key {
+                    id: Some(match id_key {
                         Some(key) => keyed::keyed_id(key, &id),
                         None => id,
                     }),
@@ -1143,8 +1153,62 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
                 .collect();
             (entries, Span::Duration(bench.duration_ns), None)
         }
+    }
+}
+
+/// §14.3's `cohorts`: per cohort, in triple order, §14.2's figures over its decisions
+/// and the lines of their ids.
+fn cohort_documents<'a>(
+    groups: &'a BTreeMap<cohorts::Triple, Vec<&'a Decision>>,
+    entries: &[Entry],
+    span: Span,
+    slo: Option<(Option<u64>, Option<u64>)>,
+) -> Json<'a> {
+    let mut listed = Vec::new();
+    for ((tenant, model, adapter), members_of) in groups {
+        let ids: BTreeSet<&str> = members_of.iter().map(|d| d.request.as_str()).collect();
+        let own: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.id.as_deref().is_some_and(|id| ids.contains(id)))
+            .collect();
+        let f = figures(members_of, &own, span, slo);
+        listed.push(Json::Object(vec![
+            ("tenant", Json::Str(tenant)),
+            ("model", Json::Str(model)),
+            ("adapter", Json::Str(adapter)),
+            ("counts", f.counts),
+            ("prediction", f.prediction),
+            ("goodput", f.goodput),
+            ("workers", f.workers),
+        ]));
+    }
+    Json::Array(listed)
+}
+
+/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
+/// or the first error of §14.5 that applies.
+pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
+    let layout = layout(inputs)?;
+    let completions = read_completions(inputs.completions, layout)?;
+    let run = read_run(inputs.receipt, inputs.run)?;
+    let decisions = run.decisions;
+
+    // 5, 6: the trace, its digest, and each decision's cohort.
+    let cohort_of: Option<Vec<cohorts::Triple>> = match inputs.trace {
+        None => None,
+        Some(trace) => {
+            let receipt_trace_digest = run.trace_digest.ok_or(JoinFailure::NotAReceipt)?;
+            Some(cohorts::triples(
+                trace,
+                &receipt_trace_digest,
+                inputs.id_key,
+                &decisions,
+            )?)
+        }
     };
 
+    let (entries, span, first_completion_id) =
+        comparable_entries(completions, inputs.id_key, &decisions);
     let all: Vec<&Decision> = decisions.iter().collect();
     let every_entry: Vec<&Entry> = entries.iter().collect();
     let whole = figures(&all, &every_entry, span, inputs.slo);
@@ -1167,7 +1231,7 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     let (ttft_ms, tpot_ms) = inputs.slo.unwrap_or((None, None));
     let mut members = vec![
         ("format", Json::Str("kvroute-join/1")),
-        ("receipt_digest", Json::Str(&receipt_digest)),
+        ("receipt_digest", Json::Str(&run.receipt_digest)),
         ("run", Json::Str(inputs.run)),
         (
             "slo",
@@ -1184,25 +1248,10 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     // §14.3: `cohorts` only with `--trace`.
     let groups = cohort_of.map(|triples| cohorts::group(&decisions, &triples));
     if let Some(groups) = &groups {
-        let mut listed = Vec::new();
-        for ((tenant, model, adapter), members_of) in groups {
-            let ids: BTreeSet<&str> = members_of.iter().map(|d| d.request.as_str()).collect();
-            let own: Vec<&Entry> = entries
-                .iter()
-                .filter(|e| e.id.as_deref().is_some_and(|id| ids.contains(id)))
-                .collect();
-            let f = figures(members_of, &own, span, inputs.slo);
-            listed.push(Json::Object(vec![
-                ("tenant", Json::Str(tenant)),
-                ("model", Json::Str(model)),
-                ("adapter", Json::Str(adapter)),
-                ("counts", f.counts),
-                ("prediction", f.prediction),
-                ("goodput", f.goodput),
-                ("workers", f.workers),
-            ]));
-        }
-        members.push(("cohorts", Json::Array(listed)));
+        members.push((
+            "cohorts",
+            cohort_documents(groups, &entries, span, inputs.slo),
+        ));
     }
     Ok(jcs::to_bytes(&Json::Object(members)))
 }
