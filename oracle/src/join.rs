@@ -304,6 +304,117 @@ fn metric(members: &[Member], name: &str, problems: &mut Vec<String>) -> Option<
     inner.and_then(|inner| duration(inner, &path, problems))
 }
 
+/// What an AIPerf line's `metadata` gives (SPEC §14.1).
+#[derive(Default)]
+struct Metadata {
+    id: Option<String>,
+    start_ns: Option<u64>,
+    end_ns: Option<u64>,
+    cancelled: bool,
+}
+
+/// `metadata`: its own problem and repeats, then its members in §14.1's order
+/// (`x_request_id`, `request_start_ns`, `request_end_ns`, `was_cancelled`), each with
+/// its repeats.
+fn metadata(top: &[Member], problems: &mut Vec<String>) -> Metadata {
+    let meta = match json::member(top, "metadata") {
+        None => {
+            problems.push("$: missing required member \"metadata\"".to_owned());
+            None
+        }
+        Some(Node::Object(meta)) => Some(meta),
+        Some(other) => {
+            problems.push(format!(
+                "metadata: expected an object, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(top, "metadata", "$", problems);
+    let Some(meta) = meta else {
+        return Metadata::default();
+    };
+    let mut read = Metadata::default();
+    match json::member(meta, "x_request_id") {
+        None => problems.push("metadata: missing required member \"x_request_id\"".to_owned()),
+        Some(Node::String(text)) if !text.is_empty() => read.id = Some(text.to_string()),
+        Some(other) => problems.push(format!(
+            "metadata.x_request_id: expected a non-empty string, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "x_request_id", "metadata", problems);
+    match json::member(meta, "request_start_ns") {
+        None => problems.push("metadata: missing required member \"request_start_ns\"".to_owned()),
+        Some(Node::Number(text)) if nanoseconds(text).is_some() => {
+            read.start_ns = nanoseconds(text)
+        }
+        Some(other) => problems.push(format!(
+            "metadata.request_start_ns: expected a non-negative integer, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "request_start_ns", "metadata", problems);
+    match json::member(meta, "request_end_ns") {
+        None | Some(Node::Null) => {}
+        Some(Node::Number(text)) if nanoseconds(text).is_some() => read.end_ns = nanoseconds(text),
+        Some(other) => problems.push(format!(
+            "metadata.request_end_ns: expected a non-negative integer or null, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "request_end_ns", "metadata", problems);
+    match json::member(meta, "was_cancelled") {
+        None => {}
+        Some(Node::Bool(value)) => read.cancelled = *value,
+        Some(other) => problems.push(format!(
+            "metadata.was_cancelled: expected a boolean, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "was_cancelled", "metadata", problems);
+    read
+}
+
+/// `metrics` (an object or null): its own problem and repeats, then TTFT and ITL in µs.
+fn metrics(top: &[Member], problems: &mut Vec<String>) -> (Option<u64>, Option<u64>) {
+    let metrics = match json::member(top, "metrics") {
+        None | Some(Node::Null) => None,
+        Some(Node::Object(metrics)) => Some(metrics),
+        Some(other) => {
+            problems.push(format!(
+                "metrics: expected an object or null, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(top, "metrics", "$", problems);
+    match metrics {
+        Some(metrics) => (
+            metric(metrics, "time_to_first_token", problems),
+            metric(metrics, "inter_token_latency", problems),
+        ),
+        None => (None, None),
+    }
+}
+
+/// `error` (an object or null), then its repeats: whether the request failed.
+fn error(top: &[Member], problems: &mut Vec<String>) -> bool {
+    let mut error = false;
+    match json::member(top, "error") {
+        None | Some(Node::Null) => {}
+        Some(Node::Object(_)) => error = true,
+        Some(other) => problems.push(format!(
+            "error: expected an object or null, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(top, "error", "$", problems);
+    error
+}
+
 /// One non-blank completion line, parsed: its id and record, or its reasons (each
 /// `"<path>: <reason>"`), in the order of SPEC §14.5: the members in the order §14.1
 /// lists them (`metadata` with `x_request_id`, `request_start_ns`, `request_end_ns`,
@@ -319,103 +430,19 @@ fn record(root: &Node) -> Parsed {
             json::quote(root)
         )]);
     };
-    let mut id = None;
-    let mut start_ns = None;
-    let mut end_ns = None;
-    let mut cancelled = false;
-    let meta = match json::member(top, "metadata") {
-        None => {
-            problems.push("$: missing required member \"metadata\"".to_owned());
-            None
-        }
-        Some(Node::Object(meta)) => Some(meta),
-        Some(other) => {
-            problems.push(format!(
-                "metadata: expected an object, found {}",
-                json::quote(other)
-            ));
-            None
-        }
-    };
-    repeats(top, "metadata", "$", &mut problems);
-    if let Some(meta) = meta {
-        match json::member(meta, "x_request_id") {
-            None => problems.push("metadata: missing required member \"x_request_id\"".to_owned()),
-            Some(Node::String(text)) if !text.is_empty() => id = Some(text.to_string()),
-            Some(other) => problems.push(format!(
-                "metadata.x_request_id: expected a non-empty string, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "x_request_id", "metadata", &mut problems);
-        match json::member(meta, "request_start_ns") {
-            None => {
-                problems.push("metadata: missing required member \"request_start_ns\"".to_owned())
-            }
-            Some(Node::Number(text)) if nanoseconds(text).is_some() => start_ns = nanoseconds(text),
-            Some(other) => problems.push(format!(
-                "metadata.request_start_ns: expected a non-negative integer, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "request_start_ns", "metadata", &mut problems);
-        match json::member(meta, "request_end_ns") {
-            None | Some(Node::Null) => {}
-            Some(Node::Number(text)) if nanoseconds(text).is_some() => end_ns = nanoseconds(text),
-            Some(other) => problems.push(format!(
-                "metadata.request_end_ns: expected a non-negative integer or null, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "request_end_ns", "metadata", &mut problems);
-        match json::member(meta, "was_cancelled") {
-            None => {}
-            Some(Node::Bool(value)) => cancelled = *value,
-            Some(other) => problems.push(format!(
-                "metadata.was_cancelled: expected a boolean, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "was_cancelled", "metadata", &mut problems);
-    }
-    let mut ttft_us = None;
-    let mut tpot_us = None;
-    let metrics = match json::member(top, "metrics") {
-        None | Some(Node::Null) => None,
-        Some(Node::Object(metrics)) => Some(metrics),
-        Some(other) => {
-            problems.push(format!(
-                "metrics: expected an object or null, found {}",
-                json::quote(other)
-            ));
-            None
-        }
-    };
-    repeats(top, "metrics", "$", &mut problems);
-    if let Some(metrics) = metrics {
-        ttft_us = metric(metrics, "time_to_first_token", &mut problems);
-        tpot_us = metric(metrics, "inter_token_latency", &mut problems);
-    }
-    let mut error = false;
-    match json::member(top, "error") {
-        None | Some(Node::Null) => {}
-        Some(Node::Object(_)) => error = true,
-        Some(other) => problems.push(format!(
-            "error: expected an object or null, found {}",
-            json::quote(other)
-        )),
-    }
-    repeats(top, "error", "$", &mut problems);
+    let meta = metadata(top, &mut problems);
+    let (ttft_us, tpot_us) = metrics(top, &mut problems);
+    let error = error(top, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
-    match (id, start_ns) {
+    match (meta.id, meta.start_ns) {
         (Some(id), Some(start_ns)) => Ok(Some((
             id,
             Record {
                 start_ns: Some(start_ns),
-                end_ns,
-                cancelled,
+                end_ns: meta.end_ns,
+                cancelled: meta.cancelled,
                 error,
                 ttft_us: ttft_us.map(u128::from),
                 tpot_us: tpot_us.map(u128::from),
