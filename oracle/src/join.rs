@@ -304,6 +304,117 @@ fn metric(members: &[Member], name: &str, problems: &mut Vec<String>) -> Option<
     inner.and_then(|inner| duration(inner, &path, problems))
 }
 
+/// What an AIPerf line's `metadata` gives (SPEC §14.1).
+#[derive(Default)]
+struct Metadata {
+    id: Option<String>,
+    start_ns: Option<u64>,
+    end_ns: Option<u64>,
+    cancelled: bool,
+}
+
+/// `metadata`: its own problem and repeats, then its members in §14.1's order
+/// (`x_request_id`, `request_start_ns`, `request_end_ns`, `was_cancelled`), each with
+/// its repeats.
+fn metadata(top: &[Member], problems: &mut Vec<String>) -> Metadata {
+    let meta = match json::member(top, "metadata") {
+        None => {
+            problems.push("$: missing required member \"metadata\"".to_owned());
+            None
+        }
+        Some(Node::Object(meta)) => Some(meta),
+        Some(other) => {
+            problems.push(format!(
+                "metadata: expected an object, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(top, "metadata", "$", problems);
+    let Some(meta) = meta else {
+        return Metadata::default();
+    };
+    let mut read = Metadata::default();
+    match json::member(meta, "x_request_id") {
+        None => problems.push("metadata: missing required member \"x_request_id\"".to_owned()),
+        Some(Node::String(text)) if !text.is_empty() => read.id = Some(text.to_string()),
+        Some(other) => problems.push(format!(
+            "metadata.x_request_id: expected a non-empty string, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "x_request_id", "metadata", problems);
+    match json::member(meta, "request_start_ns") {
+        None => problems.push("metadata: missing required member \"request_start_ns\"".to_owned()),
+        Some(Node::Number(text)) if nanoseconds(text).is_some() => {
+            read.start_ns = nanoseconds(text)
+        }
+        Some(other) => problems.push(format!(
+            "metadata.request_start_ns: expected a non-negative integer, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "request_start_ns", "metadata", problems);
+    match json::member(meta, "request_end_ns") {
+        None | Some(Node::Null) => {}
+        Some(Node::Number(text)) if nanoseconds(text).is_some() => read.end_ns = nanoseconds(text),
+        Some(other) => problems.push(format!(
+            "metadata.request_end_ns: expected a non-negative integer or null, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "request_end_ns", "metadata", problems);
+    match json::member(meta, "was_cancelled") {
+        None => {}
+        Some(Node::Bool(value)) => read.cancelled = *value,
+        Some(other) => problems.push(format!(
+            "metadata.was_cancelled: expected a boolean, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(meta, "was_cancelled", "metadata", problems);
+    read
+}
+
+/// `metrics` (an object or null): its own problem and repeats, then TTFT and ITL in µs.
+fn metrics(top: &[Member], problems: &mut Vec<String>) -> (Option<u64>, Option<u64>) {
+    let metrics = match json::member(top, "metrics") {
+        None | Some(Node::Null) => None,
+        Some(Node::Object(metrics)) => Some(metrics),
+        Some(other) => {
+            problems.push(format!(
+                "metrics: expected an object or null, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(top, "metrics", "$", problems);
+    match metrics {
+        Some(metrics) => (
+            metric(metrics, "time_to_first_token", problems),
+            metric(metrics, "inter_token_latency", problems),
+        ),
+        None => (None, None),
+    }
+}
+
+/// `error` (an object or null), then its repeats: whether the request failed.
+fn error(top: &[Member], problems: &mut Vec<String>) -> bool {
+    let mut error = false;
+    match json::member(top, "error") {
+        None | Some(Node::Null) => {}
+        Some(Node::Object(_)) => error = true,
+        Some(other) => problems.push(format!(
+            "error: expected an object or null, found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(top, "error", "$", problems);
+    error
+}
+
 /// One non-blank completion line, parsed: its id and record, or its reasons (each
 /// `"<path>: <reason>"`), in the order of SPEC §14.5: the members in the order §14.1
 /// lists them (`metadata` with `x_request_id`, `request_start_ns`, `request_end_ns`,
@@ -319,103 +430,19 @@ fn record(root: &Node) -> Parsed {
             json::quote(root)
         )]);
     };
-    let mut id = None;
-    let mut start_ns = None;
-    let mut end_ns = None;
-    let mut cancelled = false;
-    let meta = match json::member(top, "metadata") {
-        None => {
-            problems.push("$: missing required member \"metadata\"".to_owned());
-            None
-        }
-        Some(Node::Object(meta)) => Some(meta),
-        Some(other) => {
-            problems.push(format!(
-                "metadata: expected an object, found {}",
-                json::quote(other)
-            ));
-            None
-        }
-    };
-    repeats(top, "metadata", "$", &mut problems);
-    if let Some(meta) = meta {
-        match json::member(meta, "x_request_id") {
-            None => problems.push("metadata: missing required member \"x_request_id\"".to_owned()),
-            Some(Node::String(text)) if !text.is_empty() => id = Some(text.to_string()),
-            Some(other) => problems.push(format!(
-                "metadata.x_request_id: expected a non-empty string, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "x_request_id", "metadata", &mut problems);
-        match json::member(meta, "request_start_ns") {
-            None => {
-                problems.push("metadata: missing required member \"request_start_ns\"".to_owned())
-            }
-            Some(Node::Number(text)) if nanoseconds(text).is_some() => start_ns = nanoseconds(text),
-            Some(other) => problems.push(format!(
-                "metadata.request_start_ns: expected a non-negative integer, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "request_start_ns", "metadata", &mut problems);
-        match json::member(meta, "request_end_ns") {
-            None | Some(Node::Null) => {}
-            Some(Node::Number(text)) if nanoseconds(text).is_some() => end_ns = nanoseconds(text),
-            Some(other) => problems.push(format!(
-                "metadata.request_end_ns: expected a non-negative integer or null, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "request_end_ns", "metadata", &mut problems);
-        match json::member(meta, "was_cancelled") {
-            None => {}
-            Some(Node::Bool(value)) => cancelled = *value,
-            Some(other) => problems.push(format!(
-                "metadata.was_cancelled: expected a boolean, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(meta, "was_cancelled", "metadata", &mut problems);
-    }
-    let mut ttft_us = None;
-    let mut tpot_us = None;
-    let metrics = match json::member(top, "metrics") {
-        None | Some(Node::Null) => None,
-        Some(Node::Object(metrics)) => Some(metrics),
-        Some(other) => {
-            problems.push(format!(
-                "metrics: expected an object or null, found {}",
-                json::quote(other)
-            ));
-            None
-        }
-    };
-    repeats(top, "metrics", "$", &mut problems);
-    if let Some(metrics) = metrics {
-        ttft_us = metric(metrics, "time_to_first_token", &mut problems);
-        tpot_us = metric(metrics, "inter_token_latency", &mut problems);
-    }
-    let mut error = false;
-    match json::member(top, "error") {
-        None | Some(Node::Null) => {}
-        Some(Node::Object(_)) => error = true,
-        Some(other) => problems.push(format!(
-            "error: expected an object or null, found {}",
-            json::quote(other)
-        )),
-    }
-    repeats(top, "error", "$", &mut problems);
+    let meta = metadata(top, &mut problems);
+    let (ttft_us, tpot_us) = metrics(top, &mut problems);
+    let error = error(top, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
-    match (id, start_ns) {
+    match (meta.id, meta.start_ns) {
         (Some(id), Some(start_ns)) => Ok(Some((
             id,
             Record {
                 start_ns: Some(start_ns),
-                end_ns,
-                cancelled,
+                end_ns: meta.end_ns,
+                cancelled: meta.cancelled,
                 error,
                 ttft_us: ttft_us.map(u128::from),
                 tpot_us: tpot_us.map(u128::from),
@@ -731,79 +758,149 @@ struct Figures<'a> {
     workers: Json<'a>,
 }
 
-/// SPEC §14.2 over `decisions` and the record lines `entries` (in file order): the
-/// first line of an id is its record, later ones only counted.
-fn figures<'a>(
-    decisions: &[&'a Decision],
-    entries: &[&Entry],
-    span: Span,
-    slo: Option<(Option<u64>, Option<u64>)>,
-) -> Figures<'a> {
-    let completion_lines = entries.len() as u128;
-    let mut records: BTreeMap<&str, &Record> = BTreeMap::new();
-    let mut lines_of: BTreeMap<&str, u128> = BTreeMap::new();
-    let mut past = 0u128;
-    for entry in entries {
+/// The record lines grouped by id (SPEC §14.2): each id's record (its first line in
+/// file order), how many lines each id is on, and how many lines have no id (`vllm-bench`
+/// entries past the run's last decision).
+struct RecordsById<'e> {
+    records: BTreeMap<&'e str, &'e Record>,
+    lines_of: BTreeMap<&'e str, u128>,
+    without_id: u128,
+    /// Every line that holds a record: `completion_lines`.
+    lines: u128,
+}
+
+fn records_by_id<'e>(entries: &[&'e Entry]) -> RecordsById<'e> {
+    let mut by_id = RecordsById {
+        records: BTreeMap::new(),
+        lines_of: BTreeMap::new(),
+        without_id: 0,
+        lines: entries.len() as u128,
+    };
+    for &entry in entries {
         match &entry.id {
             Some(id) => {
-                *lines_of.entry(id).or_insert(0) += 1;
-                records.entry(id).or_insert(&entry.record);
+                *by_id.lines_of.entry(id).or_insert(0) += 1;
+                by_id.records.entry(id).or_insert(&entry.record);
             }
-            None => past += 1,
+            None => by_id.without_id += 1,
         }
     }
+    by_id
+}
 
-    // Counts.
-    let total = decisions.len() as u128;
-    let routed = decisions.iter().filter(|d| d.chosen.is_some()).count() as u128;
-    let rejected = total - routed;
-    let mut matched = 0u128;
-    let mut rejected_served = 0u128;
-    let mut cancelled = 0u128;
-    let mut errors = 0u128;
-    // The completed records with their decisions: (worker, predicted_milli, record).
-    let mut completed: Vec<(&'a str, u128, &Record)> = Vec::new();
-    let mut min_start: Option<u64> = None;
-    let mut max_end: Option<u64> = None;
+/// A completed record with its decision's chosen worker and `predicted_milli`.
+type Completed<'a, 'e> = (&'a str, u128, &'e Record);
+
+/// What matching the decisions with their records gives (SPEC §14.2's counts that
+/// look at records, and what the measured figures and the span are taken over).
+struct Matching<'a, 'e> {
+    matched: u128,
+    rejected_served: u128,
+    cancelled: u128,
+    errors: u128,
+    completed: Vec<Completed<'a, 'e>>,
+    /// `min(request_start_ns)` and `max(request_end_ns)` over the matched records.
+    min_start_ns: Option<u64>,
+    max_end_ns: Option<u64>,
+}
+
+/// Each decision against the record of its request id: a rejected decision with one is
+/// `rejected_served`; a routed one is `matched`, then cancelled, in error or completed.
+fn match_decisions<'a, 'e>(
+    decisions: &[&'a Decision],
+    records: &BTreeMap<&str, &'e Record>,
+) -> Matching<'a, 'e> {
+    let mut m = Matching {
+        matched: 0,
+        rejected_served: 0,
+        cancelled: 0,
+        errors: 0,
+        completed: Vec::new(),
+        min_start_ns: None,
+        max_end_ns: None,
+    };
     for d in decisions {
         let Some(rec) = records.get(d.request.as_str()) else {
             continue;
         };
         let Some((worker, predicted)) = &d.chosen else {
-            rejected_served += 1;
+            m.rejected_served += 1;
             continue;
         };
-        matched += 1;
+        m.matched += 1;
         if let Some(start) = rec.start_ns {
-            min_start = Some(min_start.map_or(start, |m| m.min(start)));
+            m.min_start_ns = Some(m.min_start_ns.map_or(start, |s| s.min(start)));
         }
         if let Some(end) = rec.end_ns {
-            max_end = Some(max_end.map_or(end, |m| m.max(end)));
+            m.max_end_ns = Some(m.max_end_ns.map_or(end, |e| e.max(end)));
         }
         if rec.cancelled {
-            cancelled += 1;
+            m.cancelled += 1;
         } else if rec.error {
-            errors += 1;
+            m.errors += 1;
         } else if rec.ttft_us.is_some() && rec.tpot_us.is_some() {
-            completed.push((worker, *predicted, rec));
+            m.completed.push((worker, *predicted, rec));
         }
     }
-    let dropped = routed - matched;
-    let requests: BTreeSet<&str> = decisions.iter().map(|d| d.request.as_str()).collect();
-    let unrouted = records.keys().filter(|id| !requests.contains(*id)).count() as u128 + past;
-    let retried = lines_of.values().filter(|n| **n > 1).count() as u128;
-    let error_rate_pm = (1000 * errors).checked_div(matched).unwrap_or(0);
+    m
+}
 
-    // Prediction figures over the completed records.
-    let ttft = |rec: &Record| rec.ttft_us.unwrap_or(0);
-    let tpot = |rec: &Record| rec.tpot_us.unwrap_or(0);
+/// A completed record's TTFT and TPOT in µs (both present, by §14.2's `completed`).
+fn ttft_us(rec: &Record) -> u128 {
+    rec.ttft_us.unwrap_or(0)
+}
+
+fn tpot_us(rec: &Record) -> u128 {
+    rec.tpot_us.unwrap_or(0)
+}
+
+/// The `counts` member (SPEC §14.2's table, in its order).
+fn counts<'a>(decisions: &[&Decision], by_id: &RecordsById, m: &Matching) -> Json<'a> {
+    let total = decisions.len() as u128;
+    let routed = routed(decisions);
+    let requests: BTreeSet<&str> = decisions.iter().map(|d| d.request.as_str()).collect();
+    let unrouted = by_id
+        .records
+        .keys()
+        .filter(|id| !requests.contains(*id))
+        .count() as u128
+        + by_id.without_id;
+    let retried = by_id.lines_of.values().filter(|n| **n > 1).count() as u128;
+    let error_rate_pm = (1000 * m.errors).checked_div(m.matched).unwrap_or(0);
+    let count = |v: u128| number(v as i128);
+    Json::Object(vec![
+        ("decisions", count(total)),
+        ("routed", count(routed)),
+        ("rejected", count(total - routed)),
+        ("completion_lines", count(by_id.lines)),
+        ("matched", count(m.matched)),
+        ("dropped", count(routed - m.matched)),
+        ("rejected_served", count(m.rejected_served)),
+        ("unrouted", count(unrouted)),
+        ("retried", count(retried)),
+        ("cancelled", count(m.cancelled)),
+        ("errors", count(m.errors)),
+        ("completed", count(m.completed.len() as u128)),
+        ("error_rate_pm", count(error_rate_pm)),
+    ])
+}
+
+/// Decisions with a chosen worker.
+fn routed(decisions: &[&Decision]) -> u128 {
+    decisions.iter().filter(|d| d.chosen.is_some()).count() as u128
+}
+
+/// `ttft_rank_gamma_pm`: Goodman and Kruskal's gamma between `predicted_milli` and TTFT
+/// over every unordered pair of completed records, pairs tied in either not counted;
+/// `None` when no pair counts.
+fn ttft_rank_gamma_pm(completed: &[Completed]) -> Option<i128> {
     let mut concordant: i128 = 0;
     let mut discordant: i128 = 0;
     for i in 0..completed.len() {
         for j in i + 1..completed.len() {
             let (_, p_i, r_i) = completed[i];
             let (_, p_j, r_j) = completed[j];
-            let (t_i, t_j) = (ttft(r_i), ttft(r_j));
+            let (t_i, t_j) = (ttft_us(r_i), ttft_us(r_j));
             if p_i == p_j || t_i == t_j {
                 continue;
             }
@@ -814,22 +911,38 @@ fn figures<'a>(
             }
         }
     }
-    let gamma = (concordant + discordant > 0)
-        .then(|| (1000 * (concordant - discordant)).div_euclid(concordant + discordant));
-    let ttft_sum: u128 = completed.iter().map(|(_, _, r)| ttft(r)).sum();
-    let predicted_sum: u128 = completed.iter().map(|(_, p, _)| *p).sum();
-    let fleet_per_token = per_token(ttft_sum, predicted_sum);
+    (concordant + discordant > 0)
+        .then(|| (1000 * (concordant - discordant)).div_euclid(concordant + discordant))
+}
 
-    // Per worker, in worker id byte order.
+/// The `prediction` member: the rank correlation and the fleet's µs per predicted token.
+fn prediction<'a>(completed: &[Completed]) -> Json<'a> {
+    let ttft_sum: u128 = completed.iter().map(|(_, _, r)| ttft_us(r)).sum();
+    let predicted_sum: u128 = completed.iter().map(|(_, p, _)| *p).sum();
+    Json::Object(vec![
+        (
+            "ttft_rank_gamma_pm",
+            optional(ttft_rank_gamma_pm(completed)),
+        ),
+        (
+            "us_per_predicted_token",
+            optional(per_token(ttft_sum, predicted_sum)),
+        ),
+    ])
+}
+
+/// The `workers` member: one entry per worker with a completed record, in worker id
+/// byte order, each with the floors of its means.
+fn workers<'a>(completed: &[Completed<'a, '_>]) -> Json<'a> {
     let mut by_worker: BTreeMap<&'a str, Vec<(u128, &Record)>> = BTreeMap::new();
-    for (worker, predicted, rec) in &completed {
+    for (worker, predicted, rec) in completed {
         by_worker.entry(worker).or_default().push((*predicted, rec));
     }
     let mut workers = Vec::new();
     for (worker, entries) in by_worker {
         let n = entries.len() as u128;
-        let ttft_total: u128 = entries.iter().map(|(_, r)| ttft(r)).sum();
-        let tpot_total: u128 = entries.iter().map(|(_, r)| tpot(r)).sum();
+        let ttft_total: u128 = entries.iter().map(|(_, r)| ttft_us(r)).sum();
+        let tpot_total: u128 = entries.iter().map(|(_, r)| tpot_us(r)).sum();
         let predicted_total: u128 = entries.iter().map(|(p, _)| *p).sum();
         workers.push(Json::Object(vec![
             ("worker", Json::Str(worker)),
@@ -846,62 +959,76 @@ fn figures<'a>(
             ),
         ]));
     }
+    Json::Array(workers)
+}
 
-    // Goodput, only with objectives.
-    let goodput = match slo {
-        None => Json::Null,
-        Some((ttft_ms, tpot_ms)) => {
-            let good = completed
-                .iter()
-                .filter(|(_, _, r)| {
-                    ttft_ms.into_iter().all(|x| ttft(r) <= 1000 * u128::from(x))
-                        && tpot_ms.into_iter().all(|y| tpot(r) <= 1000 * u128::from(y))
-                })
-                .count() as u128;
-            let good_pm = (1000 * good).checked_div(routed).unwrap_or(0);
-            let span_ns: u128 = match span {
-                Span::Records => match (min_start, max_end) {
-                    (Some(start), Some(end)) if end > start => u128::from(end - start),
-                    _ => 0,
-                },
-                Span::Duration(duration_ns) if matched > 0 => duration_ns,
-                Span::Duration(_) => 0,
-            };
-            // The exact span, not the written (saturated) one (SPEC §14.5).
-            let per_second = (good * 1_000_000_000_000).checked_div(span_ns).unwrap_or(0);
-            Json::Object(vec![
-                ("good", number(good as i128)),
-                ("good_pm", number(good_pm as i128)),
-                ("span_ns", number(span_ns as i128)),
-                ("good_per_second_milli", number(per_second as i128)),
-            ])
-        }
+/// `span_ns` (SPEC §14.2, §14.1.2): `max(end) − min(start)` over the matched records
+/// (0 when negative or either is missing), or the `vllm-bench` duration when anything
+/// matched.
+fn span_ns(span: Span, m: &Matching) -> u128 {
+    match span {
+        Span::Records => match (m.min_start_ns, m.max_end_ns) {
+            (Some(start), Some(end)) if end > start => u128::from(end - start),
+            _ => 0,
+        },
+        Span::Duration(duration_ns) if m.matched > 0 => duration_ns,
+        Span::Duration(_) => 0,
+    }
+}
+
+/// The `goodput` member: `null` without objectives; else the good records (each
+/// declared objective met), their share of the routed decisions and their rate over the
+/// span.
+fn goodput<'a>(
+    m: &Matching,
+    routed: u128,
+    span: Span,
+    slo: Option<(Option<u64>, Option<u64>)>,
+) -> Json<'a> {
+    let Some((ttft_ms, tpot_ms)) = slo else {
+        return Json::Null;
     };
-    let count = |v: u128| number(v as i128);
+    let good = m
+        .completed
+        .iter()
+        .filter(|(_, _, r)| {
+            ttft_ms
+                .into_iter()
+                .all(|x| ttft_us(r) <= 1000 * u128::from(x))
+                && tpot_ms
+                    .into_iter()
+                    .all(|y| tpot_us(r) <= 1000 * u128::from(y))
+        })
+        .count() as u128;
+    let good_pm = (1000 * good).checked_div(routed).unwrap_or(0);
+    let span_ns = span_ns(span, m);
+    // The exact span, not the written (saturated) one (SPEC §14.5).
+    let per_second = (good * 1_000_000_000_000).checked_div(span_ns).unwrap_or(0);
+    Json::Object(vec![
+        ("good", number(good as i128)),
+        ("good_pm", number(good_pm as i128)),
+        ("span_ns", number(span_ns as i128)),
+        ("good_per_second_milli", number(per_second as i128)),
+    ])
+}
+
+/// SPEC §14.2 over `decisions` and the record lines `entries` (in file order): the
+/// first line of an id is its record, later ones only counted.
+fn figures<'a>(
+    decisions: &[&'a Decision],
+    entries: &[&Entry],
+    span: Span,
+    slo: Option<(Option<u64>, Option<u64>)>,
+) -> Figures<'a> {
+    let by_id = records_by_id(entries);
+    let m = match_decisions(decisions, &by_id.records);
     Figures {
-        matched,
-        rejected_served,
-        counts: Json::Object(vec![
-            ("decisions", count(total)),
-            ("routed", count(routed)),
-            ("rejected", count(rejected)),
-            ("completion_lines", count(completion_lines)),
-            ("matched", count(matched)),
-            ("dropped", count(dropped)),
-            ("rejected_served", count(rejected_served)),
-            ("unrouted", count(unrouted)),
-            ("retried", count(retried)),
-            ("cancelled", count(cancelled)),
-            ("errors", count(errors)),
-            ("completed", count(completed.len() as u128)),
-            ("error_rate_pm", count(error_rate_pm)),
-        ]),
-        prediction: Json::Object(vec![
-            ("ttft_rank_gamma_pm", optional(gamma)),
-            ("us_per_predicted_token", optional(fleet_per_token)),
-        ]),
-        goodput,
-        workers: Json::Array(workers),
+        matched: m.matched,
+        rejected_served: m.rejected_served,
+        counts: counts(decisions, &by_id, &m),
+        prediction: prediction(&m.completed),
+        goodput: goodput(&m, routed(decisions), span, slo),
+        workers: workers(&m.completed),
     }
 }
 
@@ -952,31 +1079,32 @@ enum Completions {
     Bench(vllm::Bench),
 }
 
-/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
-/// or the first error of §14.5 that applies.
-pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
-    // The layout: named, or told from the first line that is not blank (§14.1.4), the
-    // only error reported when it cannot be told.
-    let layout = match inputs.format {
-        Some(name) => detect::Layout::named(name)
-            .unwrap_or_else(|| panic!("no completions format {name:?} (bad usage)")),
+/// The layout: named, or told from the first line that is not blank (§14.1.4), the
+/// only error reported when it cannot be told.
+fn layout(inputs: &JoinInputs) -> Result<detect::Layout, JoinFailure> {
+    match inputs.format {
+        Some(name) => Ok(detect::Layout::named(name)
+            .unwrap_or_else(|| panic!("no completions format {name:?} (bad usage)"))),
         None => match detect::detect(inputs.completions) {
-            Ok(Some(layout)) => layout,
-            Ok(None) => return Err(JoinFailure::NoRecords),
-            Err(line) => return Err(JoinFailure::Undetectable(line)),
+            Ok(Some(layout)) => Ok(layout),
+            Ok(None) => Err(JoinFailure::NoRecords),
+            Err(line) => Err(JoinFailure::Undetectable(line)),
         },
-    };
+    }
+}
 
-    // 1, 2: the completions, every line (or the whole document) checked first.
+/// §14.5 errors 1 and 2: the completions in `layout`, every line (or the whole
+/// document) checked, then at least one record.
+fn read_completions(bytes: &[u8], layout: detect::Layout) -> Result<Completions, JoinFailure> {
     let completions = match layout {
-        detect::Layout::Aiperf => Completions::Lines(
-            completion_records(inputs.completions, record).map_err(JoinFailure::Lines)?,
-        ),
+        detect::Layout::Aiperf => {
+            Completions::Lines(completion_records(bytes, record).map_err(JoinFailure::Lines)?)
+        }
         detect::Layout::Dynamo => Completions::Lines(
-            completion_records(inputs.completions, dynamo::record).map_err(JoinFailure::Lines)?,
+            completion_records(bytes, dynamo::record).map_err(JoinFailure::Lines)?,
         ),
         detect::Layout::VllmBench => {
-            Completions::Bench(vllm::read(inputs.completions).map_err(JoinFailure::Document)?)
+            Completions::Bench(vllm::read(bytes).map_err(JoinFailure::Document)?)
         }
     };
     let empty = match &completions {
@@ -986,12 +1114,22 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     if empty {
         return Err(JoinFailure::NoRecords);
     }
+    Ok(completions)
+}
 
-    // 3, 4: the receipt and its run.
-    let text = receipt_text(inputs.receipt).ok_or(JoinFailure::NotAReceipt)?;
-    let (receipt_digest, receipt_trace_digest, all_runs) =
-        runs(&text).ok_or(JoinFailure::NotAReceipt)?;
-    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == inputs.run) else {
+/// What the join reads of the receipt: its `receipt_digest`, its `trace_digest` (when
+/// a string) and the decisions of the run.
+struct RunRead {
+    receipt_digest: String,
+    trace_digest: Option<String>,
+    decisions: Vec<Decision>,
+}
+
+/// §14.5 errors 3 and 4: the receipt, and the run `--run` names.
+fn read_run(receipt: &[u8], run: &str) -> Result<RunRead, JoinFailure> {
+    let text = receipt_text(receipt).ok_or(JoinFailure::NotAReceipt)?;
+    let (receipt_digest, trace_digest, all_runs) = runs(&text).ok_or(JoinFailure::NotAReceipt)?;
+    let Some((_, decision_nodes)) = all_runs.iter().find(|(policy, _)| policy == run) else {
         return Err(JoinFailure::NoSuchRun(
             all_runs.iter().map(|(policy, _)| policy.clone()).collect(),
         ));
@@ -1000,28 +1138,27 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     for node in decision_nodes {
         decisions.push(decision(node).ok_or(JoinFailure::NotAReceipt)?);
     }
+    Ok(RunRead {
+        receipt_digest,
+        trace_digest,
+        decisions,
+    })
+}
 
-    // 5, 6: the trace, its digest, and each decision's cohort.
-    let cohort_of: Option<Vec<cohorts::Triple>> = match inputs.trace {
-        None => None,
-        Some(trace) => {
-            let receipt_trace_digest = receipt_trace_digest.ok_or(JoinFailure::NotAReceipt)?;
-            Some(cohorts::triples(
-                trace,
-                &receipt_trace_digest,
-                inputs.id_key,
-                &decisions,
-            )?)
-        }
-    };
-
-    // The record lines as the join compares them.
-    let (entries, span, first_completion_id) = match completions {
+/// The record lines as the join compares them, how the span is found, and the first
+/// completion id (for §14.5 error 7; `None` for `vllm-bench`, whose entries take their
+/// decisions' ids). Ids are keyed under `--id-key`.
+fn comparable_entries(
+    completions: Completions,
+    id_key: Option<&[u8]>,
+    decisions: &[Decision],
+) -> (Vec<Entry>, Span, Option<String>) {
+    match completions {
         Completions::Lines(lines) => {
             let entries: Vec<Entry> = lines
                 .into_iter()
                 .map(|(_, id, record)| Entry {
-                    id: Some(match inputs.id_key {
+                    id: Some(match id_key {
                         Some(key) => keyed::keyed_id(key, &id),
                         None => id,
                     }),
@@ -1043,8 +1180,62 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
                 .collect();
             (entries, Span::Duration(bench.duration_ns), None)
         }
+    }
+}
+
+/// §14.3's `cohorts`: per cohort, in triple order, §14.2's figures over its decisions
+/// and the lines of their ids.
+fn cohort_documents<'a>(
+    groups: &'a BTreeMap<cohorts::Triple, Vec<&'a Decision>>,
+    entries: &[Entry],
+    span: Span,
+    slo: Option<(Option<u64>, Option<u64>)>,
+) -> Json<'a> {
+    let mut listed = Vec::new();
+    for ((tenant, model, adapter), members_of) in groups {
+        let ids: BTreeSet<&str> = members_of.iter().map(|d| d.request.as_str()).collect();
+        let own: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.id.as_deref().is_some_and(|id| ids.contains(id)))
+            .collect();
+        let f = figures(members_of, &own, span, slo);
+        listed.push(Json::Object(vec![
+            ("tenant", Json::Str(tenant)),
+            ("model", Json::Str(model)),
+            ("adapter", Json::Str(adapter)),
+            ("counts", f.counts),
+            ("prediction", f.prediction),
+            ("goodput", f.goodput),
+            ("workers", f.workers),
+        ]));
+    }
+    Json::Array(listed)
+}
+
+/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
+/// or the first error of §14.5 that applies.
+pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
+    let layout = layout(inputs)?;
+    let completions = read_completions(inputs.completions, layout)?;
+    let run = read_run(inputs.receipt, inputs.run)?;
+    let decisions = run.decisions;
+
+    // 5, 6: the trace, its digest, and each decision's cohort.
+    let cohort_of: Option<Vec<cohorts::Triple>> = match inputs.trace {
+        None => None,
+        Some(trace) => {
+            let receipt_trace_digest = run.trace_digest.ok_or(JoinFailure::NotAReceipt)?;
+            Some(cohorts::triples(
+                trace,
+                &receipt_trace_digest,
+                inputs.id_key,
+                &decisions,
+            )?)
+        }
     };
 
+    let (entries, span, first_completion_id) =
+        comparable_entries(completions, inputs.id_key, &decisions);
     let all: Vec<&Decision> = decisions.iter().collect();
     let every_entry: Vec<&Entry> = entries.iter().collect();
     let whole = figures(&all, &every_entry, span, inputs.slo);
@@ -1067,7 +1258,7 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     let (ttft_ms, tpot_ms) = inputs.slo.unwrap_or((None, None));
     let mut members = vec![
         ("format", Json::Str("kvroute-join/1")),
-        ("receipt_digest", Json::Str(&receipt_digest)),
+        ("receipt_digest", Json::Str(&run.receipt_digest)),
         ("run", Json::Str(inputs.run)),
         (
             "slo",
@@ -1084,25 +1275,10 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     // §14.3: `cohorts` only with `--trace`.
     let groups = cohort_of.map(|triples| cohorts::group(&decisions, &triples));
     if let Some(groups) = &groups {
-        let mut listed = Vec::new();
-        for ((tenant, model, adapter), members_of) in groups {
-            let ids: BTreeSet<&str> = members_of.iter().map(|d| d.request.as_str()).collect();
-            let own: Vec<&Entry> = entries
-                .iter()
-                .filter(|e| e.id.as_deref().is_some_and(|id| ids.contains(id)))
-                .collect();
-            let f = figures(members_of, &own, span, inputs.slo);
-            listed.push(Json::Object(vec![
-                ("tenant", Json::Str(tenant)),
-                ("model", Json::Str(model)),
-                ("adapter", Json::Str(adapter)),
-                ("counts", f.counts),
-                ("prediction", f.prediction),
-                ("goodput", f.goodput),
-                ("workers", f.workers),
-            ]));
-        }
-        members.push(("cohorts", Json::Array(listed)));
+        members.push((
+            "cohorts",
+            cohort_documents(groups, &entries, span, inputs.slo),
+        ));
     }
     Ok(jcs::to_bytes(&Json::Object(members)))
 }

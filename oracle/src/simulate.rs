@@ -132,51 +132,17 @@ pub fn simulate_with_completions(
             std::mem::take(&mut outcome.completions),
         ));
         let mut generated = sim.clone();
-        generated.events.extend(outcome.generated);
+        generated
+            .events
+            .extend(std::mem::take(&mut outcome.generated));
         let bytes = canonical_bytes(&generated)?;
-        let m = &outcome.metrics;
-        let hit_pm = if m.routed == 0 {
-            0
-        } else {
-            // Floor; 128-bit so that no count can overflow the product.
-            (1000 * u128::from(m.cache_hits) / u128::from(m.routed)) as u64
-        };
-        runs.push(json!({
-            "policy": policy.name(),
-            "routed": m.routed,
-            "hit_pm": hit_pm,
-            "reused": m.reused_tokens,
-            "recomputed": m.recomputed_tokens,
-            "skew_m": m.load_skew_milli,
-            "lat_mean_m": m.latency_proxy_mean_milli,
-            "lat_p95_m": m.latency_proxy_p95_milli,
-            "stale": m.stale_event_rejections,
-            "stores": outcome.stores,
-            "evicts": outcome.evicts,
-            "lost": outcome.lost,
-            "resyncs": outcome.resyncs,
-            "phantom": outcome.phantom,
-            "missed": outcome.missed,
-            "events_digest": digest(&bytes),
-        }));
+        runs.push(run_entry(policy, &outcome, &bytes));
         generated_traces.push((policy.name().to_owned(), bytes));
     }
 
-    let (cache_tokens, cache_blocks) = match options.cache {
-        SimCache::Tokens(t) => (json!(t), Value::Null),
-        SimCache::Blocks(b) => (Value::Null, json!(b)),
-    };
     let result = json!({
         "format": "kvroute-simulate/1",
-        "options": {
-            "cache_blocks": cache_blocks,
-            "cache_tokens": cache_tokens,
-            "jitter_ticks": options.jitter_ticks,
-            "lag_ticks": options.lag_ticks,
-            "loss_per_mille": options.loss_per_mille,
-            "seed": options.seed,
-            "workers": match options.workers { Some(n) => json!(n), None => Value::Null },
-        },
+        "options": options_entry(options),
         "trace_digest": trace_digest,
         "runs": runs,
     });
@@ -187,6 +153,53 @@ pub fn simulate_with_completions(
         },
         completions,
     ))
+}
+
+/// One policy's entry of §11.1's `runs`: its router metrics, the engine model's counts
+/// and the digest of its generated trace's canonical `bytes`.
+fn run_entry(policy: PolicyKind, outcome: &LoopOutcome, bytes: &[u8]) -> Value {
+    let m = &outcome.metrics;
+    let hit_pm = if m.routed == 0 {
+        0
+    } else {
+        // Floor; 128-bit so that no count can overflow the product.
+        (1000 * u128::from(m.cache_hits) / u128::from(m.routed)) as u64
+    };
+    json!({
+        "policy": policy.name(),
+        "routed": m.routed,
+        "hit_pm": hit_pm,
+        "reused": m.reused_tokens,
+        "recomputed": m.recomputed_tokens,
+        "skew_m": m.load_skew_milli,
+        "lat_mean_m": m.latency_proxy_mean_milli,
+        "lat_p95_m": m.latency_proxy_p95_milli,
+        "stale": m.stale_event_rejections,
+        "stores": outcome.stores,
+        "evicts": outcome.evicts,
+        "lost": outcome.lost,
+        "resyncs": outcome.resyncs,
+        "phantom": outcome.phantom,
+        "missed": outcome.missed,
+        "events_digest": digest(bytes),
+    })
+}
+
+/// §11.1's `options`: the engine and bus options as given, `null` where not given.
+fn options_entry(options: &SimOptions) -> Value {
+    let (cache_tokens, cache_blocks) = match options.cache {
+        SimCache::Tokens(t) => (json!(t), Value::Null),
+        SimCache::Blocks(b) => (Value::Null, json!(b)),
+    };
+    json!({
+        "cache_blocks": cache_blocks,
+        "cache_tokens": cache_tokens,
+        "jitter_ticks": options.jitter_ticks,
+        "lag_ticks": options.lag_ticks,
+        "loss_per_mille": options.loss_per_mille,
+        "seed": options.seed,
+        "workers": match options.workers { Some(n) => json!(n), None => Value::Null },
+    })
 }
 
 /// [`simulate`]'s closed loops written as SPEC §14.4's completion files at
@@ -441,8 +454,7 @@ fn fresh_engines(sim: &Trace) -> Vec<Engine> {
         .map(|(index, w)| {
             // Initial entries (0 tokens = no entry), stamped in namespace-key order
             // (tenant, model, adapter, key; byte order): the first is the least
-            // recently used. SPEC does not say; this is the order §11 uses for
-            // namespaces, and the one the fast implementation was seen to take.
+            // recently used (§11 "The engine model").
             let mut initial: Vec<EngineEntry> = w
                 .cache
                 .iter()

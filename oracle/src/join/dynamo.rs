@@ -63,66 +63,67 @@ fn milliseconds(
     micros
 }
 
-/// One non-blank line: its join key and record, `None` for a line that is not
-/// `request_end`, or its reasons (each `"<path>: <reason>"`).
-pub(super) fn record(root: &Node) -> Parsed {
-    let Node::Object(line) = root else {
-        return Err(vec![format!(
-            "$: expected an object, found {}",
-            json::quote(root)
-        )]);
-    };
-    // `event` (when present), then `event_type`: each its own problem, then its repeats;
-    // a bad one ends the line's checks (SPEC §14.5).
-    let mut problems = Vec::new();
-    let (at, r) = match json::member(line, "event") {
-        None => ("$", line),
+/// The record object `R` and its path: the line's `event` when it has one (its own
+/// problem, then its repeats), else the line. `None`: a bad `event` ends the line's
+/// checks (SPEC §14.5).
+fn record_object<'m, 'd>(
+    line: &'m [Member<'d>],
+    problems: &mut Vec<String>,
+) -> Option<(&'static str, &'m [Member<'d>])> {
+    match json::member(line, "event") {
+        None => Some(("$", line)),
         Some(Node::Object(inner)) => {
-            repeats(line, "event", "$", &mut problems);
-            ("event", inner)
+            repeats(line, "event", "$", problems);
+            Some(("event", inner.as_slice()))
         }
         Some(other) => {
             problems.push(format!(
                 "event: expected an object, found {}",
                 json::quote(other)
             ));
-            repeats(line, "event", "$", &mut problems);
-            return Err(problems);
+            repeats(line, "event", "$", problems);
+            None
         }
-    };
-    let event_type = match json::member(r, "event_type") {
+    }
+}
+
+/// `R.event_type`, then its repeats. `None`: missing or not a string, which ends the
+/// line's checks (SPEC §14.5).
+fn event_type<'m>(r: &'m [Member], at: &str, problems: &mut Vec<String>) -> Option<&'m str> {
+    match json::member(r, "event_type") {
         None => {
             problems.push(format!("{at}: missing required member \"event_type\""));
-            return Err(problems);
+            None
         }
-        Some(Node::String(text)) => text,
+        Some(Node::String(text)) => {
+            repeats(r, "event_type", at, problems);
+            Some(text)
+        }
         Some(other) => {
             problems.push(format!(
                 "{}: expected a string, found {}",
                 child(at, "event_type"),
                 json::quote(other)
             ));
-            repeats(r, "event_type", at, &mut problems);
-            return Err(problems);
+            repeats(r, "event_type", at, problems);
+            None
         }
-    };
-    repeats(r, "event_type", at, &mut problems);
-    if event_type != "request_end" {
-        // Skipped, unless a repeat was reported.
-        return if problems.is_empty() {
-            Ok(None)
-        } else {
-            Err(problems)
-        };
     }
+}
 
-    let request_path = child(at, "request");
+/// `R.request`, then its repeats; `None` when it is missing or not an object.
+fn request_object<'m, 'd>(
+    r: &'m [Member<'d>],
+    at: &str,
+    request_path: &str,
+    problems: &mut Vec<String>,
+) -> Option<&'m [Member<'d>]> {
     let request = match json::member(r, "request") {
         None => {
             problems.push(format!("{at}: missing required member \"request\""));
             None
         }
-        Some(Node::Object(request)) => Some(request),
+        Some(Node::Object(request)) => Some(request.as_slice()),
         Some(other) => {
             problems.push(format!(
                 "{request_path}: expected an object, found {}",
@@ -131,12 +132,17 @@ pub(super) fn record(root: &Node) -> Parsed {
             None
         }
     };
-    repeats(r, "request", at, &mut problems);
-    let Some(request) = request else {
-        return Err(problems);
-    };
-    let p = request_path.as_str();
+    repeats(r, "request", at, problems);
+    request
+}
 
+/// The ids of `R.request` at path `p`: `request_id`, then `x_request_id`, each with its
+/// repeats.
+fn request_ids(
+    request: &[Member],
+    p: &str,
+    problems: &mut Vec<String>,
+) -> (Option<String>, Option<String>) {
     let mut request_id = None;
     match json::member(request, "request_id") {
         None => problems.push(format!("{p}: missing required member \"request_id\"")),
@@ -147,7 +153,7 @@ pub(super) fn record(root: &Node) -> Parsed {
             json::quote(other)
         )),
     }
-    repeats(request, "request_id", p, &mut problems);
+    repeats(request, "request_id", p, problems);
 
     let mut x_request_id = None;
     match json::member(request, "x_request_id") {
@@ -159,8 +165,12 @@ pub(super) fn record(root: &Node) -> Parsed {
             json::quote(other)
         )),
     }
-    repeats(request, "x_request_id", p, &mut problems);
+    repeats(request, "x_request_id", p, problems);
+    (request_id, x_request_id)
+}
 
+/// `R.request.request_received_ms` at path `p`, then its repeats.
+fn request_received_ms(request: &[Member], p: &str, problems: &mut Vec<String>) -> Option<u64> {
     let mut received = None;
     match json::member(request, "request_received_ms") {
         None | Some(Node::Null) => {}
@@ -171,8 +181,54 @@ pub(super) fn record(root: &Node) -> Parsed {
             json::quote(other)
         )),
     }
-    repeats(request, "request_received_ms", p, &mut problems);
+    repeats(request, "request_received_ms", p, problems);
+    received
+}
 
+/// The end in ns: `min(start + 1000 × total_us, 2^64 − 1)` when both are present (SPEC
+/// §14.1.1).
+fn end_ns(start_ns: Option<u64>, total_us: Option<u64>) -> Option<u64> {
+    match (start_ns, total_us) {
+        (Some(start), Some(total)) => {
+            let end = u128::from(start) + 1000 * u128::from(total);
+            Some(u64::try_from(end).unwrap_or(u64::MAX))
+        }
+        _ => None,
+    }
+}
+
+/// One non-blank line: its join key and record, `None` for a line that is not
+/// `request_end`, or its reasons (each `"<path>: <reason>"`).
+pub(super) fn record(root: &Node) -> Parsed {
+    let Node::Object(line) = root else {
+        return Err(vec![format!(
+            "$: expected an object, found {}",
+            json::quote(root)
+        )]);
+    };
+    let mut problems = Vec::new();
+    let Some((at, r)) = record_object(line, &mut problems) else {
+        return Err(problems);
+    };
+    let Some(event_type) = event_type(r, at, &mut problems) else {
+        return Err(problems);
+    };
+    if event_type != "request_end" {
+        // Skipped, unless a repeat was reported.
+        return if problems.is_empty() {
+            Ok(None)
+        } else {
+            Err(problems)
+        };
+    }
+
+    let request_path = child(at, "request");
+    let Some(request) = request_object(r, at, &request_path, &mut problems) else {
+        return Err(problems);
+    };
+    let p = request_path.as_str();
+    let (request_id, x_request_id) = request_ids(request, p, &mut problems);
+    let received = request_received_ms(request, p, &mut problems);
     let ttft_us = milliseconds(request, "ttft_ms", p, &mut problems);
     let tpot_us = milliseconds(request, "avg_itl_ms", p, &mut problems);
     let total_us = milliseconds(request, "total_time_ms", p, &mut problems);
@@ -182,21 +238,12 @@ pub(super) fn record(root: &Node) -> Parsed {
     let Some(request_id) = request_id else {
         return Err(vec!["$: internal error: a record without its id".to_owned()]);
     };
-    // The start in ns; the end `min(start + 1000 × total_us, 2^64 − 1)` when both are
-    // present (SPEC §14.1.1).
     let start_ns = received.map(|ms| ms * 1_000_000);
-    let end_ns = match (start_ns, total_us) {
-        (Some(start), Some(total)) => {
-            let end = u128::from(start) + 1000 * u128::from(total);
-            Some(u64::try_from(end).unwrap_or(u64::MAX))
-        }
-        _ => None,
-    };
     Ok(Some((
         x_request_id.unwrap_or(request_id),
         Record {
             start_ns,
-            end_ns,
+            end_ns: end_ns(start_ns, total_us),
             cancelled: false,
             error: false,
             ttft_us: ttft_us.map(u128::from),

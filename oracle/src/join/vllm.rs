@@ -18,7 +18,7 @@
 //! the whole input, trailing whitespace included.
 
 use super::{capped, child, repeats, scaled, MsProblem, Record, B, MAX_LINE_BYTES};
-use crate::json::{self, Node};
+use crate::json::{self, Member, Node};
 
 /// The document read: `floor(duration × 10^9)` and one record per entry, in order.
 #[derive(Debug, Clone)]
@@ -57,6 +57,138 @@ fn at(name: &str, i: usize) -> String {
     format!("{name}[{i}]")
 }
 
+/// The five members' own problems in §14.5's order (missing, wrong type judged on the
+/// first occurrence, then repeats); the duration in ns when it is good.
+fn member_types(top: &[Member], problems: &mut Vec<String>) -> Option<u64> {
+    let mut duration_ns = None;
+    for name in ["duration", "ttfts", "itls", "output_lens", "errors"] {
+        let path = child("$", name);
+        match json::member(top, name) {
+            None => problems.push(format!("$: missing required member \"{name}\"")),
+            Some(node) if name == "duration" => {
+                duration_ns = seconds(node, &path, problems);
+            }
+            Some(Node::Array(_)) => {}
+            Some(other) => problems.push(format!(
+                "{path}: expected an array, found {}",
+                json::quote(other)
+            )),
+        }
+        repeats(top, name, "$", problems);
+    }
+    duration_ns
+}
+
+/// The four arrays (each member's first occurrence, when it is an array).
+struct Arrays<'m, 'd> {
+    ttfts: Option<&'m [Node<'d>]>,
+    itls: Option<&'m [Node<'d>]>,
+    output_lens: Option<&'m [Node<'d>]>,
+    errors: Option<&'m [Node<'d>]>,
+}
+
+fn arrays<'m, 'd>(top: &'m [Member<'d>]) -> Arrays<'m, 'd> {
+    let array = |name: &str| match json::member(top, name) {
+        Some(Node::Array(items)) => Some(items.as_slice()),
+        _ => None,
+    };
+    Arrays {
+        ttfts: array("ttfts"),
+        itls: array("itls"),
+        output_lens: array("output_lens"),
+        errors: array("errors"),
+    }
+}
+
+/// Each other array's length against `ttfts`'s.
+fn lengths(arrays: &Arrays, problems: &mut Vec<String>) {
+    let Some(ttfts) = arrays.ttfts else {
+        return;
+    };
+    let n = ttfts.len();
+    for (name, array) in [
+        ("itls", arrays.itls),
+        ("output_lens", arrays.output_lens),
+        ("errors", arrays.errors),
+    ] {
+        if let Some(items) = array.filter(|items| items.len() != n) {
+            problems.push(format!(
+                "{name}: expected {n} entries, as ttfts has, found {}",
+                items.len()
+            ));
+        }
+    }
+}
+
+/// `itls[i]`: the sum of its seconds in ns, each `itls[i][j]` checked.
+fn itl_sums(itls: Option<&[Node]>, problems: &mut Vec<String>) -> Vec<Option<u128>> {
+    let mut itl_sums: Vec<Option<u128>> = Vec::new();
+    for (i, node) in itls.into_iter().flatten().enumerate() {
+        let path = at("itls", i);
+        let Node::Array(items) = node else {
+            problems.push(format!(
+                "{path}: expected an array, found {}",
+                json::quote(node)
+            ));
+            itl_sums.push(None);
+            continue;
+        };
+        let mut sum = Some(0u128);
+        for (j, item) in items.iter().enumerate() {
+            let ns = seconds(item, &at(&path, j), problems);
+            sum = sum.zip(ns).map(|(s, ns)| s + u128::from(ns));
+        }
+        itl_sums.push(sum);
+    }
+    itl_sums
+}
+
+/// `output_lens[i]`: the output tokens.
+fn output_lens(output_lens: Option<&[Node]>, problems: &mut Vec<String>) -> Vec<Option<u64>> {
+    let mut lens = Vec::new();
+    for (i, node) in output_lens.into_iter().flatten().enumerate() {
+        let value = match node {
+            Node::Number(text) => tokens(text),
+            _ => None,
+        };
+        if value.is_none() {
+            problems.push(format!(
+                "{}: expected a non-negative integer, found {}",
+                at("output_lens", i),
+                json::quote(node)
+            ));
+        }
+        lens.push(value);
+    }
+    lens
+}
+
+/// `errors[i]`: whether the entry failed (a non-empty string).
+fn failed(errors: Option<&[Node]>, problems: &mut Vec<String>) -> Vec<bool> {
+    let mut failed = Vec::new();
+    for (i, node) in errors.into_iter().flatten().enumerate() {
+        match node {
+            Node::String(text) => failed.push(!text.is_empty()),
+            other => problems.push(format!(
+                "{}: expected a string, found {}",
+                at("errors", i),
+                json::quote(other)
+            )),
+        }
+    }
+    failed
+}
+
+/// vLLM's TPOT in µs, `floor(Σ itl_ns / (1000 × (output_len − 1)))`, 0 below two tokens
+/// and `B` when it would pass `B` (SPEC §14.1.2).
+fn tpot_us(itl_sum_ns: u128, output_len: u64) -> u128 {
+    if output_len >= 2 {
+        (itl_sum_ns / (1000 * (u128::from(output_len) - 1))).min(u128::from(B))
+    } else {
+        0
+    }
+}
+
 /// The document's entries, or its problems (each the text after `COMPLETIONS: `).
 pub(super) fn read(bytes: &[u8]) -> Result<Bench, Vec<String>> {
     if bytes.len() > MAX_LINE_BYTES {
@@ -76,96 +208,16 @@ pub(super) fn read(bytes: &[u8]) -> Result<Bench, Vec<String>> {
         )]);
     };
     let mut problems = Vec::new();
-    let mut duration_ns = None;
-    for name in ["duration", "ttfts", "itls", "output_lens", "errors"] {
-        let path = child("$", name);
-        match json::member(top, name) {
-            None => problems.push(format!("$: missing required member \"{name}\"")),
-            Some(node) if name == "duration" => {
-                duration_ns = seconds(node, &path, &mut problems);
-            }
-            Some(Node::Array(_)) => {}
-            Some(other) => problems.push(format!(
-                "{path}: expected an array, found {}",
-                json::quote(other)
-            )),
-        }
-        repeats(top, name, "$", &mut problems);
-    }
-    // Each array member's first occurrence, when it is an array.
-    let array = |name: &str| match json::member(top, name) {
-        Some(Node::Array(items)) => Some(items),
-        _ => None,
-    };
-    let (ttfts, itls, output_lens, errors) = (
-        array("ttfts"),
-        array("itls"),
-        array("output_lens"),
-        array("errors"),
-    );
-    if let Some(ttfts) = ttfts {
-        let n = ttfts.len();
-        for (name, array) in [
-            ("itls", itls),
-            ("output_lens", output_lens),
-            ("errors", errors),
-        ] {
-            if let Some(items) = array.filter(|items| items.len() != n) {
-                problems.push(format!(
-                    "{name}: expected {n} entries, as ttfts has, found {}",
-                    items.len()
-                ));
-            }
-        }
-    }
+    let duration_ns = member_types(top, &mut problems);
+    let arrays = arrays(top);
+    lengths(&arrays, &mut problems);
     let mut ttft_ns = Vec::new();
-    for (i, node) in ttfts.into_iter().flatten().enumerate() {
+    for (i, node) in arrays.ttfts.into_iter().flatten().enumerate() {
         ttft_ns.push(seconds(node, &at("ttfts", i), &mut problems));
     }
-    let mut itl_sums: Vec<Option<u128>> = Vec::new();
-    for (i, node) in itls.into_iter().flatten().enumerate() {
-        let path = at("itls", i);
-        let Node::Array(items) = node else {
-            problems.push(format!(
-                "{path}: expected an array, found {}",
-                json::quote(node)
-            ));
-            itl_sums.push(None);
-            continue;
-        };
-        let mut sum = Some(0u128);
-        for (j, item) in items.iter().enumerate() {
-            let ns = seconds(item, &at(&path, j), &mut problems);
-            sum = sum.zip(ns).map(|(s, ns)| s + u128::from(ns));
-        }
-        itl_sums.push(sum);
-    }
-    let mut lens = Vec::new();
-    for (i, node) in output_lens.into_iter().flatten().enumerate() {
-        let value = match node {
-            Node::Number(text) => tokens(text),
-            _ => None,
-        };
-        if value.is_none() {
-            problems.push(format!(
-                "{}: expected a non-negative integer, found {}",
-                at("output_lens", i),
-                json::quote(node)
-            ));
-        }
-        lens.push(value);
-    }
-    let mut failed = Vec::new();
-    for (i, node) in errors.into_iter().flatten().enumerate() {
-        match node {
-            Node::String(text) => failed.push(!text.is_empty()),
-            other => problems.push(format!(
-                "{}: expected a string, found {}",
-                at("errors", i),
-                json::quote(other)
-            )),
-        }
-    }
+    let itl_sums = itl_sums(arrays.itls, &mut problems);
+    let lens = output_lens(arrays.output_lens, &mut problems);
+    let failed = failed(arrays.errors, &mut problems);
     if !problems.is_empty() {
         return Err(capped(problems, |line| line));
     }
@@ -176,19 +228,13 @@ pub(super) fn read(bytes: &[u8]) -> Result<Bench, Vec<String>> {
                 "$: internal error: an entry without its figures".to_owned()
             ]);
         };
-        // vLLM's TPOT, `B` when it would pass `B` (SPEC §14.1.2).
-        let tpot = if len >= 2 {
-            (sum / (1000 * (u128::from(len) - 1))).min(u128::from(B))
-        } else {
-            0
-        };
         entries.push(Record {
             start_ns: None,
             end_ns: None,
             cancelled: false,
             error: failed[i],
             ttft_us: Some(u128::from(ttft) / 1000),
-            tpot_us: Some(tpot),
+            tpot_us: Some(tpot_us(sum, len)),
         });
     }
     Ok(Bench {
