@@ -285,7 +285,7 @@ pub(crate) fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
 
 /// [`load_trace`] with the events held compactly ([`EventStore`]): what `validate`
 /// and `replay` keep of a trace, so that their memory is the store and the routing
-/// state, not a typed event per event (issue 26).
+/// state, not a typed event per event: memory stays bounded by the state.
 fn load_trace_compact(path: Option<&Path>) -> Result<(Trace, EventStore), Failure> {
     let Some(path) = path else {
         let mut trace = parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
@@ -626,7 +626,8 @@ fn validate(path: &Path) -> Result<(), Failure> {
 }
 
 /// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
-/// Imports without holding the input or the trace (issue 11): the canonical trace is
+/// Imports without holding the input or the trace, so an input of any length fits in
+/// memory: the canonical trace is
 /// written event by event as the lines are read. Written through a temporary file (a
 /// regular OUT), a rejected input leaves nothing behind however much was written, so
 /// one pass is enough. A FIFO or a device as OUT is written in place, so a first pass

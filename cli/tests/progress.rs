@@ -93,7 +93,7 @@ fn progress_is_on_stderr_and_stdout_is_unchanged() {
 
 /// `verify` of a receipt file counts towards the file's size: each progress line that
 /// has read anything says how much of the total, the share, the rate and the time left
-/// (issue 25's friction list: phase and seconds only). From stdin the size is unknown
+/// (a phase and seconds alone do not tell a user how long to wait). From stdin the size is unknown
 /// and the line says only what was read.
 #[test]
 fn verify_of_a_file_shows_the_share_read_and_an_estimate() {
@@ -135,7 +135,7 @@ fn verify_of_a_file_shows_the_share_read_and_an_estimate() {
 }
 
 /// `replay` and `simulate` count decisions routed towards the total their trace makes
-/// them route (issue 25's friction list): 300 requests are 4 runs × 300 for the
+/// them route, so the share and time left are true: 300 requests are 4 runs × 300 for the
 /// closed loop, a CSV or JSON Lines replay, and twice that for `--format json`, which
 /// replays once for its digest first.
 #[test]
