@@ -97,39 +97,7 @@ fn run(command: Command) -> Result<(), Failure> {
             export,
         } => replay(trace.as_deref(), format, out.as_deref(), &export),
         Command::Validate { trace } => validate(&trace),
-        Command::Simulate {
-            trace,
-            workers,
-            cache_tokens,
-            cache_blocks,
-            lag,
-            jitter,
-            loss,
-            seed,
-            stale_rule,
-            epochs,
-            events_out,
-            completions_out,
-            ticks_per_ms,
-            format,
-        } => simulate(
-            &trace,
-            workers,
-            &SimulateOptions {
-                capacity: match cache_blocks {
-                    Some(blocks) => Capacity::Blocks(blocks),
-                    None => Capacity::Tokens(cache_tokens),
-                },
-                publication_lag_ticks: lag,
-                jitter_ticks: jitter,
-                jitter_seed: seed,
-                loss_per_mille: loss,
-            },
-            PolicyOverrides { stale_rule, epochs },
-            events_out.as_deref(),
-            completions_out.as_deref().map(|dir| (dir, ticks_per_ms)),
-            format,
-        ),
+        command @ Command::Simulate { .. } => run_simulate(command),
         Command::Verify {
             trace,
             receipt,
@@ -139,53 +107,8 @@ fn run(command: Command) -> Result<(), Failure> {
             None => verify_core::verify_core(&trace, id_key.as_deref()),
         },
         Command::Swarm(args) => swarm::swarm(args),
-        Command::Report {
-            input,
-            trace,
-            id_key,
-            out,
-            baseline,
-            candidate,
-            sample,
-            completions,
-            completions_format,
-            slo,
-            run,
-        } => report::report(
-            input.as_deref(),
-            trace.as_deref(),
-            id_key.as_deref(),
-            &out,
-            (baseline, candidate),
-            usize::try_from(sample).unwrap_or(SAMPLE_MAX),
-            completions
-                .map(|file| report::completions::CompletionsArgs {
-                    file: file.0,
-                    format: completions_format.map(|f| f.core()),
-                    slo,
-                    run: run.unwrap_or(Policy::CachePlusLoad),
-                })
-                .as_ref(),
-        ),
-        Command::Diff {
-            first,
-            second,
-            baseline,
-            candidate,
-            trace,
-            format,
-            out,
-            csv_plain,
-        } => report::diff_command(&report::DiffArgs {
-            first: first.0,
-            second: second.map(|p| p.0),
-            baseline,
-            candidate,
-            trace: trace.map(|p| p.0),
-            format,
-            out: out.map(|p| p.0),
-            csv_plain,
-        }),
+        command @ Command::Report { .. } => run_report(command),
+        command @ Command::Diff { .. } => run_diff(command),
         Command::Join(args) => join::join_command(&args),
         Command::Peer { action } => peer::peer(action),
         Command::Help { command } => help(&command),
@@ -238,6 +161,110 @@ fn run(command: Command) -> Result<(), Failure> {
     }
 }
 
+/// `kvroute diff`: the arguments as the diff takes them.
+fn run_diff(command: Command) -> Result<(), Failure> {
+    let Command::Diff {
+        first,
+        second,
+        baseline,
+        candidate,
+        trace,
+        format,
+        out,
+        csv_plain,
+    } = command
+    else {
+        unreachable!("run passes only a diff command here");
+    };
+    report::diff_command(&report::DiffArgs {
+        first: first.0,
+        second: second.map(|p| p.0),
+        baseline,
+        candidate,
+        trace: trace.map(|p| p.0),
+        format,
+        out: out.map(|p| p.0),
+        csv_plain,
+    })
+}
+
+/// `kvroute report`: the arguments as the report takes them.
+fn run_report(command: Command) -> Result<(), Failure> {
+    let Command::Report {
+        input,
+        trace,
+        id_key,
+        out,
+        baseline,
+        candidate,
+        sample,
+        completions,
+        completions_format,
+        slo,
+        run,
+    } = command
+    else {
+        unreachable!("run passes only a report command here");
+    };
+    report::report(
+        input.as_deref(),
+        trace.as_deref(),
+        id_key.as_deref(),
+        &out,
+        (baseline, candidate),
+        usize::try_from(sample).unwrap_or(SAMPLE_MAX),
+        completions
+            .map(|file| report::completions::CompletionsArgs {
+                file: file.0,
+                format: completions_format.map(|f| f.core()),
+                slo,
+                run: run.unwrap_or(Policy::CachePlusLoad),
+            })
+            .as_ref(),
+    )
+}
+
+/// `kvroute simulate`: the options as the simulator takes them.
+fn run_simulate(command: Command) -> Result<(), Failure> {
+    let Command::Simulate {
+        trace,
+        workers,
+        cache_tokens,
+        cache_blocks,
+        lag,
+        jitter,
+        loss,
+        seed,
+        stale_rule,
+        epochs,
+        events_out,
+        completions_out,
+        ticks_per_ms,
+        format,
+    } = command
+    else {
+        unreachable!("run passes only a simulate command here");
+    };
+    simulate(
+        &trace,
+        workers,
+        &SimulateOptions {
+            capacity: match cache_blocks {
+                Some(blocks) => Capacity::Blocks(blocks),
+                None => Capacity::Tokens(cache_tokens),
+            },
+            publication_lag_ticks: lag,
+            jitter_ticks: jitter,
+            jitter_seed: seed,
+            loss_per_mille: loss,
+        },
+        PolicyOverrides { stale_rule, epochs },
+        events_out.as_deref(),
+        completions_out.as_deref().map(|dir| (dir, ticks_per_ms)),
+        format,
+    )
+}
+
 /// Help and version go to stdout like any output (a full stdout is exit 1, a closed
 /// pipe 141); usage errors to stderr with exit 2.
 fn usage_error(error: &clap::Error) -> ExitCode {
@@ -288,7 +315,7 @@ pub(crate) fn load_trace(path: Option<&Path>) -> Result<Trace, Failure> {
 
 /// [`load_trace`] with the events held compactly ([`EventStore`]): what `validate`
 /// and `replay` keep of a trace, so that their memory is the store and the routing
-/// state, not a typed event per event (issue 26).
+/// state, not a typed event per event: memory stays bounded by the state.
 fn load_trace_compact(path: Option<&Path>) -> Result<(Trace, EventStore), Failure> {
     let Some(path) = path else {
         let mut trace = parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
@@ -629,7 +656,8 @@ fn validate(path: &Path) -> Result<(), Failure> {
 }
 
 /// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
-/// Imports without holding the input or the trace (issue 11): the canonical trace is
+/// Imports without holding the input or the trace, so an input of any length fits in
+/// memory: the canonical trace is
 /// written event by event as the lines are read. Written through a temporary file (a
 /// regular OUT), a rejected input leaves nothing behind however much was written, so
 /// one pass is enough. A FIFO or a device as OUT is written in place, so a first pass

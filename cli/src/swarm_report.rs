@@ -622,8 +622,8 @@ mod tests {
     }
 
     /// Each claim a report makes about itself that `swarm` could not have written is
-    /// bad input, named with the report's file (issue 25: an edited report with
-    /// `divergent_seeds: 0` beside a listed divergence merged as a pass).
+    /// bad input, named with the report's file: an edited report with
+    /// `divergent_seeds: 0` beside a listed divergence must not merge as a pass.
     #[test]
     fn a_report_that_contradicts_itself_does_not_merge() {
         let entry = |seed| DivergenceEntry {

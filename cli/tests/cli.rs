@@ -460,8 +460,8 @@ fn simulate_prints_the_comparison_and_its_generated_traces_replay() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The header echoes every setting the figures depend on (issue 25's friction
-    // list: jitter, loss, stale rule and epochs were not shown).
+    // The header echoes every setting the figures depend on (jitter, loss, stale rule
+    // and epochs included), so a table can be read without its command line.
     assert!(
         stdout.starts_with(
             "simulate: 3 requests on 3 workers; cache 2 blocks, lag 10 ticks, jitter 0 \
@@ -567,8 +567,8 @@ fn simulate_json_is_the_canonical_document_with_the_tables_figures() {
 }
 
 /// The replay table names its figures as `simulate`'s table and the report page do
-/// (issue 25: `lat_mean` here, `lat_mean_m` there, and one `stale` column adding
-/// events and observations where the page splits them), and each column holds the
+/// (one name for one figure, and `stale` split into events and observations as the
+/// page splits it), and each column holds the
 /// receipt's metric of that name.
 #[test]
 fn the_replay_table_names_its_columns_as_the_other_tables_do() {

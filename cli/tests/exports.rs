@@ -1,4 +1,4 @@
-//! Issue 12 items 8 and 9: keyed request ids (`--id-key`, SPEC.md §6.5) and
+//! Keyed request ids (`--id-key`, SPEC.md §6.5) and
 //! spreadsheet-safe CSV ids (§6.3), end to end through the binary.
 
 use serde_json::Value;
@@ -311,7 +311,7 @@ fn differing_trace_with_ids(lead: &str) -> String {
 
 /// `diff --format csv` follows SPEC.md §6.3's rule for its id columns (`request` and
 /// both chosen `worker`s), as `replay --format csv` does, and `--csv-plain` keeps them
-/// as written (issue 25: diff wrote every id verbatim).
+/// as written: a spreadsheet would run an id that starts a formula.
 #[test]
 fn diff_csv_defuses_formula_triggers_unless_csv_plain() {
     let dir = tempfile::tempdir().unwrap();
@@ -355,7 +355,7 @@ fn diff_csv_defuses_formula_triggers_unless_csv_plain() {
 
 /// `dominated_by` is an id column too (SPEC.md §6.3): the busy worker's row is
 /// dominated by the idle one (the same reuse at less work), so its cell names
-/// `{lead}idle`, defused by default (issue 25: writing it raw passed every test).
+/// `{lead}idle`, defused by default: a test of the other columns alone would pass it raw.
 #[test]
 fn the_dominated_by_cell_is_defused_like_every_id() {
     let dir = tempfile::tempdir().unwrap();

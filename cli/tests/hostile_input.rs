@@ -1,4 +1,4 @@
-//! The hostile-input corpus (issue 12): every case in `hostile_input/cases.txt` runs the
+//! The hostile-input corpus: every case in `hostile_input/cases.txt` runs the
 //! binary in its own scratch directory and must exit with its expected status, print
 //! its expected stderr prefix, never panic (exit 101 or `panicked at`), and leave no
 //! file behind: a failing run leaves exactly its input files, a succeeding one only

@@ -1,4 +1,4 @@
-//! `kvroute import mooncake` on a line with no end (issue 25): a field, then endless
+//! `kvroute import mooncake` on a line with no end: a field, then endless
 //! spaces, piped in. The reader used to keep the line growing until the allocator
 //! aborted (exit 134) and left the temporary file behind. A line is now capped at
 //! `LINE_BYTES_MAX` (SPEC.md §10.2) and read past: the import fails with the line's

@@ -1,8 +1,8 @@
-//! `kvroute import mooncake` holds one line, not the input or the trace it writes
-//! (issue 11): it writes the canonical trace event by event as it reads the lines.
-//! Reading the whole file, then building the trace and its canonical bytes, held the
-//! input plus several times it (the written trace spells each block out as a
-//! `{"key":..,"tokens":..}` segment); sharing each distinct block's key while writing
+//! `kvroute import mooncake` holds one line, not the input or the trace it writes so an
+//! input of any length fits in memory: it writes the canonical trace event by event as it
+//! reads the lines. Reading the whole file, then building the trace and its canonical
+//! bytes, held the input plus several times it (the written trace spells each block out as
+//! a `{"key":..,"tokens":..}` segment); sharing each distinct block's key while writing
 //! held a key per distinct block, which grows with the input as Mooncake's ids do.
 //!
 //! The peak is the child's `ru_maxrss` (`getrusage(RUSAGE_CHILDREN)`), the largest of

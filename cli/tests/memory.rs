@@ -1,9 +1,9 @@
 //! `kvroute validate` of a large trace holds what the validated trace needs, not the
-//! document: it streams the file (issue 11). Reading the whole text and a tree of it
-//! peaked at about 16 bytes of memory per byte of trace; a typed trace of a `String`
-//! per name and key, about 2.4 (66.6 MB for this 24 MB trace). With the repeated
-//! strings shared it peaks at 38.1 MB, so the bound here is 1.5 bytes per byte plus a
-//! fixed 16 MB allowance for the binary (52 MB): the unshared trace fails it.
+//! document: it streams the file, so memory follows the trace's state. Reading the whole
+//! text and a tree of it peaked at about 16 bytes of memory per byte of trace; a typed
+//! trace of a `String` per name and key, about 2.4 (66.6 MB for this 24 MB trace). With the
+//! repeated strings shared it peaks at 38.1 MB, so the bound here is 1.5 bytes per byte
+//! plus a fixed 16 MB allowance for the binary (52 MB): the unshared trace fails it.
 //!
 //! The peak is the child's `ru_maxrss`, read with `getrusage(RUSAGE_CHILDREN)` after it
 //! is waited for. That figure is the largest of every waited child of this process, so

@@ -1,13 +1,13 @@
-//! `kvroute replay --format jsonl` holds the routing state and the events compactly,
-//! not a typed copy and a compiled copy of every event (issue 26 item 3). The trace
-//! here is made of what those copies cost most: 20,000 events (18,750 requests, the
-//! rest stores) on 2 workers, each request with a 32-segment prefix drawn from 64
-//! families (so 2,048 keys), about 20 MB of text. Held as typed events plus their
+//! `kvroute replay --format jsonl` holds the routing state and the events compactly, not a
+//! typed copy and a compiled copy of every event, so memory follows the state and not the
+//! input. The trace here is made of what those copies cost most: 20,000 events (18,750
+//! requests, the rest stores) on 2 workers, each request with a 32-segment prefix drawn
+//! from 64 families (so 2,048 keys), about 20 MB of text. Held as typed events plus their
 //! compiled copy, a request cost about 1.4 kB (896 bytes typed, 512 compiled); held
-//! compactly it costs one 64-byte record, its id's bytes and its share of the
-//! validation tables, and an identical run of segments is stored once. The bound is
-//! the state's allowance ([`STATE_ALLOWANCE_BYTES`]) plus 128 bytes an event, which
-//! the typed trace alone already exceeds.
+//! compactly it costs one 64-byte record, its id's bytes and its share of the validation
+//! tables, and an identical run of segments is stored once. The bound is the state's
+//! allowance ([`STATE_ALLOWANCE_BYTES`]) plus 128 bytes an event, which the typed trace
+//! alone already exceeds.
 //!
 //! The peak is the child's `ru_maxrss`, read with `getrusage(RUSAGE_CHILDREN)` after it
 //! is waited for. That figure is the largest of every waited child of this process, so

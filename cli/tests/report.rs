@@ -427,8 +427,8 @@ fn two_worker_trace(dir: &Path, name: &str, model: &str) -> PathBuf {
     path
 }
 
-/// `diff`'s figures against ones worked by hand (issue 25: their signs could be flipped
-/// and every test still passed). At tick 1, `a` has drained to 900 queued tokens.
+/// `diff`'s figures against ones worked by hand, so a flipped sign
+/// fails. At tick 1, `a` has drained to 900 queued tokens.
 /// Round robin takes `a` (the first in id order): it reuses 40 and recomputes 10, so its
 /// latency proxy is floor(1000 · (900 + 10) / 100) = 9,100. Least load takes the idle
 /// `b`: recomputes all 50, floor(1000 · (0 + 50) / 100) = 500. Candidate minus baseline:
@@ -476,8 +476,8 @@ fn diff_deltas_are_candidate_minus_baseline_as_worked_by_hand() {
     assert!(row.ends_with(",40,-8600"), "{row}");
 }
 
-/// A decision that one receipt routes and the other rejects is a difference (issue 25:
-/// leaving it out passed every test). The second trace serves only model `x`.
+/// A decision that one receipt routes and the other rejects is a difference, and a
+/// diff that left it out would hide a change of outcome. The second trace serves only model `x`.
 #[test]
 fn diff_lists_a_decision_routed_in_one_receipt_and_rejected_in_the_other() {
     let dir = tempfile::tempdir().unwrap();
@@ -511,7 +511,7 @@ fn diff_lists_a_decision_routed_in_one_receipt_and_rejected_in_the_other() {
 }
 
 /// The table's header names the columns its rows fill: every `|` of the header is where
-/// the rows have theirs (issue 25: the header was one column off).
+/// the rows have theirs, so a header one column off fails.
 #[test]
 fn the_diff_table_header_lines_up_with_its_rows() {
     let dir = tempfile::tempdir().unwrap();
@@ -572,8 +572,8 @@ fn article<'a>(html: &'a Html, policy: &str, seq: u64) -> scraper::ElementRef<'a
 }
 
 /// The chosen worker's ring (the one circle of radius 12 in a Pareto chart) is drawn on
-/// every routed decision, cold or hit, and on no rejected one (issue 25: leaving it off
-/// on cold routes passed every test). In the two-worker trace round robin takes `a`
+/// every routed decision, cold or hit, and on no rejected one; cold routes are where
+/// it is easiest to leave off. In the two-worker trace round robin takes `a`
 /// (a hit: 40 tokens cached), least load the idle `b` (cold); with model `x` served
 /// nowhere, every policy rejects.
 #[test]
@@ -599,11 +599,11 @@ fn the_chosen_ring_is_drawn_on_cold_and_hit_routes_and_not_on_rejections() {
     assert_eq!(decision.select(&ring).count(), 0);
 }
 
-/// The cohort table against figures worked by hand (issue 25: its hit count was never
-/// pinned). One request of model `m`, adapter `base`: round robin and longest prefix take
-/// `a`, a hit that reuses 40 and recomputes 10 (latency proxy 9,100, see
-/// `diff_deltas_are_candidate_minus_baseline_as_worked_by_hand`); least load takes the
-/// cold `b`: no hit, recomputes 50, latency proxy 500.
+/// The cohort table against figures worked by hand, so its hit count is pinned. One request
+/// of model `m`, adapter `base`: round robin and longest prefix take `a`, a hit that reuses
+/// 40 and recomputes 10 (latency proxy 9,100, see
+/// `diff_deltas_are_candidate_minus_baseline_as_worked_by_hand`); least load takes the cold
+/// `b`: no hit, recomputes 50, latency proxy 500.
 #[test]
 fn the_cohort_table_counts_hits_as_worked_by_hand() {
     let dir = tempfile::tempdir().unwrap();
@@ -649,8 +649,8 @@ fn the_cohort_table_counts_hits_as_worked_by_hand() {
     assert_eq!(row("least_load"), cold);
 }
 
-/// A close call is a runner-up strictly within 1,000 milli of the winner (issue 25: `<=`
-/// passed every test). Worker `a` caches the request's 1-token prefix and is idle; `b`
+/// A close call is a runner-up strictly within 1,000 milli of the winner, so `<`
+/// and `<=` differ here. Worker `a` caches the request's 1-token prefix and is idle; `b`
 /// caches nothing and has one active decode, weighed 999 milli. Least load takes `a`
 /// with margin 999 (b's work): a close call. Longest prefix takes `a` with margin
 /// 1000 · (1 - 0) = 1,000: exactly the margin, not a close call.
@@ -693,9 +693,9 @@ fn a_margin_of_exactly_one_token_is_not_a_close_call() {
     assert_eq!(longest_prefix, "");
 }
 
-/// The page's budget is bytes, not decisions (issue 25: the lab trace with 200 kB
-/// request ids gave a 33.9 MB page). Each id is shown cut, with its length, and the page
-/// says so; every decision is still shown in detail.
+/// The page's budget is bytes, not decisions: long request ids would otherwise make a page
+/// of tens of megabytes. Each id is shown cut, with its length, and the page says so; every
+/// decision is still shown in detail.
 #[test]
 fn request_ids_of_200_kb_keep_the_page_within_its_budget() {
     let dir = tempfile::tempdir().unwrap();
@@ -738,8 +738,8 @@ fn cohort_rows(page: &str) -> Vec<String> {
 
 /// A receipt written with `replay --id-key` has keyed request ids: with the same
 /// `--id-key`, the report keys the trace's ids too and its cohorts are the unkeyed
-/// receipt's; without it, page and stderr say the cohorts cannot be matched (issue 25:
-/// the table had one row per policy with an empty model and adapter).
+/// receipt's; without it, page and stderr say the cohorts cannot be matched,
+/// rather than a table of one row per policy with an empty model and adapter.
 #[test]
 fn a_keyed_receipt_matches_its_cohorts_through_the_same_id_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -814,7 +814,7 @@ fn a_keyed_receipt_matches_its_cohorts_through_the_same_id_key() {
 }
 
 /// `report` and `diff` read a JSON Lines receipt (SPEC.md §6.4) as the JSON receipt its
-/// lines make (issue 25: they said `trailing characters at line 2`): the page is the
+/// lines make, not as one JSON document: the page is the
 /// one the JSON receipt gives, but for the file name it shows.
 #[test]
 fn a_json_lines_receipt_gives_the_page_of_its_json_receipt() {

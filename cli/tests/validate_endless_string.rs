@@ -1,4 +1,4 @@
-//! `kvroute validate -` on a string with no end (issue 25): `{"format": "` and then
+//! `kvroute validate -` on a string with no end: `{"format": "` and then
 //! endless `a`s, piped in. serde_json gathers a string whole before handing it over, so
 //! the reader used to grow until the allocator aborted. A string is now capped at
 //! `VALUE_BYTES_MAX` (SPEC.md §1.1): validation fails with the string's position as

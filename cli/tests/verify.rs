@@ -135,7 +135,7 @@ fn a_changed_dominance_count_is_rejected() {
     );
 }
 
-// ---- issue 12 item 7: type errors and reorders are named as such (SPEC.md §7) ----
+// ---- type errors and reorders are named as such (SPEC.md §7) ----
 
 #[test]
 fn a_type_error_is_reported_at_its_path() {
@@ -176,7 +176,7 @@ fn reordered_decisions_are_reported_as_a_reorder() {
     );
 }
 
-// ---- issue 23: byte equality, read as a stream ----
+// ---- byte equality, read as a stream (SPEC.md §7) ----
 
 /// The lab receipt exactly as `replay --format json` writes it: canonical bytes and `\n`.
 fn written() -> (Vec<u8>, String) {

@@ -1,5 +1,6 @@
 //! `kvroute verify` of a large receipt holds neither the receipt nor a tree of it: it
-//! streams the file and compares it with the oracle's pieces as they come (issue 23).
+//! streams the file and compares it with the oracle's pieces as they come, so
+//! memory does not grow with the receipt.
 //! A receipt of about 203 MB (64 workers, 4,000 events) is written, then verified by
 //! the `kvroute` binary as a child process.
 //!

@@ -1,6 +1,7 @@
-//! The policy members added by issue 13 (SPEC.md §1, §2.2, §6.1): `stale_rule`, `epochs`
-//! and `cold_reserve_milli` are validated with their stated paths and reasons, and at
-//! their defaults they leave the canonical trace, and so every digest, unchanged.
+//! The stale-rule, epoch and cold-reserve policy members (SPEC.md §1, §2.2, §6.1):
+//! `stale_rule`, `epochs` and `cold_reserve_milli` are validated with their stated paths
+//! and reasons, and at their defaults they leave the canonical trace, and so every digest,
+//! unchanged.
 
 use kvroute_core::output::canonical::{canonical_trace_bytes, trace_digest};
 use kvroute_core::parse_trace;

@@ -1,8 +1,8 @@
-//! The validated trace holds one copy of each repeated string (issue 11): the readers
-//! (`parse_trace`, `read_trace`, the Mooncake import) hand out shared `Arc<str>`s, so a
-//! namespace, worker reference or prefix key named again costs a pointer. These tests
-//! check the sharing itself (`Arc::ptr_eq`), not only equal text, since equal text is
-//! what the `String` fields they replaced already gave.
+//! The validated trace holds one copy of each repeated string, so memory follows the
+//! distinct strings: the readers (`parse_trace`, `read_trace`, the Mooncake import) hand
+//! out shared `Arc<str>`s, so a namespace, worker reference or prefix key named again costs
+//! a pointer. These tests check the sharing itself (`Arc::ptr_eq`), not only equal text,
+//! since equal text is what the `String` fields they replaced already gave.
 
 use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::input::trace::{CacheOp, EventKind, Request, Trace};

@@ -263,7 +263,7 @@ fn only_the_printed_error_lines_are_kept() {
     assert_eq!(lines[100], "... and 900 more errors");
 }
 
-// ---- issue 12: work limits (SPEC.md §1.3, §2.3 stages 3 and 4) ----
+// ---- work limits (SPEC.md §1.3, §2.3 stages 3 and 4) ----
 
 fn grant(tenants: usize) -> Value {
     let tenants: Vec<String> = (0..tenants).map(|t| format!("t{t}")).collect();
@@ -429,7 +429,7 @@ fn residency_waits_for_a_clean_stage_three() {
     );
 }
 
-// ---- issue 12: long paths are cut (SPEC.md §2.1) ----
+// ---- long paths are cut (SPEC.md §2.1) ----
 
 #[test]
 fn long_paths_are_cut_with_a_marker() {
@@ -489,7 +489,7 @@ fn a_path_of_120_characters_is_kept_whole() {
     );
 }
 
-// ---- issue 12: numbers quoted as written, BOM (SPEC.md §1.1, §2.2) ----
+// ---- numbers quoted as written, BOM (SPEC.md §1.1, §2.2) ----
 
 /// The base trace as text with `"queued_prefill": 3` (events[0]) replaced by `literal`.
 fn with_literal(literal: &str) -> Vec<String> {

@@ -1,5 +1,5 @@
 //! Costly traces: documents built to make a replay do as much work as the limits allow
-//! (or, before SPEC.md §1.3's work limits, far more), for issue 12's measurements and
+//! (or, before SPEC.md §1.3's work limits, far more), for measuring a replay's cost and
 //! for the work-bound property test.
 //!
 //! The work of a request is its segments times the entries resident under their keys
@@ -35,8 +35,9 @@ pub struct CostlyShape {
 }
 
 impl CostlyShape {
-    /// The shape issue 12 reported: about 1.35 MB of JSON inside the `lab` profile's
-    /// original limits (64 requests, 8 workers, 1,024 events), costing seconds of CPU.
+    /// The costliest lab shape found before the work limits: about 1.35 MB of JSON inside
+    /// the `lab` profile's original limits (64 requests, 8 workers, 1,024 events), costing
+    /// seconds of CPU.
     pub const ISSUE_12_LAB: CostlyShape = CostlyShape {
         workers: 8,
         entries_per_worker: 1_000,
@@ -153,7 +154,7 @@ impl WideShape {
 
 /// A `scale` trace of `workers` workers with one cache entry each (all under key `k0`)
 /// and `requests` one-segment requests for that key, one per tick: the case where
-/// dominance, not the reuse walk, is most of a decision's work (issue 26). Written as
+/// dominance, not the reuse walk, is most of a decision's work. Written as
 /// text, about 230 bytes per worker (about 1 MB at 4,096 workers); never committed.
 pub fn wide_trace_bytes(workers: usize, requests: usize, shape: WideShape) -> Vec<u8> {
     use std::io::Write;

@@ -226,8 +226,9 @@ pub struct TraceRecipe {
     grants: Vec<GrantRecipe>,
     workers: Vec<WorkerRecipe>,
     events: Vec<EventRecipe>,
-    /// Issue 13's policy members (SPEC.md §3.2, §3.6, §4.5), drawn after everything
-    /// else so that the earlier draws, and so every version-1 field, are unchanged.
+    /// The stale rule, epochs and cold reserve policy members (SPEC.md §3.2, §3.6, §4.5),
+    /// drawn after everything else so that the earlier draws, and so every version-1 field,
+    /// are unchanged.
     stale_rule: u8,
     epochs: u8,
     cold_reserve: u8,

@@ -1,5 +1,5 @@
 //! The compactly held events (`read_trace_compact`, `Compiled::from_compact`, what
-//! `kvroute validate` and `kvroute replay` read, issue 26) against the typed trace
+//! `kvroute validate` and `kvroute replay` read) against the typed trace
 //! (`read_trace`, `Compiled::new`): on every fixture, valid and invalid, on generated
 //! traces and on generated traces with a planted defect, the same error lines, the
 //! same events decoded back, the same trace digest, and byte-identical receipts in

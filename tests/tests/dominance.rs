@@ -6,7 +6,7 @@
 //! on row sets built to tie: figures from a few values, so equal reuse, equal after and
 //! both at once are common, and rows outside the front set (ineligible, overloaded, in
 //! the cold reserve) mixed in. The bound is checked by counting core's dominance
-//! operations, not by timing, on issue 26's wide traces (4,096 workers with one cache
+//! operations, not by timing, on the wide traces (4,096 workers with one cache
 //! entry each, 120 one-segment requests), where the pairwise loop does 16.8 million
 //! comparisons per decision.
 

@@ -1,4 +1,4 @@
-//! The streamed Mooncake import (`kvroute import mooncake`, issue 11) writes exactly the
+//! The streamed Mooncake import (`kvroute import mooncake`) writes exactly the
 //! canonical trace the whole-trace import builds: same bytes, same digest, same errors.
 
 use kvroute_core::input::mooncake::{

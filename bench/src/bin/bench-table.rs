@@ -17,7 +17,7 @@
 //!   fresh child process (this binary re-run with `--peak-memory-child`), so the other
 //!   figures' allocations do not count.
 //!
-//! - **receipts and input** (issue 11): decisions per second with a JSON Lines receipt
+//! - **receipts and input**: decisions per second with a JSON Lines receipt
 //!   (`write_jsonl`, all four policies, to `io::sink`) at 8, 64 and 512 workers; the
 //!   cost of one differential check divided by core's parse + route alone on the same
 //!   seeds; `parse_trace` throughput; and peak memory (`VmHWM` of a fresh child) of
@@ -26,18 +26,18 @@
 //!   to a temporary directory by this run and deleted after it; the children read the
 //!   trace as the CLI does (`read_trace_compact`, `Compiled::from_compact`), and the
 //!   200 MB trace's `validate` and `replay --format jsonl` peaks print against their
-//!   targets (issue 26: 64 MB and 150 MB).
+//!   targets (64 MB and 150 MB).
 //!
 //! - **input**: `parse_trace` (bytes) and `read_trace` (streamed from a file) on the
 //!   core-versus-oracle trace, and `replay_bytes`, without the oracle's slow run.
 //!
-//! - **verify** (issue 23): `kvroute verify` of a receipt against core's `replay
+//! - **verify**: `kvroute verify` of a receipt against core's `replay
 //!   --format json` of the same trace, both from files as the commands run them, on the
 //!   Mooncake import at 8 workers (an 89 MB receipt) and on Mooncake plus its closed-loop
 //!   cache events at 64 workers (a 670 MB receipt), as a ratio measured in the same run,
 //!   with the peak memory of each in a fresh child.
 //!
-//! - **wide fleets** (issue 26): what `kvroute replay TRACE` does (parse, trace digest,
+//! - **wide fleets**: what `kvroute replay TRACE` does (parse, trace digest,
 //!   four policies streamed into the receipt digest, every row's dominance included) on
 //!   1 MB `scale` traces of 4,096 workers with one cache entry each and 120 one-segment
 //!   requests, with every reuse distinct and with most rows tied
@@ -80,29 +80,28 @@ const SWARM_SEEDS: u64 = 2_000;
 const SWARM_REPETITIONS: usize = 2;
 
 /// The targets (SPEC.md / the project's performance goals).
-// Issue 26's routing targets: cache_plus_load, no receipt, one core, at 64 and 512
-// workers (issue 25's 2M at 64 workers is superseded).
+// The routing targets: cache_plus_load, no receipt, one core, at 64 and 512 workers.
 const TARGET_DECISIONS_PER_SECOND_64: f64 = 1_000_000.0;
 const TARGET_DECISIONS_PER_SECOND_512: f64 = 300_000.0;
 const TARGET_ORACLE_RATIO: f64 = 50.0;
 const TARGET_SWARM_SCALING: f64 = 1.7;
 const TARGET_CLOSED_LOOP_SECONDS: f64 = 1.0;
 const TARGET_PEAK_MEMORY_BYTES: u64 = 300_000_000;
-// Issue 23's targets: verify ÷ core's replay, and verify's peak at 8 and 64 workers.
+// The verify targets: verify ÷ core's replay, and verify's peak at 8 and 64 workers.
 const TARGET_VERIFY_RATIO: f64 = 5.0;
 const TARGET_VERIFY_PEAK_BYTES_8: u64 = 200_000_000;
 const TARGET_VERIFY_PEAK_BYTES_64: u64 = 300_000_000;
-// Issue 11's targets.
+// The swarm, input and receipt targets.
 const TARGET_SWARM_SEEDS_PER_CORE: f64 = 1_500.0;
 const TARGET_PARSE_MB_PER_SECOND: f64 = 150.0;
 const TARGET_CORE_REPLAY_MS: f64 = 300.0;
 const TARGET_DIFFERENTIAL_RATIO: f64 = 2.5;
 const TARGET_JSONL_DECISIONS_PER_SECOND_64: f64 = 25_000.0;
 const TARGET_SCALE_JSONL_PEAK_BYTES: u64 = 150_000_000;
-/// `kvroute validate` of the same trace (issue 26).
+/// `kvroute validate` of the same trace.
 const TARGET_SCALE_VALIDATE_PEAK_BYTES: u64 = 64_000_000;
 const TARGET_CHAIN_JSON_PEAK_BYTES: u64 = 100_000_000;
-// Issue 26's target: the replay of a wide trace, in seconds.
+// The wide-fleet target: the replay of a wide trace, in seconds.
 const TARGET_WIDE_REPLAY_SECONDS: f64 = 1.5;
 
 /// Seeds of the differential-cost ratio, and the memory figures' generated traces.
@@ -110,7 +109,7 @@ const DIFFERENTIAL_SEEDS: u64 = 400;
 const SCALE_TRACE_BYTES: usize = 200_000_000;
 const SCALE_TRACE_WORKERS: usize = 8;
 const CHAIN_WORKERS: usize = 4_096;
-/// Issue 26's wide traces: workers (one cache entry each) and one-segment requests.
+/// The wide traces: workers (one cache entry each) and one-segment requests.
 const WIDE_WORKERS: usize = 4_096;
 const WIDE_REQUESTS: usize = 120;
 
@@ -744,7 +743,7 @@ fn main() {
     );
 }
 
-/// The `parse_trace` target line (issues 11 and 26) for `bytes` parsed as `parse`.
+/// The `parse_trace` target line for `bytes` parsed as `parse`.
 fn parse_target(bytes: usize, parse: Measured) -> TargetRow {
     let mb_per_second = bytes as f64 / 1e6 / parse.best.as_secs_f64();
     TargetRow {
@@ -859,12 +858,12 @@ fn verify_receipt_file(trace: &str, receipt: &str) -> String {
     }
 }
 
-/// Issue 23's figures: verify against core's replay of the same trace, in one run.
+/// The verify figures: verify against core's replay of the same trace, in one run.
 /// Each side is timed once after one warm-up at 8 workers, and once at 64 (a run there
 /// takes tens of seconds); peaks come from fresh children.
 fn verify_section(mooncake: &[u8], targets: &mut Vec<TargetRow>) {
     println!();
-    println!("## verify: the streamed check against core's replay --format json (issue 23)");
+    println!("## verify: the streamed check against core's replay --format json");
     println!(
         "{:<44}  {:>9}  {:>11}  {:>10}  {:>10}  {:>6}  {:>11}  {:>11}  runs",
         "trace",
@@ -952,14 +951,14 @@ fn verify_section(mooncake: &[u8], targets: &mut Vec<TargetRow>) {
     let _ = std::fs::remove_dir(&dir);
 }
 
-/// Issue 26's figure: what `kvroute replay TRACE` does (the table's metrics and both
+/// The wide-fleet figure: what `kvroute replay TRACE` does (the table's metrics and both
 /// digests, every row's dominance streamed into the receipt digest) on each wide
 /// trace, from its bytes in memory.
 fn wide_section(targets: &mut Vec<TargetRow>) {
     println!();
     println!(
         "## Wide fleets: replay of {} workers × {WIDE_REQUESTS} requests, one cache entry per \
-         worker (issue 26)",
+         worker",
         grouped(WIDE_WORKERS as f64)
     );
     println!(

@@ -1,15 +1,16 @@
 //! `costly-trace [issue|limits|wide|wide-tied] > FILE`: writes a costly trace
 //! (`kvroute_harness::costly`) to stdout, to measure a replay's CPU time and memory with
-//! `/usr/bin/time -v`: `issue` (the default) is issue 12's 1.35 MB lab trace that the
+//! `/usr/bin/time -v`: `issue` (the default) is the 1.35 MB lab trace that the
 //! work limits now reject; `limits` is the valid trace at every `lab` work limit;
-//! `wide` and `wide-tied` are issue 26's 1 MB `scale` traces of 4,096 workers with one
+//! `wide` and `wide-tied` are the 1 MB `scale` traces of 4,096 workers with one
 //! cache entry each and 120 one-segment requests, with every reuse distinct or with
 //! most rows tied.
 
 use kvroute_harness::costly::{costly_trace, wide_trace_bytes, CostlyShape, WideShape};
 use std::io::Write;
 
-/// Issue 26's wide traces: workers and requests.
+/// The wide traces: workers and requests, enough that pairwise dominance would take
+/// seconds.
 const WIDE_WORKERS: usize = 4_096;
 const WIDE_REQUESTS: usize = 120;
 

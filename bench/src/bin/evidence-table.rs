@@ -1,15 +1,15 @@
 //! `evidence-table`: the README's comparison of cache evidence rules under reordering
-//! and loss (issue 13, SPEC.md §3.2, §3.6, §11).
+//! and loss (SPEC.md §3.2, §3.6, §11).
 //!
 //! The Mooncake conversation trace is imported onto 8 and 64 workers and simulated
-//! closed-loop under `cache_plus_load` with each stale rule (`worker_epoch`,
-//! `key_epoch`, the `arrival_order` baseline) and with `key_epoch` plus sequential-epoch
-//! gap detection, at several lag/jitter settings without loss and a few with loss. Each
-//! row gives the stale events dropped whole (`stale`) and, under `key_epoch`, the
-//! mutations rejected (`stale_mut`), then the router's residency error against the engine's truth at every
-//! decision: `phantom` (believed, not held) and `missed` (held, not believed), in
-//! tokens. The last lines check the issue's claim: on every reordering-only setting,
-//! `key_epoch`'s `missed + phantom` is no larger than either other rule's.
+//! closed-loop under `cache_plus_load` with each stale rule (`worker_epoch`, `key_epoch`,
+//! the `arrival_order` baseline) and with `key_epoch` plus sequential-epoch gap detection,
+//! at several lag/jitter settings without loss and a few with loss. Each row gives the
+//! stale events dropped whole (`stale`) and, under `key_epoch`, the mutations rejected
+//! (`stale_mut`), then the router's residency error against the engine's truth at every
+//! decision: `phantom` (believed, not held) and `missed` (held, not believed), in tokens.
+//! The last lines check the claim that on every reordering-only setting, `key_epoch`'s
+//! `missed + phantom` is no larger than either other rule's.
 //!
 //! `cargo run --release -p kvroute-bench --bin evidence-table [WORKERS...]`
 

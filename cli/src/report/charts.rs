@@ -524,8 +524,8 @@ mod tests {
         }
     }
 
-    /// 64 idle workers at one point (issue 25: "w01, w02, ... w16, w1" ran off the SVG
-    /// and w17 to w63 never showed): the label wraps within the right margin and counts
+    /// 64 idle workers at one point (a plain list of their ids would run off the SVG
+    /// and hide most of them): the label wraps within the right margin and counts
     /// what it leaves out; the table under the chart lists every row.
     #[test]
     fn sixty_four_co_located_workers_get_a_wrapped_counted_label() {
@@ -568,8 +568,8 @@ mod tests {
         assert!(drawn_after_the_front);
     }
 
-    /// The legend has its own column right of the plot (issue 25: it covered the
-    /// busiest workers' lines), and the axis name is clear of the tick labels.
+    /// The legend has its own column right of the plot (inside the plot it would
+    /// cover the busiest workers' lines), and the axis name is clear of the tick labels.
     #[test]
     fn the_work_legend_is_beside_the_plot_and_the_axis_name_below_the_ticks() {
         let rows = || {

@@ -1,4 +1,4 @@
-//! The events of a trace held compactly (issue 26 item 3): what `kvroute validate` and
+//! The events of a trace held compactly, so memory follows the state: what `kvroute validate` and
 //! `kvroute replay` keep of a streamed trace instead of one typed [`Event`] per event.
 //!
 //! A typed event of a request-heavy trace costs about 320 bytes (its eight 24-byte

@@ -83,7 +83,7 @@ pub fn import_mooncake(
 
 /// [`import_mooncake`] without holding the events: each request event is handed to
 /// `on_event` as its line is read, and the trace is returned without them. Memory is
-/// then one line, not the trace (issue 11), so an import of any length can be written
+/// then one line, not the trace, so an import of any length can be written
 /// as it is read: block keys are not shared here, since every event is gone once
 /// handed on and a table of shared keys would only keep every distinct key alive.
 ///
@@ -824,8 +824,8 @@ mod tests {
         }
     }
 
-    /// A line over the cap is one error and is read past (issue 25: a line with no end
-    /// grew until the allocator aborted); the lines around it are still checked, a line
+    /// A line over the cap is one error and is read past, so a line with no end cannot
+    /// grow until the allocator aborts; the lines around it are still checked, a line
     /// exactly at the cap is read, and reading through a 1-byte buffer drops the long
     /// line in pieces the same way.
     #[test]

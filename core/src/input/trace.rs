@@ -298,7 +298,7 @@ pub mod members {
     /// Defines each table and [`known_member_name`] from the same literals: a
     /// `match`, which the compiler turns into a switch on the length and fixed-size
     /// compares, where a search of the tables would call `memcmp` for every name of
-    /// the same length (issue 11).
+    /// the same length, and names are compared for every member of every event.
     macro_rules! member_tables {
         ($($(#[$doc:meta])* $table:ident = [$($name:literal),* $(,)?];)*) => {
             $($(#[$doc])* pub const $table: &[&str] = &[$($name),*];)*

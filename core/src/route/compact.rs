@@ -1,9 +1,9 @@
-//! A trace whose events are held compactly ([`EventStore`], what `kvroute validate`
-//! and `kvroute replay` read) made ready to replay: [`Compiled::from_compact`]. The
-//! workers and tables are compiled as [`Compiled::new`] compiles them; the events stay
-//! in the store and each is compiled as a run reaches it, so a replay never holds a
-//! compiled copy of every event (issue 26). Its own file so that the compiled trace,
-//! which most of routing imports, does not import the store.
+//! A trace whose events are held compactly ([`EventStore`], what `kvroute validate` and
+//! `kvroute replay` read) made ready to replay: [`Compiled::from_compact`]. The workers and
+//! tables are compiled as [`Compiled::new`] compiles them; the events stay in the store and
+//! each is compiled as a run reaches it, so a replay never holds a compiled copy of every
+//! event and memory follows the state. Its own file so that the compiled trace, which most
+//! of routing imports, does not import the store.
 
 use crate::input::compact::{CompactKind, EventStore, EventsView};
 use crate::input::trace::Trace;

@@ -200,6 +200,32 @@ pub fn choose(
     params: &PolicyParams,
     cursor: &mut usize,
 ) -> Choice {
+    let choice = choose_unchecked(policy, rows, params, cursor);
+    debug_assert!(choice.chosen.is_none_or(|w| w < rows.len()), "{choice:?}");
+    debug_assert!(choice.chosen.is_none_or(|w| rows.eligible(w)), "{choice:?}");
+    debug_assert_eq!(
+        choice.chosen.is_some(),
+        (0..rows.len()).any(|w| rows.eligible(w)),
+        "a policy rejects only when no row is eligible"
+    );
+    debug_assert!(
+        choice.chosen.is_none() || choice.tie_count >= 1,
+        "{choice:?}"
+    );
+    debug_assert!(
+        !(choice.overload_escape && choice.reserve_fallback),
+        "{choice:?}"
+    );
+    choice
+}
+
+/// [`choose`] without its debug-build checks of the choice.
+fn choose_unchecked(
+    policy: Policy,
+    rows: &mut Rows,
+    params: &PolicyParams,
+    cursor: &mut usize,
+) -> Choice {
     match policy {
         Policy::RoundRobin => round_robin(rows, cursor),
         // Smaller work first.
@@ -281,6 +307,8 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
     let rows = &*rows;
     let best = scan_cheapest(rows);
     let choice = best.choice(1);
+    #[cfg(debug_assertions)]
+    check_cheapest(rows, &best, choice);
     if let Some(chosen) = choice.chosen {
         return Choice {
             chosen_dominated: cheapest_dominated(rows, params, chosen, best.tied_reuse_max),
@@ -305,6 +333,42 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         overload_escape: true,
         ..best_by(rows, |w| rows.eligible(w), |w| rows.after_milli[w], 1)
     }
+}
+
+/// Checks the choosing scan's answer against a plain pass over the rows, in debug
+/// builds: the chosen row is in the front set and the cheapest, the first of its cost
+/// (the last under the mutant that gives ties to the last), its ties counted, its
+/// runner-up the next cost and the tied reuse the largest among the cheapest.
+#[cfg(debug_assertions)]
+fn check_cheapest(rows: &Rows, best: &Best, choice: Choice) {
+    let front = || (0..rows.len()).filter(|&w| in_front_set(rows.reasons[w]));
+    debug_assert_eq!(best.offered, front().count() as u64, "rows offered");
+    let Some(chosen) = choice.chosen else {
+        debug_assert_eq!(front().count(), 0, "a scan of front rows chooses one");
+        return;
+    };
+    debug_assert!(in_front_set(rows.reasons[chosen]), "row {chosen}");
+    let cost = rows.cost_milli[chosen];
+    let cheapest = || front().filter(|&w| rows.cost_milli[w] == cost);
+    debug_assert!(front().all(|w| rows.cost_milli[w] >= cost), "row {chosen}");
+    let first = if best.ties_to_last {
+        cheapest().next_back()
+    } else {
+        cheapest().next()
+    };
+    debug_assert_eq!(first, Some(chosen), "the tie rule");
+    if !best.ties_to_last {
+        let ties = cheapest().count() as u64;
+        debug_assert_eq!(choice.tie_count, ties, "row {chosen}'s ties");
+        let tied_reuse_max = cheapest().map(|w| rows.reuse[w]).max();
+        debug_assert_eq!(Some(best.tied_reuse_max), tied_reuse_max, "row {chosen}");
+    }
+    let runner_up = front()
+        .filter(|&w| w != chosen)
+        .map(|w| rows.cost_milli[w])
+        .min();
+    let margin = runner_up.map_or(0, |next| next - cost);
+    debug_assert_eq!(choice.margin_milli, margin, "row {chosen}'s margin");
 }
 
 /// Offers every front-set row at its cost.
@@ -385,6 +449,7 @@ fn best_of(scored: impl Iterator<Item = (usize, u64)>, margin_scale: u64) -> Cho
 /// The smallest score offered so far, its row, how many rows share it and the
 /// smallest score of the others: what [`best_by`] keeps while it scans. Plain fields
 /// rather than options, so the scan's one test per row is a comparison.
+#[derive(Debug, Clone, Copy)]
 struct Best {
     /// Rows offered so far.
     offered: u64,
@@ -432,6 +497,29 @@ impl Best {
     /// a scan that offers every row and counts them itself.
     #[inline(always)]
     fn offer_later_noting_reuse(&mut self, row: usize, score: u64, reuse: u64) {
+        // Debug builds check the fast form against the plain one on every row.
+        #[cfg(debug_assertions)]
+        let (mut plain, before) = (*self, *self);
+        #[cfg(debug_assertions)]
+        plain.offer(row, score);
+        self.offer_later_noting_reuse_fast(row, score, reuse);
+        #[cfg(debug_assertions)]
+        {
+            let figures = |b: &Best| (b.score, b.row, b.tie_count, b.runner_up);
+            debug_assert_eq!(figures(self), figures(&plain), "row {row} at {score}");
+            debug_assert_eq!(self.offered, before.offered, "an uncounted offer");
+            let tied_reuse_max = match score.cmp(&before.score) {
+                std::cmp::Ordering::Less => reuse,
+                std::cmp::Ordering::Equal => before.tied_reuse_max.max(reuse),
+                std::cmp::Ordering::Greater => before.tied_reuse_max,
+            };
+            debug_assert_eq!(self.tied_reuse_max, tied_reuse_max, "row {row}");
+        }
+    }
+
+    /// [`Best::offer_later_noting_reuse`] without its debug-build check.
+    #[inline(always)]
+    fn offer_later_noting_reuse_fast(&mut self, row: usize, score: u64, reuse: u64) {
         // Most rows cost more than the cheapest so far and leave the tied rows' reuse
         // as it is: they are told apart first, so their reuse is never read.
         if score > self.score {

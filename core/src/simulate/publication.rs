@@ -94,9 +94,8 @@ mod tests {
         assert!((0..100).all(|e| is_lost(&options, 2, e)));
     }
 
-    /// The boundary of the draw (issue 25: `<=` for `<` passed every test, since no test
-    /// met a draw equal to the rate): an event whose draw is exactly `P` is kept, and
-    /// lost once the rate is `P + 1`.
+    /// The boundary of the draw, which no other test meets, so `<=` for `<` fails here: an
+    /// event whose draw is exactly `P` is kept, and lost once the rate is `P + 1`.
     #[test]
     fn an_event_whose_draw_equals_the_rate_is_kept() {
         let draw = |epoch: u64| {

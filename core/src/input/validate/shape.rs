@@ -76,8 +76,8 @@ pub(crate) struct Walk {
 }
 
 /// The strings handed out so far, one shared copy each: a trace repeats a few names
-/// and keys millions of times, and each repeat then costs a pointer, not a `String`
-/// (issue 11). Each streamed array is read by its own `Walk`, so a name used in both
+/// and keys millions of times, and each repeat then costs a pointer, not a `String`.
+/// Each streamed array is read by its own `Walk`, so a name used in both
 /// `workers` and `events` is kept twice at most. Looked up by text, and by position
 /// only in the order strings were first seen, so no hash order can reach a trace or
 /// an error.

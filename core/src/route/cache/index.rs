@@ -63,6 +63,10 @@ impl WorkerRecords {
             return (self.records.len() - 1) as u32;
         }
         let record = &mut self.records[slot as usize];
+        debug_assert_eq!(
+            record.0, FREE_KEY,
+            "slot {slot} heads the free chain but is live"
+        );
         self.free_head = record.1;
         *record = (key, ns);
         slot
@@ -71,6 +75,8 @@ impl WorkerRecords {
     /// The holder of a new entry of this worker's, its record taken.
     #[inline(always)]
     fn new_holder(&mut self, worker: u32, ns: NsId, key: KeyId, tokens: u64) -> Holder {
+        debug_assert!(tokens > 0, "a resident entry holds tokens");
+        debug_assert_ne!(key, FREE_KEY, "a key id is below the free record's");
         let slot = self.take(key, ns);
         Holder {
             worker,
@@ -83,6 +89,14 @@ impl WorkerRecords {
     /// Frees the record at `slot` for the next store.
     #[inline(always)]
     fn free(&mut self, slot: u32) {
+        debug_assert!(
+            (slot as usize) < self.records.len(),
+            "slot {slot} is a record"
+        );
+        debug_assert_ne!(
+            self.records[slot as usize].0, FREE_KEY,
+            "slot {slot} freed twice"
+        );
         self.records[slot as usize] = (FREE_KEY, self.free_head);
         self.free_head = slot;
     }
@@ -164,19 +178,32 @@ impl KeyTable {
         if slot.tokens != 0 {
             Held::Once(slot)
         } else if slot.slot == NO_LIST {
+            debug_assert_eq!((slot.worker, slot.ns), (0, 0), "key {key}'s empty slot");
             Held::Not
         } else {
-            Held::List(slot.slot)
+            let list = slot.slot;
+            debug_assert!(
+                (list as usize) < self.lists.len(),
+                "key {key}'s list {list}"
+            );
+            debug_assert!(
+                self.lists[list as usize].len() >= 2,
+                "key {key}'s list {list}"
+            );
+            Held::List(list)
         }
     }
 
     #[inline(always)]
     fn holders(&self, key: KeyId) -> &[Holder] {
-        match self.held(key) {
+        let holders = match self.held(key) {
             Held::Once(_) => std::slice::from_ref(&self.slots[key as usize]),
             Held::Not => &[],
             Held::List(list) => &self.lists[list as usize],
-        }
+        };
+        debug_assert!(sorted_and_unique(holders), "key {key}'s holders");
+        debug_assert!(holders.iter().all(|h| h.tokens > 0), "key {key}'s holders");
+        holders
     }
 
     /// The slot of a key whose holders are `list`.
@@ -198,6 +225,7 @@ impl KeyTable {
         key: KeyId,
         tokens: u64,
     ) {
+        debug_assert!(tokens > 0, "a store of 0 tokens is a removal");
         // Nearly every store is of a key no worker holds: answered by the slot alone.
         match self.held(key) {
             Held::Not => self.slots[key as usize] = records.new_holder(worker, ns, key, tokens),
@@ -221,6 +249,7 @@ impl KeyTable {
             Held::Not => None,
             Held::Once(held) if held.worker == worker && held.ns == ns => {
                 self.slots[key as usize] = Self::NOT_HELD;
+                debug_assert_ne!(held.slot, NO_SLOT, "key {key}'s holder has a record");
                 Some(held.slot)
             }
             Held::Once(_) => None,
@@ -232,6 +261,11 @@ impl KeyTable {
     #[cold]
     #[inline(never)]
     fn make_list(&mut self, key: KeyId, held: Holder, added: Holder) {
+        debug_assert_ne!(
+            (added.worker, added.ns),
+            (held.worker, held.ns),
+            "key {key}"
+        );
         let pair = if (added.worker, added.ns) < (held.worker, held.ns) {
             [added, held]
         } else {
@@ -244,6 +278,7 @@ impl KeyTable {
                 (self.lists.len() - 1) as u32
             }
         };
+        debug_assert!(self.lists[list as usize].is_empty(), "list {list} is free");
         self.lists[list as usize].extend(pair);
         self.slots[key as usize] = Self::list_slot(list);
     }
@@ -265,6 +300,7 @@ impl KeyTable {
             Ok(i) => holders[i].tokens = tokens,
             Err(i) => holders.insert(i, records.new_holder(worker, ns, key, tokens)),
         }
+        debug_assert!(sorted_and_unique(holders), "key {key}'s list {list}");
     }
 
     /// [`KeyTable::remove`] for a key whose holders are list `list`. A list left with
@@ -280,8 +316,26 @@ impl KeyTable {
             holders.clear();
             self.free_lists.push(list);
         }
+        debug_assert!(
+            holders.is_empty() || holders.len() >= 2,
+            "key {key}'s list {list}"
+        );
+        debug_assert_eq!(
+            (removed.worker, removed.ns),
+            (worker, ns),
+            "key {key}'s list"
+        );
         Some(removed.slot)
     }
+}
+
+/// Whether `holders` is sorted by `(worker, ns)` with no pair twice: the order every
+/// key's holders keep, which the binary searches and the reuse walk's runs rely on.
+fn sorted_and_unique(holders: &[Holder]) -> bool {
+    let pairs = holders.windows(2);
+    pairs
+        .into_iter()
+        .all(|p| (p[0].worker, p[0].ns) < (p[1].worker, p[1].ns))
 }
 
 /// What a key's slot holds ([`KeyTable::held`]).
@@ -435,6 +489,10 @@ impl CacheIndex {
     ) {
         let records = &mut self.by_worker[worker as usize];
         for (key, tokens) in entries {
+            debug_assert!(
+                (key as usize) < self.by_key.slots.len(),
+                "key {key} is in the table"
+            );
             if tokens > 0 {
                 self.by_key.store(records, worker, ns, key, tokens);
             } else if let Some(slot) = self.by_key.remove(key, worker, ns) {
@@ -461,8 +519,13 @@ impl CacheIndex {
         let mut records = std::mem::take(&mut self.by_worker[worker as usize]);
         // The records are reset whole below, so a removed entry's is not freed.
         let mut removed = 0;
-        for (_, (key, ns)) in records.current() {
-            self.by_key.remove(key, worker, ns);
+        for (slot, (key, ns)) in records.current() {
+            let held_at = self.by_key.remove(key, worker, ns);
+            debug_assert_eq!(
+                held_at,
+                Some(slot as u32),
+                "worker {worker}'s record of key {key}"
+            );
             removed += 1;
         }
         // One operation per entry removed: a free record passed over was paid for by

@@ -132,23 +132,6 @@ fn walk<const FROM_ROWS: bool>(
     let walkers = &mut scratch.walkers[..];
     let n = walkers.len();
     let (reuse, boundary) = (&mut reuse[..n], &mut boundary[..n]);
-    // Worker `w`'s depth now. From rows, a worker first reached in this walk starts at
-    // 0 if its row is walked; its reasons are still the row's own then, since only a
-    // reached worker gets boundary reasons.
-    let depth_of = |walker: &mut Walker, boundary: Reasons| -> u32 {
-        if FROM_ROWS && walker.reached_in != this_walk {
-            walker.reached_in = this_walk;
-            walker.depth = if boundary.is_empty() { 0 } else { NOT_WALKING };
-        }
-        walker.depth
-    };
-    // Lists worker `w` the first time the walk changes it, where a list is kept.
-    let mut note = |w: usize, walker: &mut Walker| {
-        if !FROM_ROWS && walker.reached_in != this_walk {
-            walker.reached_in = this_walk;
-            walked.push(w as u32);
-        }
-    };
     let prompt_tokens = request.prompt_tokens;
     for (i, segment) in request.prefix.iter().enumerate() {
         let i = i as u32;
@@ -164,33 +147,14 @@ fn walk<const FROM_ROWS: bool>(
         while let [first, tail @ ..] = rest {
             let w = first.worker as usize;
             let walker = &mut walkers[w];
-            let worker_depth = depth_of(walker, boundary[w]);
-            // A walking worker's depth is below `NOT_WALKING`, and so is `i`.
-            let stopped = if past_partial {
-                worker_depth == NOT_WALKING
-            } else {
-                worker_depth != i
-            };
-            if stopped {
+            let worker_depth = depth_of::<FROM_ROWS>(walker, boundary[w], this_walk);
+            if is_stopped(past_partial, worker_depth, i) {
                 rest = tail;
                 continue;
             }
-            note(w, walker);
-            // Nearly always the worker holds the key once, under the request's own
-            // namespace, which serves it: that case is answered here, with tokens above
-            // 0 (a resident entry's) and so no boundary reason. Any other run of
-            // entries is judged out of line, so the registers of this loop stay its own.
-            let alone = tail.first().is_none_or(|next| next.worker != first.worker);
-            let usable_tokens = if alone && first.ns == request.ns {
-                rest = tail;
-                first.tokens
-            } else {
-                let (usable_tokens, pending) = judge_run(&mut rest, rule, tables, request.ns);
-                if usable_tokens == 0 {
-                    boundary[w] = boundary[w].union(pending);
-                }
-                usable_tokens
-            };
+            note::<FROM_ROWS>(walked, w, walker, this_walk);
+            let usable_tokens =
+                usable_tokens_of_run(&mut rest, rule, tables, request.ns, &mut boundary[w]);
             // Capped as it grows: the cap of a sum of additions is the cap of each
             // partial sum plus the next addition, capped.
             reuse[w] = (reuse[w] + usable_tokens.min(segment_tokens)).min(prompt_tokens);
@@ -202,19 +166,103 @@ fn walk<const FROM_ROWS: bool>(
         // A segment of 0 tokens is fully resident everywhere (`0 < 0` does not stop a
         // walk), so every worker still matching passes it, holder or not.
         if segment_tokens == 0 {
-            for (w, walker) in walkers.iter_mut().enumerate() {
-                if depth_of(walker, boundary[w]) == i {
-                    walker.depth = i + 1;
-                    note(w, walker);
-                    advanced = true;
-                }
-            }
+            advanced |= pass_empty_segment::<FROM_ROWS>(walkers, boundary, walked, this_walk, i);
         }
         // Under the mutant every walking worker visits every segment.
         if !advanced && !past_partial {
             break;
         }
     }
+}
+
+/// Whether a worker at `worker_depth` takes no part in segment `i`: it stopped before
+/// it, or is not walked at all. A walking worker's depth is below `NOT_WALKING`, and so
+/// is `i`; under the mutant only a worker not walked at all is stopped.
+#[inline(always)]
+fn is_stopped(past_partial: bool, worker_depth: u32, i: u32) -> bool {
+    if past_partial {
+        worker_depth == NOT_WALKING
+    } else {
+        worker_depth != i
+    }
+}
+
+/// The usable tokens of the run of one worker's entries that starts `rest` (not
+/// empty), leaving `rest` past the run; a run with none adds its boundary reasons to
+/// `boundary`. Nearly always the worker holds the key once, under the request's own
+/// namespace, which serves it: that case is answered here, with tokens above 0 (a
+/// resident entry's) and so no boundary reason. Any other run of entries is judged out
+/// of line, so the registers of the walk's loop stay its own.
+#[inline(always)]
+fn usable_tokens_of_run(
+    rest: &mut &[Holder],
+    rule: &mut NamespaceRule,
+    tables: &Tables,
+    request_ns: NsId,
+    boundary: &mut Reasons,
+) -> u64 {
+    let [first, tail @ ..] = *rest else {
+        unreachable!("a run has a first entry");
+    };
+    let alone = tail.first().is_none_or(|next| next.worker != first.worker);
+    if alone && first.ns == request_ns {
+        *rest = tail;
+        debug_assert!(first.tokens > 0, "a resident entry holds tokens");
+        return first.tokens;
+    }
+    let (usable_tokens, pending) = judge_run(rest, rule, tables, request_ns);
+    if usable_tokens == 0 {
+        *boundary = boundary.union(pending);
+    }
+    usable_tokens
+}
+
+/// Worker `w`'s depth now. From rows, a worker first reached in walk `this_walk` starts
+/// at 0 if its row is walked; its reasons are still the row's own then, since only a
+/// reached worker gets boundary reasons.
+#[inline(always)]
+fn depth_of<const FROM_ROWS: bool>(walker: &mut Walker, boundary: Reasons, this_walk: u64) -> u32 {
+    if FROM_ROWS && walker.reached_in != this_walk {
+        walker.reached_in = this_walk;
+        walker.depth = if boundary.is_empty() { 0 } else { NOT_WALKING };
+    }
+    walker.depth
+}
+
+/// Lists worker `w` in `walked` the first time walk `this_walk` changes it, where a
+/// list is kept (not from rows).
+#[inline(always)]
+fn note<const FROM_ROWS: bool>(
+    walked: &mut Vec<u32>,
+    w: usize,
+    walker: &mut Walker,
+    this_walk: u64,
+) {
+    if !FROM_ROWS && walker.reached_in != this_walk {
+        walker.reached_in = this_walk;
+        walked.push(w as u32);
+    }
+}
+
+/// Passes every worker still matching at segment `i` past it, for a segment of 0
+/// tokens; says whether any worker advanced.
+#[inline(always)]
+fn pass_empty_segment<const FROM_ROWS: bool>(
+    walkers: &mut [Walker],
+    boundary: &[Reasons],
+    walked: &mut Vec<u32>,
+    this_walk: u64,
+    i: u32,
+) -> bool {
+    let mut advanced = false;
+    for (w, walker) in walkers.iter_mut().enumerate() {
+        if depth_of::<FROM_ROWS>(walker, boundary[w], this_walk) == i {
+            walker.depth = i + 1;
+            note::<FROM_ROWS>(walked, w, walker, this_walk);
+            advanced = true;
+        }
+    }
+    advanced
 }
 
 /// The most usable tokens among the run of entries that starts `rest`, all of one

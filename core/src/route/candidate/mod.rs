@@ -131,6 +131,63 @@ fn fill_work_narrow(
     loads
 }
 
+/// [`fill_work_narrow`], checked in debug builds against SPEC.md §4.4's saturating
+/// form ([`saturated_work`]) on every row whose loads were narrow enough for the fast
+/// figures to be right.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fill_work_narrow_checked(
+    factors: [u64; 3],
+    reuse: &[u64],
+    queued: &[u64],
+    active: &[u64],
+    recomputed: &mut [u64],
+    work: &mut [u64],
+    cost: &mut [u64],
+    after: &mut [u64],
+) -> u64 {
+    let loads = fill_work_narrow(
+        factors, reuse, queued, active, recomputed, work, cost, after,
+    );
+    #[cfg(debug_assertions)]
+    if loads < 1 << 32 {
+        let [prompt_tokens, decode_weight, decode_milli] = factors;
+        for w in 0..reuse.len() {
+            let plain = saturated_work(
+                prompt_tokens,
+                reuse[w],
+                queued[w],
+                active[w],
+                decode_weight,
+                decode_milli,
+            );
+            let fast = (recomputed[w], work[w], cost[w], after[w]);
+            debug_assert_eq!(fast, plain, "row {w}'s work figures");
+        }
+    }
+    loads
+}
+
+/// One row's `(recomputed, work, cost, after)` by SPEC.md §4.4 in saturating
+/// arithmetic: the plain form the vector loop is checked against.
+#[cfg(debug_assertions)]
+fn saturated_work(
+    prompt_tokens: u64,
+    reuse: u64,
+    queued: u64,
+    active: u64,
+    decode_weight: u64,
+    decode_milli: u64,
+) -> (u64, u64, u64, u64) {
+    let recomputed = prompt_tokens - reuse;
+    let work = 1000u64
+        .saturating_mul(queued)
+        .saturating_add(decode_weight.saturating_mul(active));
+    let recomputed_milli = 1000u64.saturating_mul(recomputed);
+    let cost = recomputed_milli.saturating_add(work);
+    (recomputed, work, cost, cost.saturating_add(decode_milli))
+}
+
 impl Rows {
     pub fn new(worker_count: usize) -> Self {
         Rows {
@@ -191,6 +248,45 @@ impl Rows {
         );
         self.prompt_tokens = request.prompt_tokens;
         self.fill_work(request, params);
+        #[cfg(debug_assertions)]
+        self.check_filled(compiled, state);
+    }
+
+    /// Checks the filled rows in debug builds: one row per worker in every column, and
+    /// each row's figures consistent with each other and with the worker's load.
+    #[cfg(debug_assertions)]
+    fn check_filled(&self, compiled: &Compiled, state: &RouterState) {
+        let n = compiled.workers.len();
+        debug_assert_eq!(self.len(), n, "rows for workers");
+        debug_assert_eq!(state.workers.len(), n, "worker states for workers");
+        for column in [&self.reuse, &self.recomputed, &self.queued_prefill] {
+            debug_assert_eq!(column.len(), n, "a column's rows");
+        }
+        for column in [&self.active_decode, &self.work_milli, &self.after_milli] {
+            debug_assert_eq!(column.len(), n, "a column's rows");
+        }
+        debug_assert_eq!(self.cost_milli.len(), n, "the cost column's rows");
+        for w in 0..n {
+            debug_assert!(self.reuse[w] <= self.prompt_tokens, "row {w}'s reuse");
+            debug_assert!(
+                self.reuse[w] == 0 || self.eligible(w),
+                "row {w} is not walked but reuses"
+            );
+            debug_assert_eq!(
+                self.reuse[w] + self.recomputed[w],
+                self.prompt_tokens,
+                "row {w}'s reuse and recomputed tokens"
+            );
+            debug_assert_eq!(
+                self.queued_prefill[w], state.workers[w].queued_prefill,
+                "row {w}"
+            );
+            debug_assert_eq!(
+                self.active_decode[w], state.workers[w].active_decode,
+                "row {w}"
+            );
+            debug_assert!(self.after_milli[w] >= self.work_milli[w], "row {w}'s after");
+        }
     }
 
     /// Fills each row's recomputed tokens (its reuse the walk capped at the prompt),
@@ -217,7 +313,7 @@ impl Rows {
             && decode_milli < 1 << 62
             && prompt_tokens < 1 << 32;
         if small_factors
-            && fill_work_narrow(
+            && fill_work_narrow_checked(
                 [prompt_tokens, decode_weight, decode_milli],
                 &self.reuse,
                 &self.queued_prefill,
@@ -376,6 +472,18 @@ impl Rows {
     /// Whether any row dominates row `a`: O(workers), for the metrics of every run,
     /// receipt or none.
     pub fn is_dominated(&self, a: usize) -> bool {
+        let dominated = self.is_dominated_fast(a);
+        // Debug builds check the zipped form against the plain test of every row.
+        debug_assert_eq!(
+            dominated,
+            (0..self.len()).any(|b| self.dominates(b, a)),
+            "row {a}"
+        );
+        dominated
+    }
+
+    /// [`Rows::is_dominated`] without its debug-build check.
+    fn is_dominated_fast(&self, a: usize) -> bool {
         count_dominance(self.len() as u64);
         if !self.in_front_set(a) {
             return false;
@@ -411,7 +519,14 @@ impl Rows {
             self.dominance_current,
             "compute_dominance must follow the rows' last fill"
         );
-        self.dominance.of(a)
+        let (first, count) = self.dominance.of(a);
+        debug_assert_eq!(first.is_some(), count > 0, "row {a}'s dominance");
+        debug_assert!(
+            first.is_none_or(|b| self.dominates(b, a)),
+            "row {a}'s first"
+        );
+        debug_assert!(count as usize <= self.len(), "row {a}'s dominance count");
+        (first, count)
     }
 
     /// Row `w` as the receipt lists it.
