@@ -150,50 +150,62 @@ fn event_checks(trace: &Trace, seen_workers: &BTreeSet<&str>, lines: &mut Vec<St
                 ));
             }
         }
-        if let EventKind::Request {
-            prefix,
-            prompt_tokens,
-            decode_tokens,
-            ..
-        } = &event.kind
-        {
-            // u128: many segments of up to B tokens each cannot overflow it.
-            let prefix_tokens: u128 = prefix.iter().map(|s| u128::from(s.tokens)).sum();
-            if prefix_tokens > u128::from(*prompt_tokens) {
-                lines.push(line(
-                    &member_path(&event_path(), "prefix"),
-                    &format!("prefix tokens {prefix_tokens} exceed prompt_tokens {prompt_tokens}"),
-                ));
-            }
-            let tokens = u128::from(*prompt_tokens) + u128::from(*decode_tokens);
-            let limit = profile.tokens_per_request_max();
-            if tokens > u128::from(limit) {
-                lines.push(line(
-                    &event_path(),
-                    &format!(
-                        "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {limit}",
-                        profile.name()
-                    ),
-                ));
-            }
-        }
-        // Keys per event: the one array of keys the event carries, if any.
-        let keyed = match &event.kind {
-            EventKind::Request { prefix, .. } => Some(("prefix", prefix.len())),
-            EventKind::Store { segments, .. } => Some(("segments", segments.len())),
-            EventKind::Evict { keys, .. } => Some(("keys", keys.len())),
-            EventKind::Clear { .. } | EventKind::Load { .. } => None,
-        };
-        if let Some((array_name, key_count)) = keyed {
-            lines.extend(limit_line(
-                || member_path(&event_path(), array_name),
-                key_count as u64,
-                "keys",
-                profile,
-                profile.keys_per_event_max(),
-                " per event",
-            ));
-        }
+        request_token_checks(event, profile, lines);
+        keys_per_event_check(event, profile, lines);
+    }
+}
+
+/// A request's prefix against its prompt, then its tokens against the profile's limit
+/// per request.
+fn request_token_checks(event: &Event, profile: Profile, lines: &mut Vec<String>) {
+    let EventKind::Request {
+        prefix,
+        prompt_tokens,
+        decode_tokens,
+        ..
+    } = &event.kind
+    else {
+        return;
+    };
+    let event_path = || index_path("events", event.index);
+    // u128: many segments of up to B tokens each cannot overflow it.
+    let prefix_tokens: u128 = prefix.iter().map(|s| u128::from(s.tokens)).sum();
+    if prefix_tokens > u128::from(*prompt_tokens) {
+        lines.push(line(
+            &member_path(&event_path(), "prefix"),
+            &format!("prefix tokens {prefix_tokens} exceed prompt_tokens {prompt_tokens}"),
+        ));
+    }
+    let tokens = u128::from(*prompt_tokens) + u128::from(*decode_tokens);
+    let limit = profile.tokens_per_request_max();
+    if tokens > u128::from(limit) {
+        lines.push(line(
+            &event_path(),
+            &format!(
+                "{tokens} tokens (prompt_tokens + decode_tokens) exceed the {} limit of {limit}",
+                profile.name()
+            ),
+        ));
+    }
+}
+
+/// Keys per event: the one array of keys the event carries, if any.
+fn keys_per_event_check(event: &Event, profile: Profile, lines: &mut Vec<String>) {
+    let keyed = match &event.kind {
+        EventKind::Request { prefix, .. } => Some(("prefix", prefix.len())),
+        EventKind::Store { segments, .. } => Some(("segments", segments.len())),
+        EventKind::Evict { keys, .. } => Some(("keys", keys.len())),
+        EventKind::Clear { .. } | EventKind::Load { .. } => None,
+    };
+    if let Some((array_name, key_count)) = keyed {
+        lines.extend(limit_line(
+            || member_path(&index_path("events", event.index), array_name),
+            key_count as u64,
+            "keys",
+            profile,
+            profile.keys_per_event_max(),
+            " per event",
+        ));
     }
 }
 
