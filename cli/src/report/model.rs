@@ -68,8 +68,8 @@ pub fn read_lines(reader: impl BufRead) -> Result<ReceiptDoc, String> {
         if line.is_empty() {
             continue;
         }
-        let line: StreamLine =
-            serde_json::from_slice(&line).map_err(|e| format!("line {line_number}: {e}"))?;
+        let line: StreamLine = serde_json::from_slice(&line)
+            .map_err(|e| format!("line {line_number}: {}", line_problem(&line, &e)))?;
         if index == 0 {
             if line.receipt_format.as_deref() != Some(RECEIPT_FORMAT) {
                 return Err(format!(
@@ -109,6 +109,26 @@ pub fn read_lines(reader: impl BufRead) -> Result<ReceiptDoc, String> {
         runs: runs.into_iter().map(|(run, _)| run).collect(),
         receipt_digest: receipt_digest.ok_or("no last line with the receipt_digest")?,
     })
+}
+
+/// Why a JSON Lines receipt line did not parse: two element members beside `policy` is
+/// said as such, since which of them failed first is an accident of their order.
+fn line_problem(line: &[u8], error: &serde_json::Error) -> String {
+    let members: Result<HashMap<String, serde::de::IgnoredAny>, _> = serde_json::from_slice(line);
+    let elements = ["decisions", "cache_log", "observation_log", "metrics"];
+    match members {
+        Ok(members)
+            if members.contains_key("policy")
+                && elements
+                    .iter()
+                    .filter(|m| members.contains_key(**m))
+                    .count()
+                    > 1 =>
+        {
+            "not one member beside policy".to_owned()
+        }
+        _ => error.to_string(),
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
