@@ -186,7 +186,12 @@ pub fn load_lab(
                 "{source}: --trace is for a receipt input, and this is a trace"
             )]));
         }
-        return Ok(lab_of_trace(source, &load_trace_bytes(&bytes)?));
+        let trace = load_trace_bytes(&bytes);
+        let trace = match input {
+            Some(path) => trace.map_err(|f| f.in_file(path))?,
+            None => trace?,
+        };
+        return Ok(lab_of_trace(source, &trace));
     }
     let receipt: ReceiptDoc = serde_json::from_slice(&bytes).map_err(|e| {
         Failure::invalid(vec![format!("{source}: not a valid {RECEIPT_FORMAT}: {e}")])
@@ -229,7 +234,8 @@ fn lab_of_receipt(
     let facts = match trace {
         None => None,
         Some(path) => {
-            let mut trace = load_trace_bytes(&read_input(path, "trace")?)?;
+            let mut trace =
+                load_trace_bytes(&read_input(path, "trace")?).map_err(|f| f.in_file(path))?;
             let digest = canonical::trace_digest(&trace);
             if digest != receipt.trace_digest {
                 return Err(Failure::invalid(vec![format!(
