@@ -368,7 +368,7 @@ fn replay(
     } else {
         csv::CsvIds::SpreadsheetSafe
     };
-    progress.phase("replaying the four policies");
+    progress.phase("replaying each policy");
     let compiled = Compiled::from_compact(&trace, &events);
     // `write_json` replays once for the digest and once to write (its doc says so).
     let replays = if matches!(format, Format::Json) { 2 } else { 1 };
@@ -436,7 +436,7 @@ fn simulate(
     let progress = progress::Progress::start("simulate", "reading and validating the trace");
     let mut trace = load_trace(Some(path))?;
     overrides.apply(&mut trace.policy);
-    progress.phase("running the closed loop of the four policies");
+    progress.phase("running the closed loop of each policy");
     let keep_completions = completions_out.is_some();
     let simulated = if format == SimulateFormat::Json {
         simulate_document(&trace, workers, options, keep_completions, &progress)?
