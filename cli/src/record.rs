@@ -224,7 +224,13 @@ fn streams(args: &RecordArgs) -> Result<Vec<Stream>, Failure> {
     let addresses = connect_addresses(args.endpoints)?;
     let mut streams: Vec<Stream> = args.endpoints.iter().map(|_| Stream::default()).collect();
     for pair in args.replay {
-        let (endpoint, replay) = pair.split_once('=').unwrap_or((pair, ""));
+        let Some((endpoint, replay)) = pair.split_once('=') else {
+            return Err(Failure::invalid(vec![format!(
+                "--replay {}: expected ENDPOINT=REPLAY, an endpoint to record and its \
+                 publisher's replay socket",
+                kvroute_core::input::json::quote_str(pair)
+            )]));
+        };
         let quoted = kvroute_core::input::json::quote_str(endpoint);
         let index = connect_address(endpoint)
             .ok()

@@ -215,6 +215,9 @@ fn input_bytes(spec: &str) -> Vec<u8> {
         resigned(serde_json::from_slice(&bytes).unwrap())
     } else if let Some(name) = spec.strip_prefix("gen:") {
         generated(name)
+    } else if let Some(path) = spec.strip_prefix("fixture:") {
+        // A committed input of the cli's tests, such as a real capture.
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).expect("the fixture")
     } else {
         panic!("unknown input spec {spec:?}")
     }
