@@ -68,48 +68,13 @@ fn read(node: &Node, reasons: &mut Vec<String>) -> Option<BenchResult> {
             }
         }
     });
-    let mut arrays: Vec<Option<&[Node]>> = Vec::with_capacity(ARRAYS.len());
-    for name in ARRAYS {
-        let items = doc.scalar(name, true, |fields, value| match value {
-            Node::Array(items) => Some(items.as_slice()),
-            other => {
-                fields.wrong(name, "expected an array", other);
-                None
-            }
-        });
-        arrays.push(items.flatten());
-    }
-    let n = arrays[0].map(<[Node]>::len);
-    if let Some(n) = n {
-        for (name, items) in ARRAYS.iter().zip(&arrays).skip(1) {
-            if let Some(items) = items.filter(|items| items.len() != n) {
-                let reason = format!("expected {n} entries, as ttfts has, found {}", items.len());
-                doc.fail((*name).to_owned(), reason);
-            }
-        }
-    }
+    let arrays = array_members(&mut doc);
     let ttft_ns = entries(&mut doc, "ttfts", arrays[0], |fields, path, value| {
         scaled_floor(value, 9)
             .map_err(|problem| fields.wrong_at(path, seconds_reason(problem), value))
             .ok()
     });
-    let itl_sums_ns = entries(&mut doc, "itls", arrays[1], |fields, path, value| {
-        let Node::Array(itls) = value else {
-            fields.wrong_at(path, "expected an array", value);
-            return None;
-        };
-        let mut sum = Some(0u128);
-        for (j, itl) in itls.iter().enumerate() {
-            match scaled_floor(itl, 9) {
-                Ok(ns) => sum = sum.map(|s| s + u128::from(ns)),
-                Err(problem) => {
-                    fields.wrong_at(&format!("{path}[{j}]"), seconds_reason(problem), itl);
-                    sum = None;
-                }
-            }
-        }
-        sum
-    });
+    let itl_sums_ns = entries(&mut doc, "itls", arrays[1], itl_sum_ns);
     let output_lens = entries(
         &mut doc,
         "output_lens",
@@ -155,6 +120,52 @@ fn read(node: &Node, reasons: &mut Vec<String>) -> Option<BenchResult> {
         entries,
         duration_ns,
     })
+}
+
+/// The four arrays in [`ARRAYS`]' order (`None` where one is missing or not an array),
+/// each array's length checked against `ttfts`'.
+fn array_members<'n>(doc: &mut Fields<'n, '_>) -> Vec<Option<&'n [Node]>> {
+    let mut arrays: Vec<Option<&[Node]>> = Vec::with_capacity(ARRAYS.len());
+    for name in ARRAYS {
+        let items = doc.scalar(name, true, |fields, value| match value {
+            Node::Array(items) => Some(items.as_slice()),
+            other => {
+                fields.wrong(name, "expected an array", other);
+                None
+            }
+        });
+        arrays.push(items.flatten());
+    }
+    let n = arrays[0].map(<[Node]>::len);
+    if let Some(n) = n {
+        for (name, items) in ARRAYS.iter().zip(&arrays).skip(1) {
+            if let Some(items) = items.filter(|items| items.len() != n) {
+                let reason = format!("expected {n} entries, as ttfts has, found {}", items.len());
+                doc.fail((*name).to_owned(), reason);
+            }
+        }
+    }
+    arrays
+}
+
+/// One `itls` entry: the sum of its inter-token latencies in nanoseconds, each entry
+/// that is not a number of seconds named.
+fn itl_sum_ns(fields: &mut Fields, path: &str, value: &Node) -> Option<u128> {
+    let Node::Array(itls) = value else {
+        fields.wrong_at(path, "expected an array", value);
+        return None;
+    };
+    let mut sum = Some(0u128);
+    for (j, itl) in itls.iter().enumerate() {
+        match scaled_floor(itl, 9) {
+            Ok(ns) => sum = sum.map(|s| s + u128::from(ns)),
+            Err(problem) => {
+                fields.wrong_at(&format!("{path}[{j}]"), seconds_reason(problem), itl);
+                sum = None;
+            }
+        }
+    }
+    sum
 }
 
 /// `floor(Σ itl_ns / (1000 × (output_len − 1)))`, 0 below two tokens (vLLM's own
