@@ -470,7 +470,7 @@ fn a_replay_pair_naming_no_recorded_endpoint_or_no_zeromq_address_exits_2_and_wr
         ),
         (
             vec!["tcp://127.0.0.1:9"],
-            "--replay tcp://127.0.0.1:9: \"\" is no ZeroMQ address: Invalid Syntax: Could not parse transport (record connects to tcp://HOST:PORT or ipc://PATH)\n",
+            "--replay \"tcp://127.0.0.1:9\": expected ENDPOINT=REPLAY, an endpoint to record and its publisher's replay socket\n",
         ),
     ] {
         let mut args = vec!["record", "tcp://127.0.0.1:9", "-o", capture.to_str().unwrap()];
