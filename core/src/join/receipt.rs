@@ -106,6 +106,14 @@ pub fn read_run(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Rec
     let head = receipt
         .fill_buf()
         .map_err(|e| ReceiptError::NotAReceipt(format!("cannot read it: {e}")))?;
+    // Named rather than left to the parser, which would only say it expected a value.
+    if head.starts_with(b"\xEF\xBB\xBF") {
+        return Err(ReceiptError::NotAReceipt(
+            "the receipt starts with a UTF-8 byte order mark (EF BB BF), which JSON text \
+             must not carry"
+                .to_owned(),
+        ));
+    }
     // A JSON Lines receipt's first line is its own small object, which says so first.
     if head.starts_with(br#"{"format":"kvroute-receipt-stream/1""#) {
         read_lines(receipt, policy)
