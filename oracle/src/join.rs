@@ -95,7 +95,8 @@ pub enum JoinFailure {
         request_id: String,
     },
     /// Without `--completions-format`, the layout cannot be told from the first line
-    /// that is not blank (SPEC §14.1.4): that line's 1-based number.
+    /// that is not blank (SPEC §14.1.4): that line's 1-based number. A first line that
+    /// is not JSON text (a byte order mark, not UTF-8) is `Lines` with its one error.
     Undetectable(usize),
     /// A `vllm-bench` document's problems (SPEC §14.5, 1), each the text after
     /// `COMPLETIONS: ` (`"<path>: <reason>"`, `"invalid JSON: ..."` or `"document longer
@@ -488,6 +489,11 @@ fn split_lines(bytes: &[u8]) -> Vec<&[u8]> {
     lines
 }
 
+/// A completion line that starts with a byte order mark (SPEC §14.5, 1; §14.1.4 without
+/// a named layout): the mark is refused, never skipped.
+const BOM_REASON: &str = "invalid JSON: the line starts with a UTF-8 byte order mark \
+                          (EF BB BF), which JSON text must not carry";
+
 /// Keeps the first 100 problems, then one `... and N more errors` (SPEC §2.3).
 fn capped<T>(mut problems: Vec<T>, count_line: impl FnOnce(String) -> T) -> Vec<T> {
     let more = problems.len().saturating_sub(ERROR_LINES);
@@ -517,12 +523,7 @@ fn completion_records(
             continue;
         }
         if line.starts_with(&[0xef, 0xbb, 0xbf]) {
-            problems.push((
-                number,
-                "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), \
-                 which JSON text must not carry"
-                    .to_owned(),
-            ));
+            problems.push((number, BOM_REASON.to_owned()));
             continue;
         }
         let root = match json::parse(line) {
@@ -1080,7 +1081,8 @@ enum Completions {
 }
 
 /// The layout: named, or told from the first line that is not blank (§14.1.4), the
-/// only error reported when it cannot be told.
+/// only error reported when it cannot be told; a first line that is not JSON text is
+/// reported as the line error it is, not as one that cannot tell.
 fn layout(inputs: &JoinInputs) -> Result<detect::Layout, JoinFailure> {
     match inputs.format {
         Some(name) => Ok(detect::Layout::named(name)
@@ -1088,7 +1090,10 @@ fn layout(inputs: &JoinInputs) -> Result<detect::Layout, JoinFailure> {
         None => match detect::detect(inputs.completions) {
             Ok(Some(layout)) => Ok(layout),
             Ok(None) => Err(JoinFailure::NoRecords),
-            Err(line) => Err(JoinFailure::Undetectable(line)),
+            Err(detect::Undetected::CannotTell(line)) => Err(JoinFailure::Undetectable(line)),
+            Err(detect::Undetected::NotJsonText(line, reason)) => {
+                Err(JoinFailure::Lines(vec![(line, reason)]))
+            }
         },
     }
 }

@@ -891,7 +891,7 @@ fn each_layout_is_told_from_its_first_line() {
 
 #[test]
 fn a_first_line_that_cannot_tell() {
-    let cases: [(&[u8], usize); 10] = [
+    let cases: [(&[u8], usize); 9] = [
         (b"not json\n", 1),
         (b"\n \t\n[1]\n", 3),
         (b"\"metadata\"", 1),
@@ -901,7 +901,6 @@ fn a_first_line_that_cannot_tell() {
         (br#"{"event_type":"request_end","ttfts":[]}"#, 1),
         // A pretty-printed vLLM document: its first line is `{`.
         (b"{\n  \"ttfts\": [],\n  \"duration\": 1\n}\n", 1),
-        (b"\xef\xbb\xbf{\"metadata\":{}}", 1),
         (b"\n{\"metadata\":{}", 2),
     ];
     for (text, line) in cases {
@@ -922,6 +921,81 @@ fn a_first_line_that_cannot_tell() {
     }
 }
 
+/// The one line error of a first line that is not JSON text (§14.1.4).
+fn not_json_text(line: usize, reason: &str) -> Result<Vec<u8>, JoinFailure> {
+    Err(JoinFailure::Lines(vec![(line, reason.to_owned())]))
+}
+
+const BOM: &str = "invalid JSON: the line starts with a UTF-8 byte order mark (EF BB BF), \
+                   which JSON text must not carry";
+
+/// §14.1.4: a first line with a byte order mark is reported as §14.5, 1 reports it for
+/// any layout, whatever follows the mark, not as a line that cannot tell.
+#[test]
+fn a_first_line_with_a_byte_order_mark_is_named() {
+    let cases: [(&[u8], usize); 4] = [
+        (b"\xef\xbb\xbf{\"metadata\":{}}", 1),
+        (b"\xef\xbb\xbf{\"ttfts\":[]}\n", 1),
+        (b"\n \r\n\xef\xbb\xbfnot json\n{\"metadata\":{}}\n", 3),
+        // The mark comes first even when bytes that are not UTF-8 follow it.
+        (b"\xef\xbb\xbf\xff\n", 1),
+    ];
+    for (text, line) in cases {
+        assert_eq!(
+            detected(text),
+            not_json_text(line, BOM),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+    }
+}
+
+/// §14.1.4: a first line that is not UTF-8, with `C` the 1-based byte offset of the
+/// first byte that does not continue valid UTF-8.
+#[test]
+fn a_first_line_that_is_not_utf8_is_named_with_its_column() {
+    let cases: [(&[u8], usize, usize); 5] = [
+        // `{"metadata": "` is 14 bytes of valid UTF-8; byte 15 (C3) starts a sequence
+        // that 28 does not continue, so the first byte past valid UTF-8 is column 15.
+        (b"{\"metadata\": \"\xc3\x28\"}", 1, 15),
+        (b"\xff", 1, 1),
+        // A lone continuation byte after a two-byte character (bytes 1 and 2).
+        (b"\xc3\xa9\x80{}", 1, 3),
+        // A sequence cut short by the end of the line: its lead byte, column 3.
+        (b"\n{}\xe2\x82\n", 2, 3),
+        // An encoded surrogate (ED A0 80) is not UTF-8: its lead byte, column 2.
+        (b" \xed\xa0\x80", 1, 2),
+    ];
+    for (text, line, column) in cases {
+        let reason = format!("invalid JSON: the line is not UTF-8 at column {column}");
+        assert_eq!(
+            detected(text),
+            not_json_text(line, &reason),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+    }
+}
+
+/// §14.1.4: JSON text of no layout, or of two, is still the line that cannot tell.
+#[test]
+fn valid_json_of_no_layout_still_cannot_tell() {
+    for text in [
+        &br#"{"x_request_id":"r1"}"#[..],
+        b"\n[\"metadata\"]\n",
+        b"{\"metadata\":{},\"event\":{}}",
+        b"{\"note\":\"\xc3\xa9\"}",
+    ] {
+        let line = if text.starts_with(b"\n") { 2 } else { 1 };
+        assert_eq!(
+            detected(text),
+            Err(JoinFailure::Undetectable(line)),
+            "{}",
+            String::from_utf8_lossy(text)
+        );
+    }
+}
+
 /// "The only error reported, before either input is judged": a bad receipt, a bad run,
 /// a bad trace do not come first; with the layout named, the layout's own errors.
 #[test]
@@ -936,6 +1010,20 @@ fn detection_comes_before_everything() {
         trace: Some(b"{}"),
     };
     assert_eq!(join_inputs(&given), Err(JoinFailure::Undetectable(1)));
+    // A first line that is not JSON text is the only error too (§14.1.4).
+    for (completions, reason) in [
+        (&b"\xef\xbb\xbf{}\n[1]\n"[..], BOM),
+        (
+            b"\xff\n[1]\n",
+            "invalid JSON: the line is not UTF-8 at column 1",
+        ),
+    ] {
+        let bad = JoinInputs {
+            completions,
+            ..given
+        };
+        assert_eq!(join_inputs(&bad), not_json_text(1, reason));
+    }
     let named = JoinInputs {
         format: Some("aiperf"),
         ..given
