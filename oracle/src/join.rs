@@ -1,6 +1,7 @@
 //! SPEC §14: joining a receipt's run with completion records (`kvroute join`): AIPerf
 //! records here, Dynamo's request trace in `dynamo`, `vllm bench serve` results in
-//! `vllm`, the layout told from the first line in `detect`, cohorts in `cohorts`.
+//! `vllm`, the layout told from the first line in `detect`, cohorts in `cohorts`, the
+//! objectives of `--slo` in `slo`.
 //!
 //! Written naively from §14 (with §2 for paths and quoted values, §6/§6.4 for the two
 //! receipt forms, §6.5 for keyed ids, §10.2 for the line cap and the column of a line's
@@ -54,7 +55,10 @@
 mod cohorts;
 mod detect;
 mod dynamo;
+mod slo;
 mod vllm;
+
+pub use slo::{parse_slo, Slo};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -978,28 +982,19 @@ fn span_ns(span: Span, m: &Matching) -> u128 {
 }
 
 /// The `goodput` member: `null` without objectives; else the good records (each
-/// declared objective met), their share of the routed decisions and their rate over the
-/// span.
-fn goodput<'a>(
-    m: &Matching,
-    routed: u128,
-    span: Span,
-    slo: Option<(Option<u64>, Option<u64>)>,
-) -> Json<'a> {
-    let Some((ttft_ms, tpot_ms)) = slo else {
+/// declared objective met, compared in microseconds), their share of the routed
+/// decisions and their rate over the span.
+fn goodput<'a>(m: &Matching, routed: u128, span: Span, slo: Option<Slo>) -> Json<'a> {
+    let Some(slo) = slo else {
         return Json::Null;
+    };
+    let meets = |measured_us: u128, objective_us: Option<u64>| {
+        objective_us.is_none_or(|objective_us| measured_us <= u128::from(objective_us))
     };
     let good = m
         .completed
         .iter()
-        .filter(|(_, _, r)| {
-            ttft_ms
-                .into_iter()
-                .all(|x| ttft_us(r) <= 1000 * u128::from(x))
-                && tpot_ms
-                    .into_iter()
-                    .all(|y| tpot_us(r) <= 1000 * u128::from(y))
-        })
+        .filter(|(_, _, r)| meets(ttft_us(r), slo.ttft_us) && meets(tpot_us(r), slo.tpot_us))
         .count() as u128;
     let good_pm = (1000 * good).checked_div(routed).unwrap_or(0);
     let span_ns = span_ns(span, m);
@@ -1019,7 +1014,7 @@ fn figures<'a>(
     decisions: &[&'a Decision],
     entries: &[&Entry],
     span: Span,
-    slo: Option<(Option<u64>, Option<u64>)>,
+    slo: Option<Slo>,
 ) -> Figures<'a> {
     let by_id = records_by_id(entries);
     let m = match_decisions(decisions, &by_id.records);
@@ -1046,19 +1041,20 @@ pub struct JoinInputs<'a> {
     /// bad usage, which the command line refuses before reading anything: a panic here.
     pub format: Option<&'a str>,
     pub run: &'a str,
-    pub slo: Option<(Option<u64>, Option<u64>)>,
+    /// `--slo`'s objectives in microseconds ([`parse_slo`]); `None` without it.
+    pub slo: Option<Slo>,
     pub id_key: Option<&'a [u8]>,
     /// `--trace`'s bytes, for cohorts (§14.2.1).
     pub trace: Option<&'a [u8]>,
 }
 
 /// SPEC §14 for AIPerf records without a trace: the canonical bytes of the
-/// kvroute-join/1 document (no trailing newline), or the errors.
+/// kvroute-join/2 document (no trailing newline), or the errors.
 pub fn join(
     receipt: &[u8],
     completions: &[u8],
     run: &str,
-    slo: Option<(Option<u64>, Option<u64>)>,
+    slo: Option<Slo>,
     id_key: Option<&[u8]>,
 ) -> Result<Vec<u8>, JoinFailure> {
     join_inputs(&JoinInputs {
@@ -1194,7 +1190,7 @@ fn cohort_documents<'a>(
     groups: &'a BTreeMap<cohorts::Triple, Vec<&'a Decision>>,
     entries: &[Entry],
     span: Span,
-    slo: Option<(Option<u64>, Option<u64>)>,
+    slo: Option<Slo>,
 ) -> Json<'a> {
     let mut listed = Vec::new();
     for ((tenant, model, adapter), members_of) in groups {
@@ -1217,7 +1213,7 @@ fn cohort_documents<'a>(
     Json::Array(listed)
 }
 
-/// SPEC §14: the canonical bytes of the kvroute-join/1 document (no trailing newline),
+/// SPEC §14: the canonical bytes of the kvroute-join/2 document (no trailing newline),
 /// or the first error of §14.5 that applies.
 pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
     let layout = layout(inputs)?;
@@ -1260,16 +1256,16 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
         }
     }
 
-    let (ttft_ms, tpot_ms) = inputs.slo.unwrap_or((None, None));
+    let declared = inputs.slo.unwrap_or_default();
     let mut members = vec![
-        ("format", Json::Str("kvroute-join/1")),
+        ("format", Json::Str("kvroute-join/2")),
         ("receipt_digest", Json::Str(&run.receipt_digest)),
         ("run", Json::Str(inputs.run)),
         (
             "slo",
             Json::Object(vec![
-                ("ttft_ms", optional(ttft_ms.map(i128::from))),
-                ("tpot_ms", optional(tpot_ms.map(i128::from))),
+                ("ttft_us", optional(declared.ttft_us.map(i128::from))),
+                ("tpot_us", optional(declared.tpot_us.map(i128::from))),
             ]),
         ),
         ("counts", whole.counts),

@@ -10,7 +10,8 @@
 //! `policies` (§5), `run` (one policy's run and its metrics, §3.5, §6.2), `receipt`
 //! (§6, streamed), `simulate` (§11, and the completion records of §14.4), `keyed` (the keyed request ids of §6.5, HMAC from
 //! RFC 2104) and `join` (completion records against a receipt's run, §14: AIPerf, Dynamo and
-//! `vllm bench serve` layouts, their detection, and cohorts with `--trace`).
+//! `vllm bench serve` layouts, their detection, cohorts with `--trace`, and the text of
+//! `--slo` read into objectives in microseconds).
 //! Below them sit `paths` (the number bound and error-line paths of §1.1, §2.1 and §2.2,
 //! shared by `validate` and `limits`) and `policy_kind` (the policies by name, shared by
 //! `candidates` and `policies`).
@@ -34,7 +35,7 @@ mod validate;
 
 use std::ops::ControlFlow;
 
-pub use join::{join, join_inputs, JoinFailure, JoinInputs};
+pub use join::{join, join_inputs, parse_slo, JoinFailure, JoinInputs, Slo};
 pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{
     simulate, simulate_completions, simulate_with_completions, CompletionRecord, SimCache,

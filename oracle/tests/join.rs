@@ -27,7 +27,9 @@
 
 use std::ops::ControlFlow;
 
-use kvroute_oracle::{join, keyed_request_id, replay, replay_streaming, JoinFailure, ReceiptPiece};
+use kvroute_oracle::{
+    join, keyed_request_id, parse_slo, replay, replay_streaming, JoinFailure, ReceiptPiece, Slo,
+};
 use serde_json::Value;
 
 const RUN: &str = "cache_plus_load";
@@ -219,7 +221,7 @@ const WORKERS: &str = r#""workers":[{"completed":2,"predicted_mean_milli":125000
 /// The document of §14.3 with `goodput` and `slo` as given.
 fn document(receipt_digest: &str, goodput: &str, slo: &str) -> String {
     format!(
-        r#"{{{COUNTS},"format":"kvroute-join/1","goodput":{goodput},{PREDICTION},"receipt_digest":"{receipt_digest}","run":"cache_plus_load","slo":{slo},{WORKERS}}}"#
+        r#"{{{COUNTS},"format":"kvroute-join/2","goodput":{goodput},{PREDICTION},"receipt_digest":"{receipt_digest}","run":"cache_plus_load","slo":{slo},{WORKERS}}}"#
     )
 }
 
@@ -231,6 +233,11 @@ fn document(receipt_digest: &str, goodput: &str, slo: &str) -> String {
 /// record, r5's null end is left out); good_per_second_milli floor(2·10^12 / 2.4·10^9) = 833.
 const GOODPUT_BOTH: &str =
     r#"{"good":2,"good_per_second_milli":833,"good_pm":250,"span_ns":2400000000}"#;
+
+/// The objectives `--slo TEXT` declares, as the join is given them.
+fn declared(text: &str) -> Option<Slo> {
+    Some(parse_slo(text).expect("the test's --slo is valid"))
+}
 
 fn text(bytes: Result<Vec<u8>, JoinFailure>) -> String {
     String::from_utf8(bytes.expect("the join succeeds")).unwrap()
@@ -284,10 +291,10 @@ fn every_figure_as_computed_by_hand() {
         &receipt,
         completions().as_bytes(),
         RUN,
-        Some((Some(250), Some(20))),
+        declared("ttft_ms=250,tpot_ms=20"),
         None,
     ));
-    let slo = r#"{"tpot_ms":20,"ttft_ms":250}"#;
+    let slo = r#"{"tpot_us":20000,"ttft_us":250000}"#;
     assert_eq!(got, document(&receipt_digest(&receipt), GOODPUT_BOTH, slo));
 }
 
@@ -295,7 +302,7 @@ fn every_figure_as_computed_by_hand() {
 fn without_slo_goodput_and_the_objectives_are_null() {
     let receipt = receipt();
     let got = text(join(&receipt, completions().as_bytes(), RUN, None, None));
-    let slo = r#"{"tpot_ms":null,"ttft_ms":null}"#;
+    let slo = r#"{"tpot_us":null,"ttft_us":null}"#;
     assert_eq!(got, document(&receipt_digest(&receipt), "null", slo));
 }
 
@@ -309,21 +316,21 @@ fn one_objective_alone() {
         &receipt,
         completions().as_bytes(),
         RUN,
-        Some((None, Some(20))),
+        declared("tpot_ms=20"),
         None,
     ));
     let goodput = r#"{"good":4,"good_per_second_milli":1666,"good_pm":500,"span_ns":2400000000}"#;
-    let slo = r#"{"tpot_ms":20,"ttft_ms":null}"#;
+    let slo = r#"{"tpot_us":20000,"ttft_us":null}"#;
     assert_eq!(got, document(&receipt_digest(&receipt), goodput, slo));
     let got = text(join(
         &receipt,
         completions().as_bytes(),
         RUN,
-        Some((Some(0), None)),
+        declared("ttft_ms=0"),
         None,
     ));
     let goodput = r#"{"good":0,"good_per_second_milli":0,"good_pm":0,"span_ns":2400000000}"#;
-    let slo = r#"{"tpot_ms":null,"ttft_ms":0}"#;
+    let slo = r#"{"tpot_us":null,"ttft_us":0}"#;
     assert_eq!(got, document(&receipt_digest(&receipt), goodput, slo));
 }
 
@@ -336,7 +343,7 @@ fn a_json_lines_receipt_gives_the_same_document() {
         jsonl.iter().filter(|b| **b == b'\n').count(),
         1 + 4 * (1 + 9 + 1 + 1) + 1
     );
-    for slo in [None, Some((Some(250), Some(20)))] {
+    for slo in [None, declared("ttft_ms=250,tpot_ms=20")] {
         let from_json = text(join(&receipt, completions().as_bytes(), RUN, slo, None));
         let from_lines = text(join(&jsonl, completions().as_bytes(), RUN, slo, None));
         assert_eq!(from_json, from_lines);
@@ -430,10 +437,10 @@ fn a_keyed_receipt_joins_plain_completion_ids_under_the_key() {
         &keyed,
         completions().as_bytes(),
         RUN,
-        Some((Some(250), Some(20))),
+        declared("ttft_ms=250,tpot_ms=20"),
         Some(KEY),
     ));
-    let slo = r#"{"tpot_ms":20,"ttft_ms":250}"#;
+    let slo = r#"{"tpot_us":20000,"ttft_us":250000}"#;
     assert_eq!(got, document(&receipt_digest(&keyed), GOODPUT_BOTH, slo));
     // Without the key nothing matches: the first completion id as given, the run's
     // first request id as the receipt has it.
@@ -712,7 +719,7 @@ fn milliseconds_become_whole_microseconds_from_the_digits() {
 #[test]
 fn nanoseconds_pass_2_to_the_53() {
     // r1 alone, from 0 to 10^19 − 1: the whole span; r2 ends before its start: 0.
-    let slo = Some((None, None));
+    let slo = Some(Slo::default());
     let line = |id: &str, start: &str, end: &str| {
         format!(
             r#"{{"metadata":{{"x_request_id":"{id}","request_start_ns":{start},"request_end_ns":{end}}},"metrics":{{"time_to_first_token":{{"value":1,"unit":"ms"}},"inter_token_latency":{{"value":1,"unit":"ms"}}}}}}"#
@@ -731,7 +738,7 @@ fn nanoseconds_pass_2_to_the_53() {
     assert!(got.contains(r#""goodput":{"good":1,"good_per_second_milli":0,"good_pm":125,"span_ns":9007199254740991}"#), "{got}");
     assert_eq!(
         value["slo"],
-        serde_json::json!({"ttft_ms": null, "tpot_ms": null})
+        serde_json::json!({"ttft_us": null, "tpot_us": null})
     );
     let got = text(join(
         &receipt(),
@@ -778,7 +785,7 @@ fn a_match_with_a_rejected_decision_is_a_match() {
         &receipt(),
         only_r4.as_bytes(),
         RUN,
-        Some((Some(1), Some(1))),
+        declared("ttft_ms=1,tpot_ms=1"),
         None,
     ));
     assert!(got.starts_with(r#"{"counts":{"cancelled":0,"completed":0,"completion_lines":1,"decisions":9,"dropped":8,"error_rate_pm":0,"errors":0,"matched":0,"rejected":1,"rejected_served":1,"retried":0,"routed":8,"unrouted":0}"#), "{got}");
@@ -1168,25 +1175,25 @@ fn good_per_second_divides_by_the_exact_span() {
         }
         text
     };
-    let tail = r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":1000000},"receipt_digest":"d","run":"cache_plus_load","slo":{"tpot_ms":null,"ttft_ms":1},"workers":[{"completed":9008,"predicted_mean_milli":1,"tpot_mean_us":1000,"ttft_mean_us":1000,"us_per_predicted_token":1000000,"worker":"w0"}]}"#;
+    let tail = r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":1000000},"receipt_digest":"d","run":"cache_plus_load","slo":{"tpot_us":null,"ttft_us":1000},"workers":[{"completed":9008,"predicted_mean_milli":1,"tpot_mean_us":1000,"ttft_mean_us":1000,"us_per_predicted_token":1000000,"worker":"w0"}]}"#;
     let got = text_of(join(
         &receipt,
         completions("9008000000000001").as_bytes(),
         RUN,
-        Some((Some(1), None)),
+        declared("ttft_ms=1"),
         None,
     ));
     assert_eq!(
         got,
         format!(
-            r#"{{"counts":{{"cancelled":0,"completed":9008,"completion_lines":9008,"decisions":9008,"dropped":0,"error_rate_pm":0,"errors":0,"matched":9008,"rejected":0,"rejected_served":0,"retried":0,"routed":9008,"unrouted":0}},"format":"kvroute-join/1","goodput":{{"good":9008,"good_per_second_milli":0,"good_pm":1000,"span_ns":9007199254740991}},{tail}"#
+            r#"{{"counts":{{"cancelled":0,"completed":9008,"completion_lines":9008,"decisions":9008,"dropped":0,"error_rate_pm":0,"errors":0,"matched":9008,"rejected":0,"rejected_served":0,"retried":0,"routed":9008,"unrouted":0}},"format":"kvroute-join/2","goodput":{{"good":9008,"good_per_second_milli":0,"good_pm":1000,"span_ns":9007199254740991}},{tail}"#
         )
     );
     let got = text_of(join(
         &receipt,
         completions("1").as_bytes(),
         RUN,
-        Some((Some(1), None)),
+        declared("ttft_ms=1"),
         None,
     ));
     assert!(
@@ -1209,7 +1216,220 @@ fn a_mean_above_b_is_written_as_b() {
     let record = r#"{"metadata":{"x_request_id":"q0","request_start_ns":0},"metrics":{"time_to_first_token":{"value":9007199254740.991,"unit":"ms"},"inter_token_latency":{"value":0,"unit":"ms"}}}"#;
     let got = text_of(join(&receipt, record.as_bytes(), RUN, None, None));
     assert!(
-        got.ends_with(r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":0},"receipt_digest":"d","run":"cache_plus_load","slo":{"tpot_ms":null,"ttft_ms":null},"workers":[{"completed":1,"predicted_mean_milli":9007199254740991,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":0,"worker":"w0"}]}"#),
+        got.ends_with(r#""prediction":{"ttft_rank_gamma_pm":null,"us_per_predicted_token":0},"receipt_digest":"d","run":"cache_plus_load","slo":{"tpot_us":null,"ttft_us":null},"workers":[{"completed":1,"predicted_mean_milli":9007199254740991,"tpot_mean_us":0,"ttft_mean_us":9007199254740991,"us_per_predicted_token":0,"worker":"w0"}]}"#),
         "{got}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// `--slo` (SPEC §14.2 "Goodput"): milliseconds with up to three decimals, held in
+// microseconds; `ttft_ms=` and `ttft:` are one name.
+// ---------------------------------------------------------------------------------------
+
+/// One AIPerf record of `id`, start 0 and no end, its TTFT and TPOT written as given (ms).
+fn timed(id: &str, ttft_ms: &str, tpot_ms: &str) -> String {
+    format!(
+        r#"{{"metadata":{{"x_request_id":"{id}","request_start_ns":0}},"metrics":{{"time_to_first_token":{{"value":{ttft_ms},"unit":"ms"}},"inter_token_latency":{{"value":{tpot_ms},"unit":"ms"}}}}}}"#
+    ) + "\n"
+}
+
+/// q0 takes 300.5 ms to its first token (300,500 µs), q1 300.501 ms (300,501 µs); both
+/// a TPOT of 0.5 ms (500 µs). Both are routed to w0 (predicted 1 each). No record has an
+/// end, so span_ns and good_per_second_milli are 0 in every case below.
+///
+/// - `ttft_ms=300.5` is 300,500 µs: q0 is good (300,500 ≤ 300,500, exactly at the
+///   objective), q1 is not (300,501 > 300,500): good 1, good_pm floor(1000 / 2) = 500.
+///   Were the objective rounded to whole milliseconds, 300 would make neither good and
+///   301 both.
+/// - `ttft:300.5` is the same objective: the same bytes.
+/// - `ttft_ms=300.501` makes both good (1000); `ttft_ms=300.5,tpot_ms=0.499` none (500 >
+///   499); `ttft_ms=300.5,tpot:0.5` q0 alone again.
+#[test]
+fn an_objective_with_decimals_is_met_to_the_microsecond() {
+    let receipt = hand_receipt(&[("q0".to_owned(), 0, 1), ("q1".to_owned(), 0, 1)]);
+    let records = timed("q0", "300.5", "0.5") + &timed("q1", "300.501", "0.5");
+    let joined = |slo: &str| text_of(join(&receipt, records.as_bytes(), RUN, declared(slo), None));
+    let goodput = |good: u64, good_pm: u64| {
+        format!(
+            r#""goodput":{{"good":{good},"good_per_second_milli":0,"good_pm":{good_pm},"span_ns":0}}"#
+        )
+    };
+
+    let got = joined("ttft_ms=300.5");
+    assert!(got.contains(r#""format":"kvroute-join/2""#), "{got}");
+    assert!(got.contains(&goodput(1, 500)), "{got}");
+    assert!(
+        got.contains(r#""slo":{"tpot_us":null,"ttft_us":300500}"#),
+        "{got}"
+    );
+    assert_eq!(joined("ttft:300.5"), got);
+
+    let got = joined("ttft_ms=300.501");
+    assert!(got.contains(&goodput(2, 1000)), "{got}");
+    assert!(
+        got.contains(r#""slo":{"tpot_us":null,"ttft_us":300501}"#),
+        "{got}"
+    );
+
+    let got = joined("ttft_ms=300.5,tpot_ms=0.499");
+    assert!(got.contains(&goodput(0, 0)), "{got}");
+    assert!(
+        got.contains(r#""slo":{"tpot_us":499,"ttft_us":300500}"#),
+        "{got}"
+    );
+
+    let got = joined("ttft_ms=300.5,tpot:0.5");
+    assert!(got.contains(&goodput(1, 500)), "{got}");
+    assert!(
+        got.contains(r#""slo":{"tpot_us":500,"ttft_us":300500}"#),
+        "{got}"
+    );
+}
+
+/// vLLM's spelling is the same option: `ttft:300` is `ttft_ms=300` (300,000 µs), and
+/// the two spellings mix in either order. Over this file's completions,
+/// `ttft:250,tpot:20` is `every_figure_as_computed_by_hand`'s document.
+#[test]
+fn the_vllm_spelling_is_the_same_objective() {
+    let ttft_300 = Slo {
+        ttft_us: Some(300_000),
+        tpot_us: None,
+    };
+    assert_eq!(parse_slo("ttft:300"), Ok(ttft_300));
+    assert_eq!(parse_slo("ttft_ms=300"), Ok(ttft_300));
+    let receipt = receipt();
+    let expected = document(
+        &receipt_digest(&receipt),
+        GOODPUT_BOTH,
+        r#"{"tpot_us":20000,"ttft_us":250000}"#,
+    );
+    for spelled in [
+        "ttft:250,tpot:20",
+        "tpot:20,ttft:250",
+        "ttft:250,tpot_ms=20",
+        "tpot_ms=20,ttft:250",
+        "ttft_ms=250,tpot:20",
+    ] {
+        let got = text(join(
+            &receipt,
+            completions().as_bytes(),
+            RUN,
+            declared(spelled),
+            None,
+        ));
+        assert_eq!(got, expected, "{spelled}");
+    }
+}
+
+/// A value is ASCII digits, optionally `.` and one to three digits, in whole
+/// microseconds from 0 to B: leading zeros are digits like any other, and
+/// 9007199254740.991 ms is B µs exactly.
+#[test]
+fn slo_values_in_microseconds() {
+    for (value, microseconds) in [
+        ("0", 0),
+        ("0.000", 0),
+        ("0.5", 500),
+        ("0.001", 1),
+        ("000.5", 500),
+        ("12.3", 12_300),
+        ("12.30", 12_300),
+        ("12.345", 12_345),
+        ("300", 300_000),
+        ("9007199254740", 9_007_199_254_740_000),
+        ("9007199254740.991", 9_007_199_254_740_991),
+    ] {
+        let expected = Slo {
+            ttft_us: None,
+            tpot_us: Some(microseconds),
+        };
+        assert_eq!(
+            parse_slo(&format!("tpot_ms={value}")),
+            Ok(expected),
+            "{value}"
+        );
+        assert_eq!(parse_slo(&format!("tpot:{value}")), Ok(expected), "{value}");
+    }
+}
+
+/// Everything else `--slo` refuses, as a usage error that names `--slo`: a fourth
+/// decimal (not rounded), an exponent, a sign, a bare or trailing point, a space
+/// anywhere, other digits, an objective twice in either spelling, a name other than
+/// the four (or a name with the other spelling's separator), empty items, and a value
+/// over B µs (however many digits).
+#[test]
+fn slo_refusals_name_the_option() {
+    let refused = [
+        "ttft_ms=300.1234",
+        "ttft_ms=0.0005",
+        "ttft_ms=1e3",
+        "ttft:1E3",
+        "ttft_ms=-1",
+        "ttft_ms=-0",
+        "tpot_ms=+1",
+        "ttft_ms=.5",
+        "ttft_ms=5.",
+        "ttft_ms=1.2.3",
+        "ttft_ms= 5",
+        "ttft_ms=5 ",
+        " ttft_ms=5",
+        "ttft_ms =5",
+        "ttft_ms=5, tpot_ms=5",
+        "ttft:300 tpot:50",
+        "ttft_ms=\u{ff15}",
+        "ttft_ms=0x10",
+        "ttft_ms=1_000",
+        "ttft_ms=NaN",
+        "ttft_ms=inf",
+        "ttft_ms=",
+        "ttft:",
+        "ttft_ms=300,ttft:300",
+        "ttft:300,ttft_ms=300",
+        "ttft_ms=1,ttft_ms=2",
+        "tpot:1,tpot:1",
+        "tpot_ms=1,ttft_ms=1,tpot:1",
+        "e2el:500",
+        "itl_ms=5",
+        "TTFT_MS=300",
+        "ttft=300",
+        "ttft_ms:300",
+        "tpot_ms:300",
+        "",
+        ",",
+        "ttft_ms=1,",
+        ",ttft_ms=1",
+        "ttft_ms=1,,tpot_ms=1",
+        "ttft_ms=1;tpot_ms=1",
+        "ttft_ms=9007199254740.992",
+        "ttft_ms=9007199254741",
+        "tpot:99999999999999999999999999999999999999999999",
+        "tpot:99999999999999999999999999999999999999999999.999",
+    ];
+    for text in refused {
+        let got = parse_slo(text);
+        assert!(
+            got.as_ref().is_err_and(|line| line.starts_with("--slo: ")),
+            "{text:?}: {got:?}"
+        );
+    }
+    assert_eq!(
+        parse_slo("ttft_ms=300,ttft:300"),
+        Err("--slo: the ttft objective is given twice (ttft_ms and ttft are one name)".to_owned())
+    );
+    assert_eq!(
+        parse_slo("tpot_ms=1,ttft:2,tpot:3"),
+        Err("--slo: the tpot objective is given twice (tpot_ms and tpot are one name)".to_owned())
+    );
+    assert_eq!(
+        parse_slo("ttft_ms=300.1234"),
+        Err(r#"--slo: ttft: expected milliseconds as digits with at most three decimals, found "300.1234""#.to_owned())
+    );
+    assert_eq!(
+        parse_slo("ttft:9007199254740.992"),
+        Err(r#"--slo: ttft: expected at most 9007199254740.991 milliseconds (2^53 - 1 microseconds), found "9007199254740.992""#.to_owned())
+    );
+    assert_eq!(
+        parse_slo("e2el:500"),
+        Err(r#"--slo: expected ttft_ms=X, tpot_ms=Y, ttft:X or tpot:Y (milliseconds) separated by ",", found "e2el:500""#.to_owned())
     );
 }

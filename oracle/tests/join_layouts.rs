@@ -20,7 +20,7 @@
 //! | 10 | r9 | ab | m | base | w2 | 165,000 |
 
 use kvroute_oracle::{
-    join, join_inputs, keyed_request_id, replay, validate, JoinFailure, JoinInputs,
+    join, join_inputs, keyed_request_id, parse_slo, replay, validate, JoinFailure, JoinInputs, Slo,
 };
 use serde_json::{json, Value};
 
@@ -109,6 +109,11 @@ fn inputs<'a>(receipt: &'a [u8], completions: &'a [u8], format: Option<&'a str>)
         id_key: None,
         trace: None,
     }
+}
+
+/// The objectives `--slo TEXT` declares, as the join is given them.
+fn declared(text: &str) -> Option<Slo> {
+    Some(parse_slo(text).expect("the test's --slo is valid"))
 }
 
 fn text(result: Result<Vec<u8>, JoinFailure>) -> String {
@@ -313,7 +318,7 @@ fn dynamo_records_as_computed_by_hand() {
     let receipt = receipt();
     let lines = dynamo_lines();
     let mut given = inputs(&receipt, lines.as_bytes(), Some("dynamo"));
-    given.slo = Some((Some(250), Some(20)));
+    given.slo = declared("ttft_ms=250,tpot_ms=20");
     let got = value(join_inputs(&given));
     assert_eq!(
         got["counts"],
@@ -362,7 +367,7 @@ fn dynamo_a_record_without_a_start_is_not_in_the_span() {
         r#"{"event_type":"request_end","request":{"request_id":"r2","ttft_ms":1,"avg_itl_ms":1,"total_time_ms":99999}}"#
     );
     let mut given = inputs(&receipt, lines.as_bytes(), Some("dynamo"));
-    given.slo = Some((None, None));
+    given.slo = Some(Slo::default());
     let got = value(join_inputs(&given));
     assert_eq!(
         got["goodput"],
@@ -584,17 +589,17 @@ fn vllm_bench_by_position_with_fewer_entries_than_decisions() {
     let receipt = receipt();
     let doc = seven_entries();
     let mut given = inputs(&receipt, doc.as_bytes(), Some("vllm-bench"));
-    given.slo = Some((Some(200), Some(15)));
+    given.slo = declared("ttft_ms=200,tpot_ms=15");
     let expected = json!({
         "counts": {"cancelled":0,"completed":5,"completion_lines":7,"decisions":9,"dropped":2,
                    "error_rate_pm":166,"errors":1,"matched":6,"rejected":1,"rejected_served":1,
                    "retried":0,"routed":8,"unrouted":0},
-        "format": "kvroute-join/1",
+        "format": "kvroute-join/2",
         "goodput": {"good":3,"good_per_second_milli":240,"good_pm":375,"span_ns":12500000000u64},
         "prediction": {"ttft_rank_gamma_pm":-334,"us_per_predicted_token":772},
         "receipt_digest": receipt_digest(&receipt),
         "run": RUN,
-        "slo": {"tpot_ms":15,"ttft_ms":200},
+        "slo": {"tpot_us":15000,"ttft_us":200000},
         "workers": [
             {"completed":3,"predicted_mean_milli":200000,"tpot_mean_us":10000,"ttft_mean_us":135295,"us_per_predicted_token":676,"worker":"w0"},
             {"completed":1,"predicted_mean_milli":160000,"tpot_mean_us":4999,"ttft_mean_us":300000,"us_per_predicted_token":1875,"worker":"w1"},
@@ -638,7 +643,7 @@ fn vllm_bench_span_is_zero_when_nothing_matched() {
     let receipt = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"q","tick":0,"chosen":null,"candidates":[]}]}]}"#;
     let doc = bench("3", &[("0.001", "[]", "1", r#""""#)]);
     let mut given = inputs(receipt, doc.as_bytes(), Some("vllm-bench"));
-    given.slo = Some((Some(1), None));
+    given.slo = declared("ttft_ms=1");
     let got = value(join_inputs(&given));
     assert_eq!(got["counts"]["rejected_served"], 1);
     assert_eq!(got["counts"]["matched"], 0);
@@ -1158,7 +1163,7 @@ fn cohorts_as_computed_by_hand() {
     let trace = trace();
     let records = cohort_records();
     let mut given = inputs(&receipt, records.as_bytes(), Some("aiperf"));
-    given.slo = Some((Some(250), Some(25)));
+    given.slo = declared("ttft_ms=250,tpot_ms=25");
     let without = text(join_inputs(&given));
     // Without `--trace`: no `cohorts` member, and exactly `join`'s bytes.
     assert!(!without.contains("cohorts"));
@@ -1185,7 +1190,7 @@ fn cohorts_of_a_keyed_receipt_under_the_key() {
     let trace = trace();
     let records = cohort_records();
     let mut given = inputs(&keyed, records.as_bytes(), Some("aiperf"));
-    given.slo = Some((Some(250), Some(25)));
+    given.slo = declared("ttft_ms=250,tpot_ms=25");
     given.id_key = Some(KEY);
     given.trace = Some(trace.as_bytes());
     assert_eq!(value(join_inputs(&given))["cohorts"], expected_cohorts());
@@ -1202,7 +1207,7 @@ fn cohorts_of_a_vllm_bench_document() {
         &[("0.1", "[]", "1", r#""""#), ("0.2", "[]", "1", r#""""#)],
     );
     let mut given = inputs(&receipt, doc.as_bytes(), Some("vllm-bench"));
-    given.slo = Some((None, None));
+    given.slo = Some(Slo::default());
     given.trace = Some(trace.as_bytes());
     let got = value(join_inputs(&given));
     let cohorts = got["cohorts"].as_array().unwrap();
@@ -1260,7 +1265,7 @@ fn cohorts_with_a_json_lines_receipt() {
     let trace = trace();
     let records = cohort_records();
     let mut given = inputs(&receipt, records.as_bytes(), Some("aiperf"));
-    given.slo = Some((Some(250), Some(25)));
+    given.slo = declared("ttft_ms=250,tpot_ms=25");
     given.trace = Some(trace.as_bytes());
     assert_eq!(value(join_inputs(&given))["cohorts"], expected_cohorts());
 }
