@@ -24,10 +24,12 @@ use crate::import::importer::{
     sources_as, ImportError, Imported, Importer, Problem, Report, Source,
 };
 use crate::import::shared::BYTE_ORDER_MARK_REASON;
+use crate::input::compact::{EventStore, EventsView};
 use crate::input::json_lines::{self, Line};
 use crate::input::limits::{LimitsProfile, ERROR_LINES_MAX};
-use crate::input::trace::{Event, Trace};
-use crate::output::canonical::canonical_trace_bytes;
+use crate::input::trace::{Event, EventKind, Trace};
+use crate::input::validate::{read_trace_compact, ReadTraceError};
+use crate::output::canonical::CanonicalTraceReader;
 pub use convert::{EventsOptions, Keying};
 pub use report::ImportReport;
 use std::fmt;
@@ -327,24 +329,24 @@ impl Importer for EngineEventsImport {
                 nothing,
             )));
         }
-        let mut validated = crate::parse_trace(&canonical_trace_bytes(&trace)).map_err(|e| {
-            let first = e.lines().into_iter().next().unwrap_or_default();
-            let reason = format!("the imported trace does not validate: {first}");
-            ImportError::Rejected(vec![Problem::of_import(self.command(), reason)])
-        })?;
-        drop(trace);
-        let requests = validated.request_count() as u64;
-        let cache_events = validated.events.len() as u64 - requests;
-        let mut events = std::mem::take(&mut validated.events);
-        events.sort_by_key(|event| (event.tick, event.seq));
-        events.into_iter().for_each(|event| sink(event));
+        let (head, events) = self.validated(trace)?;
+        let mut requests = 0u64;
+        for index in events.sorted_order() {
+            let event = events.event(index as usize);
+            requests += u64::from(matches!(event.kind, EventKind::Request(_)));
+            sink(event);
+        }
         let counts = vec![
             (requests, "request", "requests"),
-            (validated.workers.len() as u64, "worker", "workers"),
-            (cache_events, "cache event", "cache events"),
+            (head.workers.len() as u64, "worker", "workers"),
+            (
+                events.len() as u64 - requests,
+                "cache event",
+                "cache events",
+            ),
         ];
         Ok(Imported {
-            head: validated,
+            head,
             report: Report {
                 counts,
                 lines: report.lines(&capture_name),
@@ -354,6 +356,26 @@ impl Importer for EngineEventsImport {
 }
 
 impl EngineEventsImport {
+    /// The trace read back from its canonical bytes as they are made, through the
+    /// validation every trace meets (SPEC.md §13.4), so that an accepted import always
+    /// validates; neither the bytes nor a second typed trace is held, only the
+    /// compact events.
+    fn validated(&self, trace: Trace) -> Result<(Trace, EventStore), ImportError> {
+        let validated = read_trace_compact(CanonicalTraceReader::new(&trace));
+        drop(trace);
+        validated.map_err(|e| {
+            let first = match e {
+                ReadTraceError::Invalid(errors) => errors.lines().into_iter().next(),
+                ReadTraceError::Io(e) => Some(e.to_string()),
+            };
+            let reason = format!(
+                "the imported trace does not validate: {}",
+                first.unwrap_or_default()
+            );
+            ImportError::Rejected(vec![Problem::of_import(self.command(), reason)])
+        })
+    }
+
     /// The import's errors as problems of the input (and line) each names.
     fn rejected(&self, errors: Vec<EventsImportError>) -> ImportError {
         let problem = |e: EventsImportError| match e.input {
