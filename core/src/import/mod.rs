@@ -20,14 +20,17 @@
 //!    defaults that another format also uses from [`shared`], never from that format's
 //!    file; import nothing from the other formats. Add `pub mod NAME;` below.
 //! 2. In `cli/src/args.rs`, add a variant to `ImportFormat` with the format's flags, and
-//!    in `cli/src/main.rs` one arm that builds the struct and calls
-//!    `run_import(&importer, &out)`; opening the inputs (`-` is stdin), the checking
-//!    pass a FIFO output needs, the atomic write, the digest and the printed report
-//!    are done there for every format.
+//!    in `importer_of` in `cli/src/import.rs` one arm that builds the struct from them.
+//!    `run_import` there does the rest for every format: opening the inputs (`-` is
+//!    stdin), the checking pass a FIFO output needs, the atomic write, the digest and
+//!    the printed report.
 //! 3. Test the conversion in the format's own `#[cfg(test)]` module (bytes in, trace
-//!    or problems out), and the command end to end with a fixture and a golden under
-//!    `cli/tests/` (see `cli/tests/engine_events.rs`); add a line for each way its
-//!    input can be bad to `cli/tests/hostile_input/cases.txt`.
+//!    or problems out), add it to `core/tests/importers.rs` (what the trait hands on is
+//!    the canonical trace), and test the command end to end with a fixture and a golden
+//!    under `cli/tests/` (see `cli/tests/engine_events.rs`); add a line for each way
+//!    its input can be bad to `cli/tests/hostile_input/cases.txt`.
+//!
+//! `docs/importers.md` says the same at more length.
 
 pub mod importer;
 pub mod kv_events;

@@ -585,7 +585,7 @@ impl Importer for MooncakeImport {
         let [mut lines] = sources_as(self.command(), sources)?;
         // An empty file and a file of one blank line are both no trace (SPEC.md §10.2).
         match lines.fill_buf() {
-            Ok(bytes) if bytes.is_empty() => {
+            Ok([]) => {
                 let reason = "no requests: the file is empty".to_owned();
                 return Err(ImportError::Rejected(vec![Problem::of_input(
                     &self.file, reason,
