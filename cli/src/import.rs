@@ -85,7 +85,7 @@ pub fn run_import(importer: &dyn Importer, out: &Path) -> Result<(), Failure> {
             .map_err(failure)
     };
     if check_first {
-        importer.import(opened()?, &mut |_| {}).map_err(failure)?;
+        importer.check(opened()?).map_err(failure)?;
         progress.phase("writing the trace");
     }
     let readers = opened()?;

@@ -145,3 +145,36 @@ fn an_input_that_cannot_be_read_is_named_with_what_the_format_calls_it() {
         ["gone.jsonl: cannot read: entity not found"]
     );
 }
+
+#[test]
+fn the_check_accepts_and_refuses_what_the_import_does_with_the_same_errors() {
+    let lines = read(MOONCAKE);
+    let bad_last_line = [&lines[..], b"{\"timestamp\": 6}\n"].concat();
+    let mooncake = MooncakeImport {
+        file: PathBuf::from("in.jsonl"),
+        options: MooncakeOptions::default(),
+    };
+    let capture = read(&format!("{ENGINE_FIXTURES}/vllm.capture.jsonl"));
+    let requests = read(&format!("{ENGINE_FIXTURES}/requests.jsonl"));
+    let engine = engine(EngineFormat::Vllm, "cap.jsonl", "req.jsonl");
+    let cases: [(&dyn Importer, Vec<&[u8]>); 6] = [
+        (&mooncake, vec![&lines]),
+        (&mooncake, vec![&bad_last_line]),
+        (&mooncake, vec![b""]),
+        (&engine, vec![&capture, &requests]),
+        (&engine, vec![&capture, b"{}\n"]),
+        (&engine, vec![&capture, b""]),
+    ];
+    for (importer, inputs) in cases {
+        let sources = || -> Vec<Source<'_>> {
+            inputs
+                .iter()
+                .map(|bytes| Box::new(*bytes) as Source<'_>)
+                .collect()
+        };
+        let checked = importer.check(sources());
+        let imported = importer.import(sources(), &mut |_| {}).map(|_| ());
+        assert_eq!(checked, imported, "{}", importer.name());
+    }
+    assert!(mooncake.check(vec![Box::new(&bad_last_line[..])]).is_err());
+}

@@ -43,6 +43,14 @@ pub trait Importer {
         sink: &mut dyn FnMut(Event),
     ) -> Result<Imported, ImportError>;
 
+    /// Every check of [`Importer::import`], for a caller that must not write before
+    /// the inputs are known to be accepted (a FIFO output cannot be taken back): the
+    /// same errors, the events discarded. A format that can check without building
+    /// its events says so by overriding this.
+    fn check(&self, sources: Vec<Source<'_>>) -> Result<(), ImportError> {
+        self.import(sources, &mut |_| {}).map(|_| ())
+    }
+
     /// The command its messages name: `kvroute import NAME`.
     fn command(&self) -> String {
         format!("kvroute import {}", self.name())

@@ -582,18 +582,7 @@ impl Importer for MooncakeImport {
         sources: Vec<Source<'_>>,
         sink: &mut dyn FnMut(Event),
     ) -> Result<Imported, ImportError> {
-        let [mut lines] = sources_as(self.command(), sources)?;
-        // An empty file and a file of one blank line are both no trace (SPEC.md §10.2).
-        match lines.fill_buf() {
-            Ok([]) => {
-                let reason = "no requests: the file is empty".to_owned();
-                return Err(ImportError::Rejected(vec![Problem::of_input(
-                    &self.file, reason,
-                )]));
-            }
-            Ok(_) => {}
-            Err(e) => return Err(self.cannot_read(&self.file, e)),
-        }
+        let lines = self.non_empty(sources)?;
         let (mut requests, mut segments) = (0u64, 0u64);
         let head = import_mooncake_each(lines, &self.options, |event| {
             if let EventKind::Request(request) = &event.kind {
@@ -602,10 +591,7 @@ impl Importer for MooncakeImport {
             }
             sink(event);
         })
-        .map_err(|errors| {
-            let problem = |e: LineError| Problem::at_line(&self.file, e.line, e.reason);
-            ImportError::Rejected(errors.into_iter().map(problem).collect())
-        })?;
+        .map_err(|errors| self.rejected(errors))?;
         let counts = vec![
             (requests, "request", "requests"),
             (head.workers.len() as u64, "worker", "workers"),
@@ -618,6 +604,38 @@ impl Importer for MooncakeImport {
                 lines: Vec::new(),
             },
         })
+    }
+
+    /// The checks without building an event.
+    fn check(&self, sources: Vec<Source<'_>>) -> Result<(), ImportError> {
+        let lines = self.non_empty(sources)?;
+        check_mooncake(lines, &self.options)
+            .map(|_| ())
+            .map_err(|errors| self.rejected(errors))
+    }
+}
+
+impl MooncakeImport {
+    /// The one input, refused when it is empty: an empty file and a file of one blank
+    /// line are both no trace (SPEC.md §10.2).
+    fn non_empty<'s>(&self, sources: Vec<Source<'s>>) -> Result<Source<'s>, ImportError> {
+        let [mut lines] = sources_as(self.command(), sources)?;
+        match lines.fill_buf() {
+            Ok([]) => {
+                let reason = "no requests: the file is empty".to_owned();
+                Err(ImportError::Rejected(vec![Problem::of_input(
+                    &self.file, reason,
+                )]))
+            }
+            Ok(_) => Ok(lines),
+            Err(e) => Err(self.cannot_read(&self.file, e)),
+        }
+    }
+
+    /// The conversion's errors as problems of the file's lines.
+    fn rejected(&self, errors: Vec<LineError>) -> ImportError {
+        let problem = |e: LineError| Problem::at_line(&self.file, e.line, e.reason);
+        ImportError::Rejected(errors.into_iter().map(problem).collect())
     }
 }
 
