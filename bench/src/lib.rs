@@ -9,7 +9,7 @@
 //! `cache_plus_load` and keeps the store/evict events it generated, and the routing
 //! figures replay that trace. Nothing here is timed: each caller times what it measures.
 
-use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
+use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_core::output::typed::push_decision_ref;
 use kvroute_core::route::compiled::Compiled;

@@ -8,20 +8,16 @@
 
 use clap::{CommandFactory, FromArgMatches};
 use kvroute_cli::args::{
-    Cli, Command, EngineImportArgs, ExportArgs, Format, ImportFormat, PolicyOverrides,
-    SimulateFormat, SAMPLE_MAX,
+    Cli, Command, ExportArgs, Format, PolicyOverrides, SimulateFormat, SAMPLE_MAX,
 };
 use kvroute_cli::verify::VerifyError;
 use kvroute_core::input::compact::EventStore;
-use kvroute_core::input::kv_events::{self, EventsOptions, Keying};
-use kvroute_core::input::mooncake::{self, MooncakeOptions};
-use kvroute_core::input::trace::EventKind;
 use kvroute_core::output::{canonical, csv, table};
 use kvroute_core::replay;
 use kvroute_core::route::compiled::{Compiled, DecisionsRouted};
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, read_trace_compact, Policy, ReadTraceError, Trace};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -40,6 +36,7 @@ macro_rules! outln {
 }
 
 mod failure;
+mod import;
 mod inputs;
 mod join;
 mod out;
@@ -52,7 +49,7 @@ mod swarm_report;
 mod verify_core;
 
 use failure::Failure;
-use inputs::{read_bytes, read_id_key, read_input};
+use inputs::{read_id_key, read_input};
 use kvroute_cli::terminal::counted;
 use out::{emit, emit_with};
 
@@ -127,37 +124,10 @@ fn run(command: Command) -> Result<(), Failure> {
             replay: &replay,
             replay_wait_ms,
         }),
-        Command::Import {
-            format:
-                ImportFormat::Mooncake {
-                    file,
-                    block_tokens,
-                    tenant,
-                    model,
-                    workers,
-                    dynamo_block_tokens,
-                    out,
-                },
-        } => import_mooncake(
-            &file,
-            &MooncakeOptions {
-                block_tokens,
-                tenant,
-                model,
-                workers,
-                dynamo_block_tokens,
-            },
-            &out,
-        ),
-        Command::Import {
-            format: ImportFormat::VllmEvents(args),
-        } => import_engine_events(&args, EngineSource::Vllm),
-        Command::Import {
-            format: ImportFormat::SglangEvents(args),
-        } => import_engine_events(&args, EngineSource::Sglang),
-        Command::Import {
-            format: ImportFormat::DynamoEvents(args),
-        } => import_engine_events(&args, EngineSource::Dynamo),
+        Command::Import { format } => {
+            let (importer, out) = import::importer_of(format);
+            import::run_import(importer.as_ref(), &out)
+        }
     }
 }
 
@@ -653,243 +623,6 @@ fn validate(path: &Path) -> Result<(), Failure> {
         trace.limits.name(),
         canonical::trace_digest_of(&trace, &events)
     )
-}
-
-/// Converts a Mooncake trace; every bad line is printed as `FILE:LINE: reason`.
-/// Imports without holding the input or the trace, so an input of any length fits in
-/// memory: the canonical trace is
-/// written event by event as the lines are read. Written through a temporary file (a
-/// regular OUT), a rejected input leaves nothing behind however much was written, so
-/// one pass is enough. A FIFO or a device as OUT is written in place, so a first pass
-/// checks every line and nothing is written for a rejected input; its second pass reads
-/// a regular input file again from disk, and holds stdin, a FIFO or a device input in
-/// memory, since those cannot be read twice.
-fn import_mooncake(file: &Path, options: &MooncakeOptions, out: &Path) -> Result<(), Failure> {
-    let progress = progress::Progress::start("import", "reading the Mooncake lines");
-    let check_first = !out::writes_through_temp_file(out);
-    let source = ImportSource::open(file, check_first)?;
-    let cannot_read = |e| cannot_read_mooncake(file, e);
-    let mut lines = source.lines().map_err(cannot_read)?;
-    // An empty file and a file of one blank line are both no trace (SPEC.md §10.2).
-    if lines.fill_buf().map_err(cannot_read)?.is_empty() {
-        return Err(Failure::invalid(vec![format!(
-            "{}: no requests: the file is empty",
-            file.display()
-        )]));
-    }
-    let rejected = |errors: Vec<mooncake::ImportError>| {
-        Failure::invalid(
-            errors
-                .iter()
-                .map(|e| match e.line {
-                    0 => format!("{}: {}", file.display(), e.reason),
-                    line => format!("{}:{line}: {}", file.display(), e.reason),
-                })
-                .collect(),
-        )
-    };
-    if check_first {
-        mooncake::check_mooncake(lines, options).map_err(rejected)?;
-        progress.phase("writing the trace");
-        lines = source.lines().map_err(cannot_read)?;
-    }
-    let (mut requests, mut segments) = (0usize, 0usize);
-    let mut written = None;
-    let mut rejection = None;
-    let emitted = emit_with(Some(out), |w| {
-        let mut stream = canonical::CanonicalTraceStream::new(progress.counting(w))?;
-        let mut write_error = None;
-        let read = mooncake::import_mooncake_each(lines, options, |event| {
-            if write_error.is_some() {
-                return;
-            }
-            if let EventKind::Request(request) = &event.kind {
-                requests += 1;
-                segments += request.prefix.len();
-            }
-            if let Err(e) = stream.event(&event) {
-                write_error = Some(e);
-            }
-        });
-        if let Some(e) = write_error {
-            return Err(e);
-        }
-        match read {
-            Ok(head) => {
-                let (mut w, digest) = stream.finish(&head)?;
-                w.write_all(b"\n")?;
-                written = Some((head.workers.len(), digest));
-                Ok(())
-            }
-            Err(errors) => {
-                rejection = Some(errors);
-                // Abandons the temporary file; the rejection is what gets reported.
-                Err(std::io::Error::other("the input was rejected"))
-            }
-        }
-    });
-    if let Some(errors) = rejection {
-        return Err(rejected(errors));
-    }
-    emitted?;
-    progress.finish();
-    let (workers, digest) = written.expect("a successful write records the trace");
-    note!(
-        "imported {}, {}, {} -> {} ({digest})",
-        counted(requests as u64, "request", "requests"),
-        counted(workers as u64, "worker", "workers"),
-        counted(segments as u64, "segment", "segments"),
-        out.display(),
-    );
-    Ok(())
-}
-
-/// Converts an engine-event capture, or Dynamo's RouterEvent lines, and its request
-/// log (SPEC.md §13, §13.7). Both inputs
-/// are read line by line; the trace is held, since its events are only ordered and
-/// ticked once both inputs are read, and is parsed back through validation before
-/// anything is written, so an accepted import always validates.
-fn import_engine_events(args: &EngineImportArgs, source: EngineSource) -> Result<(), Failure> {
-    let (capture, requests, out) = (&args.capture, &args.requests, &args.out);
-    let options = EventsOptions {
-        block_tokens: args.block_tokens,
-        tenant: args.tenant.clone(),
-        model: args.model.clone(),
-        keying: Keying::Tokens,
-    };
-    let open = |path: &Path| -> Result<Box<dyn std::io::BufRead>, Failure> {
-        if path.as_os_str() == "-" {
-            return Ok(Box::new(std::io::stdin().lock()));
-        }
-        std::fs::File::open(path)
-            .map(|f| Box::new(std::io::BufReader::new(f)) as Box<dyn std::io::BufRead>)
-            .map_err(|e| Failure::invalid(vec![format!("{}: cannot read: {e}", path.display())]))
-    };
-    let (capture_lines, request_lines) = (open(capture)?, open(requests)?);
-    let imported = match source {
-        EngineSource::Vllm | EngineSource::Sglang => {
-            kv_events::import_engine_events(capture_lines, request_lines, &options)
-        }
-        EngineSource::Dynamo => {
-            kv_events::import_dynamo_events(capture_lines, request_lines, &options)
-        }
-    };
-    let command = source.command();
-    let (trace, report) = imported.map_err(|errors| {
-        let line = |e: &kv_events::EventsImportError| match e.input {
-            kv_events::Input::Capture => format!("{}:{}: {}", capture.display(), e.line, e.reason),
-            kv_events::Input::Requests => {
-                format!("{}:{}: {}", requests.display(), e.line, e.reason)
-            }
-            kv_events::Input::Whole => format!("kvroute {command}: {}", e.reason),
-        };
-        Failure::invalid(errors.iter().map(line).collect())
-    })?;
-    let names = (
-        capture.display().to_string(),
-        requests.display().to_string(),
-    );
-    if let Some(nothing) = report.nothing_to_import(trace.workers.len(), &names.0, &names.1) {
-        return Err(Failure::other(format!("kvroute {command}: {nothing}")));
-    }
-    let mut bytes = canonical::canonical_trace_bytes(&trace);
-    let validated = parse_trace(&bytes).map_err(|errors| {
-        let first = errors.lines().into_iter().next().unwrap_or_default();
-        Failure::invalid(vec![format!(
-            "kvroute {command}: the imported trace does not validate: {first}"
-        )])
-    })?;
-    bytes.push(b'\n');
-    emit(&bytes, Some(out))?;
-    let cache_events = validated.events.len() - validated.request_count();
-    note!(
-        "imported {}, {}, {} -> {} ({})",
-        counted(validated.request_count() as u64, "request", "requests"),
-        counted(validated.workers.len() as u64, "worker", "workers"),
-        counted(cache_events as u64, "cache event", "cache events"),
-        out.display(),
-        canonical::trace_digest(&validated),
-    );
-    for line in report.lines(&capture.display().to_string()) {
-        note!("{line}");
-    }
-    Ok(())
-}
-
-/// Whose events an engine-event import reads.
-#[derive(Clone, Copy)]
-enum EngineSource {
-    /// ZeroMQ captures (SPEC.md §13.2), as `vllm-events` names them; both engines'
-    /// layouts are read by either name.
-    Vllm,
-    /// The same, as `sglang-events` names them.
-    Sglang,
-    /// Dynamo's RouterEvent lines (SPEC.md §13.7).
-    Dynamo,
-}
-
-impl EngineSource {
-    /// The command, as its messages name it.
-    fn command(self) -> &'static str {
-        match self {
-            EngineSource::Vllm => "import vllm-events",
-            EngineSource::Sglang => "import sglang-events",
-            EngineSource::Dynamo => "import dynamo-events",
-        }
-    }
-}
-
-/// Where an import's lines come from.
-enum ImportSource {
-    /// A file opened for each pass: a regular file, which can be read twice, or a FIFO
-    /// or device read once.
-    Path(std::path::PathBuf),
-    /// Stdin, a FIFO or a device that has to be read twice: read once, kept.
-    Bytes(Vec<u8>),
-    /// Stdin, read once as it streams.
-    Stdin,
-}
-
-fn cannot_read_mooncake(path: &Path, e: std::io::Error) -> Failure {
-    Failure::invalid(vec![format!(
-        "{}: cannot read Mooncake trace: {e}",
-        path.display()
-    )])
-}
-
-impl ImportSource {
-    fn open(path: &Path, read_twice: bool) -> Result<ImportSource, Failure> {
-        let cannot_read = |e| cannot_read_mooncake(path, e);
-        let held = || {
-            read_bytes(path)
-                .map(ImportSource::Bytes)
-                .map_err(cannot_read)
-        };
-        if path.as_os_str() == "-" {
-            return if read_twice {
-                held()
-            } else {
-                Ok(ImportSource::Stdin)
-            };
-        }
-        let regular = std::fs::metadata(path).map_err(cannot_read)?.is_file();
-        if regular || !read_twice {
-            Ok(ImportSource::Path(path.to_path_buf()))
-        } else {
-            held()
-        }
-    }
-
-    /// The lines from the start (a stream: from where it is).
-    fn lines(&self) -> std::io::Result<Box<dyn std::io::BufRead + '_>> {
-        Ok(match self {
-            ImportSource::Path(path) => {
-                Box::new(std::io::BufReader::new(std::fs::File::open(path)?))
-            }
-            ImportSource::Bytes(bytes) => Box::new(bytes.as_slice()),
-            ImportSource::Stdin => Box::new(std::io::stdin().lock()),
-        })
-    }
 }
 
 /// `kvroute verify --trace TRACE RECEIPT`: the receipt is streamed from its file or

@@ -42,10 +42,10 @@ const END_SEQ: [u8; 8] = [0xFF; 8];
 /// The largest topic and payload frames together a message may have to be written:
 /// the largest payload `import vllm-events` decodes (SPEC.md §13.6), so that no line
 /// of a capture is one its import refuses.
-const MESSAGE_BYTES_MAX: usize = kvroute_core::input::kv_events::wire::PAYLOAD_BYTES_MAX;
+const MESSAGE_BYTES_MAX: usize = kvroute_core::import::kv_events::wire::PAYLOAD_BYTES_MAX;
 
 /// The longest capture line written, its newline included: the import's cap.
-const LINE_BYTES_MAX: usize = kvroute_core::input::kv_events::LINE_BYTES_MAX;
+const LINE_BYTES_MAX: usize = kvroute_core::import::kv_events::LINE_BYTES_MAX;
 
 /// How long an endpoint may stay silent before record asks whether an engine publishes
 /// there: longer than a connection takes, shorter than a user waits wondering.

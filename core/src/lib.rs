@@ -7,7 +7,8 @@
 //! `SPEC.md` at the repository root is the behaviour this crate implements.
 //!
 //! The folders follow SPEC.md's parts and depend one way only: [`input`] ← [`route`] ←
-//! [`output`] ← [`replay`] ← [`simulate`] ← [`join`] (`core/tests/layout.rs` checks it). Where each rule lives:
+//! [`output`] ← [`import`] ← [`replay`] ← [`simulate`] ← [`join`] (`core/tests/layout.rs`
+//! checks it). Where each rule lives:
 //! - **limits** (profiles, integer literals, the per-request token limit, the overflow
 //!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
 //!   rules: [`input::validate`], one file a stage;
@@ -29,6 +30,9 @@
 //!   and digest tags: [`output::json_text`]); the receipt:
 //!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:
 //!   [`output::jsonl`]; CSV: [`output::csv`] (each run into them by [`replay`]);
+//! - **importing** other formats (Mooncake, vLLM and SGLang KV events, Dynamo's
+//!   RouterEvent lines), each behind the one [`import::importer::Importer`] trait:
+//!   [`import`];
 //! - the **closed-loop engine model** (LRU, prefill, publication lag, jitter and loss,
 //!   re-query, residency error):
 //!   [`simulate`];
@@ -37,6 +41,7 @@
 
 #[cfg(test)]
 mod fixed_sequence;
+pub mod import;
 pub mod input;
 pub mod join;
 pub mod mutant;

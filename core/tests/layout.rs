@@ -3,7 +3,7 @@
 //!
 //! The folders follow the parts of SPEC.md, and they may only depend on each other in
 //! one direction: `input` (reading and validating) ← `route` (the rules that decide) ←
-//! `output` (the bytes written) ← `replay` (the driver: which runs, into which output)
+//! `output` (the bytes written) ← `import` (other formats as traces) ← `replay` (the driver: which runs, into which output)
 //! ← `simulate` (the closed loop, which drives routing and writes traces) ← `join` (a
 //! receipt against measured completions). No two files
 //! of core may import each other, directly or through others, and `output` only writes:
@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The folders in dependency order: each may import only from itself and those before it.
-const LAYERS: [&str; 6] = ["input", "route", "output", "replay", "simulate", "join"];
+const LAYERS: [&str; 7] = [
+    "input", "route", "output", "import", "replay", "simulate", "join",
+];
 
 /// The most `.rs` files one folder of core may hold, so a newcomer can take it in.
 const FOLDER_FILES_MAX: usize = 10;

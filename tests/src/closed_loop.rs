@@ -2,7 +2,7 @@
 //! tests and the `closed_loop` fuzz target: a policy's generated trace must validate and
 //! replay open-loop to exactly the run the loop made.
 
-use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
+use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::output::canonical::canonical_trace_bytes;
 use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;

@@ -295,7 +295,7 @@ const ENGINE_REQUESTS: &str = r#"{"arrival_ms":1789095808000,"id":"r","model":"m
 /// accepts validates in core and in the oracle to the same canonical bytes.
 pub fn import_engine_events(data: &[u8]) {
     use base64::Engine as _;
-    use kvroute_core::input::kv_events::{self, EventsOptions};
+    use kvroute_core::import::kv_events::{self, EventsOptions};
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
@@ -340,7 +340,7 @@ pub fn import_engine_events(data: &[u8]) {
 /// block size and `--dynamo-block-tokens`, 0 included): the import never panics, and
 /// every trace it accepts validates.
 pub fn import_mooncake(data: &[u8]) {
-    use kvroute_core::input::mooncake::{
+    use kvroute_core::import::mooncake::{
         check_mooncake, import_mooncake, import_mooncake_each, MooncakeOptions,
     };
     use kvroute_core::output::canonical::{canonical_trace_bytes, CanonicalTraceStream};

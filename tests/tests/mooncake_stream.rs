@@ -1,7 +1,7 @@
 //! The streamed Mooncake import (`kvroute import mooncake`) writes exactly the
 //! canonical trace the whole-trace import builds: same bytes, same digest, same errors.
 
-use kvroute_core::input::mooncake::{
+use kvroute_core::import::mooncake::{
     check_mooncake, import_mooncake, import_mooncake_each, MooncakeOptions,
 };
 use kvroute_core::input::trace::{Event, EventKind};

@@ -1,6 +1,6 @@
-//! Reading input: the trace as Rust types, strict JSON, validation, the limits, the
-//! Mooncake import, the engine KV-event import and what every JSON Lines reader shares
-//! (SPEC.md §1, §2, §10, §13, §14).
+//! Reading input: the trace as Rust types, strict JSON, validation, the limits and what
+//! every JSON Lines reader shares (SPEC.md §1, §2, §14). Other formats' importers are
+//! in `import`, which builds on this folder.
 //!
 //! Everything here turns bytes into a [`trace::Trace`] that satisfies every rule of the
 //! contract, or into errors that name a JSON path (or an input line) and a reason. What
@@ -13,8 +13,6 @@ mod document;
 pub mod epoch;
 pub mod json;
 pub mod json_lines;
-pub mod kv_events;
 pub mod limits;
-pub mod mooncake;
 pub mod trace;
 pub mod validate;

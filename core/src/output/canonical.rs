@@ -523,6 +523,89 @@ impl<W: Write> CanonicalTraceStream<W> {
     }
 }
 
+/// The canonical trace bytes of a held trace as a reader, made one event at a time as
+/// they are read, so that reading them back (validating an import's trace with
+/// [`crate::input::validate::read_trace_compact`]) never holds them all. The bytes
+/// equal [`canonical_trace_bytes`].
+pub struct CanonicalTraceReader<'t> {
+    trace: &'t Trace,
+    /// Event indexes in `(tick, seq)` order.
+    order: Vec<u32>,
+    /// How many of `order` are in `piece` or were read already.
+    events_made: usize,
+    piece: Vec<u8>,
+    /// How much of `piece` was read.
+    read: usize,
+    /// Which part is made next.
+    next: ReaderPart,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReaderPart {
+    Open,
+    Events,
+    Tail,
+    Done,
+}
+
+impl<'t> CanonicalTraceReader<'t> {
+    pub fn new(trace: &'t Trace) -> Self {
+        CanonicalTraceReader {
+            trace,
+            order: trace.events.sorted_order(),
+            events_made: 0,
+            piece: Vec::new(),
+            read: 0,
+            next: ReaderPart::Open,
+        }
+    }
+
+    /// Makes the next piece into `piece`; false when there is none.
+    fn make_piece(&mut self) -> bool {
+        self.piece.clear();
+        self.read = 0;
+        match self.next {
+            ReaderPart::Open => {
+                self.piece.extend_from_slice(EVENTS_OPEN);
+                self.next = ReaderPart::Events;
+            }
+            ReaderPart::Events => match self.order.get(self.events_made) {
+                Some(&index) => {
+                    if self.events_made > 0 {
+                        self.piece.push(b',');
+                    }
+                    push_event(&mut self.piece, &self.trace.events[index as usize]);
+                    self.events_made += 1;
+                }
+                None => {
+                    let piece = &mut self.piece;
+                    canonical_pieces_after_events(self.trace, |p| piece.extend_from_slice(p));
+                    self.next = ReaderPart::Tail;
+                }
+            },
+            ReaderPart::Tail | ReaderPart::Done => {
+                self.next = ReaderPart::Done;
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl io::Read for CanonicalTraceReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.read == self.piece.len() {
+            if !self.make_piece() {
+                return Ok(0);
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.read);
+        buf[..n].copy_from_slice(&self.piece[self.read..self.read + n]);
+        self.read += n;
+        Ok(n)
+    }
+}
+
 /// One event's canonical bytes, as the canonical trace writes it (SPEC.md §6.1): what
 /// the peer protocol sends as an event (§15.2).
 pub fn canonical_event_bytes(event: &Event, out: &mut Vec<u8>) {
@@ -582,6 +665,29 @@ mod tests {
             let whole = jcs_bytes(&canonical_trace_value(&trace));
             assert_eq!(canonical_trace_bytes(&trace), whole);
             assert_eq!(trace_digest(&trace), sha256_tag(&whole));
+        }
+    }
+
+    #[test]
+    fn the_reader_gives_the_canonical_bytes_whatever_its_reads_take() {
+        use std::io::Read;
+        let json = include_str!("../../../fixtures/sharing_grant/trace.json");
+        let mut trace = crate::parse_trace(json.as_bytes()).unwrap();
+        // Out of (tick, seq) order as held: the reader writes them in that order.
+        trace.events.reverse();
+        let whole = canonical_trace_bytes(&trace);
+        for read_bytes in [1, 7, 4096] {
+            let mut reader = CanonicalTraceReader::new(&trace);
+            let mut read = Vec::new();
+            let mut buf = vec![0u8; read_bytes];
+            loop {
+                match reader.read(&mut buf).unwrap() {
+                    0 => break,
+                    n => read.extend_from_slice(&buf[..n]),
+                }
+            }
+            assert_eq!(read, whole, "reads of {read_bytes} bytes");
+            assert_eq!(reader.read(&mut buf).unwrap(), 0, "it stays at its end");
         }
     }
 

@@ -27,7 +27,7 @@ use dynamo_kv_router::{
     DefaultWorkerSelector, PositionalIndexer, RadixTree, SyncIndexer, WorkerSelectionInput,
     WorkerSelector,
 };
-use kvroute_core::input::mooncake::{import_mooncake, MooncakeOptions};
+use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
 use kvroute_core::route::compiled::{Compiled, Step};
 use kvroute_core::route::engine::Runner;
 use kvroute_core::simulate::{generated_trace, simulate_policy, simulation_trace, SimulateOptions};

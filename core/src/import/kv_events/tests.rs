@@ -2,7 +2,7 @@
 //! sequence rules and every counted or rejected case of SPEC.md §13.4 and §13.5.
 
 use super::*;
-use crate::input::kv_events::convert::chained_key;
+use crate::import::kv_events::convert::chained_key;
 use crate::input::trace::{CacheOp, EventKind};
 use base64::Engine as _;
 use rmpv::Value;

@@ -10,6 +10,10 @@
 //! line number instead of by a JSON path into a document the user never wrote, and an
 //! accepted import always validates.
 
+use crate::import::importer::{
+    sources_as, ImportError, Imported, Importer, Problem, Report, Source,
+};
+use crate::import::shared::{DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE, REQUEST_LINE_BYTES_MAX};
 use crate::input::json::{quote_str, Node};
 use crate::input::json_lines::{self, for_each_line, Line, LineErrors};
 use crate::input::limits::{CostBound, LimitsProfile, JSON_INTEGER_MAX};
@@ -19,15 +23,8 @@ use crate::input::trace::{
 };
 use rustc_hash::FxHashMap;
 use std::io::BufRead;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Prefill tokens per tick (1 tick = 1 ms) of every imported worker: 16,000 tokens/s,
-/// about what one current GPU prefills for a mid-sized model.
-pub const DEFAULT_PREFILL_RATE: u64 = 16;
-
-/// Decode tokens per tick of every imported worker: 4,000 tokens/s summed over the
-/// requests one GPU decodes as a batch.
-pub const DEFAULT_DECODE_RATE: u64 = 4;
 
 /// The limits profile every import declares: Mooncake traces exceed the lab limits.
 const PROFILE: LimitsProfile = LimitsProfile::Scale;
@@ -35,7 +32,10 @@ const PROFILE: LimitsProfile = LimitsProfile::Scale;
 /// The Mooncake members of one line, in the order their errors are reported.
 const FIELDS: &[&str] = members::MOONCAKE_LINE;
 
-pub use crate::input::json_lines::{LineError as ImportError, LINE_BYTES_MAX};
+pub use crate::input::json_lines::LineError;
+
+/// The longest line read (SPEC.md §10.2).
+pub const LINE_BYTES_MAX: usize = REQUEST_LINE_BYTES_MAX;
 
 /// How the lines become requests, and which fleet replays them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +74,7 @@ impl Default for MooncakeOptions {
 pub fn import_mooncake(
     input: impl BufRead,
     options: &MooncakeOptions,
-) -> Result<Trace, Vec<ImportError>> {
+) -> Result<Trace, Vec<LineError>> {
     let mut events = Vec::new();
     let mut keep = |event| events.push(event);
     let head = convert(input, options, Some(&mut keep), BlockKeys::shared())?;
@@ -96,7 +96,7 @@ pub fn import_mooncake_each(
     input: impl BufRead,
     options: &MooncakeOptions,
     mut on_event: impl FnMut(Event),
-) -> Result<Trace, Vec<ImportError>> {
+) -> Result<Trace, Vec<LineError>> {
     convert(input, options, Some(&mut on_event), BlockKeys::unshared())
 }
 
@@ -105,7 +105,7 @@ pub fn import_mooncake_each(
 pub fn check_mooncake(
     input: impl BufRead,
     options: &MooncakeOptions,
-) -> Result<Trace, Vec<ImportError>> {
+) -> Result<Trace, Vec<LineError>> {
     convert(input, options, None, BlockKeys::unshared())
 }
 
@@ -116,7 +116,7 @@ fn convert(
     options: &MooncakeOptions,
     on_event: Option<&mut dyn FnMut(Event)>,
     block_keys: BlockKeys,
-) -> Result<Trace, Vec<ImportError>> {
+) -> Result<Trace, Vec<LineError>> {
     convert_capped(input, options, on_event, block_keys, LINE_BYTES_MAX)
 }
 
@@ -127,7 +127,7 @@ fn convert_capped(
     mut on_event: Option<&mut dyn FnMut(Event)>,
     mut block_keys: BlockKeys,
     line_bytes_max: usize,
-) -> Result<Trace, Vec<ImportError>> {
+) -> Result<Trace, Vec<LineError>> {
     let mut report = LineErrors::default();
     for reason in option_errors(options) {
         report.push(0, reason);
@@ -555,6 +555,90 @@ fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<
     reasons
 }
 
+/// `kvroute import mooncake FILE`: one Mooncake JSONL file (SPEC.md §10), streamed.
+/// Each request event is handed on as its line is read, so memory is one line and the
+/// checks' running totals, whatever the file's length.
+#[derive(Debug, Clone)]
+pub struct MooncakeImport {
+    pub file: PathBuf,
+    pub options: MooncakeOptions,
+}
+
+impl Importer for MooncakeImport {
+    fn name(&self) -> &'static str {
+        "mooncake"
+    }
+
+    fn inputs(&self) -> Vec<&Path> {
+        vec![&self.file]
+    }
+
+    fn input_kind(&self) -> Option<&'static str> {
+        Some("Mooncake trace")
+    }
+
+    fn import(
+        &self,
+        sources: Vec<Source<'_>>,
+        sink: &mut dyn FnMut(Event),
+    ) -> Result<Imported, ImportError> {
+        let lines = self.non_empty(sources)?;
+        let (mut requests, mut segments) = (0u64, 0u64);
+        let head = import_mooncake_each(lines, &self.options, |event| {
+            if let EventKind::Request(request) = &event.kind {
+                requests += 1;
+                segments += request.prefix.len() as u64;
+            }
+            sink(event);
+        })
+        .map_err(|errors| self.rejected(errors))?;
+        let counts = vec![
+            (requests, "request", "requests"),
+            (head.workers.len() as u64, "worker", "workers"),
+            (segments, "segment", "segments"),
+        ];
+        Ok(Imported {
+            head,
+            report: Report {
+                counts,
+                lines: Vec::new(),
+            },
+        })
+    }
+
+    /// The checks without building an event.
+    fn check(&self, sources: Vec<Source<'_>>) -> Result<(), ImportError> {
+        let lines = self.non_empty(sources)?;
+        check_mooncake(lines, &self.options)
+            .map(|_| ())
+            .map_err(|errors| self.rejected(errors))
+    }
+}
+
+impl MooncakeImport {
+    /// The one input, refused when it is empty: an empty file and a file of one blank
+    /// line are both no trace (SPEC.md §10.2).
+    fn non_empty<'s>(&self, sources: Vec<Source<'s>>) -> Result<Source<'s>, ImportError> {
+        let [mut lines] = sources_as(self.command(), sources)?;
+        match lines.fill_buf() {
+            Ok([]) => {
+                let reason = "no requests: the file is empty".to_owned();
+                Err(ImportError::Rejected(vec![Problem::of_input(
+                    &self.file, reason,
+                )]))
+            }
+            Ok(_) => Ok(lines),
+            Err(e) => Err(self.cannot_read(&self.file, e)),
+        }
+    }
+
+    /// The conversion's errors as problems of the file's lines.
+    fn rejected(&self, errors: Vec<LineError>) -> ImportError {
+        let problem = |e: LineError| Problem::at_line(&self.file, e.line, e.reason);
+        ImportError::Rejected(errors.into_iter().map(problem).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,7 +649,7 @@ mod tests {
     /// Three Mooncake lines, shared with the CLI tests.
     const THREE_LINES: &str = include_str!("../../../fixtures/mooncake/three-lines.jsonl");
 
-    fn import(text: &str) -> Result<Trace, Vec<ImportError>> {
+    fn import(text: &str) -> Result<Trace, Vec<LineError>> {
         import_mooncake(text.as_bytes(), &MooncakeOptions::default())
     }
 
@@ -919,7 +1003,7 @@ mod tests {
         assert_eq!(errors[ERROR_LINES_MAX - 1].line, ERROR_LINES_MAX);
         assert_eq!(
             errors[ERROR_LINES_MAX],
-            ImportError {
+            LineError {
                 line: 0,
                 reason: "... and 5 more errors".to_owned()
             }

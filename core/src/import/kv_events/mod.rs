@@ -20,25 +20,27 @@ pub mod lines;
 pub mod report;
 pub mod wire;
 
+use crate::import::importer::{
+    sources_as, ImportError, Imported, Importer, Problem, Report, Source,
+};
+use crate::import::shared::BYTE_ORDER_MARK_REASON;
+use crate::input::compact::{EventStore, EventsView};
 use crate::input::json_lines::{self, Line};
 use crate::input::limits::{LimitsProfile, ERROR_LINES_MAX};
-use crate::input::trace::Trace;
+use crate::input::trace::{Event, EventKind, Trace};
+use crate::input::validate::{read_trace_compact, ReadTraceError};
+use crate::output::canonical::CanonicalTraceReader;
 pub use convert::{EventsOptions, Keying};
 pub use report::ImportReport;
 use std::fmt;
 use std::io::BufRead;
+use std::path::{Path, PathBuf};
 
 /// The longest capture line read: a payload of [`wire::PAYLOAD_BYTES_MAX`] bytes in
 /// base64 (4 characters per 3 bytes, 22.4 MB) and the line's other members fit.
 pub const LINE_BYTES_MAX: usize = 24 * 1024 * 1024;
 
-/// The longest request-log line: the Mooncake import's cap (SPEC.md §10.2), which
-/// holds the longest `scale` prompt's token ids.
-pub const REQUEST_LINE_BYTES_MAX: usize = crate::input::json_lines::LINE_BYTES_MAX;
-
-/// Why a line that starts with a byte order mark is refused (as a Mooncake line is).
-const BYTE_ORDER_MARK_REASON: &str =
-    "the line starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry";
+pub use crate::import::shared::REQUEST_LINE_BYTES_MAX;
 
 /// Which input a problem is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,6 +263,127 @@ fn for_each_line(
     });
     if let Err((_, e)) = read {
         errors.push(Input::Whole, 0, format!("cannot read: {e}"));
+    }
+}
+
+/// Whose events an engine-event import reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineFormat {
+    /// ZeroMQ captures (SPEC.md §13.2), as `vllm-events` names them; both engines'
+    /// layouts are read by either name.
+    Vllm,
+    /// The same, as `sglang-events` names them.
+    Sglang,
+    /// Dynamo's RouterEvent lines (SPEC.md §13.7).
+    Dynamo,
+}
+
+/// `kvroute import vllm-events|sglang-events|dynamo-events CAPTURE --requests LOG`:
+/// the engines' events and the requests they served (SPEC.md §13). The trace is held:
+/// its events are ordered and ticked from the earliest time of both inputs, and the
+/// workers' model comes from the request log, so no event is final before both inputs
+/// are read. It is parsed back through validation before any event is handed on, so
+/// an accepted import always validates.
+#[derive(Debug, Clone)]
+pub struct EngineEventsImport {
+    pub format: EngineFormat,
+    pub capture: PathBuf,
+    pub requests: PathBuf,
+    pub options: EventsOptions,
+}
+
+impl Importer for EngineEventsImport {
+    fn name(&self) -> &'static str {
+        match self.format {
+            EngineFormat::Vllm => "vllm-events",
+            EngineFormat::Sglang => "sglang-events",
+            EngineFormat::Dynamo => "dynamo-events",
+        }
+    }
+
+    fn inputs(&self) -> Vec<&Path> {
+        vec![&self.capture, &self.requests]
+    }
+
+    fn import(
+        &self,
+        sources: Vec<Source<'_>>,
+        sink: &mut dyn FnMut(Event),
+    ) -> Result<Imported, ImportError> {
+        let [capture, requests] = sources_as(self.command(), sources)?;
+        let imported = match self.format {
+            EngineFormat::Vllm | EngineFormat::Sglang => {
+                import_engine_events(capture, requests, &self.options)
+            }
+            EngineFormat::Dynamo => import_dynamo_events(capture, requests, &self.options),
+        };
+        let (trace, report) = imported.map_err(|errors| self.rejected(errors))?;
+        let (capture_name, requests_name) = (
+            self.capture.display().to_string(),
+            self.requests.display().to_string(),
+        );
+        let workers = trace.workers.len();
+        if let Some(nothing) = report.nothing_to_import(workers, &capture_name, &requests_name) {
+            return Err(ImportError::Empty(Problem::of_import(
+                self.command(),
+                nothing,
+            )));
+        }
+        let (head, events) = self.validated(trace)?;
+        let mut requests = 0u64;
+        for index in events.sorted_order() {
+            let event = events.event(index as usize);
+            requests += u64::from(matches!(event.kind, EventKind::Request(_)));
+            sink(event);
+        }
+        let counts = vec![
+            (requests, "request", "requests"),
+            (head.workers.len() as u64, "worker", "workers"),
+            (
+                events.len() as u64 - requests,
+                "cache event",
+                "cache events",
+            ),
+        ];
+        Ok(Imported {
+            head,
+            report: Report {
+                counts,
+                lines: report.lines(&capture_name),
+            },
+        })
+    }
+}
+
+impl EngineEventsImport {
+    /// The trace read back from its canonical bytes as they are made, through the
+    /// validation every trace meets (SPEC.md §13.4), so that an accepted import always
+    /// validates; neither the bytes nor a second typed trace is held, only the
+    /// compact events.
+    fn validated(&self, trace: Trace) -> Result<(Trace, EventStore), ImportError> {
+        let validated = read_trace_compact(CanonicalTraceReader::new(&trace));
+        drop(trace);
+        validated.map_err(|e| {
+            let first = match e {
+                ReadTraceError::Invalid(errors) => errors.lines().into_iter().next(),
+                ReadTraceError::Io(e) => Some(e.to_string()),
+            };
+            let reason = format!(
+                "the imported trace does not validate: {}",
+                first.unwrap_or_default()
+            );
+            ImportError::Rejected(vec![Problem::of_import(self.command(), reason)])
+        })
+    }
+
+    /// The import's errors as problems of the input (and line) each names.
+    fn rejected(&self, errors: Vec<EventsImportError>) -> ImportError {
+        let problem = |e: EventsImportError| match e.input {
+            Input::Capture => Problem::at_line(&self.capture, e.line, e.reason),
+            Input::Requests => Problem::at_line(&self.requests, e.line, e.reason),
+            Input::Whole => Problem::of_import(self.command(), e.reason),
+        };
+        ImportError::Rejected(errors.into_iter().map(problem).collect())
     }
 }
 

@@ -10,7 +10,7 @@
 use super::lines::{LoggedRequest, Message};
 use super::report::{ImportReport, SequenceNote};
 use super::wire::{Batch, BlockHash, EngineEvent, Removed, Stored};
-use crate::input::mooncake::{DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE};
+use crate::import::shared::{DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE};
 use crate::input::trace::{
     CacheOp, EpochsMode, Event, EventKind, Grant, Namespace, PolicyParams, Request, Segment, Trace,
     WorkerSpec,

@@ -1,0 +1,21 @@
+//! What every input format agrees on, in one place: the fleet an import creates when
+//! its input says nothing about the workers' speed, the longest JSON Lines line read,
+//! and the reason a line that opens with a byte order mark is refused. A format that
+//! needs one of these takes it from here rather than from another format's file, so no
+//! format depends on another.
+
+/// Prefill tokens per tick (1 tick = 1 ms) of every imported worker: 16,000 tokens/s,
+/// about what one current GPU prefills for a mid-sized model.
+pub const DEFAULT_PREFILL_RATE: u64 = 16;
+
+/// Decode tokens per tick of every imported worker: 4,000 tokens/s summed over the
+/// requests one GPU decodes as a batch.
+pub const DEFAULT_DECODE_RATE: u64 = 4;
+
+/// The longest line of a JSON Lines input of requests (a Mooncake line, a request-log
+/// line): SPEC.md §10.2's cap, which holds the longest `scale` prompt's token ids.
+pub const REQUEST_LINE_BYTES_MAX: usize = crate::input::json_lines::LINE_BYTES_MAX;
+
+/// Why a line that starts with a byte order mark is refused.
+pub const BYTE_ORDER_MARK_REASON: &str =
+    "the line starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry";
