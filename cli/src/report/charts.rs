@@ -394,7 +394,7 @@ impl AssignedWork {
         }
         self.added += 1;
         let n = self.added;
-        if n % self.stride == 0 || n == self.decisions {
+        if n.is_multiple_of(self.stride) || n == self.decisions {
             for (w, line) in self.lines.iter_mut().enumerate() {
                 line.push((n as f64, self.totals_milli[w] as f64 / 1000.0));
             }
