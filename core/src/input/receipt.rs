@@ -199,9 +199,6 @@ fn read_json<S: ReceiptSink>(reader: impl BufRead, sink: &mut S) -> Result<Recei
     }
     let receipt_digest = top.receipt_digest.ok_or("no receipt_digest")?;
     let trace_digest = top.trace_digest.ok_or("no trace_digest")?;
-    if !top.runs {
-        return Err("no runs".to_owned());
-    }
     Ok(ReceiptOutline {
         layout: Layout::Json,
         trace_digest,
@@ -265,6 +262,19 @@ impl<'de, S: ReceiptSink> Visitor<'de> for ReceiptSeed<'_, '_, S> {
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
+            }
+        }
+        // A missing member is named with the place the object ends; a document of
+        // another format is named as such once it is read (by the caller of the parse).
+        if top.format.as_deref() == Some(RECEIPT_FORMAT) {
+            if top.trace_digest.is_none() {
+                return Err(A::Error::missing_field("trace_digest"));
+            }
+            if !top.runs {
+                return Err(A::Error::missing_field("runs"));
+            }
+            if top.receipt_digest.is_none() {
+                return Err(A::Error::missing_field("receipt_digest"));
             }
         }
         Ok(top)
@@ -759,6 +769,17 @@ mod tests {
                 .replacen("\"metrics\":", "\"metrix\":", 1);
         let error = read(no_metrics.as_bytes(), &mut sink).unwrap_err();
         assert!(error.starts_with("missing field `metrics`"), "{error}");
+        let no_digest = String::from_utf8(json.clone()).unwrap().replacen(
+            "\"trace_digest\":",
+            "\"trace_digest_\":",
+            1,
+        );
+        let error = read(no_digest.as_bytes(), &mut sink).unwrap_err();
+        let end = no_digest.len();
+        assert_eq!(
+            error,
+            format!("missing field `trace_digest` at line 1 column {end}")
+        );
         let mut text = String::from_utf8(lines).unwrap();
         let last = text.trim_end().rfind('\n').unwrap();
         text.truncate(last + 1);
