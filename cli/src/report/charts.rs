@@ -5,7 +5,7 @@
 //! [`CANDIDATE_MARKER_RADIUS_PX`], and nothing else in that chart uses that radius, so
 //! the page's self-check (and a browser test) can count plotted candidates in the SVG.
 
-use super::model::{DecisionDoc, RowDoc, RunDoc};
+use super::model::{DecisionDoc, RowDoc};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -355,90 +355,126 @@ pub fn compact(value: u64) -> String {
 }
 
 /// Cumulative work assigned to each worker (`after_milli - work_milli` of each placement,
-/// in tokens) against the decision number: the hot worker's line climbs alone.
-pub fn assigned_work_svg(run: &RunDoc, worker_ids: &[String]) -> String {
-    let decisions = &run.decisions;
-    let mut totals_milli = vec![0u128; worker_ids.len()];
-    let index_of: std::collections::HashMap<&str, usize> = worker_ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (id.as_str(), i))
-        .collect();
-    let stride = decisions.len().div_ceil(WORK_POINTS_MAX).max(1);
-    let mut lines: Vec<Vec<(f64, f64)>> = vec![vec![(0.0, 0.0)]; worker_ids.len()];
-    for (n, decision) in decisions.iter().enumerate() {
+/// in tokens) against the decision number, where the hot worker's line climbs alone;
+/// built a decision at a time, for a run that is read rather than held: each worker's
+/// running total, and its line's points so far.
+pub struct AssignedWork {
+    index_of: std::collections::HashMap<String, usize>,
+    totals_milli: Vec<u128>,
+    lines: Vec<Vec<(f64, f64)>>,
+    /// The run's decisions (counted before), and how many were added.
+    decisions: usize,
+    added: usize,
+    stride: usize,
+}
+
+impl AssignedWork {
+    /// The chart of a run of `decisions` decisions over the workers `worker_ids`.
+    pub fn new(worker_ids: &[String], decisions: usize) -> AssignedWork {
+        AssignedWork {
+            index_of: worker_ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect(),
+            totals_milli: vec![0u128; worker_ids.len()],
+            lines: vec![vec![(0.0, 0.0)]; worker_ids.len()],
+            decisions,
+            added: 0,
+            stride: decisions.div_ceil(WORK_POINTS_MAX).max(1),
+        }
+    }
+
+    /// The run's next decision.
+    pub fn add(&mut self, decision: &DecisionDoc) {
         if let Some(row) = decision.chosen_row() {
-            if let Some(&w) = index_of.get(row.worker.as_str()) {
-                totals_milli[w] += (row.after_milli - row.work_milli) as u128;
+            if let Some(&w) = self.index_of.get(row.worker.as_str()) {
+                self.totals_milli[w] += (row.after_milli - row.work_milli) as u128;
             }
         }
-        if (n + 1) % stride == 0 || n + 1 == decisions.len() {
-            for (w, line) in lines.iter_mut().enumerate() {
-                line.push(((n + 1) as f64, totals_milli[w] as f64 / 1000.0));
+        self.added += 1;
+        let n = self.added;
+        if n.is_multiple_of(self.stride) || n == self.decisions {
+            for (w, line) in self.lines.iter_mut().enumerate() {
+                line.push((n as f64, self.totals_milli[w] as f64 / 1000.0));
             }
         }
     }
-    let mut busiest: Vec<usize> = (0..worker_ids.len()).collect();
-    busiest.sort_by_key(|&w| std::cmp::Reverse(totals_milli[w]));
-    busiest.truncate(WORK_LINES_MAX);
-    busiest.sort_unstable();
-    let sum_milli: u128 = totals_milli.iter().sum();
-    render(WORK_SIZE_PX, |root| {
-        let y_max = totals_milli.iter().copied().max().unwrap_or(0) as f64 / 1000.0;
-        let root = root.titled(&run.policy, font(13))?;
-        let (plot_area, legend_area) =
-            root.split_horizontally(WORK_SIZE_PX.0 - WORK_LEGEND_WIDTH_PX);
-        let mut chart = ChartBuilder::on(&plot_area)
-            .margin(8)
-            // Room for the tick labels and, below them, the axis name.
-            .x_label_area_size(44)
-            .y_label_area_size(64)
-            .build_cartesian_2d(
-                0.0..decisions.len().max(1) as f64,
-                0.0..y_max.max(1.0) * 1.05,
-            )?;
-        chart
-            .configure_mesh()
-            .max_light_lines(0)
-            .bold_line_style(GRID)
-            .axis_style(INK)
-            .x_desc("decision")
-            .y_desc("assigned work (tokens)")
-            .label_style(font(10))
-            .axis_desc_style(font(11))
-            .x_labels(6)
-            .y_labels(5)
-            .x_label_formatter(&integer_label)
-            .y_label_formatter(&integer_label)
-            .draw()?;
-        for (slot, &w) in busiest.iter().enumerate() {
-            let colour = WORKER_COLOURS[slot % WORKER_COLOURS.len()];
-            let share_pm = (1000 * totals_milli[w]).checked_div(sum_milli).unwrap_or(0);
-            chart.draw_series(LineSeries::new(
-                lines[w].iter().copied(),
-                colour.stroke_width(2),
-            ))?;
-            // The legend has its own column right of the plot: inside, it covered the
-            // lines of the busiest workers, which climb to the top left.
-            let y = 12 + 16 * slot as i32;
-            legend_area.draw(&PathElement::new(
-                vec![(4, y), (18, y)],
-                colour.stroke_width(2),
-            ))?;
-            let id: String = worker_ids[w].chars().take(10).collect();
-            legend_area.draw(&Text::new(
-                format!("{id} {}.{}%", share_pm / 10, share_pm % 10),
-                (22, y - 6),
-                font(10),
-            ))?;
-        }
-        Ok(())
-    })
+
+    /// The chart, titled `policy`.
+    pub fn svg(&self, policy: &str, worker_ids: &[String]) -> String {
+        let (totals_milli, lines) = (&self.totals_milli, &self.lines);
+        let decisions = self.decisions;
+        let mut busiest: Vec<usize> = (0..worker_ids.len()).collect();
+        busiest.sort_by_key(|&w| std::cmp::Reverse(totals_milli[w]));
+        busiest.truncate(WORK_LINES_MAX);
+        busiest.sort_unstable();
+        let sum_milli: u128 = totals_milli.iter().sum();
+        render(WORK_SIZE_PX, |root| {
+            let y_max = totals_milli.iter().copied().max().unwrap_or(0) as f64 / 1000.0;
+            let root = root.titled(policy, font(13))?;
+            let (plot_area, legend_area) =
+                root.split_horizontally(WORK_SIZE_PX.0 - WORK_LEGEND_WIDTH_PX);
+            let mut chart = ChartBuilder::on(&plot_area)
+                .margin(8)
+                // Room for the tick labels and, below them, the axis name.
+                .x_label_area_size(44)
+                .y_label_area_size(64)
+                .build_cartesian_2d(0.0..decisions.max(1) as f64, 0.0..y_max.max(1.0) * 1.05)?;
+            chart
+                .configure_mesh()
+                .max_light_lines(0)
+                .bold_line_style(GRID)
+                .axis_style(INK)
+                .x_desc("decision")
+                .y_desc("assigned work (tokens)")
+                .label_style(font(10))
+                .axis_desc_style(font(11))
+                .x_labels(6)
+                .y_labels(5)
+                .x_label_formatter(&integer_label)
+                .y_label_formatter(&integer_label)
+                .draw()?;
+            for (slot, &w) in busiest.iter().enumerate() {
+                let colour = WORKER_COLOURS[slot % WORKER_COLOURS.len()];
+                let share_pm = (1000 * totals_milli[w]).checked_div(sum_milli).unwrap_or(0);
+                chart.draw_series(LineSeries::new(
+                    lines[w].iter().copied(),
+                    colour.stroke_width(2),
+                ))?;
+                // The legend has its own column right of the plot: inside, it covered the
+                // lines of the busiest workers, which climb to the top left.
+                let y = 12 + 16 * slot as i32;
+                legend_area.draw(&PathElement::new(
+                    vec![(4, y), (18, y)],
+                    colour.stroke_width(2),
+                ))?;
+                let id: String = worker_ids[w].chars().take(10).collect();
+                legend_area.draw(&Text::new(
+                    format!("{id} {}.{}%", share_pm / 10, share_pm % 10),
+                    (22, y - 6),
+                    font(10),
+                ))?;
+            }
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::model::RunDoc;
+
+    /// Cumulative work assigned to each worker (`after_milli - work_milli` of each placement,
+    /// in tokens) against the decision number: the hot worker's line climbs alone.
+    fn assigned_work_svg(run: &RunDoc, worker_ids: &[String]) -> String {
+        let mut work = AssignedWork::new(worker_ids, run.decisions.len());
+        for decision in &run.decisions {
+            work.add(decision);
+        }
+        work.svg(&run.policy, worker_ids)
+    }
 
     fn row(worker: &str, eligible: bool, reasons: &[&str], reuse: u64, after_milli: u64) -> RowDoc {
         RowDoc {

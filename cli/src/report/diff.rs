@@ -53,6 +53,28 @@ fn delta(candidate: Option<u64>, baseline: Option<u64>) -> Option<i64> {
     Some(candidate? as i64 - baseline? as i64)
 }
 
+/// What the diff reads of one decision: its place, its request and its chosen row.
+#[derive(Debug, Clone)]
+pub struct ChosenDoc {
+    pub seq: u64,
+    pub tick: u64,
+    pub request: String,
+    pub chosen: Option<String>,
+    pub row: Option<RowDoc>,
+}
+
+impl ChosenDoc {
+    pub fn of(decision: &DecisionDoc) -> ChosenDoc {
+        ChosenDoc {
+            seq: decision.seq,
+            tick: decision.tick,
+            request: decision.request.clone(),
+            chosen: decision.chosen.clone(),
+            row: decision.chosen_row().cloned(),
+        }
+    }
+}
+
 /// The decisions where `candidate` chooses differently from `baseline`, or an error
 /// naming the first decision at which the two runs stop routing the same requests.
 pub fn diff(
@@ -60,26 +82,40 @@ pub fn diff(
     candidate: (&str, &RunDoc),
     facts: Option<&TraceFacts>,
 ) -> Result<Diff, String> {
+    let chosen = |run: &RunDoc| run.decisions.iter().map(ChosenDoc::of).collect::<Vec<_>>();
+    diff_chosen(
+        (baseline.0, &chosen(baseline.1)),
+        (candidate.0, &chosen(candidate.1)),
+        facts,
+    )
+}
+
+/// [`diff`] of two runs of which only the chosen rows were kept.
+pub fn diff_chosen(
+    baseline: (&str, &[ChosenDoc]),
+    candidate: (&str, &[ChosenDoc]),
+    facts: Option<&TraceFacts>,
+) -> Result<Diff, String> {
     let (base_name, base) = baseline;
     let (cand_name, cand) = candidate;
-    if base.decisions.len() != cand.decisions.len() {
+    if base.len() != cand.len() {
         return Err(format!(
             "the runs do not route the same requests: {base_name} has {} decisions, {cand_name} {}",
-            base.decisions.len(),
-            cand.decisions.len()
+            base.len(),
+            cand.len()
         ));
     }
-    let latency = |d: &DecisionDoc| facts.and_then(|f| f.latency_proxy_milli(d));
+    let latency = |d: &ChosenDoc| facts.and_then(|f| f.latency_proxy_of_row(d.row.as_ref()?));
     let mut entries = Vec::new();
     let mut summary = DiffSummary {
-        decisions: base.decisions.len(),
+        decisions: base.len(),
         differing: 0,
         baseline_recomputed: 0,
         candidate_recomputed: 0,
         baseline_latency_proxy_milli: facts.map(|_| 0),
         candidate_latency_proxy_milli: facts.map(|_| 0),
     };
-    for (i, (b, c)) in base.decisions.iter().zip(&cand.decisions).enumerate() {
+    for (i, (b, c)) in base.iter().zip(cand).enumerate() {
         if b.seq != c.seq || b.request != c.request {
             return Err(format!(
                 "the runs do not route the same requests: decision {i} is seq {} request {:?} in {base_name} but seq {} request {:?} in {cand_name}",
@@ -89,7 +125,7 @@ pub fn diff(
         if b.chosen == c.chosen {
             continue;
         }
-        let (b_row, c_row) = (b.chosen_row().cloned(), c.chosen_row().cloned());
+        let (b_row, c_row) = (b.row.clone(), c.row.clone());
         let (b_lat, c_lat) = (latency(b), latency(c));
         summary.differing += 1;
         summary.baseline_recomputed += b_row.as_ref().map_or(0, |r| r.recomputed);

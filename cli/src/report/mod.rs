@@ -1,7 +1,9 @@
 //! `kvroute report` and `kvroute diff`: the lab as a person looks at it.
 //!
-//! Both read a trace (replayed with core) or a receipt file into one [`model::Lab`].
-//! `report` renders a self-contained HTML page ([`page`]: a minijinja template under
+//! Both read a trace (replayed with core) or a receipt file with core's streaming
+//! receipt reader. `diff` keeps the runs whole ([`model::Lab`]); `report` keeps only
+//! what its page shows ([`gather`]: the aggregates and the decisions it can detail) and
+//! renders a self-contained HTML page ([`page`]: a minijinja template under
 //! `cli/templates/` with plotters SVG charts from [`charts`]) that opens offline; `diff`
 //! lists the decisions where two runs choose differently ([`diff`]), the shadow mode of
 //! a new policy against the serving one.
@@ -9,6 +11,7 @@
 pub mod charts;
 pub mod completions;
 pub mod diff;
+pub mod gather;
 pub mod model;
 pub mod page;
 pub mod select;
@@ -16,13 +19,15 @@ pub mod shown;
 
 use super::{emit, read_input};
 use crate::failure::Failure;
+use gather::{Census, Gather, ReportModel};
 pub use kvroute_cli::args::DiffFormat;
+use kvroute_core::input::receipt::{self as receipt_reader, Layout, ReceiptOutline, ReceiptSink};
 use kvroute_core::output::canonical;
 use kvroute_core::output::csv::CsvIds;
 use kvroute_core::replay;
 use kvroute_core::route::compiled::Compiled;
 use kvroute_core::{parse_trace, Policy, Trace};
-use model::{Lab, ReceiptDoc, TraceFacts, RECEIPT_FORMAT};
+use model::{Lab, TraceFacts, RECEIPT_FORMAT, STREAM_FORMAT};
 use serde::Deserialize;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -33,129 +38,111 @@ struct FormatProbe {
     format: Option<serde_json::Value>,
 }
 
-/// The format of a receipt's JSON Lines form (SPEC.md §6.4).
-const STREAM_FORMAT: &str = "kvroute-receipt-stream/1";
-
-/// When `bytes` are a JSON Lines receipt (its first line names [`STREAM_FORMAT`]), the
-/// JSON receipt its lines make: the runs in the order the lines first name them, each
-/// member's elements in line order, `receipt_digest` from the last line. `None` for
-/// anything else, which is read as JSON.
-fn receipt_of_lines(bytes: &[u8]) -> Option<Result<Vec<u8>, String>> {
-    use serde_json::{Map, Value};
-    let mut lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
-    let head: Value = serde_json::from_slice(lines.next()?).ok()?;
-    if head.get("format").and_then(Value::as_str) != Some(STREAM_FORMAT) {
-        return None;
-    }
-    let join = || -> Result<Vec<u8>, String> {
-        let mut runs: Vec<(String, Map<String, Value>)> = Vec::new();
-        let mut receipt_digest = None;
-        for (i, line) in lines.enumerate() {
-            let line_number = i + 2;
-            let Value::Object(mut line) =
-                serde_json::from_slice(line).map_err(|e| format!("line {line_number}: {e}"))?
-            else {
-                return Err(format!("line {line_number}: not a JSON object"));
-            };
-            if let Some(digest) = line.remove("receipt_digest") {
-                receipt_digest = Some(digest);
-                continue;
-            }
-            let Some(Value::String(policy)) = line.remove("policy") else {
-                return Err(format!("line {line_number}: no policy"));
-            };
-            let (Some((member, element)), None) = (line.iter().next(), line.iter().nth(1)) else {
-                return Err(format!("line {line_number}: not one member beside policy"));
-            };
-            if runs.last().is_none_or(|(p, _)| *p != policy) {
-                runs.push((policy.clone(), Map::new()));
-            }
-            let run = &mut runs.last_mut().expect("pushed").1;
-            if member == "metrics" {
-                run.insert(member.clone(), element.clone());
-            } else if let Value::Array(items) = run
-                .entry(member.clone())
-                .or_insert_with(|| Value::Array(Vec::new()))
-            {
-                items.push(element.clone());
-            }
-        }
-        let runs: Vec<Value> = runs
-            .into_iter()
-            .map(|(policy, mut run)| {
-                for member in ["cache_log", "decisions", "observation_log"] {
-                    run.entry(member)
-                        .or_insert_with(|| Value::Array(Vec::new()));
-                }
-                run.insert("policy".into(), Value::String(policy));
-                Value::Object(run)
-            })
-            .collect();
-        let receipt = serde_json::json!({
-            "format": head.get("receipt_format").cloned().unwrap_or(Value::Null),
-            "trace_digest": head.get("trace_digest").cloned().unwrap_or(Value::Null),
-            "runs": runs,
-            "receipt_digest": receipt_digest.ok_or("no last line with the receipt_digest")?,
-        });
-        Ok(receipt.to_string().into_bytes())
+/// Whether `bytes` are a JSON Lines receipt: their first line that is not empty is an
+/// object whose `format` is [`STREAM_FORMAT`]. Anything else is read as JSON.
+fn is_stream(bytes: &[u8]) -> bool {
+    let Some(head) = bytes.split(|&b| b == b'\n').find(|l| !l.is_empty()) else {
+        return false;
     };
-    Some(join())
+    serde_json::from_slice::<FormatProbe>(head)
+        .ok()
+        .and_then(|probe| probe.format)
+        .is_some_and(|format| format == STREAM_FORMAT)
 }
 
 fn load_trace_bytes(bytes: &[u8]) -> Result<Trace, Failure> {
     parse_trace(bytes).map_err(|errors| Failure::invalid(errors.lines()))
 }
 
-/// A receipt file read as it streams in, when `path` is a file that starts as a
-/// canonical or a JSON Lines receipt does; `None` for anything else (stdin, a trace, a
-/// receipt written some other way, a file that cannot be read), which is read whole.
-fn stream_receipt(path: &Path) -> Result<Option<ReceiptDoc>, Failure> {
-    if path.as_os_str() == "-" {
-        return Ok(None);
+/// A receipt to read: a file that starts as a canonical or a JSON Lines receipt does,
+/// read as it streams in (and read again for each pass), or bytes read whole.
+enum ReceiptInput<'a> {
+    File(&'a Path, Layout),
+    Bytes(Vec<u8>, Layout),
+}
+
+impl ReceiptInput<'_> {
+    fn layout(&self) -> Layout {
+        match self {
+            ReceiptInput::File(_, layout) | ReceiptInput::Bytes(_, layout) => *layout,
+        }
     }
-    let Ok(file) = std::fs::File::open(path) else {
-        return Ok(None);
-    };
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let Ok(head) = reader.fill_buf() else {
-        return Ok(None);
-    };
-    let invalid = |what: &str, problem: String| {
-        Failure::invalid(vec![format!(
-            "{}: not a valid {what}: {problem}",
-            path.display()
-        )])
-    };
-    if head.starts_with(model::STREAM_HEAD) {
-        let receipt = model::read_lines(reader)
-            .map_err(|problem| invalid(&format!("{STREAM_FORMAT} receipt"), problem))?;
-        Ok(Some(receipt))
-    } else if head.starts_with(model::RECEIPT_HEAD) {
-        let receipt =
-            model::read_canonical(reader).map_err(|e| invalid(RECEIPT_FORMAT, e.to_string()))?;
-        Ok(Some(receipt))
-    } else {
-        Ok(None)
+
+    /// One pass of core's reader into `sink`; problems name `source`.
+    fn read<S: ReceiptSink>(&self, source: &str, sink: &mut S) -> Result<ReceiptOutline, Failure> {
+        let read = match self {
+            ReceiptInput::File(path, layout) => {
+                let file = std::fs::File::open(path).map_err(|e| {
+                    Failure::invalid(vec![format!("{}: cannot read input: {e}", path.display())])
+                })?;
+                let reader = std::io::BufReader::with_capacity(1 << 20, file);
+                receipt_reader::read_layout(reader, *layout, sink)
+            }
+            ReceiptInput::Bytes(bytes, layout) => {
+                receipt_reader::read_layout(&bytes[..], *layout, sink)
+            }
+        };
+        read.map_err(|problem| {
+            Failure::invalid(vec![format!(
+                "{source}: not a valid {}: {problem}",
+                model::layout_name(self.layout())
+            )])
+        })
+    }
+
+    /// The receipt again, for `--completions`.
+    fn reopen(&self) -> Result<Box<dyn BufRead + '_>, Failure> {
+        Ok(match self {
+            ReceiptInput::File(path, _) => Box::new(std::io::BufReader::new(
+                std::fs::File::open(path).map_err(|e| {
+                    Failure::invalid(vec![format!("{}: cannot read input: {e}", path.display())])
+                })?,
+            )),
+            ReceiptInput::Bytes(bytes, _) => Box::new(&bytes[..]),
+        })
     }
 }
 
-/// Replays a trace (None: the built-in lab trace) or reads a receipt file. With a
-/// receipt, `trace` may name its trace, for cohorts and latency; its digest must match
-/// the receipt's `trace_digest`. `id_key` is the key the receipt's request ids were
-/// written under (`replay --id-key`, SPEC.md §6.5): the trace's ids are keyed the same
-/// way, after its digest is checked, so its requests match the receipt's. A receipt
-/// file is streamed ([`stream_receipt`]); anything else is read whole.
-pub fn load_lab(
-    input: Option<&Path>,
+/// The layout of the receipt file at `path` when it starts as a canonical or a JSON
+/// Lines receipt does; `None` for anything else (stdin, a trace, a receipt written some
+/// other way, a file that cannot be read), which is read whole.
+fn streamed_layout(path: &Path) -> Option<Layout> {
+    if path.as_os_str() == "-" {
+        return None;
+    }
+    let file = std::fs::File::open(path).ok()?;
+    let mut reader = std::io::BufReader::new(file);
+    let head = reader.fill_buf().ok()?;
+    if head.starts_with(model::STREAM_HEAD) {
+        Some(Layout::JsonLines)
+    } else if head.starts_with(model::RECEIPT_HEAD) {
+        Some(Layout::Json)
+    } else {
+        None
+    }
+}
+
+/// What `report` and `diff` were given: a receipt, or a trace (None: the built-in lab
+/// trace) replayed in memory. Each with where it came from, as messages name it.
+enum Input<'a> {
+    Receipt(String, ReceiptInput<'a>),
+    Trace(String, Box<Trace>),
+}
+
+/// Tells a receipt from a trace: a receipt file by its first bytes ([`streamed_layout`]),
+/// anything else read whole, a JSON Lines receipt by its first line ([`is_stream`]), a
+/// JSON receipt by its `format`. `trace` is the `--trace` given, which only a receipt
+/// takes; `id_key` needs it ([`check_id_key`]).
+fn load_input<'a>(
+    input: Option<&'a Path>,
     trace: Option<&Path>,
     id_key: Option<&Path>,
-) -> Result<Lab, Failure> {
+) -> Result<Input<'a>, Failure> {
     if let Some(path) = input {
-        if let Some(receipt) = stream_receipt(path)? {
+        if let Some(layout) = streamed_layout(path) {
             check_id_key(id_key, trace)?;
-            let mut lab = lab_of_receipt(path.display().to_string(), receipt, trace, id_key)?;
-            lab.receipt_path = Some(path.to_owned());
-            return Ok(lab);
+            let source = path.display().to_string();
+            return Ok(Input::Receipt(source, ReceiptInput::File(path, layout)));
         }
     }
     let (source, bytes) = match input {
@@ -165,40 +152,63 @@ pub fn load_lab(
         ),
         Some(path) => (path.display().to_string(), read_input(path, "input")?),
     };
-    // A JSON Lines receipt (SPEC.md §6.4) is read as the JSON receipt its lines make.
-    let bytes = match receipt_of_lines(&bytes) {
-        Some(Ok(joined)) => joined,
-        Some(Err(problem)) => {
-            return Err(Failure::invalid(vec![format!(
-                "{source}: not a valid {STREAM_FORMAT} receipt: {problem}"
-            )]))
-        }
-        None => bytes,
-    };
+    check_id_key(id_key, trace)?;
+    if is_stream(&bytes) {
+        return Ok(Input::Receipt(
+            source,
+            ReceiptInput::Bytes(bytes, Layout::JsonLines),
+        ));
+    }
     let is_receipt = serde_json::from_slice::<FormatProbe>(&bytes)
         .ok()
         .and_then(|probe| probe.format)
         .is_some_and(|format| format == RECEIPT_FORMAT);
-    check_id_key(id_key, trace)?;
-    if !is_receipt {
-        if trace.is_some() {
-            return Err(Failure::invalid(vec![format!(
-                "{source}: --trace is for a receipt input, and this is a trace"
-            )]));
-        }
-        let trace = load_trace_bytes(&bytes);
-        let trace = match input {
-            Some(path) => trace.map_err(|f| f.in_file(path))?,
-            None => trace?,
-        };
-        return Ok(lab_of_trace(source, &trace));
+    if is_receipt {
+        return Ok(Input::Receipt(
+            source,
+            ReceiptInput::Bytes(bytes, Layout::Json),
+        ));
     }
-    let receipt: ReceiptDoc = serde_json::from_slice(&bytes).map_err(|e| {
-        Failure::invalid(vec![format!("{source}: not a valid {RECEIPT_FORMAT}: {e}")])
-    })?;
-    let mut lab = lab_of_receipt(source, receipt, trace, id_key)?;
-    lab.receipt_json = Some(bytes);
-    Ok(lab)
+    if trace.is_some() {
+        return Err(Failure::invalid(vec![format!(
+            "{source}: --trace is for a receipt input, and this is a trace"
+        )]));
+    }
+    let parsed = load_trace_bytes(&bytes);
+    let parsed = match input {
+        Some(path) => parsed.map_err(|f| f.in_file(path))?,
+        None => parsed?,
+    };
+    Ok(Input::Trace(source, Box::new(parsed)))
+}
+
+/// Replays a trace (None: the built-in lab trace) or reads a receipt file into whole
+/// runs, for `diff`. With a receipt, `trace` may name its trace, for cohorts and
+/// latency; its digest must match the receipt's `trace_digest`. `id_key` is the key the
+/// receipt's request ids were written under (`replay --id-key`, SPEC.md §6.5): the
+/// trace's ids are keyed the same way, after its digest is checked, so its requests
+/// match the receipt's.
+pub fn load_lab(
+    input: Option<&Path>,
+    trace: Option<&Path>,
+    id_key: Option<&Path>,
+) -> Result<Lab, Failure> {
+    match load_input(input, trace, id_key)? {
+        Input::Trace(source, parsed) => Ok(lab_of_trace(source, &parsed)),
+        Input::Receipt(source, receipt) => {
+            let mut runs = model::CollectRuns::default();
+            let outline = receipt.read(&source, &mut runs)?;
+            check_policies(&source, &outline.policies)?;
+            let facts = trace_facts(trace, &outline.trace_digest, id_key)?;
+            Ok(Lab {
+                source,
+                trace_digest: outline.trace_digest,
+                receipt_digest: outline.receipt_digest,
+                runs: runs.into_runs(),
+                facts,
+            })
+        }
+    }
 }
 
 /// `--id-key` keys the ids of a receipt's `--trace`: without one it is bad usage.
@@ -212,54 +222,39 @@ fn check_id_key(id_key: Option<&Path>, trace: Option<&Path>) -> Result<(), Failu
     }
 }
 
-/// The lab of a receipt read from `source`, with its trace's facts when `trace` names
-/// it (its digest checked, its ids keyed with `id_key`).
-fn lab_of_receipt(
-    source: String,
-    receipt: ReceiptDoc,
-    trace: Option<&Path>,
-    id_key: Option<&Path>,
-) -> Result<Lab, Failure> {
+/// Every run of a receipt is one of the policies kvroute knows.
+fn check_policies(source: &str, policies: &[String]) -> Result<(), Failure> {
     let known: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
-    if let Some(run) = receipt
-        .runs
-        .iter()
-        .find(|r| !known.contains(&r.policy.as_str()))
-    {
+    match policies.iter().find(|p| !known.contains(&p.as_str())) {
+        Some(unknown) => Err(Failure::invalid(vec![format!(
+            "{source}: runs: unknown policy {unknown:?}"
+        )])),
+        None => Ok(()),
+    }
+}
+
+/// The facts of the receipt's trace when `trace` names it: its digest checked against
+/// the receipt's `trace_digest`, its ids keyed with `id_key`.
+fn trace_facts(
+    trace: Option<&Path>,
+    trace_digest: &str,
+    id_key: Option<&Path>,
+) -> Result<Option<TraceFacts>, Failure> {
+    let Some(path) = trace else {
+        return Ok(None);
+    };
+    let mut trace = load_trace_bytes(&read_input(path, "trace")?).map_err(|f| f.in_file(path))?;
+    let digest = canonical::trace_digest(&trace);
+    if digest != trace_digest {
         return Err(Failure::invalid(vec![format!(
-            "{source}: runs: unknown policy {:?}",
-            run.policy
+            "{}: this trace's digest {digest} is not the receipt's trace_digest {trace_digest}",
+            path.display(),
         )]));
     }
-    let facts = match trace {
-        None => None,
-        Some(path) => {
-            let mut trace =
-                load_trace_bytes(&read_input(path, "trace")?).map_err(|f| f.in_file(path))?;
-            let digest = canonical::trace_digest(&trace);
-            if digest != receipt.trace_digest {
-                return Err(Failure::invalid(vec![format!(
-                    "{}: this trace's digest {digest} is not the receipt's trace_digest {}",
-                    path.display(),
-                    receipt.trace_digest
-                )]));
-            }
-            if let Some(key) = id_key {
-                kvroute_core::output::ids::key_request_ids(&mut trace, &super::read_id_key(key)?);
-            }
-            Some(TraceFacts::of(&trace))
-        }
-    };
-    Ok(Lab {
-        source,
-        trace_digest: receipt.trace_digest,
-        receipt_digest: receipt.receipt_digest,
-        runs: receipt.runs,
-        facts,
-        receipt_json: None,
-        receipt_path: None,
-        completions: None,
-    })
+    if let Some(key) = id_key {
+        kvroute_core::output::ids::key_request_ids(&mut trace, &super::read_id_key(key)?);
+    }
+    Ok(Some(TraceFacts::of(&trace)))
 }
 
 fn lab_of_trace(source: String, trace: &Trace) -> Lab {
@@ -277,10 +272,45 @@ fn lab_of_trace(source: String, trace: &Trace) -> Lab {
         receipt_digest,
         runs: model::runs_of_receipt(&receipt),
         facts: Some(TraceFacts::of(trace)),
-        receipt_json: None,
-        receipt_path: None,
-        completions: None,
     }
+}
+
+/// The page model of runs held in memory (a replayed trace's): the same two passes as a
+/// receipt's, over the runs.
+pub fn model_of_lab(
+    lab: &Lab,
+    shadow: (Policy, Policy),
+    sample: usize,
+) -> Result<ReportModel, String> {
+    let mut census = Census::default();
+    gather::feed(&lab.runs, &mut census)?;
+    let mut gathered = Gather::new(&census, lab.facts.as_ref(), sample, shadow);
+    gather::feed(&lab.runs, &mut gathered)?;
+    Ok(gathered.finish(
+        lab.source.clone(),
+        lab.trace_digest.clone(),
+        lab.receipt_digest.clone(),
+    ))
+}
+
+/// The page model of a receipt, read twice ([`gather`]): the census, then, once its
+/// policies and its trace are checked, the aggregates and the decisions the page can
+/// show.
+fn model_of_receipt(
+    source: String,
+    receipt: &ReceiptInput<'_>,
+    trace: Option<&Path>,
+    id_key: Option<&Path>,
+    shadow: (Policy, Policy),
+    sample: usize,
+) -> Result<ReportModel, Failure> {
+    let mut census = Census::default();
+    let outline = receipt.read(&source, &mut census)?;
+    check_policies(&source, &outline.policies)?;
+    let facts = trace_facts(trace, &outline.trace_digest, id_key)?;
+    let mut gathered = Gather::new(&census, facts.as_ref(), sample, shadow);
+    let outline = receipt.read(&source, &mut gathered)?;
+    Ok(gathered.finish(source, outline.trace_digest, outline.receipt_digest))
 }
 
 /// `kvroute report`: writes the page atomically to `out`.
@@ -293,22 +323,27 @@ pub fn report(
     sample: usize,
     completions: Option<&completions::CompletionsArgs>,
 ) -> Result<(), Failure> {
-    let mut lab = load_lab(input, trace, id_key)?;
+    let (mut model, receipt) = match load_input(input, trace, id_key)? {
+        Input::Trace(source, parsed) => {
+            let model = model_of_lab(&lab_of_trace(source, &parsed), shadow, sample)
+                .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
+            (model, None)
+        }
+        Input::Receipt(source, receipt) => (
+            model_of_receipt(source, &receipt, trace, id_key, shadow, sample)?,
+            Some(receipt),
+        ),
+    };
     if let Some(args) = completions {
-        let receipt: Box<dyn BufRead> = match (lab.receipt_json.take(), &lab.receipt_path) {
-            (Some(receipt), _) => Box::new(std::io::Cursor::new(receipt)),
-            (None, Some(path)) => Box::new(std::io::BufReader::new(
-                std::fs::File::open(path).map_err(|e| {
-                    Failure::invalid(vec![format!("{}: cannot read input: {e}", path.display())])
-                })?,
-            )),
-            (None, None) => Box::new(std::io::Cursor::new(completions::receipt_of_trace(input)?)),
+        let receipt: Box<dyn BufRead> = match &receipt {
+            Some(receipt) => receipt.reopen()?,
+            None => Box::new(std::io::Cursor::new(completions::receipt_of_trace(input)?)),
         };
         let id_key = id_key.map(super::read_id_key).transpose()?;
         let name = input.unwrap_or(Path::new("the built-in lab trace"));
-        lab.completions = Some(completions::panel(name, receipt, args, id_key)?);
+        model.completions = Some(completions::panel(name, receipt, args, id_key)?);
     }
-    if lab.requests_unmatched() {
+    if model.cohorts_unmatched {
         let how = match id_key {
             None => "if it was written with `replay --id-key FILE`, give the same --id-key FILE",
             Some(_) => "this --id-key is not the key it was written with",
@@ -316,15 +351,15 @@ pub fn report(
         note!(
             "report: {}: no request id of the receipt is in the trace, so cohorts cannot be \
              matched ({how})",
-            lab.source
+            model.source
         );
     }
-    let rendered = page::render_within_budget(&lab, shadow, sample)
+    let rendered = page::render_within_budget(&model, shadow, sample)
         .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
     emit(rendered.html.as_bytes(), Some(out))?;
     note!(
         "report: {} -> {} ({} bytes; {} of {} decisions in detail)",
-        lab.source,
+        model.source,
         out.display(),
         rendered.html.len(),
         rendered.detail_decisions,
@@ -380,7 +415,7 @@ pub fn diff_command(args: &DiffArgs) -> Result<(), Failure> {
         }
     };
     let second_lab = second.as_ref().unwrap_or(&first);
-    // The runs are compared where they lie: a copy would add half the receipt again.
+    // The runs are compared where they lie; the diff keeps only their chosen rows.
     fn run(lab: &Lab, policy: Policy) -> Result<&model::RunDoc, Failure> {
         lab.run(policy.name()).ok_or_else(|| {
             Failure::invalid(vec![format!("{}: no {} run", lab.source, policy.name())])

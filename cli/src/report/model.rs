@@ -1,11 +1,16 @@
-//! The receipt as the report and the diff read it: one owned document, built either by
-//! replaying a trace with core or by parsing a `kvroute-receipt/1` file.
+//! The receipt as the report and the diff read it, in the receipt's own shape: whole
+//! runs ([`Lab`]), built either by replaying a trace with core or by reading a
+//! `kvroute-receipt/1` file with core's streaming reader
+//! ([`kvroute_core::input::receipt`]) into [`CollectRuns`]. `kvroute report` does not
+//! hold a receipt's runs: it reads them through [`super::gather`], element by element
+//! in these types.
 //!
 //! Both commands work from this shape (the receipt's own field names, SPEC.md §6), so a
 //! report of a receipt file and a report of its trace are the same page. What a receipt
 //! does not carry (a request's model and adapter, a worker's prefill rate) comes from
 //! the trace when there is one, in [`TraceFacts`].
 
+use kvroute_core::input::receipt::{Layout, Member, Place, ReceiptSink};
 use kvroute_core::input::trace::EventKind;
 use kvroute_core::route::candidate::CandidateRow;
 use kvroute_core::route::metrics::Metrics;
@@ -13,132 +18,70 @@ use kvroute_core::route::record::{CacheLogEntry, Decision, ObservationLogEntry, 
 use kvroute_core::{Receipt, Trace};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::BufRead;
 
-/// The `format` member of a receipt file.
-pub const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
+pub use kvroute_core::input::receipt::{RECEIPT_FORMAT, RECEIPT_HEAD, STREAM_FORMAT, STREAM_HEAD};
 
-/// How a canonical receipt file starts (its members are sorted, `format` first).
-pub const RECEIPT_HEAD: &[u8] = br#"{"format":"kvroute-receipt/1""#;
-/// How a JSON Lines receipt file starts (SPEC.md §6.4).
-pub const STREAM_HEAD: &[u8] = br#"{"format":"kvroute-receipt-stream/1""#;
-
-/// Reads a canonical receipt from `reader` into its runs, one element at a time: the
-/// file's bytes are never held, only the documents they make.
-pub fn read_canonical(reader: impl BufRead) -> Result<ReceiptDoc, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let receipt = ReceiptDoc::deserialize(&mut de)?;
-    de.end()?;
-    Ok(receipt)
+/// Every element of every run, kept: the runs whole, for `kvroute diff`.
+#[derive(Default)]
+pub struct CollectRuns {
+    runs: Vec<RunDoc>,
 }
 
-/// The members of one JSON Lines receipt line (SPEC.md §6.4): the head's, one
-/// element's beside its `policy`, or the last line's `receipt_digest`.
-#[derive(Deserialize)]
-struct StreamLine {
-    receipt_format: Option<String>,
-    trace_digest: Option<String>,
-    policy: Option<String>,
-    decisions: Option<DecisionDoc>,
-    cache_log: Option<CacheLogDoc>,
-    observation_log: Option<ObservationLogDoc>,
-    metrics: Option<Metrics>,
-    receipt_digest: Option<String>,
-}
+impl CollectRuns {
+    /// The runs read, in receipt order.
+    pub fn into_runs(self) -> Vec<RunDoc> {
+        self.runs
+    }
 
-impl StreamLine {
-    fn elements(&self) -> usize {
-        usize::from(self.decisions.is_some())
-            + usize::from(self.cache_log.is_some())
-            + usize::from(self.observation_log.is_some())
-            + usize::from(self.metrics.is_some())
+    /// The run `run`, made when its first element is read.
+    fn run(&mut self, run: usize) -> &mut RunDoc {
+        while self.runs.len() <= run {
+            self.runs.push(RunDoc::empty(""));
+        }
+        &mut self.runs[run]
     }
 }
 
-/// Reads a JSON Lines receipt from `reader` a line at a time into the runs its lines
-/// make: the runs in the order the lines first name them, each member's elements in
-/// line order, `receipt_digest` from the last line. Problems name their line.
-pub fn read_lines(reader: impl BufRead) -> Result<ReceiptDoc, String> {
-    let mut runs: Vec<(RunDoc, bool)> = Vec::new();
-    let mut trace_digest = None;
-    let mut receipt_digest = None;
-    for (index, line) in reader.split(b'\n').enumerate() {
-        let line_number = index + 1;
-        let line = line.map_err(|e| format!("line {line_number}: cannot read it: {e}"))?;
-        if line.is_empty() {
-            continue;
-        }
-        let line: StreamLine = serde_json::from_slice(&line)
-            .map_err(|e| format!("line {line_number}: {}", line_problem(&line, &e)))?;
-        if index == 0 {
-            if line.receipt_format.as_deref() != Some(RECEIPT_FORMAT) {
-                return Err(format!(
-                    "line 1: its receipt_format is not {RECEIPT_FORMAT:?}"
-                ));
-            }
-            trace_digest = line.trace_digest;
-            continue;
-        }
-        if line.receipt_digest.is_some() {
-            receipt_digest = line.receipt_digest;
-            continue;
-        }
-        let Some(policy) = line.policy.as_deref() else {
-            return Err(format!("line {line_number}: no policy"));
-        };
-        if line.elements() != 1 {
-            return Err(format!("line {line_number}: not one member beside policy"));
-        }
-        if runs.last().is_none_or(|(run, _)| run.policy != policy) {
-            runs.push((RunDoc::empty(policy), false));
-        }
-        let (run, has_metrics) = runs.last_mut().expect("pushed");
-        if let Some(metrics) = line.metrics {
-            run.metrics = metrics;
-            *has_metrics = true;
-        }
-        run.decisions.extend(line.decisions);
-        run.cache_log.extend(line.cache_log);
-        run.observation_log.extend(line.observation_log);
-    }
-    if let Some((run, _)) = runs.iter().find(|(_, has_metrics)| !has_metrics) {
-        return Err(format!("the {} run has no metrics line", run.policy));
-    }
-    Ok(ReceiptDoc {
-        trace_digest: trace_digest.ok_or("line 1: no trace_digest")?,
-        runs: runs.into_iter().map(|(run, _)| run).collect(),
-        receipt_digest: receipt_digest.ok_or("no last line with the receipt_digest")?,
-    })
-}
+impl ReceiptSink for CollectRuns {
+    type Decision = DecisionDoc;
+    type CacheLogEntry = CacheLogDoc;
+    type ObservationLogEntry = ObservationLogDoc;
+    type Metrics = Metrics;
 
-/// Why a JSON Lines receipt line did not parse: two element members beside `policy` is
-/// said as such, since which of them failed first is an accident of their order.
-fn line_problem(line: &[u8], error: &serde_json::Error) -> String {
-    let members: Result<HashMap<String, serde::de::IgnoredAny>, _> = serde_json::from_slice(line);
-    let elements = ["decisions", "cache_log", "observation_log", "metrics"];
-    match members {
-        Ok(members)
-            if members.contains_key("policy")
-                && elements
-                    .iter()
-                    .filter(|m| members.contains_key(**m))
-                    .count()
-                    > 1 =>
-        {
-            "not one member beside policy".to_owned()
-        }
-        _ => error.to_string(),
+    fn wants(&self, _: Member, _: usize, _: Option<&str>) -> bool {
+        true
+    }
+    fn decision(&mut self, at: Place, decision: DecisionDoc) -> Result<(), String> {
+        self.run(at.run).decisions.push(decision);
+        Ok(())
+    }
+    fn cache_log(&mut self, at: Place, entry: CacheLogDoc) -> Result<(), String> {
+        self.run(at.run).cache_log.push(entry);
+        Ok(())
+    }
+    fn observation_log(&mut self, at: Place, entry: ObservationLogDoc) -> Result<(), String> {
+        self.run(at.run).observation_log.push(entry);
+        Ok(())
+    }
+    fn metrics(&mut self, run: usize, metrics: Metrics) -> Result<(), String> {
+        self.run(run).metrics = metrics;
+        Ok(())
+    }
+    fn run_end(&mut self, run: usize, policy: &str) -> Result<(), String> {
+        policy.clone_into(&mut self.run(run).policy);
+        Ok(())
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct ReceiptDoc {
-    pub trace_digest: String,
-    pub runs: Vec<RunDoc>,
-    pub receipt_digest: String,
+/// How a receipt's layout is named in a message about it.
+pub fn layout_name(layout: Layout) -> String {
+    match layout {
+        Layout::Json => RECEIPT_FORMAT.to_owned(),
+        Layout::JsonLines => format!("{STREAM_FORMAT} receipt"),
+    }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct RunDoc {
     pub policy: String,
     pub decisions: Vec<DecisionDoc>,
@@ -150,7 +93,7 @@ pub struct RunDoc {
 
 impl RunDoc {
     /// A run of `policy` with nothing read yet.
-    fn empty(policy: &str) -> RunDoc {
+    pub fn empty(policy: &str) -> RunDoc {
         RunDoc {
             policy: policy.to_owned(),
             decisions: Vec::new(),
@@ -288,14 +231,19 @@ impl TraceFacts {
     /// SPEC.md §6.2's latency proxy of a routed decision: milli-ticks of prefill queued
     /// ahead plus the request's own recompute, on the chosen worker.
     pub fn latency_proxy_milli(&self, decision: &DecisionDoc) -> Option<u64> {
-        let row = decision.chosen_row()?;
+        self.latency_proxy_of_row(decision.chosen_row()?)
+    }
+
+    /// [`Self::latency_proxy_milli`] of a decision whose chosen row is `row`.
+    pub fn latency_proxy_of_row(&self, row: &RowDoc) -> Option<u64> {
         let rate = *self.prefill_rate_of_worker.get(&row.worker)?;
         let queued_and_recomputed = row.queued_prefill as u128 + row.recomputed as u128;
         Some((1000 * queued_and_recomputed / rate.max(1) as u128) as u64)
     }
 }
 
-/// A receipt with what the report knows about where it came from.
+/// A receipt's runs, whole, with what is known about where they came from: what
+/// `kvroute diff` compares, and a replayed trace's runs before the report reads them.
 #[derive(Debug, Clone)]
 pub struct Lab {
     /// Where the receipt came from, as the page names it.
@@ -304,38 +252,9 @@ pub struct Lab {
     pub receipt_digest: String,
     pub runs: Vec<RunDoc>,
     pub facts: Option<TraceFacts>,
-    /// The receipt's JSON as read, when the input was a receipt read whole (for
-    /// `--completions`).
-    pub receipt_json: Option<Vec<u8>>,
-    /// The receipt file, when the input was a receipt streamed from it (for
-    /// `--completions`, which reads it again).
-    pub receipt_path: Option<std::path::PathBuf>,
-    /// The Completions panel (SPEC.md §14.6), when `--completions` was given.
-    pub completions: Option<super::completions::CompletionsView>,
 }
 
 impl Lab {
-    /// Worker ids in id order, from the rows (every decision has one row per worker).
-    pub fn worker_ids(&self) -> Vec<String> {
-        self.runs
-            .iter()
-            .flat_map(|run| run.decisions.first())
-            .map(|d| d.candidates.iter().map(|r| r.worker.clone()).collect())
-            .next()
-            .unwrap_or_default()
-    }
-
-    /// Whether there is a trace but none of the receipt's request ids is in it: a
-    /// receipt written with `--id-key` read without the key (or with another one).
-    pub fn requests_unmatched(&self) -> bool {
-        let Some(facts) = &self.facts else {
-            return false;
-        };
-        let mut requests = self.runs.iter().flat_map(|r| &r.decisions).peekable();
-        requests.peek().is_some()
-            && requests.all(|d| !facts.cohort_of_request.contains_key(&d.request))
-    }
-
     pub fn run(&self, policy: &str) -> Option<&RunDoc> {
         self.runs.iter().find(|run| run.policy == policy)
     }

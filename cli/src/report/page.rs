@@ -9,20 +9,18 @@
 //! can be any length, so the page shows a long one cut (see [`super::shown`]).
 
 use super::charts;
-use super::diff::{self, DiffEntry};
-use super::model::{DecisionDoc, Lab, RowDoc};
-use super::select::{self, KINDS};
+use super::diff::DiffEntry;
+use super::gather::{BoundaryRow, CohortRow, ReportModel, StaleRow, LOG_ROWS_MAX};
+use super::model::DecisionDoc;
+use super::select::{self, Ordinals, KINDS};
 use super::shown::{shown_request_id, REQUEST_ID_SHOWN_MAX_BYTES};
 use kvroute_core::route::metrics::Metrics;
 use kvroute_core::Policy;
 use minijinja::Environment;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// The report's size budget: a page this size opens in a second in a browser.
 pub const REPORT_BYTES_MAX: usize = 10_000_000;
-/// Rows of each log listed on the page; the page says how many there are in all.
-const LOG_ROWS_MAX: usize = 300;
 /// Differing decisions listed in the shadow-diff section.
 const SHADOW_ROWS_MAX: usize = 200;
 
@@ -78,37 +76,6 @@ struct PolicyDetail<'a> {
 }
 
 #[derive(Serialize)]
-struct StaleRow<'a> {
-    log: &'static str,
-    seq: u64,
-    tick: u64,
-    worker: &'a str,
-    evidence: String,
-}
-
-#[derive(Serialize)]
-struct BoundaryRow<'a> {
-    seq: u64,
-    tick: u64,
-    request: String,
-    worker: &'a str,
-    reasons: String,
-}
-
-#[derive(Serialize, Default)]
-struct CohortRow {
-    model: String,
-    adapter: String,
-    policy: String,
-    requests: u64,
-    routed: u64,
-    hits: u64,
-    reused: u64,
-    recomputed: u64,
-    latency_mean_milli: u64,
-}
-
-#[derive(Serialize)]
 struct Shadow<'a> {
     baseline: &'a str,
     candidate: &'a str,
@@ -139,12 +106,12 @@ struct PageView<'a> {
     kinds: Vec<KindView>,
     details: Vec<PolicyDetail<'a>>,
     detail_decisions: Vec<DetailView<'a>>,
-    stale_rows: Vec<StaleRow<'a>>,
+    stale_rows: &'a [StaleRow],
     stale_total: usize,
-    boundary_rows: Vec<BoundaryRow<'a>>,
+    boundary_rows: &'a [BoundaryRow],
     boundary_total: usize,
     log_rows_max: usize,
-    cohorts: Option<Vec<CohortRow>>,
+    cohorts: Option<&'a [CohortRow]>,
     /// A trace was given but no request id of the receipt is in it.
     cohorts_unmatched: bool,
     shadow: Option<Shadow<'a>>,
@@ -170,40 +137,36 @@ struct Detail {
 
 /// Renders the page within [`REPORT_BYTES_MAX`] bytes.
 pub fn render_within_budget(
-    lab: &Lab,
+    model: &ReportModel,
     shadow: (Policy, Policy),
     sample: usize,
 ) -> Result<Rendered, minijinja::Error> {
-    render_within(lab, shadow, sample, REPORT_BYTES_MAX)
+    render_within(model, shadow, sample, REPORT_BYTES_MAX)
 }
 
 /// Halves the sample of per-decision detail, then the cap per kind, until the page's
 /// bytes fit `budget_bytes`. With neither left, the page is written anyway: its size is
-/// then the tables', which the trace's own ids and worker count set.
+/// then the tables', which the trace's own ids and worker count set. The levels tried
+/// are [`select::levels`], whose decisions the model holds.
 fn render_within(
-    lab: &Lab,
+    model: &ReportModel,
     shadow: (Policy, Policy),
     sample: usize,
     budget_bytes: usize,
 ) -> Result<Rendered, minijinja::Error> {
-    let mut detail = Detail {
-        sample,
-        per_kind: select::PER_KIND_MAX,
-    };
+    let levels = select::levels(sample);
+    let mut level = 0;
     loop {
-        let rendered = render(lab, shadow, detail)?;
-        if rendered.html.len() <= budget_bytes || detail.per_kind == 0 {
+        let (sample, per_kind) = levels[level];
+        let rendered = render(model, shadow, Detail { sample, per_kind })?;
+        if rendered.html.len() <= budget_bytes || level + 1 == levels.len() {
             return Ok(rendered);
         }
-        if detail.sample > 0 {
-            detail.sample /= 2;
-        } else {
-            detail.per_kind /= 2;
-        }
+        level += 1;
     }
 }
 
-fn metric_bars(lab: &Lab) -> Vec<Chart> {
+fn metric_bars(model: &ReportModel) -> Vec<Chart> {
     type Pick = fn(&Metrics) -> u64;
     let metrics: [(&str, Pick); 9] = [
         ("recomputed tokens", |m| m.recomputed_tokens),
@@ -222,7 +185,8 @@ fn metric_bars(lab: &Lab) -> Vec<Chart> {
             title: title.to_string(),
             svg: charts::bar_svg(
                 title,
-                &lab.runs
+                &model
+                    .runs
                     .iter()
                     .map(|r| pick(&r.metrics))
                     .collect::<Vec<_>>(),
@@ -231,58 +195,20 @@ fn metric_bars(lab: &Lab) -> Vec<Chart> {
         .collect()
 }
 
-fn cohorts(lab: &Lab) -> Option<Vec<CohortRow>> {
-    let facts = lab.facts.as_ref()?;
-    if lab.requests_unmatched() {
-        return None;
-    }
-    let mut rows: BTreeMap<(String, String, usize), CohortRow> = BTreeMap::new();
-    let mut latency_sums: BTreeMap<(String, String, usize), u128> = BTreeMap::new();
-    for (slot, run) in lab.runs.iter().enumerate() {
-        for d in &run.decisions {
-            let (model, adapter) = facts
-                .cohort_of_request
-                .get(&d.request)
-                .cloned()
-                .unwrap_or_default();
-            let key = (model.clone(), adapter.clone(), slot);
-            let row = rows.entry(key.clone()).or_insert_with(|| CohortRow {
-                model,
-                adapter,
-                policy: run.policy.clone(),
-                ..CohortRow::default()
-            });
-            row.requests += 1;
-            if let Some(chosen) = d.chosen_row() {
-                row.routed += 1;
-                row.hits += u64::from(chosen.reuse > 0);
-                row.reused += chosen.reuse;
-                row.recomputed += chosen.recomputed;
-                *latency_sums.entry(key).or_default() +=
-                    facts.latency_proxy_milli(d).unwrap_or(0) as u128;
-            }
-        }
-    }
-    Some(
-        rows.into_iter()
-            .map(|(key, mut row)| {
-                let sum = latency_sums.get(&key).copied().unwrap_or(0);
-                row.latency_mean_milli = sum.checked_div(row.routed as u128).unwrap_or(0) as u64;
-                row
-            })
-            .collect(),
-    )
-}
-
 /// The decisions shown in detail, per run (a selection of `detail.sample` plus up to
-/// `detail.per_kind` of each interesting kind), and what each run's selection kept.
-fn detail_views<'a>(lab: &'a Lab, detail: &Detail) -> (Vec<PolicyDetail<'a>>, Vec<DetailView<'a>>) {
+/// `detail.per_kind` of each interesting kind, from those the model holds), and what
+/// each run's selection kept.
+fn detail_views<'a>(
+    model: &'a ReportModel,
+    detail: &Detail,
+) -> (Vec<PolicyDetail<'a>>, Vec<DetailView<'a>>) {
     let mut details = Vec::new();
     let mut detail_decisions = Vec::new();
-    for run in &lab.runs {
-        let selection = select::select(run, detail.sample, detail.per_kind);
+    for run in &model.runs {
+        let ordinals: Vec<Ordinals> = run.held.iter().map(|held| held.at).collect();
+        let selection = select::select_from(&run.counts, &ordinals, detail.sample, detail.per_kind);
         for &i in &selection.kept {
-            let decision = &run.decisions[i];
+            let decision = &run.held[i].decision;
             let kinds = select::kinds_of(&run.policy, decision);
             detail_decisions.push(DetailView {
                 policy: &run.policy,
@@ -299,7 +225,7 @@ fn detail_views<'a>(lab: &'a Lab, detail: &Detail) -> (Vec<PolicyDetail<'a>>, Ve
         }
         details.push(PolicyDetail {
             policy: &run.policy,
-            total: run.decisions.len(),
+            total: run.counts.decisions,
             kept: selection.kept.len(),
             complete: selection.complete,
             counts: selection
@@ -318,67 +244,13 @@ fn detail_views<'a>(lab: &'a Lab, detail: &Detail) -> (Vec<PolicyDetail<'a>>, Ve
     (details, detail_decisions)
 }
 
-/// The stale-evidence rows (both logs) and the boundary rows, each cut to
-/// `LOG_ROWS_MAX`, with how many there were.
-fn log_rows(lab: &Lab) -> (Vec<StaleRow<'_>>, usize, Vec<BoundaryRow<'_>>, usize) {
-    // Both logs, and every row's evidence, are the same in every run (routing touches
-    // neither the cache events nor the observations), so the first run lists them.
-    let first = lab.runs.first();
-    let mut stale_rows: Vec<StaleRow> = Vec::new();
-    let mut boundary_rows: Vec<BoundaryRow> = Vec::new();
-    if let Some(run) = first {
-        for e in run.cache_log.iter().filter(|e| e.outcome != "applied") {
-            stale_rows.push(StaleRow {
-                log: "cache",
-                seq: e.seq,
-                tick: e.tick,
-                worker: &e.worker,
-                evidence: format!("{} at epoch {}: {}", e.op, e.epoch, e.outcome),
-            });
-        }
-        for e in run
-            .observation_log
-            .iter()
-            .filter(|e| e.outcome != "applied")
-        {
-            stale_rows.push(StaleRow {
-                log: "load",
-                seq: e.seq,
-                tick: e.tick,
-                worker: &e.worker,
-                evidence: format!("observed at tick {}: {}", e.observed_tick, e.outcome),
-            });
-        }
-        stale_rows.sort_by_key(|r| (r.tick, r.seq));
-        for d in &run.decisions {
-            for row in d.candidates.iter().filter(|r| r.has_boundary_reason()) {
-                boundary_rows.push(BoundaryRow {
-                    seq: d.seq,
-                    tick: d.tick,
-                    request: shown_request_id(&d.request),
-                    worker: &row.worker,
-                    reasons: boundary_reasons(row),
-                });
-            }
-        }
-    }
-    let (stale_total, boundary_total) = (stale_rows.len(), boundary_rows.len());
-    stale_rows.truncate(LOG_ROWS_MAX);
-    boundary_rows.truncate(LOG_ROWS_MAX);
-
-    (stale_rows, stale_total, boundary_rows, boundary_total)
-}
-
 /// The shadow diff of `candidate` against `baseline` for the page, or why there is none.
-fn shadow_view(lab: &Lab, shadow: (Policy, Policy)) -> (Option<Shadow<'_>>, Option<String>) {
+fn shadow_view(
+    model: &ReportModel,
+    shadow: (Policy, Policy),
+) -> (Option<Shadow<'_>>, Option<String>) {
     let (baseline, candidate) = (shadow.0.name(), shadow.1.name());
-    let shadow_diff = match (lab.run(baseline), lab.run(candidate)) {
-        (Some(b), Some(c)) => diff::diff((baseline, b), (candidate, c), lab.facts.as_ref()),
-        _ => Err(format!(
-            "the receipt has no {baseline} or no {candidate} run"
-        )),
-    };
-    let (shadow_view, shadow_error) = match &shadow_diff {
+    match &model.shadow {
         Ok(d) => (
             Some(Shadow {
                 baseline,
@@ -396,40 +268,31 @@ fn shadow_view(lab: &Lab, shadow: (Policy, Policy)) -> (Option<Shadow<'_>>, Opti
             None,
         ),
         Err(e) => (None, Some(e.clone())),
-    };
-
-    (shadow_view, shadow_error)
+    }
 }
 
 fn render(
-    lab: &Lab,
+    model: &ReportModel,
     shadow: (Policy, Policy),
     detail: Detail,
 ) -> Result<Rendered, minijinja::Error> {
-    let worker_ids = lab.worker_ids();
-    let (details, detail_decisions) = detail_views(lab, &detail);
-    let (stale_rows, stale_total, boundary_rows, boundary_total) = log_rows(lab);
-    let (shadow_view, shadow_error) = shadow_view(lab, shadow);
+    let (details, detail_decisions) = detail_views(model, &detail);
+    let (shadow_view, shadow_error) = shadow_view(model, shadow);
     let candidate = shadow.1.name();
     let view = PageView {
-        source: &lab.source,
-        trace_digest: &lab.trace_digest,
-        receipt_digest: &lab.receipt_digest,
-        workers: worker_ids.len(),
-        decisions: lab.runs.first().map_or(0, |r| r.decisions.len()),
+        source: &model.source,
+        trace_digest: &model.trace_digest,
+        receipt_digest: &model.receipt_digest,
+        workers: model.worker_ids.len(),
+        decisions: model.runs.first().map_or(0, |r| r.counts.decisions),
         budget_mb: REPORT_BYTES_MAX / 1_000_000,
         sample: detail.sample,
         per_kind_max: detail.per_kind,
-        request_ids_cut: lab.runs.first().map_or(0, |r| {
-            r.decisions
-                .iter()
-                .filter(|d| d.request.len() > REQUEST_ID_SHOWN_MAX_BYTES)
-                .count()
-        }),
+        request_ids_cut: model.request_ids_cut,
         request_id_shown_max_bytes: REQUEST_ID_SHOWN_MAX_BYTES,
         close_call_margin_milli: select::CLOSE_CALL_MARGIN_MILLI,
         default_policy: candidate,
-        policies: lab
+        policies: model
             .runs
             .iter()
             .enumerate()
@@ -439,13 +302,13 @@ fn render(
                 metrics: &r.metrics,
             })
             .collect(),
-        bars: metric_bars(lab),
-        work: lab
+        bars: metric_bars(model),
+        work: model
             .runs
             .iter()
             .map(|r| Chart {
                 title: r.policy.clone(),
-                svg: charts::assigned_work_svg(r, &worker_ids),
+                svg: r.work_svg.clone(),
             })
             .collect(),
         work_lines_max: charts::WORK_LINES_MAX,
@@ -458,19 +321,19 @@ fn render(
             .collect(),
         details,
         detail_decisions,
-        stale_rows,
-        stale_total,
-        boundary_rows,
-        boundary_total,
+        stale_rows: &model.stale_rows,
+        stale_total: model.stale_total,
+        boundary_rows: &model.boundary_rows,
+        boundary_total: model.boundary_total,
         log_rows_max: LOG_ROWS_MAX,
-        cohorts: cohorts(lab),
-        cohorts_unmatched: lab.requests_unmatched(),
+        cohorts: model.cohorts.as_deref(),
+        cohorts_unmatched: model.cohorts_unmatched,
         shadow: shadow_view,
         shadow_error,
-        completions: lab.completions.as_ref(),
+        completions: model.completions.as_ref(),
     };
     let detail_count = view.detail_decisions.len();
-    let decisions = lab.runs.iter().map(|r| r.decisions.len()).sum();
+    let decisions = model.runs.iter().map(|r| r.counts.decisions).sum();
     let mut env = Environment::new();
     env.add_template("report.html", TEMPLATE_HTML)?;
     env.add_template("report.css", TEMPLATE_CSS)?;
@@ -485,31 +348,25 @@ fn render(
     })
 }
 
-fn boundary_reasons(row: &RowDoc) -> String {
-    row.reasons
-        .iter()
-        .filter(|r| super::model::BOUNDARY_REASONS.contains(&r.as_str()))
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn lab() -> Lab {
+    /// The lab trace's page model, holding the decisions of every level from a sample
+    /// of 60.
+    fn lab(shadow: (Policy, Policy)) -> ReportModel {
         let trace = kvroute_core::parse_trace(kvroute_core::LAB_TRACE_JSON.as_bytes())
             .expect("the lab trace parses");
-        super::super::lab_of_trace("lab".into(), &trace)
+        let lab = super::super::lab_of_trace("lab".into(), &trace);
+        super::super::model_of_lab(&lab, shadow, 60).expect("the lab's runs are whole")
     }
 
     /// With no sample left, the cap per kind is halved too, until the bytes fit: the
     /// budget is bytes, whatever makes a decision's detail large.
     #[test]
     fn a_page_over_budget_with_no_sample_keeps_fewer_of_each_kind() {
-        let lab = lab();
         let shadow = (Policy::LeastLoad, Policy::CachePlusLoad);
+        let lab = lab(shadow);
         let detail = |per_kind| Detail {
             sample: 0,
             per_kind,

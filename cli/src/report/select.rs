@@ -6,7 +6,7 @@
 //! a small trace; a large one keeps up to [`PER_KIND_MAX`] of each kind per policy plus
 //! an evenly spaced sample, so the page stays small and says what it kept.
 
-use super::model::{DecisionDoc, RunDoc};
+use super::model::DecisionDoc;
 
 /// The kinds, in the order the page offers their shortcuts.
 pub const KINDS: [Kind; 6] = [
@@ -106,61 +106,157 @@ pub struct Selection {
     pub complete: bool,
 }
 
-/// `count` indexes spread evenly over `0..len` (all of them when `count >= len`).
-fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {
-    let count = count.min(len);
-    (0..count).map(move |i| i * len / count)
+/// Whether `index` is one of the `count` indexes spread evenly over `0..len` (each
+/// `i * len / count` for `i < count`; all of them when `count >= len`): the smallest `i`
+/// whose `i * len / count` reaches `index` is the only one that can hit it.
+pub fn in_spread(len: usize, count: usize, index: usize) -> bool {
+    let count = count.min(len) as u128;
+    let (len, index) = (len as u128, index as u128);
+    if count == 0 {
+        return false;
+    }
+    let i = (index * count).div_ceil(len);
+    i < count && i * len / count == index
 }
 
-/// Keeps every decision when the run has at most `sample + per_kind` of them;
-/// otherwise up to `per_kind` of each kind, spread over the run, plus `sample` evenly
-/// spaced decisions. The page passes [`PER_KIND_MAX`] unless its byte budget needs less.
-pub fn select(run: &RunDoc, sample: usize, per_kind: usize) -> Selection {
-    let decisions = &run.decisions;
-    let of_kind: Vec<Vec<usize>> = KINDS
-        .iter()
-        .map(|&kind| {
-            (0..decisions.len())
-                .filter(|&i| kind.matches(&run.policy, &decisions[i]))
-                .collect()
-        })
-        .collect();
-    let complete = decisions.len() <= sample.saturating_add(per_kind);
-    let mut kept: Vec<usize> = if complete {
-        (0..decisions.len()).collect()
-    } else {
-        let mut kept: Vec<usize> = spread(decisions.len(), sample).collect();
-        for indexes in &of_kind {
-            kept.extend(spread(indexes.len(), per_kind).map(|i| indexes[i]));
+/// What selection needs of a run besides its decisions: how many it has, and how many
+/// of each kind (in [`KINDS`] order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    pub decisions: usize,
+    pub kind_totals: [usize; KINDS.len()],
+}
+
+/// One decision's place in its run: its index, and for each kind it is, its ordinal
+/// among the run's decisions of that kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ordinals {
+    pub index: usize,
+    pub of_kind: [Option<usize>; KINDS.len()],
+}
+
+impl Ordinals {
+    /// The next decision's ordinals after those of `seen` (each kind's count so far),
+    /// which it advances.
+    pub fn next(index: usize, kinds: &[Kind], seen: &mut [usize; KINDS.len()]) -> Ordinals {
+        let mut of_kind = [None; KINDS.len()];
+        for (slot, kind) in KINDS.iter().enumerate() {
+            if kinds.contains(kind) {
+                of_kind[slot] = Some(seen[slot]);
+                seen[slot] += 1;
+            }
         }
-        kept
-    };
-    kept.sort_unstable();
-    kept.dedup();
-    let counts = KINDS
-        .iter()
-        .zip(&of_kind)
-        .map(|(&kind, indexes)| KindCount {
-            kind,
-            total: indexes.len(),
-            kept: indexes
+        Ordinals { index, of_kind }
+    }
+}
+
+impl RunCounts {
+    /// Whether the run keeps every decision with this much detail.
+    pub fn complete(&self, sample: usize, per_kind: usize) -> bool {
+        self.decisions <= sample.saturating_add(per_kind)
+    }
+
+    /// Whether [`select`] keeps the decision at `at`: all of them when the run has at
+    /// most `sample + per_kind`; otherwise the `sample` evenly spaced ones and up to
+    /// `per_kind` of each kind, spread over the run.
+    pub fn keeps(&self, sample: usize, per_kind: usize, at: &Ordinals) -> bool {
+        self.complete(sample, per_kind)
+            || in_spread(self.decisions, sample, at.index)
+            || at
+                .of_kind
                 .iter()
-                .filter(|i| kept.binary_search(i).is_ok())
+                .zip(self.kind_totals)
+                .any(|(ordinal, total)| {
+                    ordinal.is_some_and(|ordinal| in_spread(total, per_kind, ordinal))
+                })
+    }
+
+    /// Whether any of the page's detail `levels` (sample, per kind) keeps it: what a
+    /// report holds of a run while it reads the receipt.
+    pub fn kept_at_any(&self, levels: &[(usize, usize)], at: &Ordinals) -> bool {
+        levels
+            .iter()
+            .any(|&(sample, per_kind)| self.keeps(sample, per_kind, at))
+    }
+}
+
+/// The levels of detail (sample, per kind) the page tries in turn until it fits its
+/// byte budget, from `sample` and [`PER_KIND_MAX`]: the sample halved to 0, then the
+/// cap per kind halved to 0 (see [`super::page`]).
+pub fn levels(sample: usize) -> Vec<(usize, usize)> {
+    let mut levels = Vec::new();
+    let (mut sample, mut per_kind) = (sample, PER_KIND_MAX);
+    loop {
+        levels.push((sample, per_kind));
+        if per_kind == 0 {
+            return levels;
+        }
+        if sample > 0 {
+            sample /= 2;
+        } else {
+            per_kind /= 2;
+        }
+    }
+}
+
+/// The decisions kept of a run whose decisions at `ordinals` (in run order) are the
+/// candidates: indexes into `ordinals`, and the count of each kind.
+pub fn select_from(
+    counts: &RunCounts,
+    ordinals: &[Ordinals],
+    sample: usize,
+    per_kind: usize,
+) -> Selection {
+    let kept: Vec<usize> = (0..ordinals.len())
+        .filter(|&i| counts.keeps(sample, per_kind, &ordinals[i]))
+        .collect();
+    let counts_of_kind = KINDS
+        .iter()
+        .enumerate()
+        .map(|(slot, &kind)| KindCount {
+            kind,
+            total: counts.kind_totals[slot],
+            kept: kept
+                .iter()
+                .filter(|&&i| ordinals[i].of_kind[slot].is_some())
                 .count(),
         })
         .collect();
     Selection {
         kept,
-        counts,
-        complete,
+        counts: counts_of_kind,
+        complete: counts.complete(sample, per_kind),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::{DecisionDoc, RowDoc};
+    use crate::report::model::{DecisionDoc, RowDoc, RunDoc};
     use kvroute_core::route::metrics::Metrics;
+
+    /// `count` indexes spread evenly over `0..len` (all of them when `count >= len`).
+    fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {
+        let count = count.min(len);
+        (0..count).map(move |i| i * len / count)
+    }
+
+    /// Keeps every decision when the run has at most `sample + per_kind` of them;
+    /// otherwise up to `per_kind` of each kind, spread over the run, plus `sample` evenly
+    /// spaced decisions. The page passes [`PER_KIND_MAX`] unless its byte budget needs less.
+    fn select(run: &RunDoc, sample: usize, per_kind: usize) -> Selection {
+        let mut counts = RunCounts {
+            decisions: run.decisions.len(),
+            ..RunCounts::default()
+        };
+        let ordinals: Vec<Ordinals> = run
+            .decisions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Ordinals::next(i, &kinds_of(&run.policy, d), &mut counts.kind_totals))
+            .collect();
+        select_from(&counts, &ordinals, sample, per_kind)
+    }
 
     fn row(worker: &str, reasons: &[&str], dominated_by: &[&str]) -> RowDoc {
         RowDoc {
@@ -251,6 +347,40 @@ mod tests {
         assert!(last_kept > 900, "{last_kept}");
         assert!(selection.kept.len() <= 10 + PER_KIND_MAX);
         assert!(selection.kept.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn in_spread_is_membership_of_the_spread() {
+        for len in 0..60 {
+            for count in 0..70 {
+                let spread: Vec<usize> = spread(len, count).collect();
+                for index in 0..len + 2 {
+                    assert_eq!(
+                        in_spread(len, count, index),
+                        spread.contains(&index),
+                        "len {len} count {count} index {index}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_levels_halve_the_sample_then_the_cap_per_kind() {
+        assert_eq!(
+            levels(5),
+            [
+                (5, 25),
+                (2, 25),
+                (1, 25),
+                (0, 25),
+                (0, 12),
+                (0, 6),
+                (0, 3),
+                (0, 1),
+                (0, 0)
+            ]
+        );
     }
 
     #[test]

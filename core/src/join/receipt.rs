@@ -1,19 +1,20 @@
 //! What `join` reads of a receipt (SPEC.md §14.1): one run's decisions, each as its
 //! request id, tick, chosen worker and the chosen row's `recomputed` and `work_milli`.
-//! The receipt is streamed (a canonical receipt through one serde pass, a JSON Lines
-//! receipt a line at a time) and every other run, row and log is skipped as it is read,
-//! so memory follows the run's decisions, not the receipt's size.
+//! The receipt is streamed by [`crate::input::receipt`], in either layout, and every
+//! other run, row and log is skipped as it is read, so memory follows the run's
+//! decisions, not the receipt's size.
 //!
 //! In a canonical run object `decisions` comes before `policy` (members are sorted), so
-//! the run is picked by its place: runs are always in [`Policy::ALL`] order (§6), and
-//! the picked run's own `policy` is checked once it is read.
+//! there the run is picked by its place: runs are always in [`Policy::ALL`] order (§6),
+//! and the picked run's own `policy` is checked once it is read. A JSON Lines line
+//! names its policy, so there the run is picked by name.
 
+use crate::input::receipt::{self as reader, Layout, Member, Place, ReceiptSink};
 use crate::route::policy::Policy;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::collections::btree_map::{BTreeMap, Entry};
-use std::fmt;
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 
 /// One decision as `join` needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,199 +100,95 @@ impl Decision {
     }
 }
 
+/// The sink that keeps one run's decision summaries.
+struct PickedRun {
+    policy: Policy,
+    /// The run's place in a JSON receipt.
+    place: usize,
+    decisions: Vec<DecisionSummary>,
+    /// Where each kept decision was read, for the error naming a repeated request id.
+    places: Vec<Place>,
+}
+
+impl PickedRun {
+    fn picks(&self, run: usize, policy: Option<&str>) -> bool {
+        policy.map_or(run == self.place, |name| name == self.policy.name())
+    }
+}
+
+impl ReceiptSink for PickedRun {
+    type Decision = Decision;
+    type CacheLogEntry = IgnoredAny;
+    type ObservationLogEntry = IgnoredAny;
+    type Metrics = IgnoredAny;
+
+    fn wants(&self, member: Member, run: usize, policy: Option<&str>) -> bool {
+        member == Member::Decisions && self.picks(run, policy)
+    }
+
+    fn decision(&mut self, place: Place, decision: Decision) -> Result<(), String> {
+        self.decisions.push(decision.summary()?);
+        self.places.push(place);
+        Ok(())
+    }
+
+    fn run_end(&mut self, run: usize, policy: &str) -> Result<(), String> {
+        // A JSON receipt's run at the place of another policy: not this one.
+        if run == self.place
+            && policy != self.policy.name()
+            && self.places.iter().all(|at| at.line.is_none())
+        {
+            self.decisions.clear();
+            self.places.clear();
+        }
+        Ok(())
+    }
+}
+
 /// Reads `policy`'s run from a receipt, canonical or JSON Lines (told apart by the
 /// first line's `format`).
 pub fn read_run(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
-    let mut receipt = receipt;
-    let head = receipt
-        .fill_buf()
-        .map_err(|e| ReceiptError::NotAReceipt(format!("cannot read it: {e}")))?;
-    // Named rather than left to the parser, which would only say it expected a value.
-    if head.starts_with(b"\xEF\xBB\xBF") {
-        return Err(ReceiptError::NotAReceipt(
-            "the receipt starts with a UTF-8 byte order mark (EF BB BF), which JSON text \
-             must not carry"
-                .to_owned(),
-        ));
-    }
-    // A JSON Lines receipt's first line is its own small object, which says so first.
-    if head.starts_with(br#"{"format":"kvroute-receipt-stream/1""#) {
-        read_lines(receipt, policy)
-    } else {
-        read_canonical(receipt, policy)
-    }
-}
-
-fn not_a_receipt(e: impl fmt::Display) -> ReceiptError {
-    ReceiptError::NotAReceipt(e.to_string())
-}
-
-fn read_canonical(receipt: impl Read, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
-    let wanted = Policy::ALL.iter().position(|&p| p == policy).unwrap_or(0);
-    let mut de = serde_json::Deserializer::from_reader(receipt);
-    let body = ReceiptSeed { wanted }
-        .deserialize(&mut de)
-        .map_err(not_a_receipt)?;
-    de.end().map_err(not_a_receipt)?;
-    if body.format.as_deref() != Some(RECEIPT_FORMAT) {
-        return Err(ReceiptError::NotAReceipt(format!(
-            "its format is not {RECEIPT_FORMAT:?}"
-        )));
-    }
-    let receipt_digest = body
-        .receipt_digest
-        .ok_or_else(|| ReceiptError::NotAReceipt("no receipt_digest".to_owned()))?;
-    let trace_digest = body
-        .trace_digest
-        .ok_or_else(|| ReceiptError::NotAReceipt("no trace_digest".to_owned()))?;
-    let decisions = match body.picked {
-        Some((picked_policy, decisions)) if picked_policy == policy.name() => decisions?,
-        _ => return Err(ReceiptError::NoSuchRun(body.policies)),
+    let mut picked = PickedRun {
+        policy,
+        place: Policy::ALL.iter().position(|&p| p == policy).unwrap_or(0),
+        decisions: Vec::new(),
+        places: Vec::new(),
     };
-    if let Some((first, second)) = first_repeat(&decisions) {
-        let at = |i: usize| format!("runs[{wanted}].decisions[{i}]");
+    let outline = reader::read(receipt, &mut picked).map_err(ReceiptError::NotAReceipt)?;
+    let found = match outline.layout {
+        Layout::Json => outline.policies.get(picked.place).map(String::as_str),
+        Layout::JsonLines => outline
+            .policies
+            .iter()
+            .map(String::as_str)
+            .find(|p| *p == policy.name()),
+    };
+    if found != Some(policy.name()) {
+        return Err(ReceiptError::NoSuchRun(outline.policies));
+    }
+    if let Some((first, second)) = first_repeat(&picked.decisions) {
+        let name = |at: &Place| match at.line {
+            Some(line) => format!("line {line}"),
+            None => format!("runs[{}].decisions[{}]", at.run, at.index),
+        };
+        let (first_at, second_at) = (&picked.places[first], &picked.places[second]);
+        let path = match second_at.line {
+            Some(line) => format!("line {line}: decisions.request"),
+            None => format!("{}.request", name(second_at)),
+        };
         return Err(repeated_request(
-            &format!("{}.request", at(second)),
-            &decisions[second].request,
-            &at(first),
+            &path,
+            &picked.decisions[second].request,
+            &name(first_at),
         ));
     }
     Ok(ReceiptRun {
-        receipt_digest,
-        trace_digest,
+        receipt_digest: outline.receipt_digest,
+        trace_digest: outline.trace_digest,
         policy,
-        policies: body.policies,
-        decisions,
+        policies: outline.policies,
+        decisions: picked.decisions,
     })
-}
-
-const RECEIPT_FORMAT: &str = "kvroute-receipt/1";
-
-/// The members of a canonical receipt that `join` keeps.
-#[derive(Default)]
-struct ReceiptBody {
-    format: Option<String>,
-    receipt_digest: Option<String>,
-    trace_digest: Option<String>,
-    policies: Vec<String>,
-    /// The run at the wanted place: its policy and decisions.
-    picked: Option<(String, Result<Vec<DecisionSummary>, ReceiptError>)>,
-}
-
-struct ReceiptSeed {
-    wanted: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for ReceiptSeed {
-    type Value = ReceiptBody;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ReceiptBody, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ReceiptSeed {
-    type Value = ReceiptBody;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a receipt object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReceiptBody, A::Error> {
-        let mut body = ReceiptBody::default();
-        while let Some(name) = map.next_key::<String>()? {
-            match name.as_str() {
-                "format" => body.format = Some(map.next_value()?),
-                "receipt_digest" => body.receipt_digest = Some(map.next_value()?),
-                "trace_digest" => body.trace_digest = Some(map.next_value()?),
-                "runs" => {
-                    let runs = map.next_value_seed(RunsSeed {
-                        wanted: self.wanted,
-                    })?;
-                    body.policies = runs.0;
-                    body.picked = runs.1;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(body)
-    }
-}
-
-type Runs = (
-    Vec<String>,
-    Option<(String, Result<Vec<DecisionSummary>, ReceiptError>)>,
-);
-
-struct RunsSeed {
-    wanted: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for RunsSeed {
-    type Value = Runs;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Runs, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for RunsSeed {
-    type Value = Runs;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of runs")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Runs, A::Error> {
-        let mut policies = Vec::new();
-        let mut picked = None;
-        while let Some((policy, decisions)) = seq.next_element_seed(RunSeed {
-            keep: policies.len() == self.wanted,
-        })? {
-            if let Some(decisions) = decisions {
-                picked = Some((policy.clone(), decisions));
-            }
-            policies.push(policy);
-        }
-        Ok((policies, picked))
-    }
-}
-
-/// One run: its policy, and its decisions when `keep`.
-struct RunSeed {
-    keep: bool,
-}
-
-type Run = (String, Option<Result<Vec<DecisionSummary>, ReceiptError>>);
-
-impl<'de> DeserializeSeed<'de> for RunSeed {
-    type Value = Run;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Run, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for RunSeed {
-    type Value = Run;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a run object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Run, A::Error> {
-        let mut policy = None;
-        let mut decisions = None;
-        while let Some(name) = map.next_key::<String>()? {
-            match name.as_str() {
-                "policy" => policy = Some(map.next_value::<String>()?),
-                "decisions" if self.keep => {
-                    let read: Vec<Decision> = map.next_value()?;
-                    let summaries: Result<Vec<DecisionSummary>, String> =
-                        read.into_iter().map(Decision::summary).collect();
-                    decisions = Some(summaries.map_err(ReceiptError::NotAReceipt));
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        let policy = policy.ok_or_else(|| serde::de::Error::missing_field("policy"))?;
-        Ok((policy, decisions))
-    }
 }
 
 /// The first decision whose request id an earlier decision of the run already has, as
@@ -316,74 +213,6 @@ fn repeated_request(path: &str, request: &str, first: &str) -> ReceiptError {
         "{path}: repeated request id {}, first at {first}: a run's request ids are unique",
         crate::input::json::quote_str(request)
     ))
-}
-
-/// The members of one JSON Lines receipt line that `join` reads (§6.4).
-#[derive(Deserialize)]
-struct StreamLine {
-    format: Option<String>,
-    receipt_format: Option<String>,
-    policy: Option<String>,
-    decisions: Option<Decision>,
-    receipt_digest: Option<String>,
-    trace_digest: Option<String>,
-}
-
-fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
-    let mut policies: Vec<String> = Vec::new();
-    let mut decisions = Vec::new();
-    // The line of each kept decision, for the error naming a repeated request id.
-    let mut decision_lines: Vec<usize> = Vec::new();
-    let mut receipt_digest = None;
-    let mut trace_digest = None;
-    for (index, line) in receipt.lines().enumerate() {
-        let line = line.map_err(|e| not_a_receipt(format!("cannot read it: {e}")))?;
-        let at = |e: serde_json::Error| not_a_receipt(format!("line {}: {e}", index + 1));
-        let line: StreamLine = serde_json::from_str(&line).map_err(at)?;
-        if index == 0 && line.receipt_format.as_deref() != Some(RECEIPT_FORMAT) {
-            return Err(not_a_receipt(format!(
-                "line 1: its receipt_format is not {RECEIPT_FORMAT:?}"
-            )));
-        }
-        if index == 0 {
-            trace_digest = line.trace_digest.clone();
-        }
-        if line.format.is_some() && index > 0 {
-            return Err(not_a_receipt(format!("line {}: a second head", index + 1)));
-        }
-        if let Some(name) = &line.policy {
-            if policies.last() != Some(name) {
-                policies.push(name.clone());
-            }
-            if let Some(decision) = line.decisions.filter(|_| name == policy.name()) {
-                decisions.push(decision.summary().map_err(ReceiptError::NotAReceipt)?);
-                decision_lines.push(index + 1);
-            }
-        }
-        if line.receipt_digest.is_some() {
-            receipt_digest = line.receipt_digest;
-        }
-    }
-    let receipt_digest = receipt_digest
-        .ok_or_else(|| not_a_receipt("no receipt_digest line: the receipt is cut short"))?;
-    let trace_digest = trace_digest.ok_or_else(|| not_a_receipt("line 1: no trace_digest"))?;
-    if !policies.iter().any(|p| p == policy.name()) {
-        return Err(ReceiptError::NoSuchRun(policies));
-    }
-    if let Some((first, second)) = first_repeat(&decisions) {
-        return Err(repeated_request(
-            &format!("line {}: decisions.request", decision_lines[second]),
-            &decisions[second].request,
-            &format!("line {}", decision_lines[first]),
-        ));
-    }
-    Ok(ReceiptRun {
-        receipt_digest,
-        trace_digest,
-        policy,
-        policies,
-        decisions,
-    })
 }
 
 #[cfg(test)]
