@@ -173,7 +173,8 @@ pub enum Command {
         /// With --completions: their layout; told from their first line when omitted.
         #[arg(long, value_enum, requires = "completions")]
         completions_format: Option<CompletionsFormat>,
-        /// With --completions: latency objectives, `ttft_ms=X,tpot_ms=Y`.
+        /// With --completions: latency objectives in milliseconds (up to three decimals),
+        /// `ttft_ms=X,tpot_ms=Y` or vLLM's `ttft:X,tpot:Y`, either alone.
         #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo, requires = "completions")]
         slo: Option<kvroute_core::join::figures::Slo>,
         /// With --completions: the run that served the traffic [default: cache_plus_load].
@@ -612,7 +613,9 @@ pub struct JoinArgs {
     /// completion ids are keyed the same way before they are matched.
     #[arg(long, value_name = "FILE")]
     pub id_key: Option<InputPath>,
-    /// Latency objectives in whole milliseconds, `ttft_ms=X,tpot_ms=Y` (either alone).
+    /// Latency objectives in milliseconds with up to three decimals, `ttft_ms=X,tpot_ms=Y`
+    /// or `vllm bench serve --goodput`'s `ttft:X,tpot:Y` (either alone, the spellings may
+    /// be mixed): e.g. `--slo ttft_ms=300,tpot_ms=12.5`.
     #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
     pub slo: Option<kvroute_core::join::figures::Slo>,
     /// Output format.
@@ -649,30 +652,85 @@ impl CompletionsFormat {
     }
 }
 
-/// `ttft_ms=X,tpot_ms=Y`, either alone, each a whole number of milliseconds up to 2^53 - 1.
+/// `--slo` (SPEC.md §14.2): items separated by `,`, each `ttft_ms=X` or `tpot_ms=Y`, or
+/// in the spelling of `vllm bench serve --goodput`, `ttft:X` or `tpot:Y` (the two
+/// spellings mix; each name keeps its own separator). Each objective at most once,
+/// whichever its spelling. A value is milliseconds with up to three decimals, held in
+/// whole microseconds up to 2^53 - 1; the error (clap adds the option's name) says
+/// which item is wrong and why.
 pub fn parse_slo(text: &str) -> Result<kvroute_core::join::figures::Slo, String> {
     let mut slo = kvroute_core::join::figures::Slo::default();
-    for part in text.split(',') {
-        let (name, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("expected NAME=MILLISECONDS, found {part:?}"))?;
-        let ms = value
-            .parse::<u64>()
-            .ok()
-            .filter(|&ms| ms <= kvroute_core::input::limits::JSON_INTEGER_MAX)
+    for item in text.split(',') {
+        let (name, objective, value) = SLO_SPELLINGS
+            .into_iter()
+            .find_map(|(name, objective)| {
+                item.strip_prefix(name)
+                    .map(|value| (name, objective, value))
+            })
             .ok_or_else(|| {
-                format!("{name}: expected whole milliseconds up to 2^53 - 1, found {value:?}")
+                format!(
+                    "expected ttft_ms=X, tpot_ms=Y, ttft:X or tpot:Y (milliseconds), \
+                     separated by \",\", found {item:?}"
+                )
             })?;
-        let slot = match name {
-            "ttft_ms" => &mut slo.ttft_ms,
-            "tpot_ms" => &mut slo.tpot_ms,
-            _ => return Err(format!("expected ttft_ms or tpot_ms, found {name:?}")),
+        let name = name.trim_end_matches(['=', ':']);
+        let us =
+            slo_microseconds(value).map_err(|why| format!("{name}: {why}, found {value:?}"))?;
+        let (declared, objective_name) = match objective {
+            SloObjective::Ttft => (&mut slo.ttft_us, "ttft"),
+            SloObjective::Tpot => (&mut slo.tpot_us, "tpot"),
         };
-        if slot.replace(ms).is_some() {
-            return Err(format!("{name} given twice"));
+        if declared.replace(us).is_some() {
+            return Err(format!(
+                "the {objective_name} objective is given twice \
+                 ({objective_name}_ms and {objective_name} are one name)"
+            ));
         }
     }
     Ok(slo)
+}
+
+/// Which latency an item of `--slo` holds to an objective.
+#[derive(Clone, Copy)]
+enum SloObjective {
+    Ttft,
+    Tpot,
+}
+
+/// The start of each item `--slo` takes, name and separator together: `ttft=X` and
+/// `ttft_ms:X` are neither spelling (SPEC.md §14.2).
+const SLO_SPELLINGS: [(&str, SloObjective); 4] = [
+    ("ttft_ms=", SloObjective::Ttft),
+    ("tpot_ms=", SloObjective::Tpot),
+    ("ttft:", SloObjective::Ttft),
+    ("tpot:", SloObjective::Tpot),
+];
+
+/// `value`, milliseconds as ASCII digits with optionally `.` and one to three more, in
+/// whole microseconds from 0 to 2^53 - 1; else why not. A fourth decimal is refused,
+/// not rounded: a microsecond is the finest objective a record can be held to. The
+/// digits are read as written, never through a float, and checked against the bound
+/// one at a time, so no number of digits overflows.
+fn slo_microseconds(value: &str) -> Result<u64, &'static str> {
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let (whole, decimals) = value.split_once('.').unwrap_or((value, "000"));
+    if !digits(whole) || !digits(decimals) {
+        return Err("expected milliseconds: digits, optionally then '.' and 1 to 3 digits");
+    }
+    if decimals.len() > 3 {
+        return Err("at most three decimals: a microsecond is the finest objective");
+    }
+    let padding = "000"[decimals.len()..].bytes();
+    whole
+        .bytes()
+        .chain(decimals.bytes())
+        .chain(padding)
+        .try_fold(0u64, |us, digit| {
+            us.checked_mul(10)
+                .and_then(|us| us.checked_add(u64::from(digit - b'0')))
+                .filter(|&us| us <= JSON_INTEGER_MAX)
+        })
+        .ok_or("expected at most 9007199254740.991 milliseconds (2^53 - 1 microseconds)")
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -810,3 +868,142 @@ path_argument!(
     /// A directory a command writes files into (`DIR/<policy>.<suffix>`).
     OutputDir
 );
+
+#[cfg(test)]
+mod tests {
+    use super::parse_slo;
+    use kvroute_core::join::figures::Slo;
+
+    fn slo(ttft_us: Option<u64>, tpot_us: Option<u64>) -> Slo {
+        Slo { ttft_us, tpot_us }
+    }
+
+    #[test]
+    fn slo_values_are_milliseconds_with_up_to_three_decimals_held_in_microseconds() {
+        for (text, expected) in [
+            ("ttft_ms=0.5", slo(Some(500), None)),
+            ("ttft_ms=300", slo(Some(300_000), None)),
+            ("ttft_ms=300.125", slo(Some(300_125), None)),
+            ("ttft_ms=300.1", slo(Some(300_100), None)),
+            ("ttft_ms=300.10", slo(Some(300_100), None)),
+            ("tpot_ms=0.001", slo(None, Some(1))),
+            ("tpot_ms=0", slo(None, Some(0))),
+            ("tpot_ms=007", slo(None, Some(7_000))),
+            ("ttft_ms=300,tpot_ms=50", slo(Some(300_000), Some(50_000))),
+            ("tpot_ms=50,ttft_ms=300", slo(Some(300_000), Some(50_000))),
+            // vLLM's spelling, alone and mixed with ours.
+            ("ttft:300,tpot:50", slo(Some(300_000), Some(50_000))),
+            ("ttft:0.5", slo(Some(500), None)),
+            ("ttft:300.5,tpot_ms=12.25", slo(Some(300_500), Some(12_250))),
+            ("tpot:1,ttft_ms=2", slo(Some(2_000), Some(1_000))),
+        ] {
+            assert_eq!(parse_slo(text), Ok(expected), "{text}");
+        }
+    }
+
+    #[test]
+    fn slo_refuses_every_other_form_of_value() {
+        for (value, why) in [
+            ("300.1234", "at most three decimals"),
+            ("0.0001", "at most three decimals"),
+            ("1e3", "expected milliseconds"),
+            ("-1", "expected milliseconds"),
+            ("+1", "expected milliseconds"),
+            (".5", "expected milliseconds"),
+            ("5.", "expected milliseconds"),
+            (" 5", "expected milliseconds"),
+            ("5 ", "expected milliseconds"),
+            ("", "expected milliseconds"),
+            ("1.2.3", "expected milliseconds"),
+            ("inf", "expected milliseconds"),
+            ("５", "expected milliseconds"),
+        ] {
+            for name in ["ttft_ms=", "ttft:"] {
+                let text = format!("{name}{value}");
+                let error = parse_slo(&text).expect_err(&text);
+                let shown_name = name.trim_end_matches(['=', ':']);
+                assert!(
+                    error.starts_with(&format!("{shown_name}: "))
+                        && error.contains(why)
+                        && error.ends_with(&format!("found {value:?}")),
+                    "{text}: {error}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn slo_objectives_run_to_2_pow_53_minus_1_microseconds() {
+        let bound = "9007199254740.991";
+        assert_eq!(
+            parse_slo(&format!("ttft_ms={bound}")),
+            Ok(slo(Some((1 << 53) - 1), None))
+        );
+        assert_eq!(
+            parse_slo(&format!("tpot:{bound}")),
+            Ok(slo(None, Some((1 << 53) - 1)))
+        );
+        for past in [
+            "9007199254740.992",
+            "9007199254741",
+            "18446744073709551616",
+            &"9".repeat(5000),
+        ] {
+            let error = parse_slo(&format!("ttft_ms={past}")).unwrap_err();
+            assert!(
+                error.contains("at most 9007199254740.991 milliseconds"),
+                "{error}"
+            );
+        }
+        // Leading zeros add no microseconds, however many.
+        let zeros = format!("ttft_ms={}1.5", "0".repeat(5000));
+        assert_eq!(parse_slo(&zeros), Ok(slo(Some(1_500), None)));
+    }
+
+    #[test]
+    fn slo_names_go_with_their_own_separator_and_each_objective_once() {
+        for text in [
+            "ttft=5",
+            "ttft_ms:5",
+            "tpot=5",
+            "tpot_ms:5",
+            "TTFT_ms=5",
+            "e2el:5",
+            "ttft_ms",
+            "ttft_ms=5,",
+            ",ttft_ms=5",
+            " ttft_ms=5",
+            "",
+        ] {
+            let error = parse_slo(text).expect_err(text);
+            assert!(
+                error.starts_with("expected ttft_ms=X, tpot_ms=Y, ttft:X or tpot:Y"),
+                "{text}: {error}"
+            );
+        }
+        // Another separator than `,` is read as part of the value, which it spoils.
+        for (text, value) in [
+            ("ttft:300 tpot:50", "300 tpot:50"),
+            ("ttft_ms=5;tpot_ms=5", "5;tpot_ms=5"),
+        ] {
+            let error = parse_slo(text).expect_err(text);
+            assert!(error.ends_with(&format!("found {value:?}")), "{error}");
+        }
+        for (text, objective) in [
+            ("ttft_ms=5,ttft_ms=6", "ttft"),
+            ("ttft:5,ttft:5", "ttft"),
+            ("ttft_ms=5,ttft:6", "ttft"),
+            ("ttft:5,tpot_ms=1,ttft_ms=6", "ttft"),
+            ("tpot_ms=5,tpot:6", "tpot"),
+        ] {
+            assert_eq!(
+                parse_slo(text),
+                Err(format!(
+                    "the {objective} objective is given twice \
+                     ({objective}_ms and {objective} are one name)"
+                )),
+                "{text}"
+            );
+        }
+    }
+}

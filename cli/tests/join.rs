@@ -75,6 +75,116 @@ fn the_lab_receipt_joins_its_records_in_every_format() {
     );
 }
 
+/// `--slo` with decimals, in either spelling (SPEC.md §14.2): acme-08 of the fixture
+/// (TTFT 400.25 ms, TPOT 15.999 ms) is exactly at `ttft:400.25,tpot_ms=15.999` and so
+/// good, and over `ttft_ms=400.249`; objectives cut to whole milliseconds (400, 15)
+/// would call it bad under both. The table states the objectives as given, the
+/// document in microseconds.
+#[test]
+fn objectives_with_decimals_hold_records_to_the_microsecond() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = lab_receipt(dir.path());
+    let goodput_line = |slo: &str| {
+        let table = kvroute(&["join", &receipt, COMPLETIONS, "--slo", slo], None);
+        assert!(table.status.success(), "{}", stderr_of(&table));
+        let table = String::from_utf8(table.stdout).unwrap();
+        table.lines().nth(5).unwrap().to_owned()
+    };
+    assert_eq!(
+        goodput_line("ttft:400.25,tpot_ms=15.999"),
+        "goodput (ttft <= 400.25 ms, tpot <= 15.999 ms): good 4  good_pm 142  \
+         span_ns 1500000000  good_per_second_milli 2666"
+    );
+    assert_eq!(
+        goodput_line("tpot:15.999,ttft_ms=400.249"),
+        "goodput (ttft <= 400.249 ms, tpot <= 15.999 ms): good 3  good_pm 107  \
+         span_ns 1500000000  good_per_second_milli 2000"
+    );
+    let json = kvroute(
+        &[
+            "join",
+            &receipt,
+            COMPLETIONS,
+            "--slo",
+            "ttft_ms=400.25,tpot:15.999",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let document = String::from_utf8(json.stdout).unwrap();
+    assert!(
+        document.contains(r#""format":"kvroute-join/2""#),
+        "{document}"
+    );
+    assert!(
+        document.contains(r#""slo":{"tpot_us":15999,"ttft_us":400250}"#),
+        "{document}"
+    );
+    assert!(document.contains(r#""good":4,"#), "{document}");
+}
+
+/// A TTFT of exactly 300.5 ms is good under `--slo ttft_ms=300.5` and one of 300.501 ms
+/// is not (the records on stdin, two requests of the lab run).
+#[test]
+fn a_ttft_at_an_objective_between_milliseconds_is_good_and_a_microsecond_over_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = lab_receipt(dir.path());
+    let record = |id: &str, ttft_ms: &str| {
+        format!(
+            "{{\"metadata\": {{\"x_request_id\": \"{id}\", \"request_start_ns\": 0, \
+             \"request_end_ns\": 1000000000, \"was_cancelled\": false}}, \"metrics\": \
+             {{\"time_to_first_token\": {{\"value\": {ttft_ms}, \"unit\": \"ms\"}}, \
+             \"inter_token_latency\": {{\"value\": 1, \"unit\": \"ms\"}}}}, \"error\": null}}\n"
+        )
+    };
+    let records = record("acme-01", "300.5") + &record("acme-02", "300.501");
+    for (slo, good) in [
+        ("ttft_ms=300.5", "good 1 "),
+        ("ttft:300.5", "good 1 "),
+        ("ttft_ms=300.501", "good 2 "),
+        ("ttft_ms=300.499", "good 0 "),
+    ] {
+        let joined = kvroute(
+            &["join", &receipt, "-", "--slo", slo],
+            Some(records.as_bytes()),
+        );
+        assert!(joined.status.success(), "{}", stderr_of(&joined));
+        let table = String::from_utf8(joined.stdout).unwrap();
+        let line = table.lines().find(|l| l.starts_with("goodput")).unwrap();
+        assert!(line.contains(good), "{slo}: {line}");
+    }
+}
+
+/// `--slo` text that is not objectives is bad usage naming `--slo`, before any input is
+/// read: a fourth decimal, an exponent, a sign, a bare point, a name given twice in its
+/// two spellings, a name with the other spelling's separator.
+#[test]
+fn slo_text_that_is_not_objectives_is_exit_2_naming_the_option() {
+    for slo in [
+        "ttft_ms=300.1234",
+        "ttft_ms=1e3",
+        "ttft:-1",
+        "tpot:+1",
+        "ttft_ms=.5",
+        "ttft_ms=5.",
+        "ttft_ms=300,ttft:300",
+        "ttft=300",
+        "ttft_ms:300",
+        "ttft_ms=9007199254740.992",
+    ] {
+        let refused = kvroute(&["join", "no-such-receipt", "-", "--slo", slo], None);
+        assert_eq!(refused.status.code(), Some(2), "{slo}");
+        let stderr = stderr_of(&refused);
+        assert!(
+            stderr.starts_with(&format!(
+                "error: invalid value '{slo}' for '--slo <OBJECTIVES>': "
+            )),
+            "{slo}: {stderr}"
+        );
+    }
+}
+
 /// `simulate --completions-out` (SPEC.md §14.4) writes the same four files from the
 /// table and from the JSON document, and each joins the receipt of its generated trace
 /// with every routed decision matched.

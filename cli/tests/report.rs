@@ -924,6 +924,50 @@ fn completions_add_a_panel_with_the_joins_figures_and_nothing_else_changes() {
     assert!(!plain.contains("id=\"completions\""));
 }
 
+/// The panel states the SLO declared in milliseconds with the fewest decimals that say
+/// it exactly (SPEC.md §14.6), whichever spelling `--slo` used; the goodput follows the
+/// objectives to the microsecond (acme-08 of the fixture is at 400.25 ms and
+/// 15.999 ms, fixtures/join/README.md).
+#[test]
+fn the_completions_panel_states_the_objectives_in_exact_milliseconds() {
+    let completions = join_fixture("lab.completions.jsonl");
+    for (slo, stated, good) in [
+        (
+            "ttft_ms=200,tpot_ms=20",
+            "SLO: ttft ≤ 200 ms, tpot ≤ 20 ms.",
+            "2",
+        ),
+        (
+            "ttft:400.25,tpot_ms=15.999",
+            "SLO: ttft ≤ 400.25 ms, tpot ≤ 15.999 ms.",
+            "4",
+        ),
+        (
+            "tpot:15.999,ttft_ms=400.249",
+            "SLO: ttft ≤ 400.249 ms, tpot ≤ 15.999 ms.",
+            "3",
+        ),
+        ("ttft_ms=0.5", "SLO: ttft ≤ 0.5 ms.", "0"),
+        ("tpot:50", "SLO: tpot ≤ 50 ms.", "5"),
+    ] {
+        let (page, _dir) = report_of(&["--completions", s(&completions), "--slo", slo]);
+        let html = Html::parse_document(&page);
+        let caption = select(&html, "#completions p.caption")[0]
+            .text()
+            .collect::<String>();
+        assert!(caption.contains(stated), "{slo}: {caption}");
+        let counts = rows(&html, "#completions table.completions-counts tbody tr");
+        let good_row = counts.iter().find(|row| row[0] == "good").unwrap();
+        assert_eq!(good_row[1], good, "{slo}");
+    }
+    let (page, _dir) = report_of(&["--completions", s(&completions)]);
+    let html = Html::parse_document(&page);
+    let caption = select(&html, "#completions p.caption")[0]
+        .text()
+        .collect::<String>();
+    assert!(caption.contains("SLO: none declared."), "{caption}");
+}
+
 #[test]
 fn a_completions_error_is_the_joins_and_writes_no_page() {
     let dir = tempfile::tempdir().unwrap();

@@ -71,11 +71,11 @@ fn the_document_is_canonical_and_says_the_figures() {
     let bytes = output::json_bytes(&joined);
     let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(serde_json_canonicalizer::to_vec(&value).unwrap(), bytes);
-    assert_eq!(value["format"], "kvroute-join/1");
+    assert_eq!(value["format"], "kvroute-join/2");
     assert_eq!(value["run"], "cache_plus_load");
     assert_eq!(
         value["slo"],
-        serde_json::json!({"ttft_ms": 200, "tpot_ms": 20})
+        serde_json::json!({"ttft_us": 200_000, "tpot_us": 20_000})
     );
     assert_eq!(value["counts"]["dropped"], 21);
     assert_eq!(value["prediction"]["ttft_rank_gamma_pm"], -143);
@@ -83,6 +83,61 @@ fn the_document_is_canonical_and_says_the_figures() {
     assert_eq!(value["workers"][0]["us_per_predicted_token"], 235);
     let receipt_value: serde_json::Value = serde_json::from_slice(&receipt).unwrap();
     assert_eq!(value["receipt_digest"], receipt_value["receipt_digest"]);
+}
+
+/// Objectives below a millisecond, or between two, are written in microseconds in the
+/// document (§14.3: what `kvroute-join/1`'s whole milliseconds could not say) and in
+/// milliseconds with the fewest decimals that say them exactly in the table's goodput
+/// line; an objective not declared is `null` and left out of the line.
+#[test]
+fn objectives_with_decimals_are_microseconds_in_the_document_and_exact_in_the_table() {
+    let receipt = lab_receipt();
+    for (slo, members, objectives) in [
+        (
+            Slo {
+                ttft_us: Some(500),
+                tpot_us: Some(50_000),
+            },
+            r#""slo":{"tpot_us":50000,"ttft_us":500}"#,
+            "ttft <= 0.5 ms, tpot <= 50 ms",
+        ),
+        (
+            Slo {
+                ttft_us: Some(300_125),
+                tpot_us: None,
+            },
+            r#""slo":{"tpot_us":null,"ttft_us":300125}"#,
+            "ttft <= 300.125 ms",
+        ),
+        (
+            Slo {
+                ttft_us: None,
+                tpot_us: Some(20_010),
+            },
+            r#""slo":{"tpot_us":20010,"ttft_us":null}"#,
+            "tpot <= 20.01 ms",
+        ),
+    ] {
+        let joined = join(&receipt[..], COMPLETIONS.as_bytes(), &options(Some(slo))).unwrap();
+        let document = String::from_utf8(output::json_bytes(&joined)).unwrap();
+        assert!(document.contains(members), "{document}");
+        let table = output::table(&joined, &|id: &str| id.to_owned());
+        let goodput_line = table
+            .lines()
+            .find(|line| line.starts_with("goodput"))
+            .expect("a goodput line");
+        assert!(
+            goodput_line.starts_with(&format!("goodput ({objectives}): good ")),
+            "{goodput_line}"
+        );
+    }
+    // Without objectives the document says so, and the table has no goodput line.
+    let plain = join(&receipt[..], COMPLETIONS.as_bytes(), &options(None)).unwrap();
+    let document = String::from_utf8(output::json_bytes(&plain)).unwrap();
+    assert!(document.contains(r#""goodput":null"#));
+    assert!(document.contains(r#""slo":{"tpot_us":null,"ttft_us":null}"#));
+    let table = output::table(&plain, &|id: &str| id.to_owned());
+    assert!(!table.contains("goodput"));
 }
 
 #[test]

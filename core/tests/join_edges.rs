@@ -1,7 +1,8 @@
 //! `join`'s two rules at their edges (SPEC.md §14.2), on the lab trace's
 //! `cache_plus_load` run with AIPerf records written here: a latency exactly at its
-//! objective is good (`ttft_us <= 1000 × X`, `tpot_us <= 1000 × Y`) and one microsecond
-//! over is not, and a pair of records tied in TTFT counts in neither `C` nor `D` of the
+//! objective is good (`ttft_us` and `tpot_us` at most the objective's microseconds) and
+//! one microsecond over is not, whether the objective is whole milliseconds or has
+//! decimals, and a pair of records tied in TTFT counts in neither `C` nor `D` of the
 //! rank correlation, as a pair tied in prediction does.
 
 use kvroute_core::join::figures::Slo;
@@ -9,8 +10,8 @@ use kvroute_core::join::{join, JoinOptions};
 use kvroute_core::{replay_bytes, Policy, LAB_TRACE_JSON};
 
 const SLO: Slo = Slo {
-    ttft_ms: Some(200),
-    tpot_ms: Some(20),
+    ttft_us: Some(200_000),
+    tpot_us: Some(20_000),
 };
 
 fn lab_receipt() -> Vec<u8> {
@@ -69,28 +70,49 @@ fn a_latency_equal_to_its_objective_is_good_and_one_microsecond_over_is_not() {
     for (slo, good) in [
         (
             Slo {
-                ttft_ms: Some(200),
-                tpot_ms: None,
+                ttft_us: Some(200_000),
+                tpot_us: None,
             },
             4,
         ),
         (
             Slo {
-                ttft_ms: None,
-                tpot_ms: Some(20),
+                ttft_us: None,
+                tpot_us: Some(20_000),
             },
             3,
         ),
         // One millisecond tighter: acme-06 is over both, acme-02 still over TPOT.
         (
             Slo {
-                ttft_ms: Some(199),
-                tpot_ms: Some(19),
+                ttft_us: Some(199_000),
+                tpot_us: Some(19_000),
             },
             2,
         ),
     ] {
         let joined = join(&lab_receipt()[..], completions().as_bytes(), &options(slo)).unwrap();
+        assert_eq!(joined.figures.goodput.unwrap().good, good, "{slo:?}");
+    }
+}
+
+/// An objective between whole milliseconds is held to the microsecond: under 300.5 ms a
+/// TTFT of exactly 300.5 ms is good and one of 300.501 ms is not. Objectives of whole
+/// milliseconds (300 or 301) would call both bad or both good.
+#[test]
+fn an_objective_with_decimals_is_held_to_the_microsecond() {
+    let records = [
+        record("acme-01", 0, "300.5", "10"),
+        record("acme-02", 10, "300.501", "10"),
+    ]
+    .concat();
+    for (ttft_us, good) in [(300_499, 0), (300_500, 1), (300_501, 2)] {
+        let slo = Slo {
+            ttft_us: Some(ttft_us),
+            tpot_us: None,
+        };
+        let joined = join(&lab_receipt()[..], records.as_bytes(), &options(slo)).unwrap();
+        assert_eq!(joined.figures.counts.completed, 2);
         assert_eq!(joined.figures.goodput.unwrap().good, good, "{slo:?}");
     }
 }

@@ -180,8 +180,8 @@ fn compare_policy_join(policy: Policy, trace: &[u8], records: &[u8]) -> Result<(
         format: Some(CompletionsFormat::Aiperf),
         run: policy,
         slo: Some(Slo {
-            ttft_ms: Some(50),
-            tpot_ms: Some(5),
+            ttft_us: Some(50_000),
+            tpot_us: Some(5_000),
         }),
         trace: Some(trace),
     };

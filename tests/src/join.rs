@@ -20,6 +20,14 @@ pub struct JoinCase<'a> {
     pub trace: Option<&'a [u8]>,
 }
 
+/// A proptest strategy over one `--slo` objective in microseconds: whole milliseconds,
+/// which records written to the millisecond meet exactly, or any microsecond up to
+/// 1.5 s, as `--slo` takes up to three decimals.
+pub fn objective_us() -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::strategy::Strategy;
+    proptest::prop_oneof![(0u64..1_500).prop_map(|ms| ms * 1000), 0u64..1_500_000]
+}
+
 /// Core's join, its document's bytes or its error in the oracle's terms.
 pub fn core_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
     let options = JoinOptions {
@@ -72,7 +80,10 @@ pub fn oracle_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
         completions: case.completions,
         format: case.format.map(CompletionsFormat::name),
         run: case.run.name(),
-        slo: case.slo.map(|s| (s.ttft_ms, s.tpot_ms)),
+        slo: case.slo.map(|slo| kvroute_oracle::Slo {
+            ttft_us: slo.ttft_us,
+            tpot_us: slo.tpot_us,
+        }),
         id_key: None,
         trace: case.trace,
     })

@@ -8,7 +8,7 @@ use kvroute_core::join::figures::Slo;
 use kvroute_core::join::CompletionsFormat;
 use kvroute_core::Policy;
 use kvroute_harness::generators::TraceRecipe;
-use kvroute_harness::join::{compare_join, JoinCase};
+use kvroute_harness::join::{compare_join, objective_us, JoinCase};
 use proptest::prelude::*;
 
 fn assert_same(receipt: &[u8], completions: &[u8], run: Policy, slo: Option<Slo>) {
@@ -36,16 +36,25 @@ fn core_and_oracle_agree_on_the_fixture() {
     for slo in [
         None,
         Some(Slo {
-            ttft_ms: Some(200),
-            tpot_ms: Some(20),
+            ttft_us: Some(200_000),
+            tpot_us: Some(20_000),
         }),
         Some(Slo {
-            ttft_ms: None,
-            tpot_ms: Some(9),
+            ttft_us: None,
+            tpot_us: Some(9_000),
         }),
         Some(Slo {
-            ttft_ms: Some(0),
-            tpot_ms: None,
+            ttft_us: Some(0),
+            tpot_us: None,
+        }),
+        // acme-08 exactly at both objectives, then one microsecond over TTFT's.
+        Some(Slo {
+            ttft_us: Some(400_250),
+            tpot_us: Some(15_999),
+        }),
+        Some(Slo {
+            ttft_us: Some(400_249),
+            tpot_us: Some(15_999),
         }),
     ] {
         for run in Policy::STANDARD {
@@ -143,8 +152,8 @@ proptest! {
         seed in 0u64..1_000,
         picks in prop::collection::vec((0usize..64, record_line()), 0..24),
         policy in 0usize..4,
-        ttft_ms in prop::option::of(0u64..1_500),
-        tpot_ms in prop::option::of(0u64..1_500),
+        ttft_us in prop::option::of(objective_us()),
+        tpot_us in prop::option::of(objective_us()),
     ) {
         let receipt = kvroute_core::replay_bytes(&TraceRecipe::from_seed(seed).build_bytes()).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&receipt).unwrap();
@@ -155,7 +164,7 @@ proptest! {
             .map(|d| d["request"].as_str().unwrap().to_owned())
             .collect();
         let completions = completions_for(&ids, &picks);
-        let slo = (ttft_ms.is_some() || tpot_ms.is_some()).then_some(Slo { ttft_ms, tpot_ms });
+        let slo = (ttft_us.is_some() || tpot_us.is_some()).then_some(Slo { ttft_us, tpot_us });
         assert_same(&receipt, &completions, Policy::STANDARD[policy], slo);
     }
 }

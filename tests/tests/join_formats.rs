@@ -9,7 +9,7 @@ use kvroute_core::join::figures::Slo;
 use kvroute_core::join::CompletionsFormat;
 use kvroute_core::Policy;
 use kvroute_harness::generators::TraceRecipe;
-use kvroute_harness::join::{compare_join, core_join, JoinCase as Case};
+use kvroute_harness::join::{compare_join, core_join, objective_us, JoinCase as Case};
 use kvroute_oracle::JoinFailure;
 use proptest::prelude::*;
 
@@ -23,8 +23,8 @@ fn assert_same(case: &Case) {
 }
 
 const SLO: Slo = Slo {
-    ttft_ms: Some(200),
-    tpot_ms: Some(20),
+    ttft_us: Some(200_000),
+    tpot_us: Some(20_000),
 };
 
 /// The three hand-checked fixtures of `fixtures/join/`, each with its layout.
@@ -216,7 +216,7 @@ proptest! {
         seed in 0u64..1_000,
         picks in prop::collection::vec(dynamo_line(), 0..24),
         policy in 0usize..4,
-        ttft_ms in prop::option::of(0u64..1_500),
+        ttft_us in prop::option::of(objective_us()),
         with_trace in any::<bool>(),
     ) {
         let trace = TraceRecipe::from_seed(seed).build_bytes();
@@ -228,7 +228,7 @@ proptest! {
                 completions: &completions,
                 format,
                 run: Policy::STANDARD[policy],
-                slo: Some(Slo { ttft_ms, tpot_ms: Some(10) }),
+                slo: Some(Slo { ttft_us, tpot_us: Some(10_000) }),
                 trace: with_trace.then_some(&trace[..]),
             });
         }

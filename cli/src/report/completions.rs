@@ -151,14 +151,8 @@ pub fn panel(
         .collect();
     let slo = match args.slo {
         None => "none declared".to_owned(),
-        Some(slo) => [
-            slo.ttft_ms.map(|ms| format!("ttft ≤ {ms} ms")),
-            slo.tpot_ms.map(|ms| format!("tpot ≤ {ms} ms")),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(", "),
+        // The table's rule (§14.3) with the page's sign: `ttft ≤ 0.5 ms, tpot ≤ 50 ms`.
+        Some(slo) => slo.objectives_text("≤"),
     };
     Ok(CompletionsView {
         file: args.file.display().to_string(),

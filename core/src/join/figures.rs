@@ -5,13 +5,35 @@
 
 use crate::join::aiperf::Completion;
 use crate::join::receipt::DecisionSummary;
+use crate::output::json_text::milliseconds_text;
 use std::collections::BTreeMap;
 
-/// Latency objectives in whole milliseconds, each optional.
+/// Latency objectives (`--slo`, SPEC.md §14.2) in whole microseconds, each optional:
+/// `--slo` takes milliseconds with up to three decimals, so a microsecond is the finest
+/// objective, and a record's figures are held to it exactly.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Slo {
-    pub ttft_ms: Option<u64>,
-    pub tpot_ms: Option<u64>,
+    pub ttft_us: Option<u64>,
+    pub tpot_us: Option<u64>,
+}
+
+impl Slo {
+    /// The objectives declared as a person reads them, in milliseconds with the fewest
+    /// decimals that say them exactly, `at_most` between name and value: `ttft <= 0.5 ms,
+    /// tpot <= 50 ms` for the table (§14.3), `ttft ≤ 0.5 ms` on the report page (§14.6).
+    pub fn objectives_text(&self, at_most: &str) -> String {
+        let objective = |name: &str, us: Option<u64>| {
+            us.map(|us| format!("{name} {at_most} {} ms", milliseconds_text(us)))
+        };
+        [
+            objective("ttft", self.ttft_us),
+            objective("tpot", self.tpot_us),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -310,12 +332,12 @@ fn measured_span_ns(matched: &[&Completion]) -> u128 {
 }
 
 fn goodput(served: &[Served], span_exact_ns: u128, routed: u64, slo: Slo) -> Goodput {
-    let within = |measured_us: u64, objective_ms: Option<u64>| {
-        objective_ms.is_none_or(|ms| u128::from(measured_us) <= u128::from(ms) * 1000)
+    let within = |measured_us: u64, objective_us: Option<u64>| {
+        objective_us.is_none_or(|objective_us| measured_us <= objective_us)
     };
     let good = served
         .iter()
-        .filter(|s| within(s.ttft_us, slo.ttft_ms) && within(s.tpot_us, slo.tpot_ms))
+        .filter(|s| within(s.ttft_us, slo.ttft_us) && within(s.tpot_us, slo.tpot_us))
         .count() as u64;
     // The rate is computed from the exact span; only the written figures saturate.
     let good_per_second_milli = (u128::from(good) * 1_000_000_000_000)

@@ -1,5 +1,5 @@
 //! A join written out (SPEC.md §14.3): the table a person reads, the canonical
-//! `kvroute-join/1` document, and the per-worker CSV.
+//! `kvroute-join/2` document, and the per-worker CSV.
 
 use crate::join::figures::{CohortFigures, Goodput, JoinFigures, WorkerFigures};
 use crate::join::Join;
@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 /// The `format` of the JSON document.
-pub const JOIN_FORMAT: &str = "kvroute-join/1";
+pub const JOIN_FORMAT: &str = "kvroute-join/2";
 
 /// The canonical bytes of the document, without a trailing `\n`.
 pub fn json_bytes(join: &Join) -> Vec<u8> {
@@ -21,7 +21,7 @@ pub fn json_bytes(join: &Join) -> Vec<u8> {
     members.insert("run".to_owned(), json!(join.run.name()));
     members.insert(
         "slo".to_owned(),
-        json!({"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms}),
+        json!({"ttft_us": slo.ttft_us, "tpot_us": slo.tpot_us}),
     );
     // Written only with `--trace`, so a document without it keeps its bytes (§14.3).
     if let Some(cohorts) = &join.figures.cohorts {
@@ -181,18 +181,10 @@ fn cohort_lines(
 }
 
 fn goodput_line(out: &mut String, slo: crate::join::figures::Slo, g: &Goodput) {
-    let objective = |name: &str, ms: Option<u64>| ms.map(|ms| format!("{name} <= {ms} ms"));
-    let objectives: Vec<String> = [
-        objective("ttft", slo.ttft_ms),
-        objective("tpot", slo.tpot_ms),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
     let _ = writeln!(
         out,
         "goodput ({}): good {}  good_pm {}  span_ns {}  good_per_second_milli {}",
-        objectives.join(", "),
+        slo.objectives_text("<="),
         g.good,
         g.good_pm,
         g.span_ns,

@@ -1,5 +1,6 @@
-//! The text of JSON values as RFC 8785 writes them — decimal integers, escaped strings —
-//! and the `sha256:` digest tag: the leaf every byte writer of `output` builds on.
+//! The text of JSON values as RFC 8785 writes them — decimal integers, escaped strings,
+//! whole microseconds as exact decimal milliseconds — and the `sha256:` digest tag: the
+//! leaf every byte writer of `output` builds on.
 
 /// `"sha256:" + lowercase hex` of a finished SHA-256 digest.
 pub fn digest_tag(digest: &[u8]) -> String {
@@ -65,4 +66,41 @@ pub fn push_str(out: &mut Vec<u8>, text: &str) {
     }
     out.extend_from_slice(&bytes[plain_from..]);
     out.push(b'"');
+}
+
+/// `micros` as milliseconds with the fewest decimals that say it exactly: `12.345`,
+/// `12.3`, `12`, `0.001`. The one rule for milliseconds shown or written: the values of
+/// `simulate --completions-out` records (SPEC.md §14.4), read back to the same
+/// microseconds, and the `--slo` objectives of the join table and the report's
+/// Completions panel (§14.3, §14.6). Integer digits only, never a binary float.
+pub fn milliseconds_text(micros: u64) -> String {
+    let (whole, fraction) = (micros / 1000, micros % 1000);
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{fraction:03}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::milliseconds_text;
+
+    #[test]
+    fn milliseconds_are_exact_decimals_without_trailing_zeros() {
+        for (micros, text) in [
+            (0, "0"),
+            (1, "0.001"),
+            (10, "0.01"),
+            (500, "0.5"),
+            (12_300, "12.3"),
+            (12_345, "12.345"),
+            (12_000, "12"),
+            (250, "0.25"),
+            (300_500, "300.5"),
+            (9_007_199_254_740_991, "9007199254740.991"),
+        ] {
+            assert_eq!(milliseconds_text(micros), text);
+        }
+    }
 }

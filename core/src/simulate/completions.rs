@@ -3,7 +3,7 @@
 //! engine model's ticks read as `1/N` ms; every figure is an integer, and milliseconds
 //! are written as exact decimals, never through a binary float.
 
-use crate::output::json_text::{push_str, push_u64};
+use crate::output::json_text::{milliseconds_text, push_str, push_u64};
 use crate::simulate::closed_loop::SimCompletion;
 
 /// The largest nanosecond figure written: 10^19 - 1 (SPEC.md §14.1, §14.4).
@@ -56,32 +56,4 @@ fn push_milliseconds(out: &mut Vec<u8>, micros: u64) {
     out.extend_from_slice(br#"{"value":"#);
     out.extend_from_slice(milliseconds_text(micros).as_bytes());
     out.extend_from_slice(br#","unit":"ms"}"#);
-}
-
-fn milliseconds_text(micros: u64) -> String {
-    let (whole, fraction) = (micros / 1000, micros % 1000);
-    if fraction == 0 {
-        return whole.to_string();
-    }
-    let digits = format!("{fraction:03}");
-    format!("{whole}.{}", digits.trim_end_matches('0'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::milliseconds_text;
-
-    #[test]
-    fn milliseconds_are_exact_decimals_without_trailing_zeros() {
-        for (micros, text) in [
-            (0, "0"),
-            (1, "0.001"),
-            (12_300, "12.3"),
-            (12_345, "12.345"),
-            (12_000, "12"),
-            (250, "0.25"),
-        ] {
-            assert_eq!(milliseconds_text(micros), text);
-        }
-    }
 }

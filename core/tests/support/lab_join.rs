@@ -6,8 +6,8 @@ use kvroute_core::{replay_bytes, LAB_TRACE_JSON};
 
 /// The objectives of the fixture README's goodput figures.
 pub const SLO: Slo = Slo {
-    ttft_ms: Some(200),
-    tpot_ms: Some(20),
+    ttft_us: Some(200_000),
+    tpot_us: Some(20_000),
 };
 
 pub fn lab_receipt() -> Vec<u8> {
