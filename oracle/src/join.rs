@@ -1,7 +1,8 @@
 //! SPEC §14: joining a receipt's run with completion records (`kvroute join`): AIPerf
 //! records here, Dynamo's request trace in `dynamo`, `vllm bench serve` results in
 //! `vllm`, the layout told from the first line in `detect`, cohorts in `cohorts`, the
-//! objectives of `--slo` in `slo`.
+//! objectives of `--slo` in `slo`, why requests missed the cache (§14.7) and the gate
+//! lines in `attribution`.
 //!
 //! Written naively from §14 (with §2 for paths and quoted values, §6/§6.4 for the two
 //! receipt forms, §6.5 for keyed ids, §10.2 for the line cap and the column of a line's
@@ -44,20 +45,23 @@
 //!   is an error (§10.2's order), and the cap counts the line's bytes without its `\n`.
 //! - The receipt is checked only as far as it is read: its format, `receipt_digest`, each
 //!   run's `policy` and `decisions`, and of the chosen run's decisions `request`, `tick`,
-//!   `chosen`, each row's `worker` and the chosen row's `recomputed` and `work_milli`
-//!   (integers of §1.1). A JSON Lines receipt's line order is not checked. So a defect in
+//!   `chosen`, `route_kind` and each row's `worker`, `eligible`, `reasons` (strings),
+//!   `reuse`, `recomputed`, `work_milli`, `after_milli` and `cost_milli` (integers of
+//!   §1.1; §14.7 reads them all). A JSON Lines receipt's line order is not checked. So a defect in
 //!   another run's decisions is no error, and one in the chosen run's decisions is found
 //!   only once `--run` has named an existing run. The receipt's `trace_digest` is read
 //!   only with `--trace`; a receipt without one (a string) is then not a receipt.
 //! - `vllm-bench`'s span is the duration when `matched` (routed decisions with a record)
 //!   is at least 1, a rejected decision's entry (`rejected_served`) not counting.
 
+mod attribution;
 mod cohorts;
 mod detect;
 mod dynamo;
 mod slo;
 mod vllm;
 
+pub use attribution::gate_lines;
 pub use slo::{parse_slo, Slo};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -128,6 +132,11 @@ struct Record {
     error: bool,
     ttft_us: Option<u128>,
     tpot_us: Option<u128>,
+    /// The prompt tokens the record says were read from cache (SPEC §14.7's cached
+    /// figure): AIPerf's `usage_prompt_cache_read_tokens`, Dynamo's `cached_tokens`.
+    cached_tokens: Option<u64>,
+    /// Dynamo's prefill worker as a kvroute worker id, `dynamo|<id>|dp<rank>`.
+    serving_worker: Option<String>,
 }
 
 /// What the join keeps of one decision: its request id and, when routed, the chosen
@@ -136,6 +145,22 @@ struct Record {
 struct Decision {
     request: String,
     chosen: Option<(String, u128)>,
+    /// `route_kind` and every row, for §14.7.
+    route_kind: String,
+    rows: Vec<Row>,
+}
+
+/// What §14.7 reads of one row of a decision.
+#[derive(Debug, Clone)]
+struct Row {
+    worker: String,
+    eligible: bool,
+    reasons: Vec<String>,
+    reuse: u64,
+    recomputed: u64,
+    work_milli: u64,
+    after_milli: u64,
+    cost_milli: u64,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -382,8 +407,9 @@ fn metadata(top: &[Member], problems: &mut Vec<String>) -> Metadata {
     read
 }
 
-/// `metrics` (an object or null): its own problem and repeats, then TTFT and ITL in µs.
-fn metrics(top: &[Member], problems: &mut Vec<String>) -> (Option<u64>, Option<u64>) {
+/// `metrics` (an object or null): its own problem and repeats, then TTFT and ITL in µs
+/// and the cached tokens.
+fn metrics(top: &[Member], problems: &mut Vec<String>) -> (Option<u64>, Option<u64>, Option<u64>) {
     let metrics = match json::member(top, "metrics") {
         None | Some(Node::Null) => None,
         Some(Node::Object(metrics)) => Some(metrics),
@@ -400,9 +426,54 @@ fn metrics(top: &[Member], problems: &mut Vec<String>) -> (Option<u64>, Option<u
         Some(metrics) => (
             metric(metrics, "time_to_first_token", problems),
             metric(metrics, "inter_token_latency", problems),
+            cache_read_tokens(metrics, problems),
         ),
-        None => (None, None),
+        None => (None, None, None),
     }
+}
+
+/// `metrics.usage_prompt_cache_read_tokens` (SPEC §14.1): absent, or an object whose
+/// `value` is an integer from 0 to `B` and whose `unit` is `"tokens"`; its own type,
+/// its repeats, then `value` and `unit`, each with its repeats.
+fn cache_read_tokens(metrics: &[Member], problems: &mut Vec<String>) -> Option<u64> {
+    let name = "usage_prompt_cache_read_tokens";
+    let path = child("metrics", name);
+    let inner = match json::member(metrics, name) {
+        None => None,
+        Some(Node::Object(inner)) => Some(inner),
+        Some(other) => {
+            problems.push(format!(
+                "{path}: expected an object, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(metrics, name, "metrics", problems);
+    let inner = inner?;
+    let mut tokens = None;
+    match json::member(inner, "value") {
+        None => problems.push(format!("{path}: missing required member \"value\"")),
+        Some(node) => match receipt_integer(node) {
+            Some(value) => tokens = Some(value),
+            None => problems.push(format!(
+                "{path}.value: expected a non-negative integer, found {}",
+                json::quote(node)
+            )),
+        },
+    }
+    repeats(inner, "value", &path, problems);
+    let mut unit_ok = false;
+    match json::member(inner, "unit") {
+        None => problems.push(format!("{path}: missing required member \"unit\"")),
+        Some(Node::String(unit)) if unit == "tokens" => unit_ok = true,
+        Some(other) => problems.push(format!(
+            "{path}.unit: expected \"tokens\", found {}",
+            json::quote(other)
+        )),
+    }
+    repeats(inner, "unit", &path, problems);
+    tokens.filter(|_| unit_ok)
 }
 
 /// `error` (an object or null), then its repeats: whether the request failed.
@@ -424,7 +495,7 @@ fn error(top: &[Member], problems: &mut Vec<String>) -> bool {
 /// `"<path>: <reason>"`), in the order of SPEC §14.5: the members in the order §14.1
 /// lists them (`metadata` with `x_request_id`, `request_start_ns`, `request_end_ns`,
 /// `was_cancelled`; `metrics` with `time_to_first_token`, `inter_token_latency`, each
-/// with `value`, `unit`; `error`), a member's own problems (missing, wrong type, then its
+/// with `value`, `unit`, then `usage_prompt_cache_read_tokens`; `error`), a member's own problems (missing, wrong type, then its
 /// repeats) before those of the members inside it. A missing member is reported at the
 /// object that lacks it, in the missing member's place in that order.
 fn record(root: &Node) -> Parsed {
@@ -436,7 +507,7 @@ fn record(root: &Node) -> Parsed {
         )]);
     };
     let meta = metadata(top, &mut problems);
-    let (ttft_us, tpot_us) = metrics(top, &mut problems);
+    let (ttft_us, tpot_us, cached_tokens) = metrics(top, &mut problems);
     let error = error(top, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
@@ -451,6 +522,8 @@ fn record(root: &Node) -> Parsed {
                 error,
                 ttft_us: ttft_us.map(u128::from),
                 tpot_us: tpot_us.map(u128::from),
+                cached_tokens,
+                serving_worker: None,
             },
         ))),
         _ => Err(vec!["$: internal error: a record without its id".to_owned()]),
@@ -673,45 +746,72 @@ fn runs<'a, 'd>(text: &'a ReceiptText<'d>) -> Option<Runs<'a, 'd>> {
     }
 }
 
-/// One decision of the run: `request`, `tick`, `chosen` and the chosen row's `worker`,
-/// `recomputed` and `work_milli` (SPEC §14.1).
+/// One row of a decision: `worker`, `eligible`, `reasons`, `reuse`, `recomputed`,
+/// `work_milli`, `after_milli`, `cost_milli` (SPEC §14.1, §6).
+fn row(node: &Node) -> Option<Row> {
+    let Node::Object(row) = node else {
+        return None;
+    };
+    let integer = |name: &str| json::member(row, name).and_then(receipt_integer);
+    let eligible = match json::member(row, "eligible")? {
+        Node::Bool(value) => *value,
+        _ => return None,
+    };
+    let Node::Array(reason_nodes) = json::member(row, "reasons")? else {
+        return None;
+    };
+    let mut reasons = Vec::new();
+    for reason in reason_nodes {
+        reasons.push(string(Some(reason))?.to_owned());
+    }
+    Some(Row {
+        worker: string(json::member(row, "worker"))?.to_owned(),
+        eligible,
+        reasons,
+        reuse: integer("reuse")?,
+        recomputed: integer("recomputed")?,
+        work_milli: integer("work_milli")?,
+        after_milli: integer("after_milli")?,
+        cost_milli: integer("cost_milli")?,
+    })
+}
+
+/// One decision of the run: `request`, `tick`, `chosen`, `route_kind` and its rows; the
+/// chosen row (the first with the chosen worker) gives `predicted_milli` (SPEC §14.1).
 fn decision(node: &Node) -> Option<Decision> {
     let Node::Object(members) = node else {
         return None;
     };
     let request = string(json::member(members, "request"))?.to_owned();
     receipt_integer(json::member(members, "tick")?)?;
+    let route_kind = string(json::member(members, "route_kind"))?.to_owned();
     let chosen = match json::member(members, "chosen")? {
         Node::Null => None,
         Node::String(worker) => Some(worker.to_string()),
         _ => return None,
     };
-    let Some(Node::Array(rows)) = json::member(members, "candidates") else {
+    let Some(Node::Array(row_nodes)) = json::member(members, "candidates") else {
         return None;
     };
-    let mut chosen_row = None;
-    for row in rows {
-        let Node::Object(row) = row else {
-            return None;
-        };
-        let worker = string(json::member(row, "worker"))?;
-        if chosen_row.is_none() && chosen.as_deref() == Some(worker) {
-            chosen_row = Some(row);
-        }
+    let mut rows = Vec::new();
+    for node in row_nodes {
+        rows.push(row(node)?);
     }
     let chosen = match chosen {
         None => None,
         Some(worker) => {
-            let row = chosen_row?;
-            let recomputed = receipt_integer(json::member(row, "recomputed")?)?;
-            let work_milli = receipt_integer(json::member(row, "work_milli")?)?;
-            Some((
-                worker,
-                u128::from(work_milli) + 1000 * u128::from(recomputed),
-            ))
+            let chosen_row = rows.iter().find(|r| r.worker == worker)?;
+            let predicted =
+                u128::from(chosen_row.work_milli) + 1000 * u128::from(chosen_row.recomputed);
+            Some((worker, predicted))
         }
     };
-    Some(Decision { request, chosen })
+    Some(Decision {
+        request,
+        chosen,
+        route_kind,
+        rows,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -761,6 +861,10 @@ struct Figures<'a> {
     prediction: Json<'a>,
     goodput: Json<'a>,
     workers: Json<'a>,
+    /// §14.7's `attribution`, and whether a matched record carries a figure it reads
+    /// (the member is written only then, SPEC §14.3).
+    attribution: Json<'a>,
+    carries_figure: bool,
 }
 
 /// The record lines grouped by id (SPEC §14.2): each id's record (its first line in
@@ -804,6 +908,10 @@ struct Matching<'a, 'e> {
     cancelled: u128,
     errors: u128,
     completed: Vec<Completed<'a, 'e>>,
+    /// The same completed records, each with its decision (§14.7).
+    completed_decisions: Vec<(&'a Decision, &'e Record)>,
+    /// Whether a matched record has a cached figure or a serving worker.
+    carries_figure: bool,
     /// `min(request_start_ns)` and `max(request_end_ns)` over the matched records.
     min_start_ns: Option<u64>,
     max_end_ns: Option<u64>,
@@ -821,6 +929,8 @@ fn match_decisions<'a, 'e>(
         cancelled: 0,
         errors: 0,
         completed: Vec::new(),
+        completed_decisions: Vec::new(),
+        carries_figure: false,
         min_start_ns: None,
         max_end_ns: None,
     };
@@ -833,6 +943,7 @@ fn match_decisions<'a, 'e>(
             continue;
         };
         m.matched += 1;
+        m.carries_figure |= attribution::carries_figure(rec);
         if let Some(start) = rec.start_ns {
             m.min_start_ns = Some(m.min_start_ns.map_or(start, |s| s.min(start)));
         }
@@ -845,6 +956,7 @@ fn match_decisions<'a, 'e>(
             m.errors += 1;
         } else if rec.ttft_us.is_some() && rec.tpot_us.is_some() {
             m.completed.push((worker, *predicted, rec));
+            m.completed_decisions.push((d, rec));
         }
     }
     m
@@ -1011,6 +1123,7 @@ fn goodput<'a>(m: &Matching, routed: u128, span: Span, slo: Option<Slo>) -> Json
 /// SPEC §14.2 over `decisions` and the record lines `entries` (in file order): the
 /// first line of an id is its record, later ones only counted.
 fn figures<'a>(
+    run: &str,
     decisions: &[&'a Decision],
     entries: &[&Entry],
     span: Span,
@@ -1025,6 +1138,8 @@ fn figures<'a>(
         prediction: prediction(&m.completed),
         goodput: goodput(&m, routed(decisions), span, slo),
         workers: workers(&m.completed),
+        attribution: attribution::attribution(run, &m.completed_decisions),
+        carries_figure: m.carries_figure,
     }
 }
 
@@ -1187,6 +1302,8 @@ fn comparable_entries(
 /// §14.3's `cohorts`: per cohort, in triple order, §14.2's figures over its decisions
 /// and the lines of their ids.
 fn cohort_documents<'a>(
+    run: &str,
+    with_attribution: bool,
     groups: &'a BTreeMap<cohorts::Triple, Vec<&'a Decision>>,
     entries: &[Entry],
     span: Span,
@@ -1199,8 +1316,8 @@ fn cohort_documents<'a>(
             .iter()
             .filter(|e| e.id.as_deref().is_some_and(|id| ids.contains(id)))
             .collect();
-        let f = figures(members_of, &own, span, slo);
-        listed.push(Json::Object(vec![
+        let f = figures(run, members_of, &own, span, slo);
+        let mut members = vec![
             ("tenant", Json::Str(tenant)),
             ("model", Json::Str(model)),
             ("adapter", Json::Str(adapter)),
@@ -1208,7 +1325,11 @@ fn cohort_documents<'a>(
             ("prediction", f.prediction),
             ("goodput", f.goodput),
             ("workers", f.workers),
-        ]));
+        ];
+        if with_attribution {
+            members.push(("attribution", f.attribution));
+        }
+        listed.push(Json::Object(members));
     }
     Json::Array(listed)
 }
@@ -1239,7 +1360,7 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
         comparable_entries(completions, inputs.id_key, &decisions);
     let all: Vec<&Decision> = decisions.iter().collect();
     let every_entry: Vec<&Entry> = entries.iter().collect();
-    let whole = figures(&all, &every_entry, span, inputs.slo);
+    let whole = figures(inputs.run, &all, &every_entry, span, inputs.slo);
 
     // 7: "a join that matches nothing (`matched` and `rejected_served` both 0) while
     // both sides have ids" (§14.5): the completions have a record (always, by now), so
@@ -1273,12 +1394,25 @@ pub fn join_inputs(inputs: &JoinInputs) -> Result<Vec<u8>, JoinFailure> {
         ("goodput", whole.goodput),
         ("workers", whole.workers),
     ];
+    // §14.3: `attribution` only when a matched record of the run carries a figure of
+    // §14.7, then in the run and in every cohort alike.
+    let with_attribution = whole.carries_figure;
+    if with_attribution {
+        members.push(("attribution", whole.attribution));
+    }
     // §14.3: `cohorts` only with `--trace`.
     let groups = cohort_of.map(|triples| cohorts::group(&decisions, &triples));
     if let Some(groups) = &groups {
         members.push((
             "cohorts",
-            cohort_documents(groups, &entries, span, inputs.slo),
+            cohort_documents(
+                inputs.run,
+                with_attribution,
+                groups,
+                &entries,
+                span,
+                inputs.slo,
+            ),
         ));
     }
     Ok(jcs::to_bytes(&Json::Object(members)))

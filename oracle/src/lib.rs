@@ -35,7 +35,7 @@ mod validate;
 
 use std::ops::ControlFlow;
 
-pub use join::{join, join_inputs, parse_slo, JoinFailure, JoinInputs, Slo};
+pub use join::{gate_lines, join, join_inputs, parse_slo, JoinFailure, JoinInputs, Slo};
 pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{
     simulate, simulate_completions, simulate_with_completions, CompletionRecord, SimCache,

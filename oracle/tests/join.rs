@@ -1127,13 +1127,13 @@ fn text_of(bytes: Result<Vec<u8>, JoinFailure>) -> String {
 
 /// A receipt written by hand, as join reads it (it does not verify, §14): one run,
 /// `cache_plus_load`, whose decisions route each id to `w0` with the given
-/// `recomputed` and `work_milli`.
+/// `recomputed` and `work_milli` (and every other member join reads, §14.1).
 fn hand_receipt(decisions: &[(String, u64, u64)]) -> Vec<u8> {
     let decisions: Vec<String> = decisions
         .iter()
         .map(|(id, recomputed, work_milli)| {
             format!(
-                r#"{{"request":"{id}","tick":0,"chosen":"w0","candidates":[{{"worker":"w0","recomputed":{recomputed},"work_milli":{work_milli}}}]}}"#
+                r#"{{"request":"{id}","tick":0,"chosen":"w0","route_kind":"cold","candidates":[{{"worker":"w0","eligible":true,"reasons":[],"reuse":0,"recomputed":{recomputed},"work_milli":{work_milli},"after_milli":0,"cost_milli":0}}]}}"#
             )
         })
         .collect();

@@ -640,7 +640,7 @@ fn vllm_bench_entries_past_the_last_decision_are_unrouted() {
 /// matched, so the span is 0 (not the duration), and no "matches nothing" error.
 #[test]
 fn vllm_bench_span_is_zero_when_nothing_matched() {
-    let receipt = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"q","tick":0,"chosen":null,"candidates":[]}]}]}"#;
+    let receipt = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"q","tick":0,"chosen":null,"route_kind":"rejected","candidates":[]}]}]}"#;
     let doc = bench("3", &[("0.001", "[]", "1", r#""""#)]);
     let mut given = inputs(receipt, doc.as_bytes(), Some("vllm-bench"));
     given.slo = declared("ttft_ms=1");
@@ -1366,7 +1366,7 @@ fn trace_errors_come_after_the_completions_receipt_and_run() {
         join_inputs(&given),
         Err(JoinFailure::TraceInvalid(_))
     ));
-    let no_digest = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"r1","tick":0,"chosen":null,"candidates":[]}]}]}"#;
+    let no_digest = br#"{"format":"kvroute-receipt/1","receipt_digest":"d","runs":[{"policy":"cache_plus_load","decisions":[{"request":"r1","tick":0,"chosen":null,"route_kind":"rejected","candidates":[]}]}]}"#;
     let trace = trace();
     given.receipt = no_digest;
     given.trace = Some(trace.as_bytes());

@@ -11,9 +11,12 @@
 //!
 //! Readings (guesses where §14 leaves a choice): `request_received_ms` is an integer as
 //! §1.1 writes one (plain digits, so `1e3` and `-0` are errors); `-0` as a millisecond
-//! figure is 0, as for AIPerf.
+//! figure is 0, as for AIPerf. `cached_tokens`, `worker.prefill_worker_id` and
+//! `worker.prefill_dp_rank` are integers in that same plain form (`7.0`, `7e0` and `-0`
+//! are errors). A `worker` without `prefill_worker_id` gives no serving worker, whatever
+//! its `prefill_dp_rank`.
 
-use super::{child, microseconds, repeats, MsProblem, Parsed, Record};
+use super::{child, microseconds, receipt_integer, repeats, MsProblem, Parsed, Record};
 use crate::json::{self, Member, Node};
 
 /// The largest `request_received_ms` (SPEC §14.1.1).
@@ -185,6 +188,95 @@ fn request_received_ms(request: &[Member], p: &str, problems: &mut Vec<String>) 
     received
 }
 
+/// An integer as SPEC §1.1 writes one (plain digits, no leading zero), from 0 to `max`.
+fn plain_integer(node: &Node, max: u64) -> Option<u64> {
+    let Node::Number(text) = node else {
+        return None;
+    };
+    let bytes = text.as_bytes();
+    let plain = !bytes.is_empty()
+        && bytes.iter().all(u8::is_ascii_digit)
+        && (bytes == b"0" || bytes[0] != b'0')
+        && bytes.len() <= 20;
+    if !plain {
+        return None;
+    }
+    text.parse::<u64>().ok().filter(|v| *v <= max)
+}
+
+/// `R.request.cached_tokens` at path `p` (an integer from 0 to `B`, or null), then its
+/// repeats (SPEC §14.1.1).
+fn cached_tokens(request: &[Member], p: &str, problems: &mut Vec<String>) -> Option<u64> {
+    let mut cached = None;
+    match json::member(request, "cached_tokens") {
+        None | Some(Node::Null) => {}
+        Some(node) => match receipt_integer(node) {
+            Some(value) => cached = Some(value),
+            None => problems.push(format!(
+                "{}: expected a non-negative integer or null, found {}",
+                child(p, "cached_tokens"),
+                json::quote(node)
+            )),
+        },
+    }
+    repeats(request, "cached_tokens", p, problems);
+    cached
+}
+
+/// One integer member of `worker` (null or absent: none), then its repeats.
+fn worker_integer(
+    worker: &[Member],
+    name: &str,
+    at: &str,
+    max: u64,
+    problems: &mut Vec<String>,
+) -> Option<u64> {
+    let mut read = None;
+    match json::member(worker, name) {
+        None | Some(Node::Null) => {}
+        Some(node) => match plain_integer(node, max) {
+            Some(value) => read = Some(value),
+            None => problems.push(format!(
+                "{}: expected an integer from 0 to {max} or null, found {}",
+                child(at, name),
+                json::quote(node)
+            )),
+        },
+    }
+    repeats(worker, name, at, problems);
+    read
+}
+
+/// `R.request.worker` at path `p` (an object or null), its repeats, then
+/// `prefill_worker_id` and `prefill_dp_rank`: the serving worker
+/// `dynamo|<prefill_worker_id>|dp<prefill_dp_rank>` (rank 0 when absent), none without
+/// `prefill_worker_id` (SPEC §14.1.1).
+fn serving_worker(request: &[Member], p: &str, problems: &mut Vec<String>) -> Option<String> {
+    let at = child(p, "worker");
+    let worker = match json::member(request, "worker") {
+        None | Some(Node::Null) => None,
+        Some(Node::Object(worker)) => Some(worker),
+        Some(other) => {
+            problems.push(format!(
+                "{at}: expected an object or null, found {}",
+                json::quote(other)
+            ));
+            None
+        }
+    };
+    repeats(request, "worker", p, problems);
+    let worker = worker?;
+    let id = worker_integer(worker, "prefill_worker_id", &at, u64::MAX, problems);
+    let rank = worker_integer(
+        worker,
+        "prefill_dp_rank",
+        &at,
+        u64::from(u32::MAX),
+        problems,
+    );
+    id.map(|id| format!("dynamo|{id}|dp{}", rank.unwrap_or(0)))
+}
+
 /// The end in ns: `min(start + 1000 × total_us, 2^64 − 1)` when both are present (SPEC
 /// §14.1.1).
 fn end_ns(start_ns: Option<u64>, total_us: Option<u64>) -> Option<u64> {
@@ -232,6 +324,8 @@ pub(super) fn record(root: &Node) -> Parsed {
     let ttft_us = milliseconds(request, "ttft_ms", p, &mut problems);
     let tpot_us = milliseconds(request, "avg_itl_ms", p, &mut problems);
     let total_us = milliseconds(request, "total_time_ms", p, &mut problems);
+    let cached = cached_tokens(request, p, &mut problems);
+    let serving = serving_worker(request, p, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -248,6 +342,8 @@ pub(super) fn record(root: &Node) -> Parsed {
             error: false,
             ttft_us: ttft_us.map(u128::from),
             tpot_us: tpot_us.map(u128::from),
+            cached_tokens: cached,
+            serving_worker: serving,
         },
     )))
 }

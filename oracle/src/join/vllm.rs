@@ -235,6 +235,9 @@ pub(super) fn read(bytes: &[u8]) -> Result<Bench, Vec<String>> {
             error: failed[i],
             ttft_us: Some(u128::from(ttft) / 1000),
             tpot_us: Some(tpot_us(sum, len)),
+            // §14.1.2: the result keeps neither figure of §14.7.
+            cached_tokens: None,
+            serving_worker: None,
         });
     }
     Ok(Bench {
