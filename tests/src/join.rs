@@ -72,7 +72,11 @@ pub fn oracle_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
         completions: case.completions,
         format: case.format.map(CompletionsFormat::name),
         run: case.run.name(),
-        slo: case.slo.map(|s| (s.ttft_ms, s.tpot_ms)),
+        // Core still holds whole milliseconds; the oracle holds microseconds.
+        slo: case.slo.map(|s| kvroute_oracle::Slo {
+            ttft_us: s.ttft_ms.map(|ms| ms.saturating_mul(1000)),
+            tpot_us: s.tpot_ms.map(|ms| ms.saturating_mul(1000)),
+        }),
         id_key: None,
         trace: case.trace,
     })
