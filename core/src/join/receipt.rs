@@ -1,14 +1,17 @@
 //! What `join` reads of a receipt (SPEC.md §14.1): one run's decisions, each as its
-//! request id, tick, chosen worker and the chosen row's `recomputed` and `work_milli`.
-//! The receipt is streamed (a canonical receipt through one serde pass, a JSON Lines
-//! receipt a line at a time) and every other run, row and log is skipped as it is read,
-//! so memory follows the run's decisions, not the receipt's size.
+//! request id, tick, chosen worker and the chosen row's `recomputed` and `work_milli`,
+//! and its rows reduced by [`rows_summary`] to the few integers attribution reads
+//! (§14.7). The receipt is streamed (a canonical receipt through one serde pass, a JSON
+//! Lines receipt a line at a time); a decision's rows are held only while it is read,
+//! and every other run and log is skipped, so memory follows the run's decisions, not
+//! the receipt's size.
 //!
 //! In a canonical run object `decisions` comes before `policy` (members are sorted), so
 //! the run is picked by its place: runs are always in [`Policy::ALL`] order (§6), and
 //! the picked run's own `policy` is checked once it is read.
 
-use crate::route::policy::Policy;
+use crate::route::policy::{choosable_rows, Policy, RouteKind};
+use crate::route::reason::{Reason, Reasons};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::btree_map::{BTreeMap, Entry};
@@ -30,6 +33,39 @@ pub struct ChosenRow {
     pub worker: String,
     pub recomputed: u64,
     pub work_milli: u64,
+    /// What attribution reads of every row of the decision (SPEC.md §14.7).
+    pub rows: RowsSummary,
+}
+
+/// A routed decision's rows reduced to the few figures SPEC.md §14.7 reads, so that
+/// memory follows the decisions, not decisions times workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowsSummary {
+    /// The request's prompt tokens: the chosen row's `reuse + recomputed`.
+    pub prompt: u64,
+    /// The largest `reuse` of the eligible rows.
+    pub best_eligible: u64,
+    /// The largest `reuse` of the rows the run could choose.
+    pub best_choosable: u64,
+    /// The chosen row's `reuse`.
+    pub predicted: u64,
+    /// Whether the policy's load score made it pass over the best holder.
+    pub traded_for_load: bool,
+    /// Whether some eligible row's evidence was refused (`stale_view`, a boundary
+    /// reason, ...), which the receipt cannot measure.
+    pub evidence_refused: bool,
+    /// `(worker index in [`ReceiptRun::workers`], reuse)` of each row with `reuse`
+    /// above 0, by worker index.
+    pub reuse_rows: Box<[(u32, u64)]>,
+}
+
+impl RowsSummary {
+    /// The `reuse` of the row of worker `index`; 0 for a row not kept (none reused).
+    pub fn reuse_of(&self, index: u32) -> u64 {
+        self.reuse_rows
+            .binary_search_by_key(&index, |&(i, _)| i)
+            .map_or(0, |at| self.reuse_rows[at].1)
+    }
 }
 
 /// The run read from a receipt.
@@ -42,6 +78,40 @@ pub struct ReceiptRun {
     /// Every run the receipt has, in its order, for the error naming them.
     pub policies: Vec<String>,
     pub decisions: Vec<DecisionSummary>,
+    /// The run's workers, indexed as [`RowsSummary::reuse_rows`] names them.
+    pub workers: WorkerIndex,
+}
+
+/// The workers met in the run's rows, each given the next index when first met.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerIndex {
+    by_name: BTreeMap<String, u32>,
+}
+
+impl WorkerIndex {
+    /// The index of `worker`, given one when it is first met.
+    fn index(&mut self, worker: &str) -> u32 {
+        if let Some(&index) = self.by_name.get(worker) {
+            return index;
+        }
+        let index = self.by_name.len() as u32;
+        self.by_name.insert(worker.to_owned(), index);
+        index
+    }
+
+    /// The index of `worker` when the run has a row for it.
+    pub fn get(&self, worker: &str) -> Option<u32> {
+        self.by_name.get(worker).copied()
+    }
+
+    /// The name of every indexed worker, by index.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names = vec![""; self.by_name.len()];
+        for (name, &index) in &self.by_name {
+            names[index as usize] = name;
+        }
+        names
+    }
 }
 
 /// Why a receipt gave no run.
@@ -56,8 +126,13 @@ pub enum ReceiptError {
 #[derive(Deserialize)]
 struct Row {
     worker: String,
+    eligible: bool,
+    reasons: Vec<String>,
+    reuse: u64,
     recomputed: u64,
     work_milli: u64,
+    after_milli: u64,
+    cost_milli: u64,
 }
 
 #[derive(Deserialize)]
@@ -65,18 +140,19 @@ struct Decision {
     request: String,
     tick: u64,
     chosen: Option<String>,
+    route_kind: String,
     candidates: Vec<Row>,
 }
 
 impl Decision {
-    fn summary(self) -> Result<DecisionSummary, String> {
+    fn summary(self, policy: Policy, workers: &mut WorkerIndex) -> Result<DecisionSummary, String> {
         let chosen = match self.chosen {
             None => None,
             Some(worker) => {
-                let row = self
+                let at = self
                     .candidates
-                    .into_iter()
-                    .find(|row| row.worker == worker)
+                    .iter()
+                    .position(|row| row.worker == worker)
                     .ok_or_else(|| {
                         format!(
                             "decision of request {}: the chosen worker {} has no row",
@@ -84,10 +160,14 @@ impl Decision {
                             crate::input::json::quote_str(&worker)
                         )
                     })?;
+                let escape = self.route_kind == RouteKind::OverloadEscape.name();
+                let rows = rows_summary(policy, escape, at, &self.candidates, workers);
+                let row = &self.candidates[at];
                 Some(ChosenRow {
                     worker,
                     recomputed: row.recomputed,
                     work_milli: row.work_milli,
+                    rows,
                 })
             }
         };
@@ -96,6 +176,71 @@ impl Decision {
             tick: self.tick,
             chosen,
         })
+    }
+}
+
+/// A routed decision's rows as SPEC.md §14.7 reads them: `chosen` is the chosen row's
+/// place, `overload_escape` whether the decision's `route_kind` says so. Which rows the
+/// run could choose is the policy's own rule ([`choosable_rows`]).
+fn rows_summary(
+    policy: Policy,
+    overload_escape: bool,
+    chosen: usize,
+    rows: &[Row],
+    workers: &mut WorkerIndex,
+) -> RowsSummary {
+    let reasons: Vec<Reasons> = rows
+        .iter()
+        .map(|row| {
+            let mut reasons = Reasons::default();
+            // A name this build does not know cannot change which tier a row is in.
+            row.reasons
+                .iter()
+                .filter_map(|name| Reason::from_name(name))
+                .for_each(|reason| reasons.insert(reason));
+            reasons
+        })
+        .collect();
+    let choosable = choosable_rows(policy, &reasons);
+    let best_of = |keep: &dyn Fn(usize) -> bool| {
+        (0..rows.len())
+            .filter(|&w| keep(w))
+            .map(|w| rows[w].reuse)
+            .max()
+            .unwrap_or(0)
+    };
+    let best_eligible = best_of(&|w| rows[w].eligible);
+    let best_choosable = best_of(&|w| choosable[w]);
+    // The policy's load score (SPEC.md §14.7); round_robin and longest_prefix have none.
+    let score = |row: &Row| match policy {
+        _ if overload_escape => Some(row.after_milli),
+        Policy::LeastLoad => Some(row.work_milli),
+        Policy::CachePlusLoad | Policy::DynamoDefault => Some(row.cost_milli),
+        Policy::RoundRobin | Policy::LongestPrefix => None,
+    };
+    let best_holder = (0..rows.len())
+        .filter(|&w| choosable[w] && rows[w].reuse == best_choosable)
+        .min_by(|&a, &b| rows[a].worker.as_bytes().cmp(rows[b].worker.as_bytes()));
+    let traded_for_load = match (score(&rows[chosen]), best_holder.map(|h| score(&rows[h]))) {
+        (Some(chosen_score), Some(Some(holder_score))) => chosen_score < holder_score,
+        _ => false,
+    };
+    let evidence_refused = (0..rows.len())
+        .any(|w| rows[w].eligible && reasons[w].intersects(Reasons::EVIDENCE_REFUSED));
+    let mut reuse_rows: Vec<(u32, u64)> = rows
+        .iter()
+        .map(|row| (workers.index(&row.worker), row.reuse))
+        .filter(|&(_, reuse)| reuse > 0)
+        .collect();
+    reuse_rows.sort_unstable();
+    RowsSummary {
+        prompt: rows[chosen].reuse.saturating_add(rows[chosen].recomputed),
+        best_eligible,
+        best_choosable,
+        predicted: rows[chosen].reuse,
+        traded_for_load,
+        evidence_refused,
+        reuse_rows: reuse_rows.into_boxed_slice(),
     }
 }
 
@@ -129,7 +274,7 @@ fn not_a_receipt(e: impl fmt::Display) -> ReceiptError {
 fn read_canonical(receipt: impl Read, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
     let wanted = Policy::ALL.iter().position(|&p| p == policy).unwrap_or(0);
     let mut de = serde_json::Deserializer::from_reader(receipt);
-    let body = ReceiptSeed { wanted }
+    let body = ReceiptSeed { wanted, policy }
         .deserialize(&mut de)
         .map_err(not_a_receipt)?;
     de.end().map_err(not_a_receipt)?;
@@ -144,7 +289,7 @@ fn read_canonical(receipt: impl Read, policy: Policy) -> Result<ReceiptRun, Rece
     let trace_digest = body
         .trace_digest
         .ok_or_else(|| ReceiptError::NotAReceipt("no trace_digest".to_owned()))?;
-    let decisions = match body.picked {
+    let (decisions, workers) = match body.picked {
         Some((picked_policy, decisions)) if picked_policy == policy.name() => decisions?,
         _ => return Err(ReceiptError::NoSuchRun(body.policies)),
     };
@@ -162,6 +307,7 @@ fn read_canonical(receipt: impl Read, policy: Policy) -> Result<ReceiptRun, Rece
         policy,
         policies: body.policies,
         decisions,
+        workers,
     })
 }
 
@@ -175,11 +321,15 @@ struct ReceiptBody {
     trace_digest: Option<String>,
     policies: Vec<String>,
     /// The run at the wanted place: its policy and decisions.
-    picked: Option<(String, Result<Vec<DecisionSummary>, ReceiptError>)>,
+    picked: Option<(String, Result<Decisions, ReceiptError>)>,
 }
+
+/// A run's decisions and the index of the workers their rows name.
+type Decisions = (Vec<DecisionSummary>, WorkerIndex);
 
 struct ReceiptSeed {
     wanted: usize,
+    policy: Policy,
 }
 
 impl<'de> DeserializeSeed<'de> for ReceiptSeed {
@@ -204,6 +354,7 @@ impl<'de> Visitor<'de> for ReceiptSeed {
                 "runs" => {
                     let runs = map.next_value_seed(RunsSeed {
                         wanted: self.wanted,
+                        policy: self.policy,
                     })?;
                     body.policies = runs.0;
                     body.picked = runs.1;
@@ -219,11 +370,12 @@ impl<'de> Visitor<'de> for ReceiptSeed {
 
 type Runs = (
     Vec<String>,
-    Option<(String, Result<Vec<DecisionSummary>, ReceiptError>)>,
+    Option<(String, Result<Decisions, ReceiptError>)>,
 );
 
 struct RunsSeed {
     wanted: usize,
+    policy: Policy,
 }
 
 impl<'de> DeserializeSeed<'de> for RunsSeed {
@@ -242,7 +394,7 @@ impl<'de> Visitor<'de> for RunsSeed {
         let mut policies = Vec::new();
         let mut picked = None;
         while let Some((policy, decisions)) = seq.next_element_seed(RunSeed {
-            keep: policies.len() == self.wanted,
+            keep: (policies.len() == self.wanted).then_some(self.policy),
         })? {
             if let Some(decisions) = decisions {
                 picked = Some((policy.clone(), decisions));
@@ -253,12 +405,12 @@ impl<'de> Visitor<'de> for RunsSeed {
     }
 }
 
-/// One run: its policy, and its decisions when `keep`.
+/// One run: its policy, and its decisions when `keep` names the policy wanted.
 struct RunSeed {
-    keep: bool,
+    keep: Option<Policy>,
 }
 
-type Run = (String, Option<Result<Vec<DecisionSummary>, ReceiptError>>);
+type Run = (String, Option<Result<Decisions, ReceiptError>>);
 
 impl<'de> DeserializeSeed<'de> for RunSeed {
     type Value = Run;
@@ -278,11 +430,10 @@ impl<'de> Visitor<'de> for RunSeed {
         while let Some(name) = map.next_key::<String>()? {
             match name.as_str() {
                 "policy" => policy = Some(map.next_value::<String>()?),
-                "decisions" if self.keep => {
-                    let read: Vec<Decision> = map.next_value()?;
-                    let summaries: Result<Vec<DecisionSummary>, String> =
-                        read.into_iter().map(Decision::summary).collect();
-                    decisions = Some(summaries.map_err(ReceiptError::NotAReceipt));
+                "decisions" if self.keep.is_some() => {
+                    let policy = self.keep.unwrap_or(Policy::CachePlusLoad);
+                    let read = map.next_value_seed(DecisionsSeed { policy })?;
+                    decisions = Some(read.map_err(ReceiptError::NotAReceipt));
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -291,6 +442,44 @@ impl<'de> Visitor<'de> for RunSeed {
         }
         let policy = policy.ok_or_else(|| serde::de::Error::missing_field("policy"))?;
         Ok((policy, decisions))
+    }
+}
+
+/// A run's decisions, each reduced to its summary as it is read: a decision's rows
+/// (one per worker) are held only while their own decision is.
+struct DecisionsSeed {
+    policy: Policy,
+}
+
+impl<'de> DeserializeSeed<'de> for DecisionsSeed {
+    type Value = Result<Decisions, String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DecisionsSeed {
+    type Value = Result<Decisions, String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of decisions")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut summaries = Vec::new();
+        let mut workers = WorkerIndex::default();
+        let mut first_problem = None;
+        while let Some(decision) = seq.next_element::<Decision>()? {
+            // The rest is still read, so a later shape error is the parser's as before.
+            if first_problem.is_none() {
+                match decision.summary(self.policy, &mut workers) {
+                    Ok(summary) => summaries.push(summary),
+                    Err(problem) => first_problem = Some(problem),
+                }
+            }
+        }
+        Ok(match first_problem {
+            Some(problem) => Err(problem),
+            None => Ok((summaries, workers)),
+        })
     }
 }
 
@@ -332,6 +521,7 @@ struct StreamLine {
 fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, ReceiptError> {
     let mut policies: Vec<String> = Vec::new();
     let mut decisions = Vec::new();
+    let mut workers = WorkerIndex::default();
     // The line of each kept decision, for the error naming a repeated request id.
     let mut decision_lines: Vec<usize> = Vec::new();
     let mut receipt_digest = None;
@@ -356,7 +546,8 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
                 policies.push(name.clone());
             }
             if let Some(decision) = line.decisions.filter(|_| name == policy.name()) {
-                decisions.push(decision.summary().map_err(ReceiptError::NotAReceipt)?);
+                let summary = decision.summary(policy, &mut workers);
+                decisions.push(summary.map_err(ReceiptError::NotAReceipt)?);
                 decision_lines.push(index + 1);
             }
         }
@@ -383,6 +574,7 @@ fn read_lines(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Recei
         policy,
         policies,
         decisions,
+        workers,
     })
 }
 
