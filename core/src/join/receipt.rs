@@ -103,15 +103,6 @@ impl WorkerIndex {
     pub fn get(&self, worker: &str) -> Option<u32> {
         self.by_name.get(worker).copied()
     }
-
-    /// The name of every indexed worker, by index.
-    pub fn names(&self) -> Vec<&str> {
-        let mut names = vec![""; self.by_name.len()];
-        for (name, &index) in &self.by_name {
-            names[index as usize] = name;
-        }
-        names
-    }
 }
 
 /// Why a receipt gave no run.
