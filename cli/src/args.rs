@@ -618,6 +618,16 @@ pub struct JoinArgs {
     /// be mixed): e.g. `--slo ttft_ms=300,tpot_ms=12.5`.
     #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
     pub slo: Option<kvroute_core::join::figures::Slo>,
+    /// Exit 3, after the output is written, when more than N per mille of the records
+    /// that carry cached tokens drifted from the router's picture of their worker's
+    /// cache (in the run, a cohort or a serving worker); N from 0 to 1000.
+    #[arg(long, value_name = "N", value_parser = parse_per_mille)]
+    pub max_drift_pm: Option<u64>,
+    /// Exit 3, after the output is written, when more than N per mille of the records
+    /// that carry cached tokens ran on another worker than the chosen one (in the run
+    /// or a cohort); N from 0 to 1000.
+    #[arg(long, value_name = "N", value_parser = parse_per_mille)]
+    pub max_elsewhere_pm: Option<u64>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
     pub format: DiffFormat,
@@ -650,6 +660,14 @@ impl CompletionsFormat {
             Self::VllmBench => kvroute_core::join::CompletionsFormat::VllmBench,
         }
     }
+}
+
+/// A per-mille gate (SPEC.md §14.7): an integer from 0 to 1000.
+pub fn parse_per_mille(text: &str) -> Result<u64, String> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|&pm| pm <= 1000 && text.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| format!("expected an integer from 0 to 1000, found {text:?}"))
 }
 
 /// `--slo` (SPEC.md §14.2): items separated by `,`, each `ttft_ms=X` or `tpot_ms=Y`, or

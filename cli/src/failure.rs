@@ -1,4 +1,5 @@
-//! How a command fails: the lines it prints on stderr and the exit status, shared by
+//! How a command fails: the lines it prints on stderr and the exit status (2 bad
+//! input or usage, 1 anything else, 3 a declared gate that did not pass), shared by
 //! every command module and the output helpers (`out`), which therefore need not
 //! import the binary's `main`.
 
@@ -12,6 +13,12 @@ impl Failure {
     /// Invalid input or usage: status 2.
     pub(crate) fn invalid(lines: Vec<String>) -> Self {
         Failure { status: 2, lines }
+    }
+
+    /// A gate the command was given did not pass, after its output was written:
+    /// status 3 (SPEC.md §7), which no other failure uses.
+    pub(crate) fn gate(lines: Vec<String>) -> Self {
+        Failure { status: 3, lines }
     }
 
     /// Anything else that went wrong: status 1.

@@ -1,12 +1,14 @@
 //! `kvroute join RECEIPT COMPLETIONS` (SPEC.md §14): both inputs streamed from their
 //! files (or one from stdin) into core's join, the result written as a table, JSON or
-//! CSV by the usual output rules. Ids in the table are escaped for the terminal.
+//! CSV by the usual output rules. Ids in the table are escaped for the terminal. The
+//! drift gates (SPEC.md §14.7) are judged after the output is written.
 
 use crate::failure::Failure;
 use crate::inputs::read_id_key;
 use crate::out::emit;
 use kvroute_cli::args::{DiffFormat, JoinArgs};
 use kvroute_cli::terminal::printable;
+use kvroute_core::join::attribution::{gate_lines, Gates};
 use kvroute_core::join::receipt::ReceiptError;
 use kvroute_core::join::{self, output, JoinError, JoinOptions, TraceCohorts};
 use kvroute_core::output::csv::CsvIds;
@@ -71,7 +73,19 @@ pub fn join_command(args: &JoinArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::other(format!("kvroute join: cannot write the CSV: {e}")))?
         }
     };
-    emit(&bytes, args.out.as_deref())
+    emit(&bytes, args.out.as_deref())?;
+    let gates = Gates {
+        max_drift_pm: args.max_drift_pm,
+        max_elsewhere_pm: args.max_elsewhere_pm,
+    };
+    let lines = gate_lines(&joined, gates);
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::gate(
+            lines.iter().map(|l| printable(l).into_owned()).collect(),
+        ))
+    }
 }
 
 /// The lines of a failed join (SPEC.md §14.5), every id escaped for the terminal.

@@ -1,8 +1,8 @@
 //! `kvroute`: replay a routing trace under four policies and explain every decision.
 //!
 //! Exit status (SPEC.md §7): 0 success; 2 invalid trace, unreadable trace or bad usage;
-//! 1 any other failure; 130 and 143 after SIGINT and SIGTERM; 141 when stdout's reader
-//! went away. Every output, stdout or a file, goes through [`out`], which holds the
+//! 1 any other failure; 3 from `join` when a gate it was given did not pass; 130 and
+//! 143 after SIGINT and SIGTERM; 141 when stdout's reader went away. Every output, stdout or a file, goes through [`out`], which holds the
 //! rules for files (a temporary file renamed into place, links followed, FIFOs and
 //! devices written in place) and for signals.
 

@@ -394,3 +394,151 @@ fn trace_gives_cohorts_and_must_be_the_receipts() {
     );
     assert!(wrong.stdout.is_empty());
 }
+
+/// The lab receipt to a file, and AIPerf records for every request its
+/// cache_plus_load run routed, each saying no prompt token was read from cache.
+fn lab_receipt_and_uncached_records(dir: &std::path::Path) -> (String, String) {
+    let receipt = dir.join("r.json").display().to_string();
+    assert!(
+        kvroute(&["replay", "--format", "json", "--out", &receipt], None)
+            .status
+            .success()
+    );
+    let document: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let run = &document["runs"][3];
+    assert_eq!(run["policy"], "cache_plus_load");
+    let records: String = run["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["chosen"].is_string())
+        .map(|d| {
+            serde_json::json!({
+                "metadata": {"x_request_id": d["request"], "request_start_ns": 1},
+                "metrics": {
+                    "time_to_first_token": {"value": 10, "unit": "ms"},
+                    "inter_token_latency": {"value": 1, "unit": "ms"},
+                    "usage_prompt_cache_read_tokens": {"value": 0, "unit": "tokens"},
+                },
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    let completions = dir.join("c.jsonl");
+    std::fs::write(&completions, records).unwrap();
+    (receipt, completions.display().to_string())
+}
+
+#[test]
+fn a_drift_gate_that_does_not_pass_exits_3_after_the_output_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (receipt, completions) = lab_receipt_and_uncached_records(dir.path());
+    let out = dir.path().join("join.json").display().to_string();
+    let gated = kvroute(
+        &[
+            "join",
+            &receipt,
+            &completions,
+            "--format",
+            "json",
+            "--out",
+            &out,
+            "--max-drift-pm",
+            "0",
+            "--max-elsewhere-pm",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(gated.status.code(), Some(3));
+    let document: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let attribution = &document["attribution"];
+    let (attributed, drift_pm) = (&attribution["attributed"], &attribution["drift_pm"]);
+    assert!(drift_pm.as_u64().unwrap() > 0, "{attribution}");
+    // The run's line, then one per drifting worker; nothing ran elsewhere.
+    let mut expected = vec![format!(
+        "kvroute join: drift {drift_pm}‰ of {attributed} attributed records is above \
+         --max-drift-pm 0 (run cache_plus_load)"
+    )];
+    for worker in attribution["workers"].as_array().unwrap() {
+        if worker["drift_pm"].as_u64().unwrap() > 0 {
+            expected.push(format!(
+                "kvroute join: drift {}‰ of {} attributed records is above --max-drift-pm 0 \
+                 (worker {})",
+                worker["drift_pm"], worker["attributed"], worker["worker"]
+            ));
+        }
+    }
+    assert_eq!(
+        String::from_utf8(gated.stderr).unwrap(),
+        expected.join("\n") + "\n"
+    );
+
+    // Gates at or above the figures pass; the table goes to stdout as usual.
+    let passing = kvroute(
+        &[
+            "join",
+            &receipt,
+            &completions,
+            "--max-drift-pm",
+            "1000",
+            "--max-elsewhere-pm",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(passing.status.code(), Some(0), "{passing:?}");
+    assert!(passing.stderr.is_empty());
+    assert!(String::from_utf8(passing.stdout)
+        .unwrap()
+        .contains(&format!(
+            "attribution: attributed {attributed}  unknown 0  lost "
+        )));
+}
+
+#[test]
+fn a_gate_without_cached_tokens_cannot_be_judged_and_a_bad_gate_is_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("r.json").display().to_string();
+    assert!(
+        kvroute(&["replay", "--format", "json", "--out", &receipt], None)
+            .status
+            .success()
+    );
+    let unjudged = kvroute(
+        &[
+            "join",
+            &receipt,
+            COMPLETIONS,
+            "--max-elsewhere-pm",
+            "5",
+            "--max-drift-pm",
+            "5",
+        ],
+        None,
+    );
+    assert_eq!(unjudged.status.code(), Some(3));
+    assert!(!unjudged.stdout.is_empty(), "the table is written first");
+    assert_eq!(
+        String::from_utf8(unjudged.stderr).unwrap(),
+        "kvroute join: --max-drift-pm: no completed record carries cached tokens, so drift \
+         cannot be judged\n\
+         kvroute join: --max-elsewhere-pm: no completed record carries cached tokens, so \
+         served elsewhere cannot be judged\n"
+    );
+    for (option, value) in [
+        ("--max-drift-pm", "1001"),
+        ("--max-elsewhere-pm", "-1"),
+        ("--max-drift-pm", "+5"),
+    ] {
+        let given = format!("{option}={value}");
+        let bad = kvroute(&["join", &receipt, COMPLETIONS, &given], None);
+        assert_eq!(bad.status.code(), Some(2), "{option} {value}");
+        let stderr = String::from_utf8(bad.stderr).unwrap();
+        assert!(stderr.contains(option), "{stderr}");
+        assert!(bad.stdout.is_empty());
+    }
+}

@@ -50,6 +50,7 @@ fn hand_computed() -> JoinFigures {
         }),
         workers: lab_workers(),
         cohorts: None,
+        attribution: None,
     }
 }
 

@@ -3,6 +3,7 @@
 //! hand; the layout detected from the first line; and the join by position past the
 //! run's last decision.
 
+use kvroute_core::join::attribution::Attribution;
 use kvroute_core::join::figures::{Counts, Goodput, JoinFigures};
 use kvroute_core::join::{join, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
 use kvroute_core::{parse_trace, Policy, LAB_TRACE_JSON};
@@ -64,6 +65,12 @@ fn the_dynamo_fixture_joins_to_the_hand_computed_figures() {
                 }),
                 workers: lab_workers(),
                 cohorts: None,
+                // The records name their prefill worker (not one of the lab's), and none
+                // carries cached tokens: attribution is written, nothing is attributed.
+                attribution: Some(Attribution {
+                    unknown: 5,
+                    ..Attribution::default()
+                }),
             }
         );
     }
@@ -94,6 +101,7 @@ fn the_vllm_bench_fixture_joins_by_position_to_the_hand_computed_figures() {
                     worker("w3", [1, 400_250, 15_999, 2_600_000, 153]),
                 ],
                 cohorts: None,
+                attribution: None,
             }
         );
     }
@@ -169,6 +177,7 @@ fn cohorts_split_the_run_by_tenant_model_and_adapter() {
             }),
             workers: lab_workers(),
             cohorts: None,
+            attribution: None,
         }
     );
     let nothing_served = |decisions: u64| JoinFigures {
@@ -185,6 +194,7 @@ fn cohorts_split_the_run_by_tenant_model_and_adapter() {
         }),
         workers: vec![],
         cohorts: None,
+        attribution: None,
     };
     for (cohort, decisions) in cohorts[1..].iter().zip([1, 8, 6, 1]) {
         assert_eq!(
@@ -199,6 +209,7 @@ fn cohorts_split_the_run_by_tenant_model_and_adapter() {
     assert_eq!(
         JoinFigures {
             cohorts: None,
+            attribution: None,
             ..joined.figures
         },
         without.figures

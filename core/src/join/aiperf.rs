@@ -17,6 +17,10 @@ pub struct Completion {
     /// Time to first token and time per output token, in whole microseconds.
     pub ttft_us: Option<u64>,
     pub tpot_us: Option<u64>,
+    /// The prompt tokens the record says were served from cache (SPEC.md §14.7).
+    pub cached_tokens: Option<u64>,
+    /// The kvroute worker that served the request, when the record names one.
+    pub serving_worker: Option<String>,
 }
 
 /// Reads one non-blank line; on failure, every reason found, each `PATH: reason`.
@@ -165,14 +169,14 @@ impl<'n> Fields<'n, '_> {
         };
         let metrics = match self.object("metrics", false, true) {
             Some(Some(node)) => self.child("metrics", node).metrics(),
-            Some(None) => Some((None, None)),
+            Some(None) => Some((None, None, None)),
             None => None,
         };
         let failed = self
             .object("error", false, true)
             .map(|error| error.is_some());
         let (request_id, start_ns, end_ns, cancelled) = metadata?;
-        let (ttft_us, tpot_us) = metrics?;
+        let (ttft_us, tpot_us, cached_tokens) = metrics?;
         Some(Completion {
             request_id,
             start_ns: Some(start_ns),
@@ -181,6 +185,9 @@ impl<'n> Fields<'n, '_> {
             failed: failed?,
             ttft_us,
             tpot_us,
+            cached_tokens,
+            // AIPerf's own `metadata.worker_id` is its client worker, not a server's.
+            serving_worker: None,
         })
     }
 
@@ -219,11 +226,38 @@ impl<'n> Fields<'n, '_> {
         Some((id??, start??, end?.flatten(), cancelled?.unwrap_or(false)))
     }
 
-    /// TTFT and TPOT, each when present; `None` after an error.
-    fn metrics(&mut self) -> Option<(Option<u64>, Option<u64>)> {
+    /// TTFT, TPOT and the cached prompt tokens, each when present; `None` after an
+    /// error.
+    fn metrics(&mut self) -> Option<(Option<u64>, Option<u64>, Option<u64>)> {
         let ttft = self.milliseconds("time_to_first_token");
         let tpot = self.milliseconds("inter_token_latency");
-        Some((ttft?, tpot?))
+        let cached = self.tokens("usage_prompt_cache_read_tokens");
+        Some((ttft?, tpot?, cached?))
+    }
+
+    /// `{"value": integer from 0 to B, "unit": "tokens"}`; `Some(None)` when absent.
+    fn tokens(&mut self, name: &str) -> Option<Option<u64>> {
+        let node = match self.object(name, false, false)? {
+            None => return Some(None),
+            Some(node) => node,
+        };
+        let mut metric = self.child(name, node);
+        let count = metric.scalar("value", true, |fields, value| match token_count(value) {
+            Some(count) => Some(count),
+            None => {
+                fields.wrong("value", "expected a non-negative integer", value);
+                None
+            }
+        });
+        let unit = metric.scalar("unit", true, |fields, unit| match unit {
+            Node::String(text) if text == "tokens" => Some(()),
+            other => {
+                fields.wrong("unit", "expected \"tokens\"", other);
+                None
+            }
+        });
+        unit??;
+        Some(Some(count??))
     }
 
     /// `{"value": number, "unit": "ms"}` as whole microseconds; `Some(None)` when absent.
@@ -249,6 +283,16 @@ impl<'n> Fields<'n, '_> {
         });
         unit??;
         Some(Some(micros??))
+    }
+}
+
+/// A token count: an integer from 0 to `B` (SPEC.md §14.1), else `None`.
+pub(crate) fn token_count(node: &Node) -> Option<u64> {
+    match node {
+        Node::Number(Number::Integer(v)) if *v <= crate::input::limits::JSON_INTEGER_MAX => {
+            Some(*v)
+        }
+        _ => None,
     }
 }
 

@@ -1,11 +1,29 @@
 //! Dynamo's per-request trace records (SPEC.md §14.1.1): one JSON Lines line, either
 //! the file sink's `{"timestamp", "event"}` wrapper or the bare record the stderr sink
 //! writes. Only `request_end` lines hold a record; tool and payload lines are skipped.
-//! Dynamo writes no status, so a record is never cancelled or in error.
+//! Dynamo writes no status, so a record is never cancelled or in error. A record's
+//! `cached_tokens` and prefill worker go to attribution (§14.7) as they are.
 
 use crate::input::json::{Node, Number};
 use crate::input::json_lines::line_json;
-use crate::join::aiperf::{microseconds, Completion, Fields};
+use crate::join::aiperf::{microseconds, token_count, Completion, Fields};
+
+/// `Some(None)` for `null`, `Some(Some(v))` for an integer from 0 to `max` written in
+/// plain digits (2^64 − 1 has twenty, which the JSON reader keeps as a literal), else
+/// `None`.
+fn nullable_integer(node: &Node, max: u64) -> Option<Option<u64>> {
+    let value = match node {
+        Node::Null => return Some(None),
+        Node::Number(Number::Integer(v)) => *v,
+        Node::Number(Number::Literal(text))
+            if text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0') =>
+        {
+            text.parse::<u64>().ok()?
+        }
+        _ => return None,
+    };
+    (value <= max).then_some(Some(value))
+}
 
 /// The largest `request_received_ms` read: its nanoseconds stay within 64 bits.
 const RECEIVED_MS_MAX: u64 = 9_999_999_999_999;
@@ -91,6 +109,22 @@ impl Fields<'_, '_> {
         let ttft_us = self.optional_milliseconds("ttft_ms");
         let tpot_us = self.optional_milliseconds("avg_itl_ms");
         let total_us = self.optional_milliseconds("total_time_ms");
+        let cached_tokens = self.scalar("cached_tokens", false, |fields, node| match node {
+            Node::Null => Some(None),
+            value => match token_count(value) {
+                Some(count) => Some(Some(count)),
+                None => {
+                    let expected = "expected a non-negative integer or null";
+                    fields.wrong("cached_tokens", expected, value);
+                    None
+                }
+            },
+        });
+        let serving_worker = match self.object("worker", false, true) {
+            Some(Some(node)) => self.child("worker", node).prefill_worker(),
+            Some(None) => Some(None),
+            None => None,
+        };
         let request_id = request_id??;
         let start_ns = received_ms?.flatten().map(|ms| ms * 1_000_000);
         let end_ns = match (start_ns, total_us?) {
@@ -107,7 +141,32 @@ impl Fields<'_, '_> {
             failed: false,
             ttft_us: ttft_us?,
             tpot_us: tpot_us?,
+            cached_tokens: cached_tokens?.flatten(),
+            serving_worker: serving_worker?,
         })
+    }
+
+    /// The kvroute name of the worker that ran the prefill, `dynamo|<id>|dp<rank>` as
+    /// SPEC.md §13.7 names Dynamo's workers (rank 0 when absent): a prefix cache saves
+    /// prefill, so that worker's cache is the one the record's cached tokens are from.
+    /// `Some(None)` when the record names no prefill worker, `None` after an error.
+    fn prefill_worker(&mut self) -> Option<Option<String>> {
+        let id = self.scalar("prefill_worker_id", false, |fields, node| {
+            nullable_integer(node, u64::MAX).or_else(|| {
+                let expected = "expected an integer from 0 to 18446744073709551615 or null";
+                fields.wrong("prefill_worker_id", expected, node);
+                None
+            })
+        });
+        let rank = self.scalar("prefill_dp_rank", false, |fields, node| {
+            nullable_integer(node, u64::from(u32::MAX)).or_else(|| {
+                let expected = "expected an integer from 0 to 4294967295 or null";
+                fields.wrong("prefill_dp_rank", expected, node);
+                None
+            })
+        });
+        let (id, rank) = (id?.flatten(), rank?.flatten());
+        Some(id.map(|id| format!("dynamo|{id}|dp{}", rank.unwrap_or(0))))
     }
 
     /// A number of milliseconds or `null`, as whole microseconds; `Some(None)` when

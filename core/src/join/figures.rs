@@ -80,6 +80,9 @@ pub struct JoinFigures {
     pub workers: Vec<WorkerFigures>,
     /// Per `(tenant, model, adapter)`, only with `--trace` (SPEC.md §14.2.1).
     pub cohorts: Option<Vec<CohortFigures>>,
+    /// Why requests missed the cache, only when the records carry the figures
+    /// (SPEC.md §14.7).
+    pub attribution: Option<crate::join::attribution::Attribution>,
 }
 
 /// One cohort's figures, computed as the run's over its decisions and their records.
@@ -115,6 +118,11 @@ impl Records {
             .entry(completion.request_id.clone())
             .and_modify(|(_, seen)| *seen += 1)
             .or_insert((completion, 1));
+    }
+
+    /// The record of `id`: its first line.
+    pub fn record(&self, id: &str) -> Option<&Completion> {
+        self.first.get(id).map(|(completion, _)| completion)
     }
 
     /// The first record's id in file order, for the error when nothing matches.
@@ -236,6 +244,7 @@ pub fn join(decisions: &[DecisionSummary], records: &Records, slo: Option<Slo>) 
         workers: per_worker(&served),
         counts,
         cohorts: None,
+        attribution: None,
     }
 }
 

@@ -1,10 +1,12 @@
 //! `kvroute join` (SPEC.md §14): a receipt's run against the completion records a
 //! benchmark client or a server wrote. [`receipt`] reads the run's decisions,
-//! [`aiperf`] the records, [`figures`] computes the join, [`output`] writes it as a
+//! [`aiperf`] the records, [`figures`] computes the join, [`attribution`] why requests
+//! missed the cache, [`output`] writes it as a
 //! table, canonical JSON or CSV. Both inputs are streamed; what is kept is one summary
 //! per decision of the run and one per distinct completion id.
 
 pub mod aiperf;
+pub mod attribution;
 pub mod dynamo;
 pub mod figures;
 pub mod output;
@@ -185,6 +187,7 @@ pub fn join(
         receipt_digest,
         trace_digest,
         decisions,
+        workers,
         ..
     } = receipt_run.map_err(JoinError::Receipt)?;
     let cohort_of_decision = match &options.trace {
@@ -203,12 +206,19 @@ pub fn join(
                 failed: entry.failed,
                 ttft_us: Some(entry.ttft_us),
                 tpot_us: Some(entry.tpot_us),
+                cached_tokens: None,
+                serving_worker: None,
             }),
             &decisions,
             u128::from(result.duration_ns),
         ),
     };
     let mut figures = figures::join(&decisions, &records, options.slo);
+    // Decided by the run, so the run and every cohort carry the member alike (§14.3).
+    let attributed = attribution::any_figure(&decisions, &records);
+    if attributed {
+        figures.attribution = Some(attribution::attribute(&decisions, &records, &workers));
+    }
     if figures.counts.matched + figures.counts.rejected_served == 0 {
         if let (Some(completion_id), Some(decision)) = (records.first_id(), decisions.first()) {
             return Err(JoinError::NothingMatched {
@@ -218,11 +228,13 @@ pub fn join(
         }
     }
     if let Some(cohort_of_decision) = cohort_of_decision {
+        let workers = attributed.then_some(&workers);
         figures.cohorts = Some(cohort_figures(
             &decisions,
             &cohort_of_decision,
             &records,
             options.slo,
+            workers,
         ));
     }
     Ok(Join {
@@ -263,6 +275,7 @@ fn cohort_figures(
     cohort_of_decision: &[&Cohort],
     records: &Records,
     slo: Option<Slo>,
+    attribution_workers: Option<&receipt::WorkerIndex>,
 ) -> Vec<CohortFigures> {
     let mut members: BTreeMap<&Cohort, Vec<usize>> = BTreeMap::new();
     for (i, cohort) in cohort_of_decision.iter().enumerate() {
@@ -275,11 +288,14 @@ fn cohort_figures(
             let own: Vec<DecisionSummary> = indexes.iter().map(|&i| decisions[i].clone()).collect();
             let ids: Vec<&str> = own.iter().map(|d| d.request.as_str()).collect();
             let own_records = records.restricted_to(&ids);
+            let mut figures = figures::join(&own, &own_records, slo);
+            figures.attribution = attribution_workers
+                .map(|workers| attribution::attribute(&own, &own_records, workers));
             CohortFigures {
                 tenant: tenant.clone(),
                 model: model.clone(),
                 adapter: adapter.clone(),
-                figures: figures::join(&own, &own_records, slo),
+                figures,
             }
         })
         .collect()

@@ -1,6 +1,7 @@
 //! A join written out (SPEC.md §14.3): the table a person reads, the canonical
 //! `kvroute-join/2` document, and the per-worker CSV.
 
+use crate::join::attribution::Attribution;
 use crate::join::figures::{CohortFigures, Goodput, JoinFigures, WorkerFigures};
 use crate::join::Join;
 use crate::output::canonical::jcs_bytes;
@@ -58,7 +59,7 @@ fn figures_value(figures: &JoinFigures) -> Value {
                    "us_per_predicted_token": w.us_per_predicted_token})
         })
         .collect();
-    json!({
+    let mut value = json!({
         "counts": {
             "decisions": c.decisions, "routed": c.routed, "rejected": c.rejected,
             "completion_lines": c.completion_lines, "matched": c.matched,
@@ -72,7 +73,47 @@ fn figures_value(figures: &JoinFigures) -> Value {
         },
         "goodput": goodput,
         "workers": workers,
+    });
+    // Written only when the records carry the figures, so other documents keep their
+    // bytes (SPEC.md §14.3).
+    if let (Some(attribution), Value::Object(members)) = (&figures.attribution, &mut value) {
+        members.insert("attribution".to_owned(), attribution_value(attribution));
+    }
+    value
+}
+
+/// The `attribution` member (SPEC.md §14.3, §14.7), sums saturated at `B`.
+fn attribution_value(a: &Attribution) -> Value {
+    let workers: Vec<Value> = a
+        .workers
+        .iter()
+        .map(|w| {
+            json!({"worker": w.worker, "attributed": w.attributed,
+                   "phantom": saturated(w.phantom), "missed": saturated(w.missed),
+                   "drifted": w.drifted, "drift_pm": w.drift_pm})
+        })
+        .collect();
+    json!({
+        "attributed": a.attributed, "unknown": a.unknown,
+        "cached_over_prompt": a.cached_over_prompt, "served_elsewhere": a.served_elsewhere,
+        "served_outside_fleet": a.served_outside_fleet, "served_unknown": a.served_unknown,
+        "prompt_tokens": saturated(a.prompt_tokens),
+        "cached_tokens": saturated(a.cached_tokens),
+        "lost_tokens": saturated(a.lost_tokens),
+        "workload": saturated(a.workload), "boundary": saturated(a.boundary),
+        "routing_paid_for_load": saturated(a.routing_paid_for_load),
+        "routing_other": saturated(a.routing_other),
+        "elsewhere_lost": saturated(a.elsewhere_lost),
+        "elsewhere_gained": saturated(a.elsewhere_gained),
+        "phantom": saturated(a.phantom), "missed": saturated(a.missed),
+        "hidden": a.hidden, "drifted": a.drifted, "drift_pm": a.drift_pm,
+        "elsewhere_pm": a.elsewhere_pm, "workers": workers,
     })
+}
+
+/// A sum as the document writes it: exact, or `B` when it would pass it (§14.5).
+fn saturated(value: u128) -> u64 {
+    value.min(u128::from(crate::input::limits::JSON_INTEGER_MAX)) as u64
 }
 
 fn or_dash<T: ToString>(value: Option<T>) -> String {
@@ -114,6 +155,9 @@ pub fn table(join: &Join, printable: &dyn Fn(&str) -> String) -> String {
     );
     if let (Some(slo), Some(g)) = (join.slo, &join.figures.goodput) {
         goodput_line(&mut out, slo, g);
+    }
+    if let Some(attribution) = &join.figures.attribution {
+        attribution_lines(&mut out, attribution, printable);
     }
     let _ = writeln!(
         out,
@@ -176,6 +220,42 @@ fn cohort_lines(
             c.completed,
             c.errors,
             or_dash(cohort.figures.ttft_rank_gamma_pm)
+        );
+    }
+}
+
+/// The attribution line and one line per serving worker that drifted (SPEC.md
+/// §14.7), figures saturated as in the document.
+fn attribution_lines(out: &mut String, a: &Attribution, printable: &dyn Fn(&str) -> String) {
+    let _ = writeln!(
+        out,
+        "attribution: attributed {}  unknown {}  lost {} = workload {} + boundary {} + \
+         routing {} (paid for load) + {} (other) + elsewhere {} - {} + phantom {} - missed {} \
+         drift_pm {}  elsewhere_pm {}",
+        a.attributed,
+        a.unknown,
+        saturated(a.lost_tokens),
+        saturated(a.workload),
+        saturated(a.boundary),
+        saturated(a.routing_paid_for_load),
+        saturated(a.routing_other),
+        saturated(a.elsewhere_lost),
+        saturated(a.elsewhere_gained),
+        saturated(a.phantom),
+        saturated(a.missed),
+        a.drift_pm,
+        a.elsewhere_pm
+    );
+    for w in a.workers.iter().filter(|w| w.drifted > 0) {
+        let _ = writeln!(
+            out,
+            "attribution worker {}: attributed {}  phantom {}  missed {}  drifted {}  drift_pm {}",
+            printable(&w.worker),
+            w.attributed,
+            saturated(w.phantom),
+            saturated(w.missed),
+            w.drifted,
+            w.drift_pm
         );
     }
 }

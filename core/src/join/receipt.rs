@@ -1,6 +1,7 @@
 //! What `join` reads of a receipt (SPEC.md §14.1): one run's decisions, each as its
-//! request id, tick, chosen worker and the chosen row's `recomputed` and `work_milli`.
-//! The receipt is streamed by [`crate::input::receipt`], in either layout, and every
+//! request id, tick, chosen worker and the chosen row's `recomputed` and `work_milli`,
+//! and its rows reduced by [`rows_summary`] to the few integers attribution reads
+//! (§14.7); a decision's rows are held only while it is read. The receipt is streamed by [`crate::input::receipt`], in either layout, and every
 //! other run, row and log is skipped as it is read, so memory follows the run's
 //! decisions, not the receipt's size.
 //!
@@ -10,7 +11,8 @@
 //! names its policy, so there the run is picked by name.
 
 use crate::input::receipt::{self as reader, Layout, Member, Place, ReceiptSink};
-use crate::route::policy::Policy;
+use crate::route::policy::{choosable_rows, Policy, RouteKind};
+use crate::route::reason::{Reason, Reasons};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::collections::btree_map::{BTreeMap, Entry};
@@ -31,6 +33,39 @@ pub struct ChosenRow {
     pub worker: String,
     pub recomputed: u64,
     pub work_milli: u64,
+    /// What attribution reads of every row of the decision (SPEC.md §14.7).
+    pub rows: RowsSummary,
+}
+
+/// A routed decision's rows reduced to the few figures SPEC.md §14.7 reads, so that
+/// memory follows the decisions, not decisions times workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowsSummary {
+    /// The request's prompt tokens: the chosen row's `reuse + recomputed`.
+    pub prompt: u64,
+    /// The largest `reuse` of the eligible rows.
+    pub best_eligible: u64,
+    /// The largest `reuse` of the rows the run could choose.
+    pub best_choosable: u64,
+    /// The chosen row's `reuse`.
+    pub predicted: u64,
+    /// Whether the policy's load score made it pass over the best holder.
+    pub traded_for_load: bool,
+    /// Whether some eligible row's evidence was refused (`stale_view`, a boundary
+    /// reason, ...), which the receipt cannot measure.
+    pub evidence_refused: bool,
+    /// `(worker index in [`ReceiptRun::workers`], reuse)` of each row with `reuse`
+    /// above 0, by worker index.
+    pub reuse_rows: Box<[(u32, u64)]>,
+}
+
+impl RowsSummary {
+    /// The `reuse` of the row of worker `index`; 0 for a row not kept (none reused).
+    pub fn reuse_of(&self, index: u32) -> u64 {
+        self.reuse_rows
+            .binary_search_by_key(&index, |&(i, _)| i)
+            .map_or(0, |at| self.reuse_rows[at].1)
+    }
 }
 
 /// The run read from a receipt.
@@ -43,6 +78,31 @@ pub struct ReceiptRun {
     /// Every run the receipt has, in its order, for the error naming them.
     pub policies: Vec<String>,
     pub decisions: Vec<DecisionSummary>,
+    /// The run's workers, indexed as [`RowsSummary::reuse_rows`] names them.
+    pub workers: WorkerIndex,
+}
+
+/// The workers met in the run's rows, each given the next index when first met.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerIndex {
+    by_name: BTreeMap<String, u32>,
+}
+
+impl WorkerIndex {
+    /// The index of `worker`, given one when it is first met.
+    fn index(&mut self, worker: &str) -> u32 {
+        if let Some(&index) = self.by_name.get(worker) {
+            return index;
+        }
+        let index = self.by_name.len() as u32;
+        self.by_name.insert(worker.to_owned(), index);
+        index
+    }
+
+    /// The index of `worker` when the run has a row for it.
+    pub fn get(&self, worker: &str) -> Option<u32> {
+        self.by_name.get(worker).copied()
+    }
 }
 
 /// Why a receipt gave no run.
@@ -57,8 +117,13 @@ pub enum ReceiptError {
 #[derive(Deserialize)]
 struct Row {
     worker: String,
+    eligible: bool,
+    reasons: Vec<String>,
+    reuse: u64,
     recomputed: u64,
     work_milli: u64,
+    after_milli: u64,
+    cost_milli: u64,
 }
 
 #[derive(Deserialize)]
@@ -66,18 +131,19 @@ struct Decision {
     request: String,
     tick: u64,
     chosen: Option<String>,
+    route_kind: String,
     candidates: Vec<Row>,
 }
 
 impl Decision {
-    fn summary(self) -> Result<DecisionSummary, String> {
+    fn summary(self, policy: Policy, workers: &mut WorkerIndex) -> Result<DecisionSummary, String> {
         let chosen = match self.chosen {
             None => None,
             Some(worker) => {
-                let row = self
+                let at = self
                     .candidates
-                    .into_iter()
-                    .find(|row| row.worker == worker)
+                    .iter()
+                    .position(|row| row.worker == worker)
                     .ok_or_else(|| {
                         format!(
                             "decision of request {}: the chosen worker {} has no row",
@@ -85,10 +151,14 @@ impl Decision {
                             crate::input::json::quote_str(&worker)
                         )
                     })?;
+                let escape = self.route_kind == RouteKind::OverloadEscape.name();
+                let rows = rows_summary(policy, escape, at, &self.candidates, workers);
+                let row = &self.candidates[at];
                 Some(ChosenRow {
                     worker,
                     recomputed: row.recomputed,
                     work_milli: row.work_milli,
+                    rows,
                 })
             }
         };
@@ -100,6 +170,71 @@ impl Decision {
     }
 }
 
+/// A routed decision's rows as SPEC.md §14.7 reads them: `chosen` is the chosen row's
+/// place, `overload_escape` whether the decision's `route_kind` says so. Which rows the
+/// run could choose is the policy's own rule ([`choosable_rows`]).
+fn rows_summary(
+    policy: Policy,
+    overload_escape: bool,
+    chosen: usize,
+    rows: &[Row],
+    workers: &mut WorkerIndex,
+) -> RowsSummary {
+    let reasons: Vec<Reasons> = rows
+        .iter()
+        .map(|row| {
+            let mut reasons = Reasons::default();
+            // A name this build does not know cannot change which tier a row is in.
+            row.reasons
+                .iter()
+                .filter_map(|name| Reason::from_name(name))
+                .for_each(|reason| reasons.insert(reason));
+            reasons
+        })
+        .collect();
+    let choosable = choosable_rows(policy, &reasons);
+    let best_of = |keep: &dyn Fn(usize) -> bool| {
+        (0..rows.len())
+            .filter(|&w| keep(w))
+            .map(|w| rows[w].reuse)
+            .max()
+            .unwrap_or(0)
+    };
+    let best_eligible = best_of(&|w| rows[w].eligible);
+    let best_choosable = best_of(&|w| choosable[w]);
+    // The policy's load score (SPEC.md §14.7); round_robin and longest_prefix have none.
+    let score = |row: &Row| match policy {
+        _ if overload_escape => Some(row.after_milli),
+        Policy::LeastLoad => Some(row.work_milli),
+        Policy::CachePlusLoad | Policy::DynamoDefault => Some(row.cost_milli),
+        Policy::RoundRobin | Policy::LongestPrefix => None,
+    };
+    let best_holder = (0..rows.len())
+        .filter(|&w| choosable[w] && rows[w].reuse == best_choosable)
+        .min_by(|&a, &b| rows[a].worker.as_bytes().cmp(rows[b].worker.as_bytes()));
+    let traded_for_load = match (score(&rows[chosen]), best_holder.map(|h| score(&rows[h]))) {
+        (Some(chosen_score), Some(Some(holder_score))) => chosen_score < holder_score,
+        _ => false,
+    };
+    let evidence_refused = (0..rows.len())
+        .any(|w| rows[w].eligible && reasons[w].intersects(Reasons::EVIDENCE_REFUSED));
+    let mut reuse_rows: Vec<(u32, u64)> = rows
+        .iter()
+        .map(|row| (workers.index(&row.worker), row.reuse))
+        .filter(|&(_, reuse)| reuse > 0)
+        .collect();
+    reuse_rows.sort_unstable();
+    RowsSummary {
+        prompt: rows[chosen].reuse.saturating_add(rows[chosen].recomputed),
+        best_eligible,
+        best_choosable,
+        predicted: rows[chosen].reuse,
+        traded_for_load,
+        evidence_refused,
+        reuse_rows: reuse_rows.into_boxed_slice(),
+    }
+}
+
 /// The sink that keeps one run's decision summaries.
 struct PickedRun {
     policy: Policy,
@@ -108,6 +243,7 @@ struct PickedRun {
     decisions: Vec<DecisionSummary>,
     /// Where each kept decision was read, for the error naming a repeated request id.
     places: Vec<Place>,
+    workers: WorkerIndex,
 }
 
 impl PickedRun {
@@ -127,7 +263,8 @@ impl ReceiptSink for PickedRun {
     }
 
     fn decision(&mut self, place: Place, decision: Decision) -> Result<(), String> {
-        self.decisions.push(decision.summary()?);
+        self.decisions
+            .push(decision.summary(self.policy, &mut self.workers)?);
         self.places.push(place);
         Ok(())
     }
@@ -140,6 +277,7 @@ impl ReceiptSink for PickedRun {
         {
             self.decisions.clear();
             self.places.clear();
+            self.workers = WorkerIndex::default();
         }
         Ok(())
     }
@@ -153,6 +291,7 @@ pub fn read_run(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Rec
         place: Policy::ALL.iter().position(|&p| p == policy).unwrap_or(0),
         decisions: Vec::new(),
         places: Vec::new(),
+        workers: WorkerIndex::default(),
     };
     let outline = reader::read(receipt, &mut picked).map_err(ReceiptError::NotAReceipt)?;
     let found = match outline.layout {
@@ -188,6 +327,7 @@ pub fn read_run(receipt: impl BufRead, policy: Policy) -> Result<ReceiptRun, Rec
         policy,
         policies: outline.policies,
         decisions: picked.decisions,
+        workers: picked.workers,
     })
 }
 

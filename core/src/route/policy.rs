@@ -320,8 +320,12 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
     }
     // The reserve is a preference, the cap a limit: reserved-out rows come before an
     // escape past the cap.
-    let under_cap = |w: usize| rows.eligible(w) && !rows.reasons[w].contains(Reason::Overloaded);
-    let fallback = best_by(rows, under_cap, |w| rows.cost_milli[w], 1);
+    let fallback = best_by(
+        rows,
+        |w| under_cap(rows.reasons[w]),
+        |w| rows.cost_milli[w],
+        1,
+    );
     if fallback.chosen.is_some() {
         return Choice {
             reserve_fallback: true,
@@ -333,6 +337,31 @@ fn cache_plus_load(rows: &mut Rows, params: &PolicyParams) -> Choice {
         overload_escape: true,
         ..best_by(rows, |w| rows.eligible(w), |w| rows.after_milli[w], 1)
     }
+}
+
+/// Whether a row with these reasons is eligible and not over the overload cap: the
+/// rows `cache_plus_load` falls back to when its front set is empty (SPEC.md §4.5).
+fn under_cap(reasons: Reasons) -> bool {
+    eligible(reasons) && !reasons.contains(Reason::Overloaded)
+}
+
+/// Which of a decision's rows `policy`'s run could choose, from their reasons
+/// (SPEC.md §5): in `cache_plus_load`, the front set, or when it is empty the rows
+/// under the cap, or when there is none either every eligible row, the same tiers
+/// [`cache_plus_load`] chooses from; in every other run, every eligible row.
+pub fn choosable_rows(policy: Policy, reasons: &[Reasons]) -> Vec<bool> {
+    let tier =
+        |keep: fn(Reasons) -> bool| -> Vec<bool> { reasons.iter().map(|&r| keep(r)).collect() };
+    if policy != Policy::CachePlusLoad {
+        return tier(eligible);
+    }
+    for keep in [in_front_set as fn(Reasons) -> bool, under_cap] {
+        let rows = tier(keep);
+        if rows.contains(&true) {
+            return rows;
+        }
+    }
+    tier(eligible)
 }
 
 /// Checks the choosing scan's answer against a plain pass over the rows, in debug

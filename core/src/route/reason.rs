@@ -47,6 +47,11 @@ impl Reason {
         }
     }
 
+    /// The reason a receipt row lists under `name`, if any.
+    pub fn from_name(name: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.name() == name)
+    }
+
     const fn bit(self) -> u16 {
         1 << (self as u8)
     }
@@ -67,6 +72,16 @@ impl Reasons {
     /// cut by the overload cap or the cold reserve.
     pub const OUTSIDE_FRONT_SET: Reasons =
         Reasons(Reasons::INELIGIBLE.0 | Reason::Overloaded.bit() | Reason::ColdReserve.bit());
+
+    /// The reasons under which a row's cache evidence was not consulted or not usable
+    /// (SPEC.md §4.2, §4.3): a receipt keeps no figure of what such a row held.
+    pub const EVIDENCE_REFUSED: Reasons = Reasons(
+        Reason::StaleView.bit()
+            | Reason::EvidenceGap.bit()
+            | Reason::TenantMismatch.bit()
+            | Reason::ModelMismatch.bit()
+            | Reason::AdapterMismatch.bit(),
+    );
 
     pub fn insert(&mut self, reason: Reason) {
         self.0 |= reason.bit();
