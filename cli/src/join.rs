@@ -8,7 +8,7 @@ use crate::inputs::read_id_key;
 use crate::out::emit;
 use kvroute_cli::args::{DiffFormat, JoinArgs};
 use kvroute_cli::terminal::printable;
-use kvroute_core::join::attribution::{gate_lines, Gates};
+use kvroute_core::join::output::{gate_lines, Gates};
 use kvroute_core::join::receipt::ReceiptError;
 use kvroute_core::join::{self, output, JoinError, JoinOptions, TraceCohorts};
 use kvroute_core::output::csv::CsvIds;

@@ -2,7 +2,8 @@
 //! the parts' identity on hand-built receipts (one decision each, every policy's trade
 //! for load), a doctored run of the lab trace, and the readers' new members.
 
-use kvroute_core::join::attribution::{gate_lines, Attribution, Gates, WorkerDrift};
+use kvroute_core::join::attribution::{Attribution, WorkerDrift};
+use kvroute_core::join::output::{gate_lines, Gates};
 use kvroute_core::join::{join, output, CompletionsFormat, Join, JoinError, JoinOptions};
 use kvroute_core::{replay_bytes, Policy, LAB_TRACE_JSON};
 use serde_json::{json, Value};
@@ -295,6 +296,7 @@ fn one_decision_receipt(policy: Policy, route_kind: &str, chosen: &str, rows: &[
         r#"{"format":"kvroute-receipt-stream/1","receipt_format":"kvroute-receipt/1","trace_digest":"t"}"#
             .to_owned(),
         json!({"decisions": decision, "policy": policy.name()}).to_string(),
+        json!({"metrics": {}, "policy": policy.name()}).to_string(),
         r#"{"receipt_digest":"d"}"#.to_owned(),
     ];
     (lines.join("\n") + "\n").into_bytes()

@@ -106,3 +106,47 @@ pub fn compare_join(case: &JoinCase) -> Result<Result<Vec<u8>, JoinFailure>, Str
         show(&oracle)
     ))
 }
+
+/// The stderr lines of `join`'s gates (SPEC.md §14.7), core's against the oracle's on
+/// the same case: `Ok` with core's lines when they are the same, else both shown. A
+/// case whose join fails has no lines on either side.
+pub fn compare_gate_lines(
+    case: &JoinCase,
+    max_drift_pm: Option<u64>,
+    max_elsewhere_pm: Option<u64>,
+) -> Result<Vec<String>, String> {
+    use kvroute_core::join::output::{gate_lines, Gates};
+    let options = JoinOptions {
+        run: Some(case.run),
+        slo: case.slo,
+        format: case.format,
+        trace: case.trace.map(|t| {
+            Ok(TraceCohorts::of(
+                &parse_trace(t).expect("a valid trace"),
+                None,
+            ))
+        }),
+        ..JoinOptions::default()
+    };
+    let core = join(case.receipt, case.completions, &options).map_or_else(
+        |_| Vec::new(),
+        |joined| {
+            let gates = Gates {
+                max_drift_pm,
+                max_elsewhere_pm,
+            };
+            gate_lines(&joined, gates)
+        },
+    );
+    let oracle = oracle_join(case).map_or_else(
+        |_| Vec::new(),
+        |document| kvroute_oracle::gate_lines(&document, max_drift_pm, max_elsewhere_pm),
+    );
+    if core == oracle {
+        Ok(core)
+    } else {
+        Err(format!(
+            "core and oracle gate lines differ\n  core:   {core:?}\n  oracle: {oracle:?}"
+        ))
+    }
+}

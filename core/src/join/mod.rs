@@ -7,10 +7,12 @@
 
 pub mod aiperf;
 pub mod attribution;
+pub mod attribution_sums;
 pub mod dynamo;
 pub mod figures;
 pub mod output;
 pub mod receipt;
+pub mod records;
 pub mod vllm_bench;
 
 use crate::input::json_lines::{for_each_line, Line, LineError, LineErrors, LINE_BYTES_MAX};
@@ -209,7 +211,10 @@ pub fn join(
                 cached_tokens: None,
                 serving_worker: None,
             }),
-            &decisions,
+            &decisions
+                .iter()
+                .map(|d| d.request.as_str())
+                .collect::<Vec<_>>(),
             u128::from(result.duration_ns),
         ),
     };

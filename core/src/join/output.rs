@@ -1,6 +1,8 @@
 //! A join written out (SPEC.md §14.3): the table a person reads, the canonical
-//! `kvroute-join/2` document, and the per-worker CSV.
+//! `kvroute-join/2` document, the per-worker CSV, and the gates' lines on stderr
+//! (§14.7).
 
+use crate::input::json::quote_str;
 use crate::join::attribution::Attribution;
 use crate::join::figures::{CohortFigures, Goodput, JoinFigures, WorkerFigures};
 use crate::join::Join;
@@ -296,4 +298,81 @@ pub fn csv_bytes(workers: &[WorkerFigures], ids: CsvIds) -> Result<Vec<u8>, csv:
         ])?;
     }
     writer.into_inner().map_err(|e| e.into_error().into())
+}
+
+/// The gates `join` was given, each a per-mille from 0 to 1000 (SPEC.md §14.7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gates {
+    pub max_drift_pm: Option<u64>,
+    pub max_elsewhere_pm: Option<u64>,
+}
+
+/// One line for each figure above its gate, in SPEC.md §14.7's order, or the lines
+/// saying a gate cannot be judged when nothing of the run is attributed. Names are
+/// quoted as §2.2 quotes them; the caller escapes them for its terminal. Empty when
+/// every gate passed.
+pub fn gate_lines(join: &Join, gates: Gates) -> Vec<String> {
+    let run = join.figures.attribution.as_ref();
+    if run.is_none_or(|a| a.attributed == 0) {
+        let mut lines = Vec::new();
+        if gates.max_drift_pm.is_some() {
+            lines.push(cannot_judge("--max-drift-pm", "drift"));
+        }
+        if gates.max_elsewhere_pm.is_some() {
+            lines.push(cannot_judge("--max-elsewhere-pm", "served elsewhere"));
+        }
+        return lines;
+    }
+    let mut subjects: Vec<(String, &Attribution)> = Vec::new();
+    if let Some(run) = run {
+        subjects.push((format!("run {}", join.run.name()), run));
+    }
+    for cohort in join.figures.cohorts.iter().flatten() {
+        if let Some(attribution) = &cohort.figures.attribution {
+            let about = format!(
+                "cohort {} {} {}",
+                quote_str(&cohort.tenant),
+                quote_str(&cohort.model),
+                quote_str(&cohort.adapter)
+            );
+            subjects.push((about, attribution));
+        }
+    }
+    let mut lines = Vec::new();
+    if let Some(max) = gates.max_drift_pm {
+        let above = |pm: u64, attributed: u64, about: &str| {
+            (pm > max).then(|| {
+                format!(
+                    "kvroute join: drift {pm}‰ of {attributed} attributed records is above \
+                     --max-drift-pm {max} ({about})"
+                )
+            })
+        };
+        for (about, a) in &subjects {
+            lines.extend(above(a.drift_pm, a.attributed, about));
+        }
+        for w in run.map_or(&[][..], |a| &a.workers[..]) {
+            let about = format!("worker {}", quote_str(&w.worker));
+            lines.extend(above(w.drift_pm, w.attributed, &about));
+        }
+    }
+    if let Some(max) = gates.max_elsewhere_pm {
+        for (about, a) in &subjects {
+            if a.elsewhere_pm > max {
+                lines.push(format!(
+                    "kvroute join: served elsewhere {}‰ of {} attributed records is above \
+                     --max-elsewhere-pm {max} ({about})",
+                    a.elsewhere_pm, a.attributed
+                ));
+            }
+        }
+    }
+    lines
+}
+
+fn cannot_judge(option: &str, figure: &str) -> String {
+    format!(
+        "kvroute join: {option}: no completed record carries cached tokens, so {figure} \
+         cannot be judged"
+    )
 }
