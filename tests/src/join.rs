@@ -28,9 +28,9 @@ pub fn objective_us() -> impl proptest::strategy::Strategy<Value = u64> {
     proptest::prop_oneof![(0u64..1_500).prop_map(|ms| ms * 1000), 0u64..1_500_000]
 }
 
-/// Core's join, its document's bytes or its error in the oracle's terms.
-pub fn core_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
-    let options = JoinOptions {
+/// What `kvroute join` would be given for the case.
+fn core_options(case: &JoinCase) -> JoinOptions {
+    JoinOptions {
         run: Some(case.run),
         slo: case.slo,
         format: case.format,
@@ -41,7 +41,12 @@ pub fn core_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
             ))
         }),
         ..JoinOptions::default()
-    };
+    }
+}
+
+/// Core's join, its document's bytes or its error in the oracle's terms.
+pub fn core_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
+    let options = core_options(case);
     match join(case.receipt, case.completions, &options) {
         Ok(joined) => Ok(output::json_bytes(&joined)),
         Err(JoinError::Undetected { line }) => Err(JoinFailure::Undetectable(line)),
@@ -116,18 +121,7 @@ pub fn compare_gate_lines(
     max_elsewhere_pm: Option<u64>,
 ) -> Result<Vec<String>, String> {
     use kvroute_core::join::output::{gate_lines, Gates};
-    let options = JoinOptions {
-        run: Some(case.run),
-        slo: case.slo,
-        format: case.format,
-        trace: case.trace.map(|t| {
-            Ok(TraceCohorts::of(
-                &parse_trace(t).expect("a valid trace"),
-                None,
-            ))
-        }),
-        ..JoinOptions::default()
-    };
+    let options = core_options(case);
     let core = join(case.receipt, case.completions, &options).map_or_else(
         |_| Vec::new(),
         |joined| {

@@ -57,26 +57,9 @@ pub struct Run {
 }
 
 /// A run record's members that a sink receives one element at a time, in the order
-/// the canonical receipt lists them (`metrics` is one object, not an array).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Member {
-    CacheLog,
-    Decisions,
-    Metrics,
-    ObservationLog,
-}
-
-impl Member {
-    /// The member's name in a run object.
-    pub fn name(self) -> &'static str {
-        match self {
-            Member::CacheLog => "cache_log",
-            Member::Decisions => "decisions",
-            Member::Metrics => "metrics",
-            Member::ObservationLog => "observation_log",
-        }
-    }
-}
+/// the canonical receipt lists them (`metrics` is one object, not an array). They are
+/// named once, beside the receipt's reader, which meets the same members.
+pub use crate::input::receipt::Member;
 
 /// The order in which a sink wants a run's records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
