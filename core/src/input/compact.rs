@@ -361,22 +361,17 @@ impl EventStore {
     /// Event `i` in its typed form.
     pub fn event(&self, i: usize) -> Event {
         let event = &self.events[i];
-        let keys = |range: SegRange| -> Vec<Arc<str>> {
-            self.seg_keys(range)
-                .iter()
-                .map(|&k| self.keys.get(k).clone())
-                .collect()
-        };
-        let segments = |range: SegRange| -> Vec<Segment> {
-            self.segments_of(range)
-                .map(|(key, tokens)| Segment {
-                    key: self.keys.get(key).clone(),
-                    tokens,
-                })
-                .collect()
-        };
+        Event {
+            seq: event.seq,
+            tick: event.tick,
+            kind: self.kind_of(event.kind),
+        }
+    }
+
+    /// A record's payload in its typed form: the same strings, numbers and segments.
+    fn kind_of(&self, kind: CompactKind) -> EventKind {
         let name = |id: u32| self.names.get(id).clone();
-        let kind = match event.kind {
+        match kind {
             CompactKind::Store {
                 worker,
                 epoch,
@@ -387,7 +382,7 @@ impl EventStore {
                 epoch,
                 op: CacheOp::Store {
                     namespace: self.namespaces[ns as usize].clone(),
-                    segments: segments(range),
+                    segments: self.typed_segments(range),
                 },
             },
             CompactKind::Evict {
@@ -400,7 +395,7 @@ impl EventStore {
                 epoch,
                 op: CacheOp::Evict {
                     namespace: self.namespaces[ns as usize].clone(),
-                    keys: keys(range),
+                    keys: self.typed_keys(range),
                 },
             },
             CompactKind::Clear { worker, epoch } => EventKind::Cache {
@@ -429,16 +424,29 @@ impl EventStore {
             } => EventKind::Request(Request {
                 id: self.request_id(id_start, id_len).into(),
                 namespace: self.namespaces[ns as usize].clone(),
-                prefix: segments(prefix),
+                prefix: self.typed_segments(prefix),
                 prompt_tokens,
                 decode_tokens,
             }),
-        };
-        Event {
-            seq: event.seq,
-            tick: event.tick,
-            kind,
         }
+    }
+
+    /// The segments of `range` with their key strings.
+    fn typed_segments(&self, range: SegRange) -> Vec<Segment> {
+        self.segments_of(range)
+            .map(|(key, tokens)| Segment {
+                key: self.keys.get(key).clone(),
+                tokens,
+            })
+            .collect()
+    }
+
+    /// The key strings of `range`.
+    fn typed_keys(&self, range: SegRange) -> Vec<Arc<str>> {
+        self.seg_keys(range)
+            .iter()
+            .map(|&k| self.keys.get(k).clone())
+            .collect()
     }
 }
 

@@ -25,50 +25,7 @@ impl EventSource for EventStore {
                 .map(|(key, tokens)| Seg { key, tokens })
                 .collect()
         };
-        let worker = |name: u32| maps.worker_of_name[name as usize];
         let step = match event.kind {
-            CompactKind::Store {
-                worker: w,
-                epoch,
-                ns,
-                segments,
-            } => Step::Cache {
-                worker: worker(w),
-                epoch,
-                op: Op::Store {
-                    ns: maps.ns_of[ns as usize],
-                    segments: segs(segments),
-                },
-            },
-            CompactKind::Evict {
-                worker: w,
-                epoch,
-                ns,
-                keys,
-            } => Step::Cache {
-                worker: worker(w),
-                epoch,
-                op: Op::Evict {
-                    ns: maps.ns_of[ns as usize],
-                    keys: store.seg_keys(keys).to_vec(),
-                },
-            },
-            CompactKind::Clear { worker: w, epoch } => Step::Cache {
-                worker: worker(w),
-                epoch,
-                op: Op::Clear,
-            },
-            CompactKind::Load {
-                worker: w,
-                observed_tick,
-                queued_prefill,
-                active_decode,
-            } => Step::Load {
-                worker: worker(w),
-                observed_tick,
-                queued_prefill,
-                active_decode,
-            },
             CompactKind::Request {
                 id_start,
                 id_len,
@@ -88,12 +45,70 @@ impl EventSource for EventStore {
                     decode_tokens,
                 })
             }
+            cache_or_load => compile_cache_or_load(store, cache_or_load, maps),
         };
         CEvent {
             seq: event.seq,
             tick: event.tick,
             step,
         }
+    }
+}
+
+/// A cache or load record as its step; a request's is [`EventSource::compile_event`]'s.
+fn compile_cache_or_load<'s>(
+    store: &'s EventStore,
+    kind: CompactKind,
+    maps: &SourceMaps,
+) -> Step<'s> {
+    let worker = |name: u32| maps.worker_of_name[name as usize];
+    match kind {
+        CompactKind::Store {
+            worker: w,
+            epoch,
+            ns,
+            segments,
+        } => Step::Cache {
+            worker: worker(w),
+            epoch,
+            op: Op::Store {
+                ns: maps.ns_of[ns as usize],
+                segments: store
+                    .segments_of(segments)
+                    .map(|(key, tokens)| Seg { key, tokens })
+                    .collect(),
+            },
+        },
+        CompactKind::Evict {
+            worker: w,
+            epoch,
+            ns,
+            keys,
+        } => Step::Cache {
+            worker: worker(w),
+            epoch,
+            op: Op::Evict {
+                ns: maps.ns_of[ns as usize],
+                keys: store.seg_keys(keys).to_vec(),
+            },
+        },
+        CompactKind::Clear { worker: w, epoch } => Step::Cache {
+            worker: worker(w),
+            epoch,
+            op: Op::Clear,
+        },
+        CompactKind::Load {
+            worker: w,
+            observed_tick,
+            queued_prefill,
+            active_decode,
+        } => Step::Load {
+            worker: worker(w),
+            observed_tick,
+            queued_prefill,
+            active_decode,
+        },
+        CompactKind::Request { .. } => unreachable!("a request is compiled by compile_event"),
     }
 }
 

@@ -279,6 +279,17 @@ fn event_limit_errors(
         }
         _ => {}
     }
+    event_key_count_errors(i, event, profile, errors);
+}
+
+/// An event with more prefix segments, stored segments or evicted keys than the
+/// profile allows in one event.
+fn event_key_count_errors(
+    i: usize,
+    event: &Event,
+    profile: LimitsProfile,
+    errors: &mut ValidationErrors,
+) {
     let keys = match &event.kind {
         EventKind::Request(request) => Some(("prefix", request.prefix.len())),
         EventKind::Cache {

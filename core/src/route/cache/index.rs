@@ -613,39 +613,55 @@ mod tests {
                     model.remove(&(key, worker, ns));
                 }
             }
-            assert_eq!(index.live_entries(), model.len(), "step {step}");
-            let mut holders_of_key = BTreeMap::new();
-            for &(key, _, _) in model.keys() {
-                *holders_of_key.entry(key).or_insert(0) += 1;
-            }
-            let shared_keys = holders_of_key.values().filter(|&&n| n >= 2).count();
-            shared_keys_peak = shared_keys_peak.max(shared_keys);
-            assert_eq!(
-                index.lists_kept(),
-                shared_keys_peak,
-                "step {step}: key lists"
-            );
-            for (w, peak) in peak.iter_mut().enumerate() {
-                let live = model
-                    .keys()
-                    .filter(|&&(_, held_by, _)| held_by as usize == w);
-                *peak = (*peak).max(live.count());
-                let records = index.by_worker[w].records.len();
-                assert_eq!(records, *peak, "step {step}, worker {w}'s records");
-            }
-            for key in 0..KEYS {
-                let held: Vec<_> = index
-                    .holders(key)
-                    .iter()
-                    .map(|h| (h.worker, h.ns, h.tokens))
-                    .collect();
-                let expected: Vec<_> = model
-                    .range((key, 0, 0)..=(key, u32::MAX, NsId::MAX))
-                    .map(|(&(_, w, ns), &tokens)| (w, ns, tokens))
-                    .collect();
-                assert_eq!(held, expected, "step {step}, key {key}");
-            }
+            shared_keys_peak =
+                check_against_model(&index, &model, &mut peak, shared_keys_peak, step, KEYS);
         }
         assert!(reused, "the churn never reused a freed slot");
+    }
+
+    /// After a churn step: the index holds exactly `model`'s entries, keeps a key list
+    /// per key held several times at the peak, and each worker's records are its peak.
+    /// Returns the new peak of shared keys.
+    fn check_against_model(
+        index: &CacheIndex,
+        model: &BTreeMap<(KeyId, u32, NsId), u64>,
+        peak: &mut [usize],
+        mut shared_keys_peak: usize,
+        step: usize,
+        keys: u32,
+    ) -> usize {
+        assert_eq!(index.live_entries(), model.len(), "step {step}");
+        let mut holders_of_key = BTreeMap::new();
+        for &(key, _, _) in model.keys() {
+            *holders_of_key.entry(key).or_insert(0) += 1;
+        }
+        let shared_keys = holders_of_key.values().filter(|&&n| n >= 2).count();
+        shared_keys_peak = shared_keys_peak.max(shared_keys);
+        assert_eq!(
+            index.lists_kept(),
+            shared_keys_peak,
+            "step {step}: key lists"
+        );
+        for (w, peak) in peak.iter_mut().enumerate() {
+            let live = model
+                .keys()
+                .filter(|&&(_, held_by, _)| held_by as usize == w);
+            *peak = (*peak).max(live.count());
+            let records = index.by_worker[w].records.len();
+            assert_eq!(records, *peak, "step {step}, worker {w}'s records");
+        }
+        for key in 0..keys {
+            let held: Vec<_> = index
+                .holders(key)
+                .iter()
+                .map(|h| (h.worker, h.ns, h.tokens))
+                .collect();
+            let expected: Vec<_> = model
+                .range((key, 0, 0)..=(key, u32::MAX, NsId::MAX))
+                .map(|(&(_, w, ns), &tokens)| (w, ns, tokens))
+                .collect();
+            assert_eq!(held, expected, "step {step}, key {key}");
+        }
+        shared_keys_peak
     }
 }
