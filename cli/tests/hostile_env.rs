@@ -242,7 +242,10 @@ fn set_up(case: &Case, scratch: &Path, mounts: &mut Vec<Mount>) -> Result<(), St
 }
 
 /// A snapshot of a directory tree: path -> (kind, mode, content or link target).
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, (String, u32, Vec<u8>)> {
+/// Every file under a directory: its kind, mode and bytes.
+type Snapshot = BTreeMap<PathBuf, (String, u32, Vec<u8>)>;
+
+fn snapshot(root: &Path) -> Snapshot {
     let mut map = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -298,57 +301,28 @@ struct Outcome {
     fifo_bytes: Option<usize>,
 }
 
+/// How a case's stdio tokens set up the run: descriptors the shell closes, which
+/// streams are piped back, and what happens while it runs.
+struct StdioPlan {
+    closes: Vec<&'static str>,
+    stdout_piped: bool,
+    stderr_piped: bool,
+    broken: bool,
+    signal: Option<String>,
+    reader: Option<PathBuf>,
+}
+
 fn run(case: &Case, scratch: &Path) -> Outcome {
     let args: Vec<String> = case.args.iter().map(|a| substitute(a, scratch)).collect();
-    let mut closes = Vec::new();
     let mut command = Command::new(bin());
     command
         .args(&args)
         .current_dir(scratch)
         .stdin(Stdio::null());
-    let mut stdout_piped = true;
-    let mut broken = false;
-    let mut stderr_piped = true;
-    let mut signal = None;
-    let mut reader = None;
-    for token in &case.stdio {
-        match token.split_once('=').unwrap_or((token, "")) {
-            ("stdin", "closed") => closes.push("0<&-"),
-            ("stdin", path) => {
-                command.stdin(fs::File::open(substitute(path, scratch)).unwrap());
-            }
-            ("stdout", "closed") => closes.push("1>&-"),
-            ("stdout", "full") => {
-                command.stdout(
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .open("/dev/full")
-                        .unwrap(),
-                );
-                stdout_piped = false;
-            }
-            ("stdout", "broken") => broken = true,
-            ("stderr", "closed") => {
-                closes.push("2>&-");
-                stderr_piped = false;
-            }
-            ("stderr", "full") => {
-                command.stderr(
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .open("/dev/full")
-                        .unwrap(),
-                );
-                stderr_piped = false;
-            }
-            ("signal", name) => signal = Some(name.to_owned()),
-            ("reader", path) => reader = Some(scratch.join(path)),
-            _ => panic!("cases.txt:{}: unknown stdio token {token:?}", case.line),
-        }
-    }
-    if !closes.is_empty() {
+    let stdio = apply_stdio(case, scratch, &mut command);
+    if !stdio.closes.is_empty() {
         // The shell closes the descriptors, then becomes kvroute.
-        let script = format!("exec \"$0\" \"$@\" {}", closes.join(" "));
+        let script = format!("exec \"$0\" \"$@\" {}", stdio.closes.join(" "));
         let mut shell = Command::new("sh");
         shell
             .arg("-c")
@@ -359,87 +333,25 @@ fn run(case: &Case, scratch: &Path) -> Outcome {
         shell.stdin(Stdio::null());
         command = shell;
     }
-    if stdout_piped {
+    if stdio.stdout_piped {
         command.stdout(Stdio::piped());
     }
-    if stderr_piped {
+    if stdio.stderr_piped {
         command.stderr(Stdio::piped());
     }
-    // Opened without blocking (a FIFO with no writer yet), drained until kvroute has
-    // exited and nothing is left, so a run that replaced the FIFO cannot hang the test.
     let exited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let fifo_reader = reader.map(|path| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut fifo = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .unwrap();
-        let exited = exited.clone();
-        std::thread::spawn(move || {
-            let mut total = 0;
-            let mut buffer = vec![0u8; 65536];
-            loop {
-                let done = exited.load(std::sync::atomic::Ordering::SeqCst);
-                match fifo.read(&mut buffer) {
-                    Ok(0) | Err(_) if done => return total,
-                    Ok(0) | Err(_) => std::thread::sleep(Duration::from_millis(1)),
-                    Ok(n) => total += n,
-                }
-            }
-        })
-    });
+    let fifo_reader = stdio.reader.map(|path| drain_fifo(path, exited.clone()));
     let mut child = command.spawn().unwrap();
-    if broken {
+    if stdio.broken {
         // The reader goes away before kvroute writes: its first write gets EPIPE.
         drop(child.stdout.take());
     }
-    let stdout_thread = child.stdout.take().map(|mut out| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = out.read_to_end(&mut bytes);
-            bytes
-        })
-    });
-    let stderr_thread = child.stderr.take().map(|mut err| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = err.read_to_end(&mut bytes);
-            bytes
-        })
-    });
-    if let Some(name) = signal {
-        // Wait until the output is being written (a temporary file exists, or for a
-        // blocked FIFO a moment), then interrupt.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        if case.setup.iter().any(|op| op[0] == "fifo") {
-            std::thread::sleep(Duration::from_millis(500));
-        } else {
-            while temp_files(scratch).is_empty() && Instant::now() < deadline {
-                if child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        // The run may have ended already (then the status check says so).
-        let _ = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(child.id().to_string())
-            .status();
+    let stdout_thread = child.stdout.take().map(read_all);
+    let stderr_thread = child.stderr.take().map(read_all);
+    if let Some(name) = stdio.signal {
+        interrupt_while_writing(case, scratch, &mut child, &name);
     }
-    // A case that hangs (a FIFO nobody opens, a lost signal) fails instead of the run.
-    let deadline = Instant::now() + CASE_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let status = wait_bounded(&mut child);
     exited.store(true, std::sync::atomic::Ordering::SeqCst);
     let stdout = stdout_thread.map(|t| t.join().unwrap()).unwrap_or_default();
     let stderr = stderr_thread.map(|t| t.join().unwrap()).unwrap_or_default();
@@ -452,6 +364,125 @@ fn run(case: &Case, scratch: &Path) -> Outcome {
         stdout,
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         fifo_bytes,
+    }
+}
+
+/// Reads the case's stdio tokens, giving `command` the files they name.
+fn apply_stdio(case: &Case, scratch: &Path, command: &mut Command) -> StdioPlan {
+    let mut stdio = StdioPlan {
+        closes: Vec::new(),
+        stdout_piped: true,
+        stderr_piped: true,
+        broken: false,
+        signal: None,
+        reader: None,
+    };
+    let dev_full = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    for token in &case.stdio {
+        match token.split_once('=').unwrap_or((token, "")) {
+            ("stdin", "closed") => stdio.closes.push("0<&-"),
+            ("stdin", path) => {
+                command.stdin(fs::File::open(substitute(path, scratch)).unwrap());
+            }
+            ("stdout", "closed") => stdio.closes.push("1>&-"),
+            ("stdout", "full") => {
+                command.stdout(dev_full());
+                stdio.stdout_piped = false;
+            }
+            ("stdout", "broken") => stdio.broken = true,
+            ("stderr", "closed") => {
+                stdio.closes.push("2>&-");
+                stdio.stderr_piped = false;
+            }
+            ("stderr", "full") => {
+                command.stderr(dev_full());
+                stdio.stderr_piped = false;
+            }
+            ("signal", name) => stdio.signal = Some(name.to_owned()),
+            ("reader", path) => stdio.reader = Some(scratch.join(path)),
+            _ => panic!("cases.txt:{}: unknown stdio token {token:?}", case.line),
+        }
+    }
+    stdio
+}
+
+/// Opened without blocking (a FIFO with no writer yet), drained until kvroute has
+/// exited and nothing is left, so a run that replaced the FIFO cannot hang the test.
+fn drain_fifo(
+    path: PathBuf,
+    exited: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut fifo = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .unwrap();
+    std::thread::spawn(move || {
+        let mut total = 0;
+        let mut buffer = vec![0u8; 65536];
+        loop {
+            let done = exited.load(std::sync::atomic::Ordering::SeqCst);
+            match fifo.read(&mut buffer) {
+                Ok(0) | Err(_) if done => return total,
+                Ok(0) | Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                Ok(n) => total += n,
+            }
+        }
+    })
+}
+
+fn read_all(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Waits until the output is being written (a temporary file exists, or for a blocked
+/// FIFO a moment), then sends signal `name`.
+fn interrupt_while_writing(
+    case: &Case,
+    scratch: &Path,
+    child: &mut std::process::Child,
+    name: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    if case.setup.iter().any(|op| op[0] == "fifo") {
+        std::thread::sleep(Duration::from_millis(500));
+    } else {
+        while temp_files(scratch).is_empty() && Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // The run may have ended already (then the status check says so).
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status();
+}
+
+/// A case that hangs (a FIFO nobody opens, a lost signal) fails instead of the run.
+fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + CASE_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -509,6 +540,54 @@ fn check_after(
     problems
 }
 
+/// The checks every case shares: its status and stderr prefix, no panic, no temporary
+/// file left, nothing changed outside the scratch directory, the devices intact.
+fn shared_checks(
+    case: &Case,
+    scratch: &Path,
+    outside_before: &Snapshot,
+    outside: &Path,
+    outcome: &Outcome,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if outcome.status != case.status {
+        problems.push(format!(
+            "exit status {}, expected {}",
+            outcome.status, case.status
+        ));
+    }
+    let prefix = substitute(&case.stderr_prefix, scratch);
+    match prefix.as_str() {
+        "*" => {}
+        "-" => {
+            if !outcome.stderr.is_empty() {
+                problems.push("stderr is not empty".to_owned());
+            }
+        }
+        prefix => {
+            if !outcome.stderr.starts_with(prefix) {
+                problems.push(format!("stderr does not start with {prefix:?}"));
+            }
+        }
+    }
+    if outcome.status == 101 || outcome.stderr.contains("panicked at") {
+        problems.push("panicked".to_owned());
+    }
+    let left = temp_files(scratch);
+    if !left.is_empty() {
+        problems.push(format!("temporary files left: {left:?}"));
+    }
+    if snapshot(outside) != *outside_before {
+        problems.push("the directory outside the scratch directory changed".to_owned());
+    }
+    for device in ["/dev/null", "/dev/full"] {
+        if !is_char_device(Path::new(device)) {
+            problems.push(format!("{device} is no longer a character device"));
+        }
+    }
+    problems
+}
+
 #[test]
 fn the_hostile_environment_corpus() {
     let cases = parse_cases();
@@ -555,42 +634,7 @@ fn the_hostile_environment_corpus() {
             case.name,
             started.elapsed().as_millis()
         );
-        let mut problems = Vec::new();
-        if outcome.status != case.status {
-            problems.push(format!(
-                "exit status {}, expected {}",
-                outcome.status, case.status
-            ));
-        }
-        let prefix = substitute(&case.stderr_prefix, &scratch);
-        match prefix.as_str() {
-            "*" => {}
-            "-" => {
-                if !outcome.stderr.is_empty() {
-                    problems.push("stderr is not empty".to_owned());
-                }
-            }
-            prefix => {
-                if !outcome.stderr.starts_with(prefix) {
-                    problems.push(format!("stderr does not start with {prefix:?}"));
-                }
-            }
-        }
-        if outcome.status == 101 || outcome.stderr.contains("panicked at") {
-            problems.push("panicked".to_owned());
-        }
-        let left = temp_files(&scratch);
-        if !left.is_empty() {
-            problems.push(format!("temporary files left: {left:?}"));
-        }
-        if snapshot(&outside) != outside_before {
-            problems.push("the directory outside the scratch directory changed".to_owned());
-        }
-        for device in ["/dev/null", "/dev/full"] {
-            if !is_char_device(Path::new(device)) {
-                problems.push(format!("{device} is no longer a character device"));
-            }
-        }
+        let mut problems = shared_checks(case, &scratch, &outside_before, &outside, &outcome);
         problems.extend(check_after(case, &scratch, &before, &outcome));
         drop(mounts);
         if !problems.is_empty() {
