@@ -6,7 +6,8 @@ timing model) behind its round-robin or KV router over a Mooncake trace. Its per
 rows come back in completion order without the trace line, so `replay` puts them back in
 trace order by (arrival, input length, output length): the Mooncake trace repeats such a
 key only for requests that are alike in all three, and rows with the same key are taken
-in the order the replay lists them.
+in the order the replay lists them, so a figure compared request by request is compared
+within each such group as a multiset (`same_in_groups`).
 """
 
 import collections
@@ -30,6 +31,7 @@ class Run:
     first_admission_reused_tokens: list
     ttft_ms: list
     worker: list
+    key: list
 
 
 def replay(trace, workers, cache_blocks, block_tokens, router_mode, sla_ttft_ms):
@@ -43,14 +45,25 @@ def replay(trace, workers, cache_blocks, block_tokens, router_mode, sla_ttft_ms)
         capture_per_request=True,
         sla_ttft_ms=sla_ttft_ms,
     )
-    rows = _in_trace_order(trace, report.per_request)
+    keys, rows = _in_trace_order(trace, report.per_request)
     return Run(
         router_mode,
         dict(report.summary),
         [row["admission_history"][0]["reused_input_tokens"] for row in rows],
         [row["ttft_ms"] for row in rows],
         [row["routing_history"][0]["logical_worker_id"] for row in rows],
+        keys,
     )
+
+
+def same_in_groups(keys, ours, theirs):
+    """How many requests have the same figure in `ours` as in `theirs`, per request, where
+    requests of one key count as one multiset (the replay cannot tell them apart)."""
+    groups = collections.defaultdict(lambda: (collections.Counter(), collections.Counter()))
+    for key, a, b in zip(keys, ours, theirs):
+        groups[key][0][a] += 1
+        groups[key][1][b] += 1
+    return sum(sum((a & b).values()) for a, b in groups.values())
 
 
 def _in_trace_order(trace, per_request):
@@ -58,12 +71,13 @@ def _in_trace_order(trace, per_request):
     for row in per_request:
         key = (round(row["arrival_time_ms"]), row["input_length"], row["requested_output_length"])
         by_key[key].append(row)
-    rows = []
+    keys, rows = [], []
     with open(trace) as lines:
         for number, line in enumerate(lines, 1):
             request = json.loads(line)
             key = (request["timestamp"], request["input_length"], request["output_length"])
             if not by_key[key]:
                 raise RuntimeError(f"{trace}:{number}: the replay reported no request {key}")
+            keys.append(key)
             rows.append(by_key[key].popleft())
-    return rows
+    return keys, rows
