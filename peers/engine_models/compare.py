@@ -78,11 +78,12 @@ def dynamo_cell(args, trace, kvroute_trace, workers, blocks, scratch):
             good = sum(1 for t in run.ttft_ms if t <= args.sla_ttft_ms)
             print(row("kvroute", policy, reused / prompt, run.ttft_ms, good))
             if mode == "round_robin":
-                checks += _round_robin_check(args, run, dyn, reused / prompt, dyn_reuse)
+                checks += _round_robin_check(args, trace, run, dyn, reused / prompt, dyn_reuse)
     return checks
 
 
-def _round_robin_check(args, run, dyn, reuse, dyn_reuse):
+def _round_robin_check(args, trace, run, dyn, reuse, dyn_reuse):
+    import differences
     import dynamo_side
 
     same_worker = dynamo_side.same_in_groups(dyn.key, run.worker, dyn.worker)
@@ -94,6 +95,8 @@ def _round_robin_check(args, run, dyn, reuse, dyn_reuse):
     print(f"round_robin: |reuse gap| {gap:.4f} (target <= {args.rr_tolerance}) {verdict};"
           f" same worker for {same_worker} of {len(run.worker)} requests,"
           f" same reuse for {same_reuse}")
+    if same_reuse != len(whole):
+        differences.explain(trace, run, dyn, whole, args.block_tokens)
     return [(gap <= args.rr_tolerance, f"round_robin reuse gap {gap:.4f}"),
             (same_worker == len(run.worker), "round_robin places each request where Dynamo does")]
 
