@@ -2,7 +2,7 @@
 
     python compare.py --kvroute target/release/kvroute --trace MOONCAKE.jsonl \\
         [--lines N] [--workers 4,8] [--cache-blocks 512,16384] \\
-        [--lru-capacities 2048,8192,32768] [--only dynamo|kvcache]
+        [--lru-capacities 2048,8192,32768] [--dynamo-kv-runs 1] [--only dynamo|kvcache]
 
 1. Beside NVIDIA Dynamo's offline replay: the same trace, fleet size, block size and
    blocks per worker, round-robin and KV-aware; one table of reuse, TTFT percentiles
@@ -40,7 +40,7 @@ def whole_block_reuse(reused, prompt, block_tokens):
 def percentile(values, quantile):
     """Nearest rank, the rule Dynamo's summary uses for its TTFT percentiles."""
     ordered = sorted(values)
-    rank = max(1, -(-int(quantile * 1000) * len(ordered) // 1000))
+    rank = max(1, -(-round(quantile * 1000) * len(ordered) // 1000))
     return ordered[rank - 1]
 
 
@@ -177,4 +177,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (OSError, RuntimeError, ValueError) as error:
+        # A missing trace, a kvroute that fails, a line the replay cannot place.
+        print(f"compare.py: {error}", file=sys.stderr)
+        sys.exit(2)
