@@ -3,11 +3,11 @@ comparison reads it.
 
 The replay runs Dynamo's mocker engine (a vLLM-like scheduler and block manager with a
 timing model) behind its round-robin or KV router over a Mooncake trace. Its per-request
-rows come back in completion order without the trace line, so `replay` puts them back in
-trace order by (arrival, input length, output length): the Mooncake trace repeats such a
-key only for requests that are alike in all three, and rows with the same key are taken
-in the order the replay lists them, so a figure compared request by request is compared
-within each such group as a multiset (`same_in_groups`).
+rows come back in an order of their own, without the trace line, so `replay` puts them
+back in trace order by (arrival, input length, output length). Requests alike in all
+three cannot be told apart (the Mooncake conversation trace has one such pair): their
+rows are taken in the order the replay lists them, and a figure compared request by
+request is compared within each such group as a multiset (`same_in_groups`).
 """
 
 import collections
