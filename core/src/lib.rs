@@ -44,7 +44,7 @@ mod fixed_sequence;
 pub mod import;
 pub mod input;
 pub mod join;
-pub mod mutant;
+pub(crate) mod mutant;
 pub mod output;
 pub mod replay;
 pub mod route;
@@ -56,6 +56,24 @@ pub use input::validate::{
 };
 pub use output::receipt::Receipt;
 pub use route::policy::Policy;
+
+/// What only the test harness needs (the `kvroute-tests` and `kvroute-mutants` crates
+/// and core's own integration tests): work counters, the planted-bug switch, the
+/// whole-run collector and the pieces a differential test compares one by one. Not
+/// part of the API: hidden from the documentation, and the layering test
+/// (`core/tests/layout.rs`) fails any file of `cli/`, `peers/`, `bench/` or `fuzz/`
+/// that names it. A module rather than a cargo feature because features unify across
+/// a workspace build: with one, `cargo build` at the root would give the shipped
+/// binary the harness's view.
+#[doc(hidden)]
+pub mod harness {
+    pub use crate::import::mooncake::{check_mooncake, import_mooncake_each};
+    pub use crate::mutant::{parse_selection, Mutant, SELECTOR_ENV};
+    pub use crate::route::cache::reuse::reuse_walk_rows;
+    pub use crate::route::cache::work::{reset_dominance_operations, reset_entry_operations};
+    pub use crate::route::candidate::Rows;
+    pub use crate::simulate::publication::is_lost;
+}
 
 /// The built-in lab trace, replayed when the CLI is given no trace.
 pub const LAB_TRACE_JSON: &str = include_str!("../../fixtures/lab/trace.json");

@@ -32,7 +32,22 @@
 //!
 //! `docs/importers.md` says the same at more length.
 
-pub mod importer;
-pub mod kv_events;
-pub mod mooncake;
-pub mod shared;
+pub(crate) mod importer;
+pub(crate) mod kv_events;
+pub(crate) mod mooncake;
+pub(crate) mod shared;
+
+// The public part of importing: the `Importer` trait and what it hands back, and each
+// format's importer with its options. Two formats cap a line differently, so their caps
+// are named by format.
+pub use importer::{ImportError, Imported, Importer, Problem, Report, Source};
+pub use kv_events::lines::capture_line;
+pub use kv_events::wire::{decode_batch, BlockHash, EngineEvent, PAYLOAD_BYTES_MAX};
+pub use kv_events::{
+    import_dynamo_events, import_engine_events, EngineEventsImport, EngineFormat,
+    EventsImportError, EventsOptions, ImportReport, Keying,
+    LINE_BYTES_MAX as ENGINE_EVENTS_LINE_BYTES_MAX,
+};
+pub use mooncake::{
+    import_mooncake, MooncakeImport, MooncakeOptions, LINE_BYTES_MAX as MOONCAKE_LINE_BYTES_MAX,
+};
