@@ -6,6 +6,34 @@
 //! explained in a [`Receipt`] whose canonical bytes and SHA-256 digest are the same on every run.
 //! `SPEC.md` at the repository root is the behaviour this crate implements.
 //!
+//! # The API
+//!
+//! Other crates (the CLI, the peers, the benchmarks, the fuzz targets) use only what
+//! this file declares public: the root items below ([`Trace`], [`parse_trace`],
+//! [`read_trace`], [`read_trace_compact`], [`ReadTraceError`], [`ValidationErrors`],
+//! [`Receipt`], [`Policy`], [`LAB_TRACE_JSON`], [`replay_bytes`]) and seven façade
+//! modules, one per part of SPEC.md, each re-exporting its items from the files
+//! beneath it (every module below a façade is private to this crate):
+//! - [`input`]: the trace as types, the limits, the compact event store, and the
+//!   receipt reader (`read_receipt`, `ReceiptSink`, the receipt's layout);
+//! - [`route`]: the compiled trace, a run (whole, or stepped by a `Runner`), the router
+//!   state and the reuse walk, the tenant rule, metrics, and the records and sinks a
+//!   run produces;
+//! - [`output`]: canonical bytes and digests, the receipt as a value, CSV, request-id
+//!   keying, the summary table and JSON string quoting;
+//! - [`import`]: the `Importer` trait and every format's importer with its options;
+//! - [`replay`]: which runs, into which output (receipt, JSON Lines, CSV, metrics);
+//! - [`simulate`]: the closed loop, its options, results and completions;
+//! - [`join`]: a receipt's run against completion records, its figures and writers.
+//!
+//! An item is named by its façade and its own name, never by the file it lives in
+//! (`kvroute_core::route::Compiled`, not `route::compiled::Compiled`); the layering
+//! test (`core/tests/layout.rs`) fails any file of `cli/`, `peers/`, `bench/` or
+//! `fuzz/` that names a path below a façade, or the hidden [`harness`] module that the
+//! test crates use. `docs/core-api.md` lists the items and the rule for adding one.
+//!
+//! # Inside
+//!
 //! The folders follow SPEC.md's parts and depend one way only: [`input`] ← [`route`] ←
 //! [`output`] ← [`import`] ← [`replay`] ← [`simulate`] ← [`join`] (`core/tests/layout.rs`
 //! checks it). Where each rule lives:

@@ -18,7 +18,9 @@
 //!    order, and returns [`importer::Imported`] or an [`importer::ImportError`] built
 //!    from [`importer::Problem`]s (`Problem::at_line(input, line, reason)`). Take
 //!    defaults that another format also uses from [`shared`], never from that format's
-//!    file; import nothing from the other formats. Add `pub mod NAME;` below.
+//!    file; import nothing from the other formats. Add `pub(crate) mod NAME;` below,
+//!    and the struct and its options to the `pub use` block (the façade other crates
+//!    import from: `kvroute_core::import::ThatStruct`).
 //! 2. In `cli/src/args.rs`, add a variant to `ImportFormat` with the format's flags, and
 //!    in `importer_of` in `cli/src/import.rs` one arm that builds the struct from them.
 //!    `run_import` there does the rest for every format: opening the inputs (`-` is
