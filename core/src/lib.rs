@@ -29,7 +29,7 @@
 //! An item is named by its façade and its own name, never by the file it lives in
 //! (`kvroute_core::route::Compiled`, not `route::compiled::Compiled`); the layering
 //! test (`core/tests/layout.rs`) fails any file of `cli/`, `peers/`, `bench/` or
-//! `fuzz/` that names a path below a façade, or the hidden [`harness`] module that the
+//! `fuzz/` that names a path below a façade, or the hidden `harness` module that the
 //! test crates use. `docs/core-api.md` lists the items and the rule for adding one.
 //!
 //! # Inside
@@ -38,28 +38,28 @@
 //! [`output`] ← [`import`] ← [`replay`] ← [`simulate`] ← [`join`] (`core/tests/layout.rs`
 //! checks it). Where each rule lives:
 //! - **limits** (profiles, integer literals, the per-request token limit, the overflow
-//!   bound, the error-line cap): [`input::limits`]; value, shape and cross-reference
-//!   rules: [`input::validate`], one file a stage;
-//! - the **epoch rule** (when an event or a mutation is news): [`input::epoch`]; the
+//!   bound, the error-line cap): `input::limits`; value, shape and cross-reference
+//!   rules: `input::validate`, one file a stage;
+//! - the **epoch rule** (when an event or a mutation is news): `input::epoch`; the
 //!   **stale rules** that apply it (`worker_epoch`, `key_epoch` with tombstones and the
 //!   clear floor, `arrival_order`) and **evidence gaps** of sequential epochs:
-//!   [`route::state`] (`RouterState::apply_cache_event`, `WorkerState::receive_epoch`);
+//!   `route::state` (`RouterState::apply_cache_event`, `WorkerState::receive_epoch`);
 //! - the **tenant rule** (whose prefix may be reused, boundary reasons):
-//!   [`route::tenant`]; how far reuse reaches: [`route::cache::reuse`];
+//!   `route::tenant`; how far reuse reaches: `route::cache::reuse`;
 //! - **freshness**, eligibility, work and after-placement figures:
-//!   [`route::candidate`]; dominance: [`route::candidate::dominance`]; the reasons
-//!   rows list: [`route::reason`];
+//!   `route::candidate`; dominance: `route::candidate::dominance`; the reasons
+//!   rows list: `route::reason`;
 //! - the **policy rule** (cost score, ties, margins, the overload cap and the cold
 //!   reserve, route kind, which runs a trace has):
-//!   [`route::policy`]; the Dynamo cost of `dynamo_default`: [`route::candidate`]; one
-//!   run's loop: [`route::engine`]; which runs, each from a clean state, into which
+//!   `route::policy`; the Dynamo cost of `dynamo_default`: `route::candidate`; one
+//!   run's loop: `route::engine`; which runs, each from a clean state, into which
 //!   output: [`replay`];
-//! - **canonical bytes and digests**: [`output::canonical`] (integers, string escapes
-//!   and digest tags: [`output::json_text`]); the receipt:
-//!   [`output::receipt`], its bytes written by type in [`output::typed`]; JSON Lines:
-//!   [`output::jsonl`]; CSV: [`output::csv`] (each run into them by [`replay`]);
+//! - **canonical bytes and digests**: `output::canonical` (integers, string escapes
+//!   and digest tags: `output::json_text`); the receipt:
+//!   `output::receipt`, its bytes written by type in `output::typed`; JSON Lines:
+//!   `output::jsonl`; CSV: `output::csv` (each run into them by [`replay`]);
 //! - **importing** other formats (Mooncake, vLLM and SGLang KV events, Dynamo's
-//!   RouterEvent lines), each behind the one [`import::importer::Importer`] trait:
+//!   RouterEvent lines), each behind the one `import::importer::Importer` trait:
 //!   [`import`];
 //! - the **closed-loop engine model** (LRU, prefill, publication lag, jitter and loss,
 //!   re-query, residency error):
