@@ -32,8 +32,8 @@ use kvroute_bench::{
     import, mooncake_bytes, oracle_trace_bytes, receipt_window_trace, replay_trace, request_count,
     run_with_receipt, simulate_all, simulation_input, ORACLE_TRACE_REQUESTS, WORKER_COUNTS,
 };
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_metrics;
+use kvroute_core::route::run_metrics;
+use kvroute_core::route::Compiled;
 use kvroute_core::simulate::{simulate_policy, SimulateOptions};
 use kvroute_core::{parse_trace, replay_bytes, Policy};
 use std::hint::black_box;

@@ -5,7 +5,7 @@
 //! `route-driver prepare WORKERS FILE` writes the bench-table routing trace of WORKERS
 //! workers to FILE as canonical JSON. `route-driver run FILE [POLICY]` reads it back and
 //! calls `run_metrics` once (`cache_plus_load` unless POLICY names another), so
-//! `valgrind --tool=callgrind --toggle-collect='kvroute_core::route::engine::run_metrics*'
+//! `valgrind --tool=callgrind --toggle-collect='kvroute_core::route::run_metrics*'
 //! route-driver run FILE` counts one run's instructions and nothing else.
 //!
 //! That trace is also, byte for byte, the stream `peers-bench` replays for its
@@ -13,12 +13,12 @@
 //!
 //! The same for reading a trace: `route-driver prepare-input FILE` writes bench-table's
 //! input trace (the core-versus-oracle trace, 8.9 MB) and `route-driver parse FILE`
-//! calls `parse_trace` on it once (`--toggle-collect='kvroute_core::input::validate::parse_trace*'`).
+//! calls `parse_trace` on it once (`--toggle-collect='kvroute_core::input::parse_trace*'`).
 
 use kvroute_bench::{import, mooncake_bytes, oracle_trace_bytes, replay_trace, request_count};
-use kvroute_core::output::canonical::canonical_trace_bytes;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_metrics;
+use kvroute_core::output::canonical_trace_bytes;
+use kvroute_core::route::run_metrics;
+use kvroute_core::route::Compiled;
 use kvroute_core::{parse_trace, Policy};
 
 fn main() {

@@ -9,14 +9,14 @@
 //! `cache_plus_load` and keeps the store/evict events it generated, and the routing
 //! figures replay that trace. Nothing here is timed: each caller times what it measures.
 
-use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
-use kvroute_core::output::canonical::canonical_trace_bytes;
-use kvroute_core::output::typed::push_decision_ref;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_with_sink;
-use kvroute_core::route::metrics::Metrics;
-use kvroute_core::route::record::{DecisionRef, RunSink};
-use kvroute_core::route::state::RouterState;
+use kvroute_core::import::{import_mooncake, MooncakeOptions};
+use kvroute_core::output::canonical_trace_bytes;
+use kvroute_core::output::push_decision_ref;
+use kvroute_core::route::run_with_sink;
+use kvroute_core::route::Compiled;
+use kvroute_core::route::Metrics;
+use kvroute_core::route::RouterState;
+use kvroute_core::route::{DecisionRef, RunSink};
 use kvroute_core::simulate::{
     generated_trace, simulate_policy, simulation_trace, SimRun, SimulateOptions,
 };
@@ -119,7 +119,7 @@ pub fn request_count(trace: &Trace) -> u64 {
     trace
         .events
         .iter()
-        .filter(|e| matches!(e.kind, kvroute_core::input::trace::EventKind::Request(_)))
+        .filter(|e| matches!(e.kind, kvroute_core::input::EventKind::Request(_)))
         .count() as u64
 }
 
@@ -128,7 +128,7 @@ pub fn cache_event_count(trace: &Trace) -> u64 {
     trace
         .events
         .iter()
-        .filter(|e| matches!(e.kind, kvroute_core::input::trace::EventKind::Cache { .. }))
+        .filter(|e| matches!(e.kind, kvroute_core::input::EventKind::Cache { .. }))
         .count() as u64
 }
 

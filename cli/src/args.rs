@@ -6,8 +6,8 @@
 
 use clap::builder::PossibleValue;
 use clap::{Parser, Subcommand, ValueEnum};
-use kvroute_core::input::limits::JSON_INTEGER_MAX;
-use kvroute_core::input::trace::{EpochsMode, StaleRule};
+use kvroute_core::input::JSON_INTEGER_MAX;
+use kvroute_core::input::{EpochsMode, StaleRule};
 use kvroute_core::simulate;
 use kvroute_core::Policy;
 use std::ffi::OsString;
@@ -176,7 +176,7 @@ pub enum Command {
         /// With --completions: latency objectives in milliseconds (up to three decimals),
         /// `ttft_ms=X,tpot_ms=Y` or vLLM's `ttft:X,tpot:Y`, either alone.
         #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo, requires = "completions")]
-        slo: Option<kvroute_core::join::figures::Slo>,
+        slo: Option<kvroute_core::join::Slo>,
         /// With --completions: the run that served the traffic [default: cache_plus_load].
         #[arg(long, value_name = "POLICY", value_parser = parse_policy, requires = "completions")]
         run: Option<Policy>,
@@ -390,7 +390,7 @@ pub struct PolicyOverrides {
 }
 
 impl PolicyOverrides {
-    pub fn apply(self, policy: &mut kvroute_core::input::trace::PolicyParams) {
+    pub fn apply(self, policy: &mut kvroute_core::input::PolicyParams) {
         if let Some(StaleRuleArg(rule)) = self.stale_rule {
             policy.stale_rule = rule;
         }
@@ -617,7 +617,7 @@ pub struct JoinArgs {
     /// or `vllm bench serve --goodput`'s `ttft:X,tpot:Y` (either alone, the spellings may
     /// be mixed): e.g. `--slo ttft_ms=300,tpot_ms=12.5`.
     #[arg(long, value_name = "OBJECTIVES", value_parser = parse_slo)]
-    pub slo: Option<kvroute_core::join::figures::Slo>,
+    pub slo: Option<kvroute_core::join::Slo>,
     /// Exit 3, after the output is written, when more than N per mille of the records
     /// that carry cached tokens drifted from the router's picture of their worker's
     /// cache (in the run, a cohort or a serving worker); N from 0 to 1000.
@@ -676,8 +676,8 @@ pub fn parse_per_mille(text: &str) -> Result<u64, String> {
 /// whichever its spelling. A value is milliseconds with up to three decimals, held in
 /// whole microseconds up to 2^53 - 1; the error (clap adds the option's name) says
 /// which item is wrong and why.
-pub fn parse_slo(text: &str) -> Result<kvroute_core::join::figures::Slo, String> {
-    let mut slo = kvroute_core::join::figures::Slo::default();
+pub fn parse_slo(text: &str) -> Result<kvroute_core::join::Slo, String> {
+    let mut slo = kvroute_core::join::Slo::default();
     for item in text.split(',') {
         let (name, objective, value) = SLO_SPELLINGS
             .into_iter()
@@ -890,7 +890,7 @@ path_argument!(
 #[cfg(test)]
 mod tests {
     use super::parse_slo;
-    use kvroute_core::join::figures::Slo;
+    use kvroute_core::join::Slo;
 
     fn slo(ttft_us: Option<u64>, tpot_us: Option<u64>) -> Slo {
         Slo { ttft_us, tpot_us }

@@ -9,10 +9,10 @@ use crate::inputs::read_bytes;
 use crate::out::{self, emit_with};
 use crate::progress::Progress;
 use kvroute_cli::args::{EngineImportArgs, ImportFormat};
-use kvroute_core::import::importer::{ImportError, Importer, Source};
-use kvroute_core::import::kv_events::{EngineEventsImport, EngineFormat, EventsOptions, Keying};
-use kvroute_core::import::mooncake::{MooncakeImport, MooncakeOptions};
-use kvroute_core::output::canonical::CanonicalTraceStream;
+use kvroute_core::import::{EngineEventsImport, EngineFormat, EventsOptions, Keying};
+use kvroute_core::import::{ImportError, Importer, Source};
+use kvroute_core::import::{MooncakeImport, MooncakeOptions};
+use kvroute_core::output::CanonicalTraceStream;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

@@ -8,10 +8,10 @@ use crate::inputs::read_id_key;
 use crate::out::emit;
 use kvroute_cli::args::{DiffFormat, JoinArgs};
 use kvroute_cli::terminal::printable;
-use kvroute_core::join::output::{gate_lines, Gates};
-use kvroute_core::join::receipt::ReceiptError;
-use kvroute_core::join::{self, output, JoinError, JoinOptions, TraceCohorts};
-use kvroute_core::output::csv::CsvIds;
+use kvroute_core::join::ReceiptError;
+use kvroute_core::join::{self, JoinError, JoinOptions, TraceCohorts};
+use kvroute_core::join::{gate_lines, Gates};
+use kvroute_core::output::CsvIds;
 use kvroute_core::Policy;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -57,9 +57,9 @@ pub fn join_command(args: &JoinArgs) -> Result<(), Failure> {
         )
     })?;
     let bytes = match args.format {
-        DiffFormat::Table => output::table(&joined, &|id| printable(id).into_owned()).into_bytes(),
+        DiffFormat::Table => join::table(&joined, &|id| printable(id).into_owned()).into_bytes(),
         DiffFormat::Json => {
-            let mut bytes = output::json_bytes(&joined);
+            let mut bytes = join::json_bytes(&joined);
             bytes.push(b'\n');
             bytes
         }
@@ -69,7 +69,7 @@ pub fn join_command(args: &JoinArgs) -> Result<(), Failure> {
             } else {
                 CsvIds::SpreadsheetSafe
             };
-            output::csv_bytes(&joined.figures.workers, ids)
+            join::csv_bytes(&joined.figures.workers, ids)
                 .map_err(|e| Failure::other(format!("kvroute join: cannot write the CSV: {e}")))?
         }
     };
@@ -99,7 +99,7 @@ pub(crate) fn failure(
     let receipt = receipt.display();
     let completions = completions.display();
     let trace = trace.map_or_else(String::new, |t| t.display().to_string());
-    let quoted = |id: &str| printable(&kvroute_core::input::json::quote_str(id)).into_owned();
+    let quoted = |id: &str| printable(&kvroute_core::output::quote_str(id)).into_owned();
     let lines = match error {
         JoinError::Undetected { line } => vec![format!(
             "{completions}:{line}: cannot tell the completions format from this line (an \

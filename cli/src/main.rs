@@ -11,10 +11,10 @@ use kvroute_cli::args::{
     Cli, Command, ExportArgs, Format, PolicyOverrides, SimulateFormat, SAMPLE_MAX,
 };
 use kvroute_cli::verify::VerifyError;
-use kvroute_core::input::compact::EventStore;
-use kvroute_core::output::{canonical, csv, table};
+use kvroute_core::input::EventStore;
+use kvroute_core::output;
 use kvroute_core::replay;
-use kvroute_core::route::compiled::{Compiled, DecisionsRouted};
+use kvroute_core::route::{Compiled, DecisionsRouted};
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, read_trace_compact, Policy, ReadTraceError, Trace};
 use std::io::Read;
@@ -328,15 +328,15 @@ fn replay(
     let progress = progress::Progress::start("replay", "reading and validating the trace");
     let (trace, mut events) = load_trace_compact(trace)?;
     // The digest names the trace as given; the ids are keyed after it (SPEC.md §6.5).
-    let digest = canonical::trace_digest_of(&trace, &events);
+    let digest = output::trace_digest_of(&trace, &events);
     if let Some(key_file) = &export.id_key {
         let key = read_id_key(key_file)?;
-        events.rename_request_ids(|id| kvroute_core::output::ids::keyed_id(&key, id));
+        events.rename_request_ids(|id| kvroute_core::output::keyed_id(&key, id));
     }
     let csv_ids = if export.csv_plain {
-        csv::CsvIds::Plain
+        output::CsvIds::Plain
     } else {
-        csv::CsvIds::SpreadsheetSafe
+        output::CsvIds::SpreadsheetSafe
     };
     progress.phase("replaying each policy");
     let compiled = Compiled::from_compact(&trace, &events);
@@ -355,7 +355,7 @@ fn replay(
             // The digest is hashed as the receipt is produced, so a large trace never
             // holds its receipt in memory just to print a table.
             let (receipt_digest, runs) = replay::stream_digest(&compiled, &digest);
-            let table = table::summary_table_of(&runs, &digest, &receipt_digest);
+            let table = output::summary_table_of(&runs, &digest, &receipt_digest);
             emit(table.as_bytes(), out)
         }
         Format::Jsonl => emit_with(out, |w| {
@@ -429,12 +429,7 @@ fn simulate(
         let files: Vec<(Policy, Vec<u8>)> = simulated
             .completions
             .iter()
-            .map(|(policy, served)| {
-                (
-                    *policy,
-                    simulate::completions::completion_lines(served, ticks_per_ms),
-                )
-            })
+            .map(|(policy, served)| (*policy, simulate::completion_lines(served, ticks_per_ms)))
             .collect();
         write_policy_files(dir, &files, "completions.jsonl")?;
     }
@@ -477,9 +472,8 @@ fn simulate_document(
     // The closed loop routes each request once a policy.
     let total = Policy::STANDARD.len() as u64 * trace.request_count() as u64;
     progress.count_decisions(&routed, total);
-    let result =
-        simulate::result::simulate_result(trace, workers, options, &routed, keep_completions)
-            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+    let result = simulate::simulate_result(trace, workers, options, &routed, keep_completions)
+        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
     note_dropped_events(result.dropped_events);
     let mut stdout = result.document;
     stdout.push(b'\n');
@@ -519,7 +513,7 @@ fn simulate_table_runs(
                 i + 1
             ));
             let (run, served) = if keep_completions {
-                simulate::closed_loop::simulate_policy_with_completions(
+                simulate::simulate_policy_with_completions(
                     &compiled,
                     policy,
                     options,
@@ -534,7 +528,7 @@ fn simulate_table_runs(
             (run, (policy, served))
         })
         .unzip();
-    let table = simulate::table::simulate_table(
+    let table = simulate::simulate_table(
         &runs,
         sim_trace.workers.len(),
         sim_trace.request_count(),
@@ -544,7 +538,7 @@ fn simulate_table_runs(
         runs.iter()
             .map(|run| {
                 let trace = simulate::generated_trace(&sim_trace, run);
-                (run.policy, canonical::canonical_trace_bytes(&trace))
+                (run.policy, output::canonical_trace_bytes(&trace))
             })
             .collect()
     } else {
@@ -621,7 +615,7 @@ fn validate(path: &Path) -> Result<(), Failure> {
         counted(events.len() as u64, "event", "events"),
         counted(requests as u64, "request", "requests"),
         trace.limits.name(),
-        canonical::trace_digest_of(&trace, &events)
+        output::trace_digest_of(&trace, &events)
     )
 }
 

@@ -6,7 +6,7 @@
 use crate::failure::Failure;
 use crate::out;
 use kvroute_cli::args::{PeerAction, PeerArgs, PeerFormat};
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_peer_core::classify::Options;
 use kvroute_peer_core::peer_sweep::{shrunk_finding, sweep_peer, Processes, SweepOptions};
 use kvroute_peer_core::run::{run_peer, shrunk_first_difference, RunOptions};

@@ -11,7 +11,7 @@
 //! decisions a `replay` or `simulate` has routed are shown the same way, of the total
 //! its trace makes them route (core counts them, one relaxed addition a decision).
 
-use kvroute_core::route::compiled::DecisionsRouted;
+use kvroute_core::route::DecisionsRouted;
 use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -42,10 +42,10 @@ const END_SEQ: [u8; 8] = [0xFF; 8];
 /// The largest topic and payload frames together a message may have to be written:
 /// the largest payload `import vllm-events` decodes (SPEC.md §13.6), so that no line
 /// of a capture is one its import refuses.
-const MESSAGE_BYTES_MAX: usize = kvroute_core::import::kv_events::wire::PAYLOAD_BYTES_MAX;
+const MESSAGE_BYTES_MAX: usize = kvroute_core::import::PAYLOAD_BYTES_MAX;
 
 /// The longest capture line written, its newline included: the import's cap.
-const LINE_BYTES_MAX: usize = kvroute_core::import::kv_events::LINE_BYTES_MAX;
+const LINE_BYTES_MAX: usize = kvroute_core::import::ENGINE_EVENTS_LINE_BYTES_MAX;
 
 /// How long an endpoint may stay silent before record asks whether an engine publishes
 /// there: longer than a connection takes, shorter than a user waits wondering.
@@ -183,7 +183,7 @@ fn count_panics() {
 /// one (a host name's case, a port's leading zeros, an IPv6 address's forms, a path's
 /// repeated separators), or why `record` cannot connect to it.
 fn connect_address(endpoint: &str) -> Result<zeromq::Endpoint, String> {
-    let quoted = kvroute_core::input::json::quote_str(endpoint);
+    let quoted = kvroute_core::output::quote_str(endpoint);
     let parsed = endpoint.parse::<zeromq::Endpoint>().map_err(|error| {
         format!("{quoted} is no ZeroMQ address: {error} (record connects to tcp://HOST:PORT or ipc://PATH)")
     })?;
@@ -209,8 +209,8 @@ fn connect_addresses(endpoints: &[String]) -> Result<Vec<zeromq::Endpoint>, Fail
         if let Some(first) = addresses.iter().position(|a| *a == address) {
             return Err(Failure::invalid(vec![format!(
                 "{} and {} are one endpoint: each message would be recorded twice",
-                kvroute_core::input::json::quote_str(&endpoints[first]),
-                kvroute_core::input::json::quote_str(endpoint)
+                kvroute_core::output::quote_str(&endpoints[first]),
+                kvroute_core::output::quote_str(endpoint)
             )]));
         }
         addresses.push(address);
@@ -228,10 +228,10 @@ fn streams(args: &RecordArgs) -> Result<Vec<Stream>, Failure> {
             return Err(Failure::invalid(vec![format!(
                 "--replay {}: expected ENDPOINT=REPLAY, an endpoint to record and its \
                  publisher's replay socket",
-                kvroute_core::input::json::quote_str(pair)
+                kvroute_core::output::quote_str(pair)
             )]));
         };
-        let quoted = kvroute_core::input::json::quote_str(endpoint);
+        let quoted = kvroute_core::output::quote_str(endpoint);
         let index = connect_address(endpoint)
             .ok()
             .and_then(|address| addresses.iter().position(|a| *a == address));

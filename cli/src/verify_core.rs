@@ -7,9 +7,9 @@
 
 use crate::{progress, read_id_key, read_input, Failure};
 use kvroute_cli::verify::{verify_stream, VerifyError};
-use kvroute_core::output::canonical;
+use kvroute_core::output;
 use kvroute_core::replay;
-use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::Compiled;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -82,9 +82,9 @@ pub fn verify_core(trace_path: &Path, id_key: Option<&Path>) -> Result<(), Failu
     let trace_bytes = read_input(trace_path, "trace")?;
     let mut trace = kvroute_core::parse_trace(&trace_bytes)
         .map_err(|errors| Failure::invalid(errors.lines()))?;
-    let digest = canonical::trace_digest(&trace);
+    let digest = output::trace_digest(&trace);
     if let Some(key) = &key {
-        kvroute_core::output::ids::key_request_ids(&mut trace, key);
+        kvroute_core::output::key_request_ids(&mut trace, key);
     }
     let (sender, receiver) = mpsc::sync_channel(CHUNKS_IN_FLIGHT);
     let verdict = std::thread::scope(|scope| {

@@ -778,7 +778,7 @@ fn a_message_larger_than_the_import_reads_is_counted_malformed_and_the_rest_reco
         .unwrap()
         .to_string();
     let recorder = start_recorder(&[&endpoint, "--count", "2", "--seconds", "60"], &capture);
-    // The import's payload cap is 16 MiB (kv_events::wire::PAYLOAD_BYTES_MAX): one
+    // The import's payload cap is 16 MiB (PAYLOAD_BYTES_MAX): one
     // byte more, or a topic that takes the pair past it, is refused.
     let over = vec![7u8; 16 * 1024 * 1024 + 1];
     let (code, note, lines) = publish_until_done(&rt, &mut publisher, recorder, &capture, |n| {

@@ -76,7 +76,7 @@ fn a_keyed_receipt_is_the_plain_one_with_ids_replaced() {
     for run in expected["runs"].as_array_mut().unwrap() {
         for d in run["decisions"].as_array_mut().unwrap() {
             let id = d["request"].as_str().unwrap();
-            d["request"] = Value::from(kvroute_core::output::ids::keyed_id(&key_bytes, id));
+            d["request"] = Value::from(kvroute_core::output::keyed_id(&key_bytes, id));
         }
     }
     expected.as_object_mut().unwrap().remove("receipt_digest");

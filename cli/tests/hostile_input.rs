@@ -74,7 +74,7 @@ fn set_pointer(mut value: Value, edit: &str) -> Vec<u8> {
         }
         _ => *value.pointer_mut(pointer).expect("the pointer exists") = json,
     }
-    kvroute_core::output::canonical::jcs_bytes(&value)
+    kvroute_core::output::jcs_bytes(&value)
 }
 
 /// The inputs too large or too regular for a line of text.
@@ -195,7 +195,7 @@ fn generated_receipt(name: &str, lab: &str) -> Option<Vec<u8>> {
 
 /// A doctored receipt with its digest recomputed, so only the later checks can tell.
 fn resigned(mut receipt: Value) -> Vec<u8> {
-    use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
+    use kvroute_core::output::{jcs_bytes, sha256_tag};
     receipt.as_object_mut().unwrap().remove("receipt_digest");
     let digest = sha256_tag(&jcs_bytes(&receipt));
     receipt["receipt_digest"] = Value::String(digest);
@@ -220,7 +220,7 @@ fn input_bytes(spec: &str) -> Vec<u8> {
     } else if let Some(edit) = spec.strip_prefix("lab@") {
         set_pointer(serde_json::from_str(&lab_trace_text()).unwrap(), edit)
     } else if spec == "receipt" {
-        kvroute_core::output::canonical::jcs_bytes(&lab_receipt())
+        kvroute_core::output::jcs_bytes(&lab_receipt())
     } else if let Some(edit) = spec.strip_prefix("receipt@") {
         let bytes = set_pointer(lab_receipt(), edit);
         resigned(serde_json::from_slice(&bytes).unwrap())

@@ -32,7 +32,7 @@ fn a_line_with_no_end_is_an_error_and_memory_stays_bounded() {
     // Progress lines may come first: the run takes over 2 s in a debug build.
     let expected = format!(
         "-:1: line longer than {} bytes",
-        kvroute_core::import::mooncake::LINE_BYTES_MAX
+        kvroute_core::import::MOONCAKE_LINE_BYTES_MAX
     );
     assert!(stderr.lines().any(|line| line == expected), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
@@ -41,7 +41,7 @@ fn a_line_with_no_end_is_an_error_and_memory_stays_bounded() {
         "nothing is written or left behind: {left:?}"
     );
     let peak = peak_rss::waited_children_peak_bytes();
-    let bound = 2 * kvroute_core::import::mooncake::LINE_BYTES_MAX as u64 + (32 << 20);
+    let bound = 2 * kvroute_core::import::MOONCAKE_LINE_BYTES_MAX as u64 + (32 << 20);
     assert!(
         peak < bound,
         "peak {peak} bytes for a {SPACES_BYTES}-byte line, bound {bound}"

@@ -12,7 +12,7 @@ mod endless_stdin;
 #[path = "support/peak_rss.rs"]
 mod peak_rss;
 
-use kvroute_core::input::limits::VALUE_BYTES_MAX;
+use kvroute_core::input::VALUE_BYTES_MAX;
 
 #[test]
 fn a_string_with_no_end_is_an_error_and_memory_stays_bounded() {

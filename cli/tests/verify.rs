@@ -4,7 +4,7 @@
 //! its JSON path (SPEC.md §7).
 
 use kvroute_cli::verify::{verify, verify_stream, VerifyError};
-use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::{jcs_bytes, sha256_tag};
 use kvroute_harness::fixtures;
 use serde_json::Value;
 
@@ -97,7 +97,7 @@ fn a_receipt_for_another_trace_is_rejected() {
     let other = fixtures::trace_bytes("stale_epoch");
     let problem = rejection(&other, &jcs_bytes(&receipt));
     let other_digest =
-        kvroute_core::output::canonical::trace_digest(&kvroute_core::parse_trace(&other).unwrap());
+        kvroute_core::output::trace_digest(&kvroute_core::parse_trace(&other).unwrap());
     assert_eq!(
         problem,
         format!(
@@ -479,8 +479,8 @@ fn mangled_receipt_bytes_are_rejected_with_a_reason_and_never_panic() {
     let parsed = kvroute_core::parse_trace(&trace).unwrap();
     let mut lines = Vec::new();
     kvroute_core::replay::write_jsonl(
-        &kvroute_core::route::compiled::Compiled::new(&parsed),
-        &kvroute_core::output::canonical::trace_digest(&parsed),
+        &kvroute_core::route::Compiled::new(&parsed),
+        &kvroute_core::output::trace_digest(&parsed),
         &mut lines,
     )
     .unwrap();

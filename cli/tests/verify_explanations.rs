@@ -5,7 +5,7 @@
 //! by its full path.
 
 use kvroute_cli::verify::{verify, VerifyError};
-use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
+use kvroute_core::output::{jcs_bytes, sha256_tag};
 use kvroute_harness::fixtures;
 use serde_json::Value;
 

@@ -2,9 +2,7 @@
 //! §4.8, §5, §6, §6.1). Every expected figure was worked out by hand from SPEC.md §4.8
 //! (the worked example there, on the trace of §8), not copied from an output.
 
-use kvroute_core::output::canonical::{
-    canonical_trace_bytes, canonical_trace_value, jcs_bytes, trace_digest,
-};
+use kvroute_core::output::{canonical_trace_bytes, canonical_trace_value, jcs_bytes, trace_digest};
 use kvroute_core::{parse_trace, replay_bytes};
 use serde_json::{json, Value};
 

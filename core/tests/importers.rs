@@ -4,12 +4,12 @@
 //! one type whose lines name the input file and line (or the command, for the inputs
 //! as a whole).
 
-use kvroute_core::import::importer::{ImportError, Importer, Source};
-use kvroute_core::import::kv_events::{
+use kvroute_core::import::{
     import_dynamo_events, import_engine_events, EngineEventsImport, EngineFormat, EventsOptions,
 };
-use kvroute_core::import::mooncake::{import_mooncake, MooncakeImport, MooncakeOptions};
-use kvroute_core::output::canonical::{canonical_trace_bytes, CanonicalTraceStream};
+use kvroute_core::import::{import_mooncake, MooncakeImport, MooncakeOptions};
+use kvroute_core::import::{ImportError, Importer, Source};
+use kvroute_core::output::{canonical_trace_bytes, CanonicalTraceStream};
 use std::path::PathBuf;
 
 const ENGINE_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/engine_events");

@@ -3,9 +3,9 @@
 //! calibration; the same from a JSON Lines receipt and with keyed ids; and each kind of
 //! bad input named with its line and path.
 
-use kvroute_core::join::figures::{Counts, Goodput, JoinFigures, Slo};
-use kvroute_core::join::receipt::ReceiptError;
-use kvroute_core::join::{join, output, JoinError, JoinOptions};
+use kvroute_core::join::ReceiptError;
+use kvroute_core::join::{self, join, JoinError, JoinOptions};
+use kvroute_core::join::{Counts, Goodput, JoinFigures, Slo};
 use kvroute_core::{parse_trace, Policy, LAB_TRACE_JSON};
 
 #[path = "support/lab_join.rs"]
@@ -69,7 +69,7 @@ fn the_fixture_joins_to_the_hand_computed_figures() {
 fn the_document_is_canonical_and_says_the_figures() {
     let receipt = lab_receipt();
     let joined = join(&receipt[..], COMPLETIONS.as_bytes(), &options(Some(SLO))).unwrap();
-    let bytes = output::json_bytes(&joined);
+    let bytes = join::json_bytes(&joined);
     let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(serde_json_canonicalizer::to_vec(&value).unwrap(), bytes);
     assert_eq!(value["format"], "kvroute-join/2");
@@ -120,9 +120,9 @@ fn objectives_with_decimals_are_microseconds_in_the_document_and_exact_in_the_ta
         ),
     ] {
         let joined = join(&receipt[..], COMPLETIONS.as_bytes(), &options(Some(slo))).unwrap();
-        let document = String::from_utf8(output::json_bytes(&joined)).unwrap();
+        let document = String::from_utf8(join::json_bytes(&joined)).unwrap();
         assert!(document.contains(members), "{document}");
-        let table = output::table(&joined, &|id: &str| id.to_owned());
+        let table = join::table(&joined, &|id: &str| id.to_owned());
         let goodput_line = table
             .lines()
             .find(|line| line.starts_with("goodput"))
@@ -134,18 +134,18 @@ fn objectives_with_decimals_are_microseconds_in_the_document_and_exact_in_the_ta
     }
     // Without objectives the document says so, and the table has no goodput line.
     let plain = join(&receipt[..], COMPLETIONS.as_bytes(), &options(None)).unwrap();
-    let document = String::from_utf8(output::json_bytes(&plain)).unwrap();
+    let document = String::from_utf8(join::json_bytes(&plain)).unwrap();
     assert!(document.contains(r#""goodput":null"#));
     assert!(document.contains(r#""slo":{"tpot_us":null,"ttft_us":null}"#));
-    let table = output::table(&plain, &|id: &str| id.to_owned());
+    let table = join::table(&plain, &|id: &str| id.to_owned());
     assert!(!table.contains("goodput"));
 }
 
 #[test]
 fn a_json_lines_receipt_and_keyed_ids_join_the_same() {
     let trace = parse_trace(LAB_TRACE_JSON.as_bytes()).unwrap();
-    let compiled = kvroute_core::route::compiled::Compiled::new(&trace);
-    let digest = kvroute_core::output::canonical::trace_digest(&trace);
+    let compiled = kvroute_core::route::Compiled::new(&trace);
+    let digest = kvroute_core::output::trace_digest(&trace);
     let mut lines = Vec::new();
     kvroute_core::replay::write_jsonl(&compiled, &digest, &mut lines).unwrap();
     let joined = join(&lines[..], COMPLETIONS.as_bytes(), &options(Some(SLO))).unwrap();
@@ -153,11 +153,9 @@ fn a_json_lines_receipt_and_keyed_ids_join_the_same() {
     // A receipt of keyed ids joins plain completion ids through the same key.
     let key = b"join-test-key".to_vec();
     let mut keyed = trace.clone();
-    kvroute_core::output::ids::key_request_ids(&mut keyed, &key);
-    let keyed_receipt = kvroute_core::replay::receipt_bytes(
-        &kvroute_core::route::compiled::Compiled::new(&keyed),
-        &digest,
-    );
+    kvroute_core::output::key_request_ids(&mut keyed, &key);
+    let keyed_receipt =
+        kvroute_core::replay::receipt_bytes(&kvroute_core::route::Compiled::new(&keyed), &digest);
     let keyed_options = JoinOptions {
         id_key: Some(key),
         ..options(Some(SLO))

@@ -2,9 +2,9 @@
 //! the parts' identity on hand-built receipts (one decision each, every policy's trade
 //! for load), a doctored run of the lab trace, and the readers' new members.
 
-use kvroute_core::join::attribution::{Attribution, WorkerDrift};
-use kvroute_core::join::output::{gate_lines, Gates};
-use kvroute_core::join::{join, output, CompletionsFormat, Join, JoinError, JoinOptions};
+use kvroute_core::join::{self, join, CompletionsFormat, Join, JoinError, JoinOptions};
+use kvroute_core::join::{gate_lines, Gates};
+use kvroute_core::join::{Attribution, WorkerDrift};
 use kvroute_core::{replay_bytes, Policy, LAB_TRACE_JSON};
 use serde_json::{json, Value};
 
@@ -137,7 +137,7 @@ fn the_worked_example_cache_plus_load_phantom_and_outside_the_fleet() {
             ..Attribution::default()
         }
     );
-    let document = output::json_bytes(&joined(
+    let document = join::json_bytes(&joined(
         &receipt,
         &dynamo_line("r1", Some(512), None),
         Policy::CachePlusLoad,
@@ -201,9 +201,9 @@ fn records_without_cached_tokens_or_a_worker_leave_the_document_as_it_was() {
     let receipt = spec_receipt(json!({}));
     let joined = joined(&receipt, &aiperf_line("r1", None), Policy::LeastLoad);
     assert_eq!(joined.figures.attribution, None);
-    let document = String::from_utf8(output::json_bytes(&joined)).unwrap();
+    let document = String::from_utf8(join::json_bytes(&joined)).unwrap();
     assert!(!document.contains("attribution"), "{document}");
-    let table = output::table(&joined, &|s| s.to_owned());
+    let table = join::table(&joined, &|s| s.to_owned());
     assert!(!table.contains("attribution"), "{table}");
     // Without anything attributed a gate cannot be judged.
     assert_eq!(
@@ -233,7 +233,7 @@ fn the_table_line_and_the_gate_lines() {
         &dynamo_line("r1", Some(512), None),
         Policy::CachePlusLoad,
     );
-    let table = output::table(&joined, &|s| s.to_owned());
+    let table = join::table(&joined, &|s| s.to_owned());
     assert!(
         table.contains(
             "attribution: attributed 1  unknown 0  lost 688 = workload 176 + boundary 0 + \

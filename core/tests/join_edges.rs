@@ -5,7 +5,7 @@
 //! decimals, and a pair of records tied in TTFT counts in neither `C` nor `D` of the
 //! rank correlation, as a pair tied in prediction does.
 
-use kvroute_core::join::figures::Slo;
+use kvroute_core::join::Slo;
 use kvroute_core::join::{join, JoinOptions};
 use kvroute_core::{replay_bytes, Policy, LAB_TRACE_JSON};
 

@@ -3,9 +3,9 @@
 //! hand; the layout detected from the first line; and the join by position past the
 //! run's last decision.
 
-use kvroute_core::join::attribution::Attribution;
-use kvroute_core::join::figures::{Counts, Goodput, JoinFigures};
+use kvroute_core::join::Attribution;
 use kvroute_core::join::{join, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
+use kvroute_core::join::{Counts, Goodput, JoinFigures};
 use kvroute_core::{parse_trace, Policy, LAB_TRACE_JSON};
 
 #[path = "support/lab_join.rs"]

@@ -98,12 +98,14 @@ fn named_paths(text: &str, here: &[String]) -> Vec<Vec<String>> {
         .join("\n");
     let bytes = code.as_bytes();
     // `use name::…` with a name that is not `crate`, `super` or `self` is relative to
-    // this module (a child module, or an external crate that resolves to no file).
+    // this module (a child module, or an external crate that resolves to no file). A
+    // `pub use` of a child is a folder's façade re-exporting the child's items for
+    // other crates (`core/src/lib.rs`), not a dependency of the folder on its child, so
+    // it is no edge: the child may still import its parent.
     for line in code.lines() {
         let line = line.trim_start();
         let rest = line
-            .strip_prefix("pub use ")
-            .or_else(|| line.strip_prefix("pub(crate) use "))
+            .strip_prefix("pub(crate) use ")
             .or_else(|| line.strip_prefix("use "));
         if let Some(rest) = rest {
             if !rest.starts_with("crate::")
@@ -492,4 +494,185 @@ fn the_output_rule_sees_an_engine_import_and_a_runner_call() {
         "run_with_sink".to_owned()
     ]));
     assert!(RUNNER_CALLS.iter().any(|c| text.contains(c)));
+}
+
+/// The crates built on core that must use only its documented API (`core/src/lib.rs`):
+/// the CLI, the peers, the benchmarks and the fuzz targets. The harness (`tests/`,
+/// `mutants/`) and core's own tests may also use `kvroute_core::harness`.
+const API_USERS: [&str; 4] = ["cli", "peers", "bench", "fuzz"];
+
+/// The module holding what only the harness may name.
+const HARNESS: &str = "harness";
+
+/// Core's API as `lib.rs` declares it: the façade modules (`pub mod NAME;`) and the
+/// items re-exported or defined at the root (`pub use`, `pub fn`, `pub const`), the
+/// hidden harness module left out.
+fn api() -> (BTreeSet<String>, BTreeSet<String>) {
+    let lib = std::fs::read_to_string(source_root().join("lib.rs")).expect("lib.rs is readable");
+    let mut text = String::new();
+    let mut depth = 0usize;
+    for line in lib.lines() {
+        let trimmed = line.trim_start();
+        if depth > 0 || trimmed.starts_with(&format!("pub mod {HARNESS} {{")) {
+            depth += line.matches('{').count();
+            depth -= line.matches('}').count();
+            continue;
+        }
+        if !trimmed.starts_with("//") {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    let mut facades = BTreeSet::new();
+    let mut items = BTreeSet::new();
+    for statement in text.split(';') {
+        let statement = statement.trim();
+        let statement = statement.rsplit("\n\n").next().unwrap_or(statement).trim();
+        if let Some(name) = statement.strip_prefix("pub mod ") {
+            facades.insert(name.trim().to_owned());
+        } else if let Some(tree) = statement.strip_prefix("pub use ") {
+            let mut paths = Vec::new();
+            expand(tree, Vec::new(), &mut paths);
+            items.extend(paths.into_iter().filter_map(|p| p.last().cloned()));
+        }
+    }
+    for line in text.lines() {
+        for head in ["pub fn ", "pub const "] {
+            if let Some(rest) = line.strip_prefix(head) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                items.insert(name);
+            }
+        }
+    }
+    (facades, items)
+}
+
+/// Whether a path below `kvroute_core::` stays inside the API: a root item (and what
+/// follows it, a variant or an associated item), or a façade module and one item of it
+/// (and what follows that item). A lowercase segment after a façade with more after it
+/// is a module inside the façade.
+fn within_api(path: &[String], facades: &BTreeSet<String>, items: &BTreeSet<String>) -> bool {
+    match path {
+        [] => true,
+        [first, ..] if items.contains(first) => true,
+        [facade] => facades.contains(facade),
+        [facade, item, rest @ ..] => {
+            facades.contains(facade)
+                && (rest.is_empty() || item.starts_with(|c: char| c.is_ascii_uppercase()))
+        }
+    }
+}
+
+/// Every `kvroute_core::` path outside the API in the files under `dirs` (relative to
+/// the workspace root), as `file:line: path`; also any renaming of the crate, which
+/// would hide its paths from this check.
+fn reaches_inside(dirs: &[&str]) -> Vec<String> {
+    let (facades, items) = api();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("core sits in the workspace")
+        .to_path_buf();
+    let mut found = Vec::new();
+    for dir in dirs {
+        let mut files = Vec::new();
+        collect_outside(&root.join(dir), &mut files);
+        for (path, text) in files {
+            let shown = path
+                .strip_prefix(&root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            for (number, line) in text.lines().enumerate() {
+                let code = match line.find("//") {
+                    Some(i) => &line[..i],
+                    None => line,
+                };
+                if code.contains("kvroute_core as ") {
+                    found.push(format!("{shown}:{}: renames kvroute_core", number + 1));
+                }
+                for (start, _) in code.match_indices("kvroute_core::") {
+                    // A path may run on over the following lines (a `use` group).
+                    let offset: usize = text.lines().take(number).map(|l| l.len() + 1).sum();
+                    let rest = &text[offset + start + "kvroute_core::".len()..];
+                    let mut paths = Vec::new();
+                    expand(rest, Vec::new(), &mut paths);
+                    for p in paths {
+                        if !within_api(&p, &facades, &items) {
+                            found.push(format!(
+                                "{shown}:{}: kvroute_core::{}",
+                                number + 1,
+                                p.join("::")
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The `.rs` files under `dir`, build output (`target/`) left out.
+fn collect_outside(dir: &Path, files: &mut Vec<(PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                collect_outside(&path, files);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("source is UTF-8");
+            files.push((path, text));
+        }
+    }
+}
+
+#[test]
+fn the_cli_peers_bench_and_fuzz_use_only_cores_api() {
+    let (facades, items) = api();
+    println!("façades: {facades:?}");
+    println!("root items: {items:?}");
+    assert!(
+        !facades.contains(HARNESS),
+        "the harness module is not a façade"
+    );
+    let found = reaches_inside(&API_USERS);
+    assert!(
+        found.is_empty(),
+        "these name a path of kvroute_core outside its API (core/src/lib.rs lists the \
+         façades and root items; docs/core-api.md says how to add one): {found:#?}"
+    );
+}
+
+#[test]
+fn the_api_rule_refuses_modules_inside_a_facade_and_the_harness() {
+    let (facades, items) = api();
+    let path = |s: &str| s.split("::").map(str::to_owned).collect::<Vec<_>>();
+    for good in [
+        "route::Compiled",
+        "route::Step::Cache",
+        "join::self",
+        "simulate",
+        "Policy::CachePlusLoad",
+        "parse_trace",
+    ] {
+        assert!(within_api(&path(good), &facades, &items), "{good}");
+    }
+    for bad in [
+        "route::compiled::Compiled",
+        "harness::Mutant",
+        "input::trace::Trace",
+        "mutant::Mutant",
+    ] {
+        assert!(!within_api(&path(bad), &facades, &items), "{bad}");
+    }
 }

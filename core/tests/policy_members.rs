@@ -3,7 +3,7 @@
 //! and reasons, and at their defaults they leave the canonical trace, and so every digest,
 //! unchanged.
 
-use kvroute_core::output::canonical::{canonical_trace_bytes, trace_digest};
+use kvroute_core::output::{canonical_trace_bytes, trace_digest};
 use kvroute_core::parse_trace;
 use serde_json::{json, Value};
 

@@ -7,12 +7,13 @@
 //! workers it walks off the rows as it reaches them, is pinned against the walk of
 //! workers marked beforehand.
 
+use kvroute_core::harness::reuse_walk_rows;
 use kvroute_core::parse_trace;
-use kvroute_core::route::cache::reuse::{reuse_walk, reuse_walk_rows, WalkScratch};
-use kvroute_core::route::compiled::{Compiled, Req, Step};
-use kvroute_core::route::reason::{Reason, Reasons};
-use kvroute_core::route::state::RouterState;
-use kvroute_core::route::tenant::{NamespaceRule, Sharing};
+use kvroute_core::route::RouterState;
+use kvroute_core::route::{reuse_walk, WalkScratch};
+use kvroute_core::route::{Compiled, Req, Step};
+use kvroute_core::route::{NamespaceRule, Sharing};
+use kvroute_core::route::{Reason, Reasons};
 use serde_json::{json, Value};
 
 fn entry(tenant: &str, key: &str, tokens: u64) -> Value {

@@ -4,8 +4,8 @@
 //! a pointer. These tests check the sharing itself (`Arc::ptr_eq`), not only equal text,
 //! since equal text is what the `String` fields they replaced already gave.
 
-use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
-use kvroute_core::input::trace::{CacheOp, EventKind, Request, Trace};
+use kvroute_core::import::{import_mooncake, MooncakeOptions};
+use kvroute_core::input::{CacheOp, EventKind, Request, Trace};
 use kvroute_core::{parse_trace, read_trace};
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! value's start, an error before the cap is still the document's first, and a stream
 //! whose string never ends is read no further than the cap.
 
-use kvroute_core::input::limits::VALUE_BYTES_MAX;
+use kvroute_core::input::VALUE_BYTES_MAX;
 use kvroute_core::{parse_trace, read_trace, ReadTraceError, ValidationErrors};
 use std::io::{self, Read};
 

@@ -26,7 +26,7 @@
 //! unless every mutant is caught.
 
 use clap::Parser;
-use kvroute_core::mutant::{Mutant as CoreMutant, SELECTOR_ENV};
+use kvroute_core::harness::{Mutant as CoreMutant, SELECTOR_ENV};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -67,7 +67,7 @@ struct Catalogue {
 
 #[derive(Deserialize, Clone)]
 struct Mutant {
-    /// The name `KVROUTE_MUTANT` selects (one of `kvroute_core::mutant::Mutant::ALL`'s names).
+    /// The name `KVROUTE_MUTANT` selects (one of `kvroute_core::harness::Mutant::ALL`'s names).
     name: String,
     breaks: String,
     killers: Vec<String>,
@@ -195,7 +195,7 @@ fn read_catalogue(path: &Path) -> Result<Catalogue, String> {
     if names != known || names.len() != catalogue.mutant.len() {
         return Err(format!(
             "the catalogue must name each of core's planted bugs once \
-             (kvroute_core::mutant::Mutant::ALL); unknown: {:?}, missing: {:?}",
+             (kvroute_core::harness::Mutant::ALL); unknown: {:?}, missing: {:?}",
             names.difference(&known).collect::<Vec<_>>(),
             known.difference(&names).collect::<Vec<_>>()
         ));

@@ -2,7 +2,7 @@
 //! on (`cargo run -p kvroute-peers --example shrink_seed -- [START] [known]`): how the
 //! committed fixture `peers/fixtures/positional_removed_abort/trace.json` was made.
 
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_peers::compare::compare;
 use kvroute_peers::sweep::{minimal_reproduction, sweep};
 

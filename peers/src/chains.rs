@@ -13,8 +13,8 @@
 use dynamo_kv_router::protocols::{
     compute_next_seq_hash, ExternalSequenceBlockHash, LocalBlockHash,
 };
-use kvroute_core::input::trace::Namespace;
-use kvroute_core::route::compiled::{Compiled, KeyId, NsId};
+use kvroute_core::input::Namespace;
+use kvroute_core::route::{Compiled, KeyId, NsId};
 pub use kvroute_peer_core::chains::ChainShape;
 use std::collections::HashMap;
 

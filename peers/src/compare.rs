@@ -10,8 +10,8 @@
 
 use crate::chains::ChainMap;
 use crate::dynamo::{DynamoIndex, DynamoKind};
-use kvroute_core::input::trace::Trace;
-use kvroute_core::route::compiled::{Compiled, Step};
+use kvroute_core::input::Trace;
+use kvroute_core::route::{Compiled, Step};
 pub use kvroute_peer_core::classify::{
     full_block_count, full_blocks_view, Cause, Difference, Options, Report, Tally, CROSS,
     FIRST_DIFFERENCES,

@@ -17,7 +17,7 @@ use dynamo_kv_router::protocols::{
     KvCacheStoredBlockData, LocalBlockHash, OverlapScores, RouterEvent, WorkerWithDpRank,
 };
 use dynamo_kv_router::{PositionalIndexer, RadixTree, SyncIndexer};
-use kvroute_core::route::compiled::{Compiled, KeyId, NsId, Op, Req, Seg};
+use kvroute_core::route::{Compiled, KeyId, NsId, Op, Req, Seg};
 use kvroute_peer_core::chains::{chain_ops, ChainOp};
 pub use kvroute_peer_core::classify::full_block_count;
 use kvroute_peer_core::{Applied, Peer};

@@ -3,7 +3,7 @@
 //! cutting and shrinking themselves are `kvroute_peer_core::shrink`'s).
 
 use crate::compare::{compare, Cause, Difference, Options};
-use kvroute_core::input::trace::Trace;
+use kvroute_core::input::Trace;
 pub use kvroute_peer_core::shrink::{cut_for, shrink};
 
 /// [`cut_for`] the row's own worker when that still shows the difference, else for all

@@ -19,8 +19,8 @@ use dynamo_kv_router::protocols::{
     ExternalSequenceBlockHash, KvCacheEventData, KvCacheRemoveData, KvCacheStoreData,
     KvCacheStoredBlockData, LocalBlockHash,
 };
-use kvroute_core::input::trace::Namespace;
-use kvroute_core::route::compiled::{KeyId, NsId, Op, Seg};
+use kvroute_core::input::Namespace;
+use kvroute_core::route::{KeyId, NsId, Op, Seg};
 use kvroute_peer_core::chains::{chain_ops, ChainOp};
 use kvroute_peer_core::classify::full_block_count;
 use kvroute_peer_core::protocol::PROTOCOL;

@@ -4,7 +4,7 @@
 
 use crate::compare::compare;
 use crate::shrink::{cut_reproducing, shows, shrink};
-use kvroute_core::input::trace::Trace;
+use kvroute_core::input::Trace;
 pub use kvroute_peer_core::sweep::{modes, trace_of, Finding, SweepReport};
 
 /// Compares every seed of `seeds` in both modes.

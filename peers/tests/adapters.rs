@@ -199,11 +199,11 @@ fn a_key_reached_from_two_parents_is_a_fork() {
 /// kvroute's answers from a walk over a scratch reset for every worker (what the adapter
 /// did before it reset only the workers its last walk changed), as a sparse answer.
 fn fully_reset_answers(trace: &kvroute_core::Trace) -> Vec<Vec<(u32, u64)>> {
-    use kvroute_core::route::cache::reuse::{reuse_walk, WalkScratch};
-    use kvroute_core::route::compiled::{Compiled, Step};
-    use kvroute_core::route::reason::Reasons;
-    use kvroute_core::route::state::RouterState;
-    use kvroute_core::route::tenant::{NamespaceRule, Sharing};
+    use kvroute_core::route::Reasons;
+    use kvroute_core::route::RouterState;
+    use kvroute_core::route::{reuse_walk, WalkScratch};
+    use kvroute_core::route::{Compiled, Step};
+    use kvroute_core::route::{NamespaceRule, Sharing};
     let compiled = Compiled::new(trace);
     let n = compiled.worker_count();
     let mut state = RouterState::initial(&compiled);
@@ -244,7 +244,7 @@ fn fully_reset_answers(trace: &kvroute_core::Trace) -> Vec<Vec<(u32, u64)>> {
 }
 
 fn adapter_answers(trace: &kvroute_core::Trace) -> Vec<Vec<(u32, u64)>> {
-    use kvroute_core::route::compiled::{Compiled, Step};
+    use kvroute_core::route::{Compiled, Step};
     use kvroute_peers::kvroute::KvrouteIndex;
     use kvroute_peers::Peer;
     let compiled = Compiled::new(trace);

@@ -4,10 +4,10 @@
 //! fixture, on a simulated stream, and on the generated chain traces whose keys first
 //! occur where the in-process look-ahead places them.
 
-use kvroute_core::input::trace::Trace;
-use kvroute_core::output::canonical::canonical_trace_bytes;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::simulate::options::Capacity;
+use kvroute_core::input::Trace;
+use kvroute_core::output::canonical_trace_bytes;
+use kvroute_core::route::Compiled;
+use kvroute_core::simulate::Capacity;
 use kvroute_core::simulate::{generated_trace, simulate_policy, simulation_trace, SimulateOptions};
 use kvroute_core::Policy;
 use kvroute_peer_core::chains::ChainShape;

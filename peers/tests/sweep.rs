@@ -1,7 +1,7 @@
 //! The seed sweep over chain-structured traces: every difference has a documented
 //! cause, and the one Dynamo defect known so far is found without being told about it.
 
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_peers::compare::{compare, Cause, CROSS};
 use kvroute_peers::sweep::{minimal_reproduction, sweep};
 

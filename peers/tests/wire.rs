@@ -7,8 +7,8 @@
 //! event type Dynamo does not know, which it keeps as `Ignored`), the test says so.
 
 use dynamo_kv_router::zmq_wire::{decode_event_batch, BlockHashValue, RawKvEvent};
-use kvroute_core::import::kv_events::lines::capture_line;
-use kvroute_core::import::kv_events::wire::{decode_batch, BlockHash, EngineEvent};
+use kvroute_core::import::capture_line;
+use kvroute_core::import::{decode_batch, BlockHash, EngineEvent};
 
 const FIXTURES: [&str; 5] = [
     "vllm",

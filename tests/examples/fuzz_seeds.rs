@@ -58,7 +58,7 @@ fn main() -> std::io::Result<()> {
         whole.extend_from_slice(&capture);
         std::fs::write(engines.join(format!("{name}-capture")), whole)?;
         for (i, line) in String::from_utf8_lossy(&capture).lines().enumerate() {
-            let message = kvroute_core::import::kv_events::lines::capture_line(line.as_bytes())
+            let message = kvroute_core::import::capture_line(line.as_bytes())
                 .map_err(std::io::Error::other)?;
             let mut bytes = vec![0u8];
             bytes.extend_from_slice(&message.payload);

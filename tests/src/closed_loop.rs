@@ -2,11 +2,11 @@
 //! tests and the `closed_loop` fuzz target: a policy's generated trace must validate and
 //! replay open-loop to exactly the run the loop made.
 
-use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::import::{import_mooncake, MooncakeOptions};
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_core::replay;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::record::CollectSink;
+use kvroute_core::route::CollectSink;
+use kvroute_core::route::Compiled;
 use kvroute_core::simulate::{generated_trace, simulate_policy, SimRun, SimulateOptions};
 use kvroute_core::{parse_trace, Policy, Trace};
 use std::io::BufRead;

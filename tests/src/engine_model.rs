@@ -9,10 +9,10 @@
 
 use crate::differential::{first_receipt_difference, save_trace, Divergence};
 use crate::join::JoinCase;
-use kvroute_core::join::figures::Slo;
 use kvroute_core::join::CompletionsFormat;
-use kvroute_core::simulate::completions::completion_lines;
-use kvroute_core::simulate::result::simulate_result;
+use kvroute_core::join::Slo;
+use kvroute_core::simulate::completion_lines;
+use kvroute_core::simulate::simulate_result;
 use kvroute_core::simulate::{Capacity, SimulateOptions};
 use kvroute_core::Policy;
 use kvroute_oracle::{SimCache, SimOptions};

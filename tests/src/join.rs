@@ -3,9 +3,9 @@
 //! closed-loop sweep, which joins each policy's modelled completion records with its
 //! own receipt.
 
-use kvroute_core::join::figures::Slo;
-use kvroute_core::join::receipt::ReceiptError;
-use kvroute_core::join::{join, output, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
+use kvroute_core::join::ReceiptError;
+use kvroute_core::join::Slo;
+use kvroute_core::join::{self, join, CompletionsFormat, JoinError, JoinOptions, TraceCohorts};
 use kvroute_core::{parse_trace, Policy};
 use kvroute_oracle::JoinFailure;
 
@@ -48,7 +48,7 @@ fn core_options(case: &JoinCase) -> JoinOptions {
 pub fn core_join(case: &JoinCase) -> Result<Vec<u8>, JoinFailure> {
     let options = core_options(case);
     match join(case.receipt, case.completions, &options) {
-        Ok(joined) => Ok(output::json_bytes(&joined)),
+        Ok(joined) => Ok(join::json_bytes(&joined)),
         Err(JoinError::Undetected { line }) => Err(JoinFailure::Undetectable(line)),
         Err(JoinError::Completions(errors)) => Err(JoinFailure::Lines(
             errors.into_iter().map(|e| (e.line, e.reason)).collect(),
@@ -120,7 +120,7 @@ pub fn compare_gate_lines(
     max_drift_pm: Option<u64>,
     max_elsewhere_pm: Option<u64>,
 ) -> Result<Vec<String>, String> {
-    use kvroute_core::join::output::{gate_lines, Gates};
+    use kvroute_core::join::{gate_lines, Gates};
     let options = core_options(case);
     let core = join(case.receipt, case.completions, &options).map_or_else(
         |_| Vec::new(),

@@ -6,8 +6,8 @@
 use crate::differential::{self, Agreement};
 use crate::generators::{parse_error_path, TraceRecipe};
 use arbitrary::Arbitrary;
-use kvroute_core::output::canonical::{jcs_bytes, sha256_tag};
-use kvroute_core::output::csv::CsvIds;
+use kvroute_core::output::CsvIds;
+use kvroute_core::output::{jcs_bytes, sha256_tag};
 use serde_json::Value;
 
 /// Arbitrary bytes as a trace: never a panic, core and oracle agree on acceptance,
@@ -209,7 +209,7 @@ pub fn csv_export(recipe: &TraceRecipe) {
     let receipt = kvroute_core::replay::receipt(&trace);
     // Plain ids: this checks the CSV reads back into the receipt's own values.
     let csv_bytes =
-        kvroute_core::output::csv::csv_bytes(&receipt.worker_ids, &receipt.runs, CsvIds::Plain)
+        kvroute_core::output::csv_bytes(&receipt.worker_ids, &receipt.runs, CsvIds::Plain)
             .expect("CSV into memory");
     let json: Value =
         serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
@@ -264,7 +264,7 @@ pub fn csv_export(recipe: &TraceRecipe) {
         .iter()
         .map(str::to_owned)
         .collect();
-    assert_eq!(header, kvroute_core::output::csv::CSV_COLUMNS.to_vec());
+    assert_eq!(header, kvroute_core::output::CSV_COLUMNS.to_vec());
     let parsed: Vec<Vec<String>> = reader
         .records()
         .map(|r| {
@@ -295,7 +295,7 @@ const ENGINE_REQUESTS: &str = r#"{"arrival_ms":1789095808000,"id":"r","model":"m
 /// accepts validates in core and in the oracle to the same canonical bytes.
 pub fn import_engine_events(data: &[u8]) {
     use base64::Engine as _;
-    use kvroute_core::import::kv_events::{self, EventsOptions};
+    use kvroute_core::import::{self, EventsOptions};
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
@@ -313,15 +313,15 @@ pub fn import_engine_events(data: &[u8]) {
         ..EventsOptions::default()
     };
     let Ok((trace, _report)) =
-        kv_events::import_engine_events(&capture[..], ENGINE_REQUESTS.as_bytes(), &options)
+        import::import_engine_events(&capture[..], ENGINE_REQUESTS.as_bytes(), &options)
     else {
         return;
     };
-    let bytes = kvroute_core::output::canonical::canonical_trace_bytes(&trace);
+    let bytes = kvroute_core::output::canonical_trace_bytes(&trace);
     // More than 4,096 publishers, or figures past the overflow bound, are the
     // validation errors an import may meet (SPEC.md §13.5): both readers must agree.
     let core = kvroute_core::parse_trace(&bytes)
-        .map(|t| kvroute_core::output::canonical::canonical_trace_bytes(&t))
+        .map(|t| kvroute_core::output::canonical_trace_bytes(&t))
         .map_err(|e| e.lines());
     assert_eq!(
         core,
@@ -340,10 +340,9 @@ pub fn import_engine_events(data: &[u8]) {
 /// block size and `--dynamo-block-tokens`, 0 included): the import never panics, and
 /// every trace it accepts validates.
 pub fn import_mooncake(data: &[u8]) {
-    use kvroute_core::import::mooncake::{
-        check_mooncake, import_mooncake, import_mooncake_each, MooncakeOptions,
-    };
-    use kvroute_core::output::canonical::{canonical_trace_bytes, CanonicalTraceStream};
+    use kvroute_core::harness::{check_mooncake, import_mooncake_each};
+    use kvroute_core::import::{import_mooncake, MooncakeOptions};
+    use kvroute_core::output::{canonical_trace_bytes, CanonicalTraceStream};
     let (options, input) = match data.split_first() {
         Some((&b, rest)) => (
             MooncakeOptions {

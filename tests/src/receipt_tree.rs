@@ -3,9 +3,9 @@
 //! (their canonical form must be these bytes). Only tests need it, so it lives here
 //! rather than in core.
 
-use kvroute_core::output::receipt::{metrics_value, Receipt, RECEIPT_FORMAT};
-use kvroute_core::route::candidate::CandidateRow;
-use kvroute_core::route::record::{CacheLogEntry, Decision, ObservationLogEntry, Run};
+use kvroute_core::output::{metrics_value, Receipt, RECEIPT_FORMAT};
+use kvroute_core::route::CandidateRow;
+use kvroute_core::route::{CacheLogEntry, Decision, ObservationLogEntry, Run};
 use serde_json::{json, Value};
 
 /// The full receipt as JSON, `receipt_digest` included.

@@ -191,7 +191,7 @@ impl SweepMode {
 
 /// The first 64 bits of SHA-256 of `bytes`.
 fn fingerprint_bits(bytes: &[u8]) -> u64 {
-    let digest = kvroute_core::output::canonical::sha256_tag(bytes);
+    let digest = kvroute_core::output::sha256_tag(bytes);
     let hex = digest.trim_start_matches("sha256:");
     u64::from_str_radix(&hex[..16], 16).expect("a SHA-256 tag is 64 hex digits")
 }

@@ -6,10 +6,10 @@
 //! - Scale differential: core and the oracle agree byte for byte on a few thousand real
 //!   Mooncake requests with the cache events a loop generated.
 
-use kvroute_core::output::canonical::{canonical_trace_bytes, jcs_bytes};
-use kvroute_core::output::receipt::metrics_value;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine;
+use kvroute_core::output::metrics_value;
+use kvroute_core::output::{canonical_trace_bytes, jcs_bytes};
+use kvroute_core::route;
+use kvroute_core::route::Compiled;
 use kvroute_core::simulate::{
     generated_trace, simulate_policy, simulation_trace, Capacity, SimulateOptions,
 };
@@ -114,7 +114,7 @@ fn core_and_oracle_agree_on_thousands_of_mooncake_requests() {
     let compiled = Compiled::new(&trace);
     let core_metrics: Vec<Value> = Policy::runs_for(&trace.policy)
         .iter()
-        .map(|&p| json!({ "policy": p.name(), "metrics": metrics_value(&engine::run_metrics(&compiled, p)) }))
+        .map(|&p| json!({ "policy": p.name(), "metrics": metrics_value(&route::run_metrics(&compiled, p)) }))
         .collect();
     let oracle_metrics =
         kvroute_oracle::replay_metrics(&kvroute_oracle::validated(&bytes).unwrap()).unwrap();
@@ -195,8 +195,8 @@ fn a_hand_checked_loop_publishes_exactly_the_specd_events() {
 #[test]
 fn completion_records_of_a_loop_join_its_receipt_without_a_gap() {
     use kvroute_core::join::{join, JoinOptions};
-    use kvroute_core::simulate::closed_loop::simulate_policy_with_completions;
-    use kvroute_core::simulate::completions::completion_lines;
+    use kvroute_core::simulate::completion_lines;
+    use kvroute_core::simulate::simulate_policy_with_completions;
     let options = SimulateOptions {
         capacity: Capacity::Blocks(96),
         publication_lag_ticks: 3,

@@ -5,12 +5,12 @@
 //! same events decoded back, the same trace digest, and byte-identical receipts in
 //! every output format, with and without keyed request ids.
 
-use kvroute_core::input::compact::EventStore;
-use kvroute_core::output::canonical::{trace_digest, trace_digest_of};
-use kvroute_core::output::csv::CsvIds;
-use kvroute_core::output::ids::{key_request_ids, keyed_id};
+use kvroute_core::input::EventStore;
+use kvroute_core::output::CsvIds;
+use kvroute_core::output::{key_request_ids, keyed_id};
+use kvroute_core::output::{trace_digest, trace_digest_of};
 use kvroute_core::replay;
-use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::Compiled;
 use kvroute_core::{read_trace, read_trace_compact, ReadTraceError, Trace, ValidationErrors};
 use kvroute_harness::fixtures;
 use kvroute_harness::generators::{near_valid, TraceRecipe, DEFECTS};

@@ -51,14 +51,14 @@ fn reordering_a_prefix_does_change_the_trace_digest() {
     // Prefix order is meaningful: the canonical form must keep it.
     let mut trace: serde_json::Value =
         serde_json::from_slice(&fixtures::trace_bytes("tenant_boundary")).unwrap();
-    let before = kvroute_core::output::canonical::trace_digest(
+    let before = kvroute_core::output::trace_digest(
         &kvroute_core::parse_trace(trace.to_string().as_bytes()).unwrap(),
     );
     trace["events"][0]["prefix"]
         .as_array_mut()
         .unwrap()
         .reverse();
-    let after = kvroute_core::output::canonical::trace_digest(
+    let after = kvroute_core::output::trace_digest(
         &kvroute_core::parse_trace(trace.to_string().as_bytes()).unwrap(),
     );
     assert_ne!(before, after);

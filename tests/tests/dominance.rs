@@ -10,13 +10,13 @@
 //! entry each, 120 one-segment requests), where the pairwise loop does 16.8 million
 //! comparisons per decision.
 
-use kvroute_core::route::cache::work::reset_dominance_operations;
-use kvroute_core::route::candidate::Rows;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_with_sink;
-use kvroute_core::route::reason::{Reason, Reasons};
-use kvroute_core::route::record::{DecisionRef, RunSink};
-use kvroute_core::route::state::RouterState;
+use kvroute_core::harness::reset_dominance_operations;
+use kvroute_core::harness::Rows;
+use kvroute_core::route::run_with_sink;
+use kvroute_core::route::Compiled;
+use kvroute_core::route::RouterState;
+use kvroute_core::route::{DecisionRef, RunSink};
+use kvroute_core::route::{Reason, Reasons};
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::costly::{wide_trace_bytes, WideShape};
 use proptest::prelude::*;

@@ -2,8 +2,8 @@
 //! in the oracle: an import is only as good as the trace it writes, and the oracle is
 //! the independent reading of §1 and §2 that says the trace is what it claims.
 
-use kvroute_core::import::kv_events::{import_engine_events, EventsOptions};
-use kvroute_core::output::canonical;
+use kvroute_core::import::{import_engine_events, EventsOptions};
+use kvroute_core::output;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
@@ -64,9 +64,9 @@ fn core_and_the_oracle_validate_every_imported_fixture_alike() {
 
 /// Checks that core and the oracle validate `trace` alike, and that it is canonical.
 fn validates_alike(trace: &kvroute_core::Trace, what: &str) {
-    let bytes = canonical::canonical_trace_bytes(trace);
+    let bytes = output::canonical_trace_bytes(trace);
     let core = kvroute_core::parse_trace(&bytes)
-        .map(|t| canonical::canonical_trace_bytes(&t))
+        .map(|t| output::canonical_trace_bytes(&t))
         .map_err(|e| e.lines());
     let oracle = kvroute_oracle::validate(&bytes);
     assert_eq!(core, oracle, "{what}");
@@ -83,8 +83,7 @@ fn core_and_the_oracle_validate_the_imported_dynamo_fixture_alike() {
     let requests = std::fs::read(fixture("requests.jsonl")).unwrap();
     let options = EventsOptions::default();
     let (trace, _) =
-        kvroute_core::import::kv_events::import_dynamo_events(&events[..], &requests[..], &options)
-            .unwrap();
+        kvroute_core::import::import_dynamo_events(&events[..], &requests[..], &options).unwrap();
     validates_alike(&trace, "dynamo.events.jsonl");
 }
 
@@ -98,7 +97,7 @@ fn fixture_payloads() -> Vec<Vec<u8>> {
     ] {
         let text = std::fs::read_to_string(fixture(name)).unwrap();
         for line in text.lines() {
-            let message = kvroute_core::import::kv_events::lines::capture_line(line.as_bytes())
+            let message = kvroute_core::import::capture_line(line.as_bytes())
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             payloads.push(message.payload);
         }
@@ -110,7 +109,7 @@ proptest::proptest! {
     /// Any bytes decode to a batch or to a reason, never a panic.
     #[test]
     fn any_payload_decodes_or_is_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
-        let _ = kvroute_core::import::kv_events::wire::decode_batch(&bytes);
+        let _ = kvroute_core::import::decode_batch(&bytes);
     }
 
     /// A real payload with one byte changed, cut short or run on decodes or is
@@ -127,7 +126,7 @@ proptest::proptest! {
         if cut {
             payload.truncate(at);
         }
-        if kvroute_core::import::kv_events::wire::decode_batch(&payload).is_ok() {
+        if kvroute_core::import::decode_batch(&payload).is_ok() {
             use base64::Engine as _;
             let line = format!(
                 r#"{{"endpoint":"e","topic":"t","seq":0,"payload_b64":"{}"}}"#,

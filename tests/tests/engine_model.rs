@@ -2,7 +2,7 @@
 //! independent one on the lab trace, on the head of the real Mooncake trace with
 //! evictions and jitter, and on generated traces under generated engine settings.
 
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_core::simulate::{Capacity, SimulateOptions};
 use kvroute_harness::closed_loop::mooncake_head;
 use kvroute_harness::engine_model::{

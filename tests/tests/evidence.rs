@@ -3,11 +3,11 @@
 //! `missed` residency error, each checked by hand on a tiny trace, then lossy loops under
 //! every stale rule replayed open-loop to the same runs.
 
-use kvroute_core::input::trace::{EpochsMode, StaleRule, Trace};
-use kvroute_core::output::canonical::canonical_trace_bytes;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::record::CollectSink;
-use kvroute_core::simulate::publication::is_lost;
+use kvroute_core::harness::is_lost;
+use kvroute_core::input::{EpochsMode, StaleRule, Trace};
+use kvroute_core::output::canonical_trace_bytes;
+use kvroute_core::route::CollectSink;
+use kvroute_core::route::Compiled;
 use kvroute_core::simulate::{simulate_policy, simulation_trace, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::closed_loop::{check_reproduction, mooncake_head as mooncake};

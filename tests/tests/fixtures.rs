@@ -56,16 +56,10 @@ fn the_golden_ledger_is_the_canonical_receipt() {
             serde_json::from_str(&std::fs::read_to_string(dir.join("ledger.json")).unwrap())
                 .unwrap();
         let receipt = kvroute_core::replay_bytes(&fixtures::trace_bytes(&topic)).unwrap();
-        assert_eq!(
-            kvroute_core::output::canonical::jcs_bytes(&golden),
-            receipt,
-            "{topic}"
-        );
+        assert_eq!(kvroute_core::output::jcs_bytes(&golden), receipt, "{topic}");
         let mut body = golden.clone();
         body.as_object_mut().unwrap().remove("receipt_digest");
-        let digest = kvroute_core::output::canonical::sha256_tag(
-            &kvroute_core::output::canonical::jcs_bytes(&body),
-        );
+        let digest = kvroute_core::output::sha256_tag(&kvroute_core::output::jcs_bytes(&body));
         assert_eq!(golden["receipt_digest"], digest.as_str(), "{topic}");
     }
 }

@@ -126,7 +126,7 @@ fn committed_fuzz_inputs_replay() {
 /// without the member, wherever the member sorts, and nothing when it is absent.
 #[test]
 fn cutting_a_member_from_canonical_bytes_is_the_canonical_form_without_it() {
-    use kvroute_core::output::canonical::jcs_bytes;
+    use kvroute_core::output::jcs_bytes;
     use serde_json::json;
     let cases = [
         json!({"format": "f", "receipt_digest": "d", "runs": [1, {"receipt_digest": 2}]}),

@@ -4,8 +4,8 @@
 //! milliseconds written every way JSON allows, and lines that are not the layout). The
 //! document's bytes, or the errors, must be the same.
 
-use kvroute_core::join::figures::Slo;
 use kvroute_core::join::CompletionsFormat;
+use kvroute_core::join::Slo;
 use kvroute_core::Policy;
 use kvroute_harness::generators::TraceRecipe;
 use kvroute_harness::join::{compare_join, objective_us, JoinCase};

@@ -1,11 +1,11 @@
 //! The streamed Mooncake import (`kvroute import mooncake`) writes exactly the
 //! canonical trace the whole-trace import builds: same bytes, same digest, same errors.
 
-use kvroute_core::import::mooncake::{
-    check_mooncake, import_mooncake, import_mooncake_each, MooncakeOptions,
-};
-use kvroute_core::input::trace::{Event, EventKind};
-use kvroute_core::output::canonical::{canonical_trace_bytes, trace_digest, CanonicalTraceStream};
+use kvroute_core::harness::{check_mooncake, import_mooncake_each};
+
+use kvroute_core::import::{import_mooncake, MooncakeOptions};
+use kvroute_core::input::{Event, EventKind};
+use kvroute_core::output::{canonical_trace_bytes, trace_digest, CanonicalTraceStream};
 use kvroute_harness::closed_loop::mooncake_path;
 
 fn streamed(lines: &[u8], options: &MooncakeOptions) -> (Vec<u8>, String) {

@@ -2,7 +2,7 @@
 //! core compiles in, and no manifest turns them on (only the mutant runner's command
 //! line does, with `--features kvroute-core/mutants`).
 
-use kvroute_core::mutant::Mutant;
+use kvroute_core::harness::Mutant;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

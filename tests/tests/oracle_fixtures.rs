@@ -16,9 +16,7 @@ fn the_oracle_reproduces_every_golden_ledger() {
             "{topic}: {}",
             differential::first_receipt_difference(
                 &receipt,
-                &kvroute_core::output::canonical::jcs_bytes(
-                    &serde_json::from_str(&golden).unwrap()
-                ),
+                &kvroute_core::output::jcs_bytes(&serde_json::from_str(&golden).unwrap()),
                 "oracle",
                 "golden"
             )

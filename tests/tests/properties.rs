@@ -2,9 +2,9 @@
 //! 256 by default). Failures are shrunk through the recipe bytes and persisted under
 //! `tests/tests/proptest-regressions/`, which is committed.
 
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_policy;
-use kvroute_core::route::state::RouterState;
+use kvroute_core::route::run_policy;
+use kvroute_core::route::Compiled;
+use kvroute_core::route::RouterState;
 use kvroute_core::{parse_trace, Policy, Receipt};
 use kvroute_harness::differential::{self, Agreement};
 use kvroute_harness::generators::{error_path, near_valid, trace_recipes, DEFECTS};
@@ -96,7 +96,7 @@ proptest! {
             .collect();
         runs.sort_by_key(|r| r.policy);
         let assemble = |runs| Receipt {
-            trace_digest: kvroute_core::output::canonical::trace_digest(&trace),
+            trace_digest: kvroute_core::output::trace_digest(&trace),
             worker_ids: compiled.worker_ids.iter().map(|w| w.to_string()).collect(),
             runs,
         };

@@ -90,7 +90,7 @@ proptest! {
 /// core from bytes only: `core/tests/value_cap.rs` holds its stream to its bytes.
 #[test]
 fn the_value_cap_is_one_rule_for_the_three_readers() {
-    use kvroute_core::input::limits::VALUE_BYTES_MAX;
+    use kvroute_core::input::VALUE_BYTES_MAX;
     let string = |content: &[u8]| [b"{\"format\": [\n \"".as_slice(), content, b"\"]}"].concat();
     let mut escape_across = vec![b'a'; VALUE_BYTES_MAX - 4];
     escape_across.extend_from_slice(br"\u1x23");

@@ -7,12 +7,12 @@
 //! piece, must equal the JCS of the whole trace tree. Checked on every fixture and on
 //! generated traces.
 
-use kvroute_core::output::canonical;
-use kvroute_core::output::csv::{csv_bytes, CsvIds};
-use kvroute_core::output::jsonl::STREAM_FORMAT;
+use kvroute_core::output;
+use kvroute_core::output::STREAM_FORMAT;
+use kvroute_core::output::{csv_bytes, CsvIds};
 use kvroute_core::replay::{self, write_csv, write_jsonl};
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine;
+use kvroute_core::route;
+use kvroute_core::route::Compiled;
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::fixtures;
 use kvroute_harness::generators::TraceRecipe;
@@ -68,9 +68,9 @@ fn reassemble(jsonl: &[u8]) -> Value {
 fn check(trace_bytes: &[u8], what: &str) {
     let trace = parse_trace(trace_bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
     // The canonical trace, written piece by piece, is the JCS of the whole tree.
-    let whole = canonical::jcs_bytes(&canonical::canonical_trace_value(&trace));
+    let whole = output::jcs_bytes(&output::canonical_trace_value(&trace));
     assert_eq!(
-        canonical::canonical_trace_bytes(&trace),
+        output::canonical_trace_bytes(&trace),
         whole,
         "{what}: trace"
     );
@@ -78,11 +78,11 @@ fn check(trace_bytes: &[u8], what: &str) {
     let compiled = Compiled::new(&trace);
 
     let mut jsonl = Vec::new();
-    let summary = write_jsonl(&compiled, &canonical::trace_digest(&trace), &mut jsonl).unwrap();
+    let summary = write_jsonl(&compiled, &output::trace_digest(&trace), &mut jsonl).unwrap();
     for line in jsonl.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         let value: Value = serde_json::from_slice(line).unwrap();
         assert_eq!(
-            canonical::jcs_bytes(&value),
+            output::jcs_bytes(&value),
             line,
             "{what}: a line is not canonical"
         );
@@ -110,11 +110,11 @@ fn check(trace_bytes: &[u8], what: &str) {
     let bytes = receipt.canonical_bytes();
     assert_eq!(
         bytes,
-        canonical::jcs_bytes(&receipt_tree::receipt_value(&receipt)),
+        output::jcs_bytes(&receipt_tree::receipt_value(&receipt)),
         "{what}: tree"
     );
     assert_canonical_receipt(&bytes, what);
-    let digest = canonical::trace_digest(&trace);
+    let digest = output::trace_digest(&trace);
     assert_eq!(
         replay::receipt_bytes(&compiled, &digest),
         bytes,
@@ -144,7 +144,7 @@ fn check(trace_bytes: &[u8], what: &str) {
     // Metrics-only runs (no rows materialised) agree with the full runs.
     for run in &receipt.runs {
         assert_eq!(
-            engine::run_metrics(&compiled, run.policy),
+            route::run_metrics(&compiled, run.policy),
             run.metrics,
             "{what}: {} metrics without a receipt",
             run.policy.name()
@@ -177,9 +177,9 @@ fn every_streamed_run_starts_from_the_initial_state() {
         let compiled = Compiled::new(&trace);
         let alone: Vec<_> = Policy::runs_for(&trace.policy)
             .iter()
-            .map(|&p| (p, engine::run_metrics(&compiled, p)))
+            .map(|&p| (p, route::run_metrics(&compiled, p)))
             .collect();
-        let digest = canonical::trace_digest(&trace);
+        let digest = output::trace_digest(&trace);
         let jsonl = write_jsonl(&compiled, &digest, &mut std::io::sink()).unwrap();
         assert_eq!(jsonl.runs, alone, "{topic}: jsonl");
         let csv = write_csv(&compiled, &mut std::io::sink(), CsvIds::Plain).unwrap();

@@ -4,10 +4,10 @@
 //! requests repeat, grants that never match) are counted with core's operation counter,
 //! not timed.
 
-use kvroute_core::input::limits::LimitsProfile;
-use kvroute_core::route::cache::work::reset_entry_operations;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_metrics;
+use kvroute_core::harness::reset_entry_operations;
+use kvroute_core::input::LimitsProfile;
+use kvroute_core::route::run_metrics;
+use kvroute_core::route::Compiled;
 use kvroute_core::{parse_trace, Policy};
 use kvroute_harness::costly::{costly_trace, CostlyShape};
 use proptest::prelude::*;

@@ -58,12 +58,12 @@ use kvroute_bench::{
     scale_trace_bytes, simulate_all, simulation_input, vm_hwm_kib, ORACLE_TRACE_REQUESTS,
     RECEIPT_WINDOW_REQUESTS, WORKER_COUNTS,
 };
-use kvroute_core::output::canonical::jcs_bytes;
-use kvroute_core::output::canonical::{trace_digest, trace_digest_of};
-use kvroute_core::output::receipt::metrics_value;
+use kvroute_core::output::jcs_bytes;
+use kvroute_core::output::metrics_value;
+use kvroute_core::output::{trace_digest, trace_digest_of};
 use kvroute_core::replay;
-use kvroute_core::route::compiled::Compiled;
-use kvroute_core::route::engine::run_metrics;
+use kvroute_core::route::run_metrics;
+use kvroute_core::route::Compiled;
 use kvroute_core::{parse_trace, read_trace, read_trace_compact, replay_bytes, Policy};
 use kvroute_harness::costly::{wide_trace_bytes, WideShape};
 use kvroute_harness::differential;
@@ -894,7 +894,7 @@ fn verify_section(mooncake: &[u8], targets: &mut Vec<TargetRow>) {
         };
         let trace_path = dir.join(format!("verify-{workers}.trace.json"));
         let receipt_path = dir.join(format!("verify-{workers}.receipt.json"));
-        let trace_bytes = kvroute_core::output::canonical::canonical_trace_bytes(&trace);
+        let trace_bytes = kvroute_core::output::canonical_trace_bytes(&trace);
         std::fs::write(&trace_path, &trace_bytes).expect("the trace is written");
         let trace_len = trace_bytes.len();
         drop((trace, trace_bytes));

@@ -14,8 +14,8 @@
 //! `cargo run --release -p kvroute-bench --bin evidence-table [WORKERS...]`
 
 use kvroute_bench::{import, mooncake_bytes, simulation_input};
-use kvroute_core::input::trace::{EpochsMode, StaleRule};
-use kvroute_core::route::compiled::Compiled;
+use kvroute_core::input::{EpochsMode, StaleRule};
+use kvroute_core::route::Compiled;
 use kvroute_core::simulate::{simulate_policy, SimRun, SimulateOptions};
 use kvroute_core::Policy;
 

@@ -3,7 +3,7 @@
 //! prediction figures, goodput and per-worker calibration table.
 
 use crate::failure::Failure;
-use kvroute_core::join::figures::Slo;
+use kvroute_core::join::Slo;
 use kvroute_core::join::{self, CompletionsFormat, JoinOptions};
 use kvroute_core::Policy;
 use serde::Serialize;

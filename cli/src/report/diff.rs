@@ -9,7 +9,7 @@
 
 use super::model::{DecisionDoc, RowDoc, RunDoc, TraceFacts};
 use kvroute_cli::terminal::printable;
-use kvroute_core::output::csv::{id_cell, CsvIds};
+use kvroute_core::output::{id_cell, CsvIds};
 use serde::Serialize;
 
 /// The `format` member of `kvroute diff --format json`.

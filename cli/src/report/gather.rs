@@ -15,8 +15,8 @@ use super::model::{
 };
 use super::select::{self, Kind, Ordinals, RunCounts, KINDS};
 use super::shown::{shown_request_id, REQUEST_ID_SHOWN_MAX_BYTES};
-use kvroute_core::input::receipt::{Member, Place, ReceiptSink};
-use kvroute_core::route::metrics::Metrics;
+use kvroute_core::input::{Member, Place, ReceiptSink};
+use kvroute_core::route::Metrics;
 use kvroute_core::Policy;
 use serde::Serialize;
 use std::collections::BTreeMap;

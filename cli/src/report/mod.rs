@@ -21,11 +21,11 @@ use super::{emit, read_input};
 use crate::failure::Failure;
 use gather::{Census, Gather, ReportModel};
 pub use kvroute_cli::args::DiffFormat;
-use kvroute_core::input::receipt::{self as receipt_reader, Layout, ReceiptOutline, ReceiptSink};
-use kvroute_core::output::canonical;
-use kvroute_core::output::csv::CsvIds;
+use kvroute_core::input::{self as receipt_reader, Layout, ReceiptOutline, ReceiptSink};
+use kvroute_core::output;
+use kvroute_core::output::CsvIds;
 use kvroute_core::replay;
-use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::Compiled;
 use kvroute_core::{parse_trace, Policy, Trace};
 use model::{Lab, TraceFacts, RECEIPT_FORMAT, STREAM_FORMAT};
 use serde::Deserialize;
@@ -76,10 +76,10 @@ impl ReceiptInput<'_> {
                     Failure::invalid(vec![format!("{}: cannot read input: {e}", path.display())])
                 })?;
                 let reader = std::io::BufReader::with_capacity(1 << 20, file);
-                receipt_reader::read_layout(reader, *layout, sink)
+                receipt_reader::read_receipt_layout(reader, *layout, sink)
             }
             ReceiptInput::Bytes(bytes, layout) => {
-                receipt_reader::read_layout(&bytes[..], *layout, sink)
+                receipt_reader::read_receipt_layout(&bytes[..], *layout, sink)
             }
         };
         read.map_err(|problem| {
@@ -244,7 +244,7 @@ fn trace_facts(
         return Ok(None);
     };
     let mut trace = load_trace_bytes(&read_input(path, "trace")?).map_err(|f| f.in_file(path))?;
-    let digest = canonical::trace_digest(&trace);
+    let digest = output::trace_digest(&trace);
     if digest != trace_digest {
         return Err(Failure::invalid(vec![format!(
             "{}: this trace's digest {digest} is not the receipt's trace_digest {trace_digest}",
@@ -252,13 +252,13 @@ fn trace_facts(
         )]));
     }
     if let Some(key) = id_key {
-        kvroute_core::output::ids::key_request_ids(&mut trace, &super::read_id_key(key)?);
+        kvroute_core::output::key_request_ids(&mut trace, &super::read_id_key(key)?);
     }
     Ok(Some(TraceFacts::of(&trace)))
 }
 
 fn lab_of_trace(source: String, trace: &Trace) -> Lab {
-    let trace_digest = canonical::trace_digest(trace);
+    let trace_digest = output::trace_digest(trace);
     // The digest through the streaming writer: the in-memory receipt's own digest would
     // build the whole receipt as JSON first (hundreds of MB on the Mooncake trace).
     let receipt_digest =

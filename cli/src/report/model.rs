@@ -10,16 +10,16 @@
 //! does not carry (a request's model and adapter, a worker's prefill rate) comes from
 //! the trace when there is one, in [`TraceFacts`].
 
-use kvroute_core::input::receipt::{Layout, Member, Place, ReceiptSink};
-use kvroute_core::input::trace::EventKind;
-use kvroute_core::route::candidate::CandidateRow;
-use kvroute_core::route::metrics::Metrics;
-use kvroute_core::route::record::{CacheLogEntry, Decision, ObservationLogEntry, Run};
+use kvroute_core::input::EventKind;
+use kvroute_core::input::{Layout, Member, Place, ReceiptSink};
+use kvroute_core::route::CandidateRow;
+use kvroute_core::route::Metrics;
+use kvroute_core::route::{CacheLogEntry, Decision, ObservationLogEntry, Run};
 use kvroute_core::{Receipt, Trace};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-pub use kvroute_core::input::receipt::{RECEIPT_FORMAT, RECEIPT_HEAD, STREAM_FORMAT, STREAM_HEAD};
+pub use kvroute_core::input::{RECEIPT_FORMAT, RECEIPT_HEAD, STREAM_FORMAT, STREAM_HEAD};
 
 /// Every element of every run, kept: the runs whole, for `kvroute diff`.
 #[derive(Default)]

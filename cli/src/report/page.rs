@@ -14,7 +14,7 @@ use super::gather::{BoundaryRow, CohortRow, ReportModel, StaleRow, LOG_ROWS_MAX}
 use super::model::DecisionDoc;
 use super::select::{self, Ordinals, KINDS};
 use super::shown::{shown_request_id, REQUEST_ID_SHOWN_MAX_BYTES};
-use kvroute_core::route::metrics::Metrics;
+use kvroute_core::route::Metrics;
 use kvroute_core::Policy;
 use minijinja::Environment;
 use serde::Serialize;

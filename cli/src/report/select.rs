@@ -233,7 +233,7 @@ pub fn select_from(
 mod tests {
     use super::*;
     use crate::report::model::{DecisionDoc, RowDoc, RunDoc};
-    use kvroute_core::route::metrics::Metrics;
+    use kvroute_core::route::Metrics;
 
     /// `count` indexes spread evenly over `0..len` (all of them when `count >= len`).
     fn spread(len: usize, count: usize) -> impl Iterator<Item = usize> {

@@ -32,8 +32,8 @@ pub fn receipt_verify(case: &ReceiptCase) {
     );
     // The same receipt as JSON Lines (SPEC.md §6.4) is accepted with the same digest.
     let parsed = kvroute_core::parse_trace(&trace).expect("generated traces are valid");
-    let digest = kvroute_core::output::canonical::trace_digest(&parsed);
-    let compiled = kvroute_core::route::compiled::Compiled::new(&parsed);
+    let digest = kvroute_core::output::trace_digest(&parsed);
+    let compiled = kvroute_core::route::Compiled::new(&parsed);
     let mut lines = Vec::new();
     kvroute_core::replay::write_jsonl(&compiled, &digest, &mut lines)
         .expect("JSON Lines into memory");

@@ -18,7 +18,9 @@
 //!    order, and returns [`importer::Imported`] or an [`importer::ImportError`] built
 //!    from [`importer::Problem`]s (`Problem::at_line(input, line, reason)`). Take
 //!    defaults that another format also uses from [`shared`], never from that format's
-//!    file; import nothing from the other formats. Add `pub mod NAME;` below.
+//!    file; import nothing from the other formats. Add `pub(crate) mod NAME;` below,
+//!    and the struct and its options to the `pub use` block (the façade other crates
+//!    import from: `kvroute_core::import::ThatStruct`).
 //! 2. In `cli/src/args.rs`, add a variant to `ImportFormat` with the format's flags, and
 //!    in `importer_of` in `cli/src/import.rs` one arm that builds the struct from them.
 //!    `run_import` there does the rest for every format: opening the inputs (`-` is
@@ -32,7 +34,22 @@
 //!
 //! `docs/importers.md` says the same at more length.
 
-pub mod importer;
-pub mod kv_events;
-pub mod mooncake;
-pub mod shared;
+pub(crate) mod importer;
+pub(crate) mod kv_events;
+pub(crate) mod mooncake;
+pub(crate) mod shared;
+
+// The public part of importing: the `Importer` trait and what it hands back, and each
+// format's importer with its options. Two formats cap a line differently, so their caps
+// are named by format.
+pub use importer::{ImportError, Imported, Importer, Problem, Report, Source};
+pub use kv_events::lines::capture_line;
+pub use kv_events::wire::{decode_batch, BlockHash, EngineEvent, PAYLOAD_BYTES_MAX};
+pub use kv_events::{
+    import_dynamo_events, import_engine_events, EngineEventsImport, EngineFormat,
+    EventsImportError, EventsOptions, ImportReport, Keying,
+    LINE_BYTES_MAX as ENGINE_EVENTS_LINE_BYTES_MAX,
+};
+pub use mooncake::{
+    import_mooncake, MooncakeImport, MooncakeOptions, LINE_BYTES_MAX as MOONCAKE_LINE_BYTES_MAX,
+};

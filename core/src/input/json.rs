@@ -136,8 +136,10 @@ pub const BYTE_ORDER_MARK_MESSAGE: &str =
     "the document starts with a UTF-8 byte order mark (EF BB BF), which JSON text must not carry";
 
 /// Parses a trace document into a [`Node`], or returns the reason after `invalid JSON: `
-/// (the byte order mark is named, §2.2; otherwise the parser's message).
-pub fn parse(bytes: &[u8]) -> Result<Node, String> {
+/// (the byte order mark is named, §2.2; otherwise the parser's message). Validation
+/// reads the document in one pass of its own; this whole-tree form serves the tests.
+#[cfg(test)]
+pub(crate) fn parse(bytes: &[u8]) -> Result<Node, String> {
     if bytes.starts_with(b"\xEF\xBB\xBF") {
         return Err(BYTE_ORDER_MARK_MESSAGE.to_owned());
     }

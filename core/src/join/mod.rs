@@ -5,22 +5,29 @@
 //! table, canonical JSON or CSV. Both inputs are streamed; what is kept is one summary
 //! per decision of the run and one per distinct completion id.
 
-pub mod aiperf;
-pub mod attribution;
-pub mod attribution_sums;
-pub mod dynamo;
-pub mod figures;
-pub mod output;
-pub mod receipt;
-pub mod records;
-pub mod vllm_bench;
+pub(crate) mod aiperf;
+pub(crate) mod attribution;
+pub(crate) mod attribution_sums;
+pub(crate) mod dynamo;
+pub(crate) mod figures;
+pub(crate) mod output;
+pub(crate) mod receipt;
+pub(crate) mod records;
+pub(crate) mod vllm_bench;
+
+// The public part of the join, beside what this file defines (`join`, its options, the
+// formats and the errors): the figures, the attribution, and the join's writers.
+pub use attribution::{Attribution, WorkerDrift};
+pub use figures::{Counts, Goodput, JoinFigures, Slo, WorkerFigures};
+pub use output::{csv_bytes, gate_lines, json_bytes, table, Gates, JOIN_FORMAT};
+pub use receipt::ReceiptError;
 
 use crate::input::json_lines::{for_each_line, Line, LineError, LineErrors, LINE_BYTES_MAX};
 use crate::output::ids::keyed_id;
 use crate::route::policy::Policy;
 use aiperf::Completion;
-use figures::{CohortFigures, JoinFigures, Records, Slo};
-use receipt::{DecisionSummary, ReceiptError, ReceiptRun};
+use figures::{CohortFigures, Records};
+use receipt::{DecisionSummary, ReceiptRun};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read};
 

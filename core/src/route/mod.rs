@@ -10,14 +10,32 @@
 //! must not: bytes. Routing reads `input`'s types and never writes JSON or CSV;
 //! [`crate::output`] does.
 
-pub mod cache;
-pub mod candidate;
-pub mod compact;
-pub mod compiled;
-pub mod engine;
-pub mod metrics;
-pub mod policy;
-pub mod reason;
-pub mod record;
-pub mod state;
-pub mod tenant;
+pub(crate) mod cache;
+pub(crate) mod candidate;
+pub(crate) mod compact;
+pub(crate) mod compiled;
+pub(crate) mod engine;
+pub(crate) mod metrics;
+pub(crate) mod policy;
+pub(crate) mod reason;
+pub(crate) mod record;
+pub(crate) mod state;
+pub(crate) mod tenant;
+
+// The public part of routing: the compiled trace, one run (whole, or stepped by a
+// `Runner`), the router state with the reuse walk a peer comparison asks, the tenant
+// rule, and the records and sinks a run produces.
+pub use cache::reuse::{reuse_walk, WalkScratch};
+pub use candidate::CandidateRow;
+pub use compiled::{
+    CEvent, CWorker, Compiled, DecisionsRouted, KeyId, NameId, NsId, Op, Req, Seg, Step, Tables,
+};
+pub use engine::{run_metrics, run_policy, run_with_sink, Runner};
+pub use metrics::Metrics;
+pub use policy::Policy;
+pub use reason::{Reason, Reasons};
+pub use record::{
+    CacheLogEntry, CollectSink, Decision, DecisionRef, ObservationLogEntry, Run, RunSink,
+};
+pub use state::{CacheOutcome, Outcome, RouterState};
+pub use tenant::{NamespaceRule, Sharing};

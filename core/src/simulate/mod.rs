@@ -34,21 +34,25 @@
 //! - [`table`]: the comparison `kvroute simulate` prints; [`result`]: the same as the
 //!   canonical `kvroute-simulate/1` document of SPEC.md §11.1.
 
-pub mod closed_loop;
-pub mod completions;
-pub mod engine_model;
-pub mod lru;
-pub mod options;
-pub mod publication;
-pub mod result;
-pub mod table;
-pub mod trace_out;
+pub(crate) mod closed_loop;
+pub(crate) mod completions;
+pub(crate) mod engine_model;
+pub(crate) mod lru;
+pub(crate) mod options;
+pub(crate) mod publication;
+pub(crate) mod result;
+pub(crate) mod table;
+pub(crate) mod trace_out;
 
 pub use closed_loop::{
     generated_trace, simulate_policy, simulate_policy_with_completions, EngineStats, SimCompletion,
     SimRun,
 };
+pub use completions::{completion_lines, TICKS_PER_MS_MAX};
 pub use options::{
     simulation_trace, Capacity, SimulateError, SimulateOptions, DEFAULT_CACHE_TOKENS,
     DEFAULT_PUBLICATION_LAG_TICKS, LOSS_PER_MILLE_MAX,
 };
+pub use result::{simulate_result, SimulateResult, SIMULATE_FORMAT};
+pub use table::simulate_table;
+pub use trace_out::to_trace_event;

@@ -1,7 +1,7 @@
 //! What the join tests share: the lab receipt, the objectives `fixtures/join/README.md`
 //! declares, and its hand-computed per-worker figures of the AIPerf fixture.
 
-use kvroute_core::join::figures::{Slo, WorkerFigures};
+use kvroute_core::join::{Slo, WorkerFigures};
 use kvroute_core::{replay_bytes, LAB_TRACE_JSON};
 
 /// The objectives of the fixture README's goodput figures.

@@ -10,7 +10,7 @@
 //! chain indexer's acceptance rules: what the comparison of a peer reached over the
 //! protocol uses as evidence, where the in-process comparison has Dynamo's own answers.
 
-use kvroute_core::route::compiled::{Compiled, KeyId, NsId, Op, Seg, Step};
+use kvroute_core::route::{Compiled, KeyId, NsId, Op, Seg, Step};
 use std::collections::{HashMap, HashSet};
 
 /// Every `(namespace, key)` of a trace with its chain parent. Lookups only: the maps

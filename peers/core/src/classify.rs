@@ -17,8 +17,8 @@
 use crate::chains::ChainShape;
 use crate::kvroute::KvrouteIndex;
 use crate::{densify, Applied, Peer};
-use kvroute_core::input::trace::{CacheOp, EventKind, Trace};
-use kvroute_core::route::compiled::{CEvent, Compiled, KeyId, NsId, Op, Req, Seg};
+use kvroute_core::input::{CacheOp, EventKind, Trace};
+use kvroute_core::route::{CEvent, Compiled, KeyId, NsId, Op, Req, Seg};
 use std::collections::{HashMap, HashSet};
 
 /// How a comparison runs.
@@ -872,13 +872,13 @@ mod tests {
         let mut last = None;
         for event in &compiled.events {
             match &event.step {
-                kvroute_core::route::compiled::Step::Cache { worker, epoch, op } => {
+                kvroute_core::route::Step::Cache { worker, epoch, op } => {
                     if reference.cache_event(*worker, event.tick, *epoch, op) {
                         let applied = chain_model.apply(*worker as usize, &shape, op);
                         evidence.note(*worker, op, applied);
                     }
                 }
-                kvroute_core::route::compiled::Step::Request(request) => {
+                kvroute_core::route::Step::Request(request) => {
                     let kvroute = reference.answer(request).to_vec();
                     let found: Vec<Option<Cause>> = peer
                         .iter()
@@ -897,7 +897,7 @@ mod tests {
                         .collect();
                     last = Some((kvroute, found));
                 }
-                kvroute_core::route::compiled::Step::Load { .. } => {}
+                kvroute_core::route::Step::Load { .. } => {}
             }
         }
         last.expect("the trace has a request")

@@ -13,8 +13,8 @@
 //! Choices come from a [`Draw`], so the seed sweep (a seeded RNG) and the fuzz target
 //! (the fuzzer's bytes) explore the same space.
 
-use kvroute_core::input::limits::LimitsProfile;
-use kvroute_core::input::trace::{
+use kvroute_core::input::LimitsProfile;
+use kvroute_core::input::{
     CacheOp, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
 };
 use proptest::test_runner::{RngAlgorithm, TestRng};

@@ -3,11 +3,11 @@
 //! difference found here is a difference with what kvroute routes on.
 
 use crate::{Applied, Peer};
-use kvroute_core::route::cache::reuse::{reuse_walk, WalkScratch};
-use kvroute_core::route::compiled::{Compiled, Op, Req, Tables};
-use kvroute_core::route::reason::Reasons;
-use kvroute_core::route::state::{Outcome, RouterState};
-use kvroute_core::route::tenant::{NamespaceRule, Sharing};
+use kvroute_core::route::Reasons;
+use kvroute_core::route::{reuse_walk, WalkScratch};
+use kvroute_core::route::{Compiled, Op, Req, Tables};
+use kvroute_core::route::{NamespaceRule, Sharing};
+use kvroute_core::route::{Outcome, RouterState};
 
 /// Core's router state and reuse walk behind the [`Peer`] trait.
 pub struct KvrouteIndex<'t> {

@@ -23,7 +23,7 @@ pub mod run;
 pub mod shrink;
 pub mod sweep;
 
-use kvroute_core::route::compiled::{Op, Req};
+use kvroute_core::route::{Op, Req};
 
 /// What an indexer did with one cache event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

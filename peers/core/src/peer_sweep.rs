@@ -12,7 +12,7 @@ use crate::classify::Options;
 use crate::protocol::{Hello, PeerError, PeerProcess};
 use crate::run::{run_trace, shrunk_difference, ChoiceTally, RunOptions};
 use crate::sweep::{modes, trace_of, Finding, SweepReport};
-use kvroute_core::input::trace::Trace;
+use kvroute_core::input::Trace;
 use kvroute_core::Policy;
 use std::ffi::OsString;
 use std::time::Duration;

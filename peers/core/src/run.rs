@@ -15,10 +15,10 @@ use crate::classify::{
 };
 use crate::protocol::{render, AnswerKinds, Hello, PeerError, PeerProcess};
 use crate::shrink::{cut_reproducing, shrink};
-use kvroute_core::input::trace::{Event, Trace};
-use kvroute_core::output::canonical::{canonical_event_bytes, canonical_fleet_members};
-use kvroute_core::route::compiled::{Compiled, Step};
-use kvroute_core::route::engine::Runner;
+use kvroute_core::input::{Event, Trace};
+use kvroute_core::output::{canonical_event_bytes, canonical_fleet_members};
+use kvroute_core::route::Runner;
+use kvroute_core::route::{Compiled, Step};
 use kvroute_core::Policy;
 use serde_json::Value;
 use std::collections::HashMap;

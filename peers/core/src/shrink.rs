@@ -8,7 +8,7 @@
 //! so what is left is minimal: removing any one piece loses the difference.
 
 use crate::classify::Difference;
-use kvroute_core::input::trace::{CacheOp, EventKind, Namespace, Trace};
+use kvroute_core::input::{CacheOp, EventKind, Namespace, Trace};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 

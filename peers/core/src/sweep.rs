@@ -6,7 +6,7 @@
 
 use crate::classify::{Cause, Difference, Options, Report};
 use crate::generate::{chain_trace, seeded_rng, BLOCK_TOKENS};
-use kvroute_core::input::trace::Trace;
+use kvroute_core::input::Trace;
 
 /// A seed whose trace shows a difference no documented cause explains.
 #[derive(Debug, Clone)]

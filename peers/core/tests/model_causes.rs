@@ -3,7 +3,7 @@
 //! test) on the Ray fixtures, so the classification a protocol peer gets is the one the
 //! rules state, and a figure neither model holds stays a finding.
 
-use kvroute_core::input::trace::Trace;
+use kvroute_core::input::Trace;
 use kvroute_core::Policy;
 use kvroute_peer_core::classify::{Cause, Options};
 use kvroute_peer_core::run::{run_peer, RunOptions};
@@ -39,7 +39,7 @@ fn causes(trace: &Trace, answers: &str) -> Vec<(Cause, u64)> {
     let requests = trace
         .events
         .iter()
-        .filter(|e| matches!(e.kind, kvroute_core::input::trace::EventKind::Request(_)))
+        .filter(|e| matches!(e.kind, kvroute_core::input::EventKind::Request(_)))
         .count();
     assert_eq!(tally.rows_compared, (trace.workers.len() * requests) as u64);
     Cause::ALL

@@ -5,7 +5,7 @@
 //! shrinks it.
 #![no_main]
 
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_peers::compare::{compare, Cause};
 use kvroute_peers::generate::{chain_trace, Bytes};
 use kvroute_peers::sweep::modes;

@@ -7,9 +7,9 @@
 //! (`cargo build -p kvroute-peers --bin kvroute-peer-dynamo`).
 #![no_main]
 
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 #[cfg(feature = "in-process")]
-use kvroute_core::route::compiled::Compiled;
+use kvroute_core::route::Compiled;
 use kvroute_core::Policy;
 #[cfg(feature = "in-process")]
 use kvroute_peer_core::chains::ChainShape;

@@ -8,7 +8,7 @@
 //! Exit codes as `kvroute`'s: 0 ok, 2 invalid input or usage, 1 anything else.
 
 use clap::{Parser, Subcommand};
-use kvroute_core::output::canonical::canonical_trace_bytes;
+use kvroute_core::output::canonical_trace_bytes;
 use kvroute_peers::compare::{compare, Options};
 use kvroute_peers::shrink::{cut_reproducing, shows, shrink};
 use kvroute_peers::sweep::sweep;

@@ -27,9 +27,9 @@ use dynamo_kv_router::{
     DefaultWorkerSelector, PositionalIndexer, RadixTree, SyncIndexer, WorkerSelectionInput,
     WorkerSelector,
 };
-use kvroute_core::import::mooncake::{import_mooncake, MooncakeOptions};
-use kvroute_core::route::compiled::{Compiled, Step};
-use kvroute_core::route::engine::Runner;
+use kvroute_core::import::{import_mooncake, MooncakeOptions};
+use kvroute_core::route::Runner;
+use kvroute_core::route::{Compiled, Step};
 use kvroute_core::simulate::{generated_trace, simulate_policy, simulation_trace, SimulateOptions};
 use kvroute_core::Policy;
 use kvroute_peers::chains::ChainMap;
@@ -378,10 +378,9 @@ fn protocol_table(imported: &kvroute_core::Trace, sizes: &[u32], repeats: usize)
     for &workers in sizes {
         let stream = simulated_stream(imported, workers);
         // As `simulate --events-out` writes it, and as the protocol sends it.
-        let stream = kvroute_core::parse_trace(
-            &kvroute_core::output::canonical::canonical_trace_bytes(&stream),
-        )
-        .expect("a generated stream is valid");
+        let stream =
+            kvroute_core::parse_trace(&kvroute_core::output::canonical_trace_bytes(&stream))
+                .expect("a generated stream is valid");
         let options = Options {
             block_tokens: BLOCK_TOKENS,
             ..Options::default()

@@ -14,11 +14,11 @@
 //! Both inputs are read line by line with a cap on each line, and nothing here panics
 //! on any input.
 
-pub mod convert;
-pub mod dynamo;
-pub mod lines;
-pub mod report;
-pub mod wire;
+pub(crate) mod convert;
+pub(crate) mod dynamo;
+pub(crate) mod lines;
+pub(crate) mod report;
+pub(crate) mod wire;
 
 use crate::import::importer::{
     sources_as, ImportError, Imported, Importer, Problem, Report, Source,

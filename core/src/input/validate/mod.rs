@@ -22,9 +22,7 @@ use crate::input::document::{self, Items, Path};
 use crate::input::json::{self, NodeSeed, BYTE_ORDER_MARK_MESSAGE};
 use crate::input::limits::VALUE_BYTES_MAX;
 use crate::input::trace::*;
-pub use errors::{
-    cut_path, ValidationErrors, PATH_CHARS_MAX, PATH_CUT_MARKER, PATH_HEAD_CHARS, PATH_TAIL_CHARS,
-};
+pub use errors::ValidationErrors;
 use overflow::overflow_error;
 use references::cross_reference_and_limits;
 use residency::ResidencyErrors;

@@ -2,6 +2,6 @@
 //! the cache index ([`index`]), the reuse walk over it ([`reuse`]), and the count of
 //! entry operations both perform ([`work`], SPEC.md §1.5).
 
-pub mod index;
-pub mod reuse;
-pub mod work;
+pub(crate) mod index;
+pub(crate) mod reuse;
+pub(crate) mod work;

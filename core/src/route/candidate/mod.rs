@@ -11,7 +11,7 @@
 //! module prices one row in Dynamo's terms ([`dynamo_cost_milli`], §4.8), which reads
 //! nothing but the row's own figures.
 
-pub mod dominance;
+pub(crate) mod dominance;
 
 use crate::input::trace::{EpochsMode, PolicyParams};
 use crate::mutant::{active, Mutant};
