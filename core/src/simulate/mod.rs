@@ -49,6 +49,7 @@ pub use closed_loop::{
     SimRun,
 };
 pub use options::{
-    simulation_trace, Capacity, SimulateError, SimulateOptions, DEFAULT_CACHE_TOKENS,
+    first_worker_not_dynamo_named, simulation_trace, simulation_trace_named, Capacity,
+    SimulateError, SimulateOptions, WorkerNames, DEFAULT_CACHE_TOKENS,
     DEFAULT_PUBLICATION_LAG_TICKS, LOSS_PER_MILLE_MAX,
 };
