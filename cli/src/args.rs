@@ -104,6 +104,17 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 1, requires = "completions_out",
               value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         ticks_per_ms: u64,
+        /// With --completions-out: the records' layout, AIPerf's profile_export.jsonl or
+        /// Dynamo's request_end records, which also name the serving worker (SPEC.md
+        /// §14.4.1; every worker must then be named dynamo|<id>|dp<rank>).
+        #[arg(long, value_enum, value_name = "LAYOUT", default_value_t = CompletionsFormatArg::Aiperf,
+              requires = "completions_out")]
+        completions_format: CompletionsFormatArg,
+        /// With --workers: name the copies w0… or dynamo|0|dp0…, as Dynamo names its
+        /// workers (SPEC.md §14.4.1).
+        #[arg(long, value_enum, value_name = "NAMES", default_value_t = WorkerNamesArg::W,
+              requires = "workers")]
+        worker_names: WorkerNamesArg,
         /// Output format: the comparison table, or the canonical kvroute-simulate/1
         /// document of SPEC.md §11.1 (figures plus each generated trace's digest).
         #[arg(long, value_enum, default_value_t = SimulateFormat::Table)]
@@ -411,6 +422,42 @@ pub enum Format {
     /// The receipt as JSON Lines, written as the runs replay (SPEC.md §6.4); ends with
     /// the same receipt_digest as `json`.
     Jsonl,
+}
+
+/// `simulate --completions-format` (SPEC.md §14.4).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionsFormatArg {
+    /// AIPerf's per-request records.
+    Aiperf,
+    /// Dynamo's request_end records in the file sink's wrapper.
+    Dynamo,
+}
+
+impl CompletionsFormatArg {
+    pub fn layout(self) -> simulate::CompletionsLayout {
+        match self {
+            CompletionsFormatArg::Aiperf => simulate::CompletionsLayout::Aiperf,
+            CompletionsFormatArg::Dynamo => simulate::CompletionsLayout::Dynamo,
+        }
+    }
+}
+
+/// `simulate --worker-names` (SPEC.md §14.4.1).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkerNamesArg {
+    /// w0, w1, … zero-padded.
+    W,
+    /// dynamo|0|dp0, dynamo|1|dp0, …
+    Dynamo,
+}
+
+impl WorkerNamesArg {
+    pub fn names(self) -> simulate::WorkerNames {
+        match self {
+            WorkerNamesArg::W => simulate::WorkerNames::W,
+            WorkerNamesArg::Dynamo => simulate::WorkerNames::Dynamo,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -15,6 +15,7 @@ use kvroute_core::input::EventStore;
 use kvroute_core::output;
 use kvroute_core::replay;
 use kvroute_core::route::{Compiled, DecisionsRouted};
+use kvroute_core::simulate::CompletionsLayout;
 use kvroute_core::simulate::{self, Capacity, SimulateOptions};
 use kvroute_core::{parse_trace, read_trace, read_trace_compact, Policy, ReadTraceError, Trace};
 use std::io::Read;
@@ -210,6 +211,8 @@ fn run_simulate(command: Command) -> Result<(), Failure> {
         events_out,
         completions_out,
         ticks_per_ms,
+        completions_format,
+        worker_names,
         format,
     } = command
     else {
@@ -217,7 +220,7 @@ fn run_simulate(command: Command) -> Result<(), Failure> {
     };
     simulate(
         &trace,
-        workers,
+        (workers, worker_names.names()),
         &SimulateOptions {
             capacity: match cache_blocks {
                 Some(blocks) => Capacity::Blocks(blocks),
@@ -230,7 +233,9 @@ fn run_simulate(command: Command) -> Result<(), Failure> {
         },
         PolicyOverrides { stale_rule, epochs },
         events_out.as_deref(),
-        completions_out.as_deref().map(|dir| (dir, ticks_per_ms)),
+        completions_out
+            .as_deref()
+            .map(|dir| (dir, ticks_per_ms, completions_format.layout())),
         format,
     )
 }
@@ -390,11 +395,11 @@ fn simulate_settings(options: &SimulateOptions, trace: &Trace) -> String {
 
 fn simulate(
     path: &Path,
-    workers: Option<u32>,
+    (workers, names): (Option<u32>, simulate::WorkerNames),
     options: &SimulateOptions,
     overrides: PolicyOverrides,
     events_out: Option<&Path>,
-    completions_out: Option<(&Path, u64)>,
+    completions_out: Option<(&Path, u64, CompletionsLayout)>,
     format: SimulateFormat,
 ) -> Result<(), Failure> {
     if options.loss_per_mille > simulate::LOSS_PER_MILLE_MAX {
@@ -406,14 +411,30 @@ fn simulate(
     let progress = progress::Progress::start("simulate", "reading and validating the trace");
     let mut trace = load_trace(Some(path))?;
     overrides.apply(&mut trace.policy);
+    if let Some((_, _, CompletionsLayout::Dynamo)) = completions_out {
+        if let Some(id) = simulate::first_worker_not_dynamo_named(&trace, workers, names) {
+            return Err(Failure::invalid(vec![format!(
+                "kvroute simulate: --completions-format dynamo: worker {} is not named \
+                 dynamo|<worker_id>|dp<rank>, so a Dynamo record cannot name it (give \
+                 --workers N --worker-names dynamo)",
+                kvroute_core::output::quote_str(&id)
+            )]));
+        }
+    }
     progress.phase("running the closed loop of each policy");
     let keep_completions = completions_out.is_some();
     let simulated = if format == SimulateFormat::Json {
-        simulate_document(&trace, workers, options, keep_completions, &progress)?
+        simulate_document(
+            &trace,
+            (workers, names),
+            options,
+            keep_completions,
+            &progress,
+        )?
     } else {
         simulate_table_runs(
             &trace,
-            workers,
+            (workers, names),
             options,
             events_out.is_some(),
             keep_completions,
@@ -424,12 +445,17 @@ fn simulate(
         progress.phase("validating and writing the generated traces");
         write_generated_traces(dir, &simulated.generated)?;
     }
-    if let Some((dir, ticks_per_ms)) = completions_out {
+    if let Some((dir, ticks_per_ms, layout)) = completions_out {
         progress.phase("writing the completion records");
         let files: Vec<(Policy, Vec<u8>)> = simulated
             .completions
             .iter()
-            .map(|(policy, served)| (*policy, simulate::completion_lines(served, ticks_per_ms)))
+            .map(|(policy, served)| {
+                (
+                    *policy,
+                    simulate::completions_file(served, ticks_per_ms, layout),
+                )
+            })
             .collect();
         write_policy_files(dir, &files, "completions.jsonl")?;
     }
@@ -438,7 +464,7 @@ fn simulate(
     emit(&stdout_bytes, None)?;
     let written = [
         (events_out, "trace.json"),
-        (completions_out.map(|(dir, _)| dir), "completions.jsonl"),
+        (completions_out.map(|(dir, _, _)| dir), "completions.jsonl"),
     ];
     for (dir, suffix) in written {
         let Some(dir) = dir else { continue };
@@ -463,7 +489,7 @@ struct Simulated {
 /// generated traces.
 fn simulate_document(
     trace: &Trace,
-    workers: Option<u32>,
+    (workers, names): (Option<u32>, simulate::WorkerNames),
     options: &SimulateOptions,
     keep_completions: bool,
     progress: &progress::Progress,
@@ -472,8 +498,9 @@ fn simulate_document(
     // The closed loop routes each request once a policy.
     let total = Policy::STANDARD.len() as u64 * trace.request_count() as u64;
     progress.count_decisions(&routed, total);
-    let result = simulate::simulate_result(trace, workers, options, &routed, keep_completions)
-        .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
+    let result =
+        simulate::simulate_result(trace, workers, names, options, &routed, keep_completions)
+            .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
     note_dropped_events(result.dropped_events);
     let mut stdout = result.document;
     stdout.push(b'\n');
@@ -488,13 +515,13 @@ fn simulate_document(
 /// requests only when they are to be written.
 fn simulate_table_runs(
     trace: &Trace,
-    workers: Option<u32>,
+    (workers, names): (Option<u32>, simulate::WorkerNames),
     options: &SimulateOptions,
     keep_events: bool,
     keep_completions: bool,
     progress: &progress::Progress,
 ) -> Result<Simulated, Failure> {
-    let (sim_trace, dropped) = simulate::simulation_trace(trace, workers)
+    let (sim_trace, dropped) = simulate::simulation_trace_named(trace, workers, names)
         .map_err(|e| Failure::invalid(vec![format!("kvroute simulate: {e}")]))?;
     note_dropped_events(dropped);
     let compiled = Compiled::new(&sim_trace);

@@ -94,6 +94,7 @@ fn compare_simulations(
             simulate_result(
                 &trace,
                 settings.workers,
+                kvroute_core::simulate::WorkerNames::W,
                 &settings.options,
                 &Default::default(),
                 true,

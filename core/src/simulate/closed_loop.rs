@@ -67,10 +67,15 @@ pub struct SimCompletion {
     pub arrival_tick: u64,
     pub prefill_done_tick: u64,
     pub worker: u32,
+    /// The chosen worker's id, which a Dynamo record names as its serving worker.
+    pub worker_id: String,
     /// The chosen worker's decode rate, which its record's decode time is taken at.
     pub decode_rate: u64,
     pub prompt_tokens: u64,
     pub decode_tokens: u64,
+    /// The prompt tokens the chosen engine really served from its cache: SPEC.md
+    /// §11.1's `held`, which the record reports as its cached tokens (§14.4).
+    pub cached_tokens: u64,
 }
 
 /// Runs one policy's closed loop over a compiled request-only trace. Memory is the
@@ -208,9 +213,11 @@ impl<'t> ClosedLoop<'_, 't> {
                 arrival_tick: event.tick,
                 prefill_done_tick: done,
                 worker: placement.worker as u32,
+                worker_id: self.compiled.worker_ids[placement.worker].to_owned(),
                 decode_rate: self.compiled.workers[placement.worker].decode_rate,
                 prompt_tokens: request.prompt_tokens,
                 decode_tokens: request.decode_tokens,
+                cached_tokens: engine_reuse,
             });
         }
         self.completions_scheduled += 1;

@@ -48,9 +48,10 @@ pub use closed_loop::{
     generated_trace, simulate_policy, simulate_policy_with_completions, EngineStats, SimCompletion,
     SimRun,
 };
-pub use completions::{completion_lines, TICKS_PER_MS_MAX};
+pub use completions::{completion_lines, completions_file, CompletionsLayout, TICKS_PER_MS_MAX};
 pub use options::{
-    simulation_trace, Capacity, SimulateError, SimulateOptions, DEFAULT_CACHE_TOKENS,
+    dynamo_worker_numbers, first_worker_not_dynamo_named, simulation_trace, simulation_trace_named,
+    Capacity, SimulateError, SimulateOptions, WorkerNames, DEFAULT_CACHE_TOKENS,
     DEFAULT_PUBLICATION_LAG_TICKS, LOSS_PER_MILLE_MAX,
 };
 pub use result::{simulate_result, SimulateResult, SIMULATE_FORMAT};

@@ -58,6 +58,27 @@ impl std::fmt::Display for SimulateError {
     }
 }
 
+/// How `--workers N` names its copies (`--worker-names`, SPEC.md §14.4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerNames {
+    /// `w0` … zero-padded (§10.1).
+    #[default]
+    W,
+    /// `dynamo|0|dp0` …, as §13.7 names Dynamo's workers, so Dynamo records can name
+    /// them.
+    Dynamo,
+}
+
+impl WorkerNames {
+    /// The id of copy `index` of `workers`.
+    fn id(self, index: u32, workers: u32) -> String {
+        match self {
+            WorkerNames::W => fleet_worker_id(index, workers),
+            WorkerNames::Dynamo => format!("dynamo|{index}|dp0"),
+        }
+    }
+}
+
 /// The trace a simulation runs on: the input's requests, and either its workers or
 /// `workers` identical copies of its first worker (ids `w0`…, zero-padded), each with
 /// an empty cache and no load. The input's own cache and load events are dropped (the
@@ -65,6 +86,15 @@ impl std::fmt::Display for SimulateError {
 pub fn simulation_trace(
     trace: &Trace,
     workers: Option<u32>,
+) -> Result<(Trace, usize), SimulateError> {
+    simulation_trace_named(trace, workers, WorkerNames::W)
+}
+
+/// [`simulation_trace`] with the copies named by `names`, listed in id byte order.
+pub fn simulation_trace_named(
+    trace: &Trace,
+    workers: Option<u32>,
+    names: WorkerNames,
 ) -> Result<(Trace, usize), SimulateError> {
     let mut sim = trace.clone();
     sim.limits = LimitsProfile::Scale;
@@ -90,12 +120,54 @@ pub fn simulation_trace(
         first.cache.clear();
         sim.workers = (0..count)
             .map(|i| WorkerSpec {
-                id: fleet_worker_id(i, count).into(),
+                id: names.id(i, count).into(),
                 ..first.clone()
             })
             .collect();
+        sim.workers.sort_by(|a, b| a.id.cmp(&b.id));
     }
     Ok((sim, dropped))
+}
+
+/// The first worker, in id byte order, of the trace a simulation runs on
+/// ([`simulation_trace_named`]) whose id a Dynamo record cannot name, for
+/// `--completions-format dynamo` (SPEC.md §14.4.1), without building that trace.
+pub fn first_worker_not_dynamo_named(
+    trace: &Trace,
+    workers: Option<u32>,
+    names: WorkerNames,
+) -> Option<String> {
+    let named = |id: &str| dynamo_worker_numbers(id).is_some();
+    match workers {
+        Some(count) => {
+            let first = (0..count).map(|i| names.id(i, count)).min()?;
+            (!named(&first)).then_some(first)
+        }
+        None => trace
+            .workers
+            .iter()
+            .map(|w| &*w.id)
+            .filter(|id| !named(id))
+            .min()
+            .map(str::to_owned),
+    }
+}
+
+/// The numbers of a worker named `dynamo|<I>|dp<R>` (SPEC.md §13.7, §14.4.1): `I` from
+/// 0 to 2^64 - 1 and `R` from 0 to 2^32 - 1, decimal without a leading zero.
+pub fn dynamo_worker_numbers(id: &str) -> Option<(u64, u32)> {
+    let rest = id.strip_prefix("dynamo|")?;
+    let (worker, rank) = rest.split_once("|dp")?;
+    Some((plain_decimal(worker)?, plain_decimal(rank)?))
+}
+
+/// A decimal without a sign or a leading zero (`0` itself is `0`), within `T`.
+fn plain_decimal<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits_only || (text.len() > 1 && text.starts_with('0')) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use crate::route::policy::Policy;
 use crate::simulate::closed_loop::{
     generated_trace, simulate_policy, simulate_policy_with_completions, SimCompletion, SimRun,
 };
-use crate::simulate::options::{simulation_trace, Capacity, SimulateError, SimulateOptions};
+use crate::simulate::options::{
+    simulation_trace_named, Capacity, SimulateError, SimulateOptions, WorkerNames,
+};
 use serde_json::json;
 
 /// The `format` of the document.
@@ -36,11 +38,12 @@ pub struct SimulateResult {
 pub fn simulate_result(
     trace: &Trace,
     workers: Option<u32>,
+    names: WorkerNames,
     options: &SimulateOptions,
     decisions_routed: &DecisionsRouted,
     keep_completions: bool,
 ) -> Result<SimulateResult, SimulateError> {
-    let (sim_trace, dropped_events) = simulation_trace(trace, workers)?;
+    let (sim_trace, dropped_events) = simulation_trace_named(trace, workers, names)?;
     let mut compiled = Compiled::new(&sim_trace);
     compiled.decisions_routed = decisions_routed.clone();
     let (runs, completions): (Vec<SimRun>, Vec<(Policy, Vec<SimCompletion>)>) = Policy::STANDARD
