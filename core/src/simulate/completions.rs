@@ -1,8 +1,8 @@
 //! The completion records of one closed-loop run (SPEC.md §14.4), so `join` can be
 //! exercised end to end and a user sees what such a file looks like: AIPerf's
-//! `profile_export.jsonl` records, or Dynamo's `request_end` records (§14.4.1). Both
-//! carry the engine model's truth, the prompt tokens it served from cache, and Dynamo's
-//! the worker that served the request. Times are the engine model's ticks read as
+//! `profile_export.jsonl` records, or Dynamo's `request_end` records (§14.4.1), which
+//! carry the engine model's truth: the prompt tokens it served from cache and the
+//! worker that served the request. Times are the engine model's ticks read as
 //! `1/N` ms; every figure is an integer, and milliseconds are written as exact
 //! decimals, never through a binary float.
 
@@ -100,8 +100,6 @@ fn push_aiperf(out: &mut Vec<u8>, c: &SimCompletion, figures: &Figures, n: u128)
     push_milliseconds(out, figures.tpot_us);
     out.extend_from_slice(br#","output_sequence_length":"#);
     push_tokens(out, c.decode_tokens);
-    out.extend_from_slice(br#","usage_prompt_cache_read_tokens":"#);
-    push_tokens(out, c.cached_tokens);
     out.extend_from_slice(b"},\"error\":null}\n");
 }
 
@@ -180,17 +178,6 @@ mod tests {
             "\n"
         );
         assert_eq!(String::from_utf8(bytes).unwrap(), expected);
-    }
-
-    #[test]
-    fn an_aiperf_record_ends_its_metrics_with_the_cached_tokens() {
-        let text = String::from_utf8(completion_lines(&[served("w0")], 2)).unwrap();
-        let tail = concat!(
-            r#""output_sequence_length":{"value":10,"unit":"tokens"},"#,
-            r#""usage_prompt_cache_read_tokens":{"value":512,"unit":"tokens"}},"error":null}"#,
-            "\n"
-        );
-        assert!(text.ends_with(tail), "{text}");
     }
 
     #[test]
