@@ -35,6 +35,7 @@ macro_rules! outln {
     };
 }
 
+mod conform;
 mod failure;
 mod import;
 mod inputs;
@@ -108,6 +109,7 @@ fn run(command: Command) -> Result<(), Failure> {
         command @ Command::Diff { .. } => run_diff(command),
         Command::Join(args) => join::join_command(&args),
         Command::Peer { action } => peer::peer(action),
+        Command::Conform(args) => conform::conform(args),
         Command::Help { command } => help(&command),
         Command::Record {
             endpoints,
