@@ -70,6 +70,20 @@ pub fn run(
     case: &Case,
     bounds: &Bounds,
 ) -> (Response, String) {
+    run_with(router, command, case, bounds, &feed::bind)
+}
+
+/// How a driver binds a case's publishers.
+pub type Bind = dyn Fn(&Case) -> Result<Box<dyn Feed>, String>;
+
+/// [`run`] with the publishers bound by `bind`.
+pub fn run_with(
+    router: ConformRouter,
+    command: &[OsString],
+    case: &Case,
+    bounds: &Bounds,
+    bind: &Bind,
+) -> (Response, String) {
     match router {
         ConformRouter::Kvroute => {
             let reference = reference::answer(case);
@@ -85,8 +99,8 @@ pub fn run(
             ),
             String::new(),
         ),
-        ConformRouter::DynamoSelect => refusal_from_log(case, dynamo(command, case, bounds)),
-        ConformRouter::VllmRouter => refusal_from_log(case, vllm(command, case, bounds)),
+        ConformRouter::DynamoSelect => refusal_from_log(case, dynamo(command, case, bounds, bind)),
+        ConformRouter::VllmRouter => refusal_from_log(case, vllm(command, case, bounds, bind)),
     }
 }
 
@@ -151,11 +165,11 @@ fn answered(router: &mut Router, steps: Result<Response, String>) -> Response {
 }
 
 /// Dynamo's select service (SPEC.md §16.4).
-fn dynamo(command: &[OsString], case: &Case, bounds: &Bounds) -> (Response, String) {
+fn dynamo(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (Response, String) {
     let ids = workers(case);
     let setup = || -> Result<(Fleet, Box<dyn Feed>, u16), String> {
         let fleet = Fleet::start(ids.len(), bounds.timeout)?;
-        let feed = feed::bind(case)?;
+        let feed = bind(case)?;
         Ok((fleet, feed, free_port()?))
     };
     let (fleet, mut feed, port) = match setup() {
@@ -278,7 +292,7 @@ fn device_blocks(scores: &Value, ids: &[String]) -> Result<BTreeMap<String, u64>
 }
 
 /// vLLM's router (SPEC.md §16.4).
-fn vllm(command: &[OsString], case: &Case, bounds: &Bounds) -> (Response, String) {
+fn vllm(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (Response, String) {
     if case.question == Question::Overlap {
         return (
             Response::Skipped("vllm-router gives no overlap answer".into()),
@@ -296,7 +310,7 @@ fn vllm(command: &[OsString], case: &Case, bounds: &Bounds) -> (Response, String
     let ids = workers(case);
     let setup = || -> Result<(Fleet, Box<dyn Feed>, u16), String> {
         let fleet = Fleet::start(ids.len(), bounds.timeout)?;
-        let feed = feed::bind(case)?;
+        let feed = bind(case)?;
         Ok((fleet, feed, free_port()?))
     };
     let (fleet, mut feed, port) = match setup() {
@@ -469,5 +483,120 @@ mod tests {
         let blocks = device_blocks(&scores, &ids).unwrap();
         assert_eq!(blocks["w0"], 0);
         assert_eq!(blocks["w1"], 3);
+    }
+
+    /// A feed for a case without cache events: endpoints nobody binds, nothing sent.
+    struct Silent(BTreeMap<String, String>);
+
+    impl Feed for Silent {
+        fn endpoint(&self, worker: &str) -> String {
+            self.0[worker].clone()
+        }
+        fn replay_endpoint(&self, _worker: &str) -> Option<String> {
+            None
+        }
+        fn send_all(&mut self, _join: Duration, _timeout: Duration) -> Result<(), String> {
+            Ok(())
+        }
+        fn request_token_ids(&self, _keys: &[String], prompt_tokens: u64) -> Vec<u64> {
+            (1..=prompt_tokens).collect()
+        }
+    }
+
+    fn silent(case: &Case) -> Result<Box<dyn Feed>, String> {
+        let mut endpoints = BTreeMap::new();
+        for id in workers(case) {
+            endpoints.insert(id, format!("tcp://127.0.0.1:{}", free_port()?));
+        }
+        Ok(Box::new(Silent(endpoints)))
+    }
+
+    /// Two idle workers, no events: the request is an exact tie.
+    fn cold_tie() -> (tempfile::TempDir, Case) {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = |id: &str| {
+            json!({"id": id, "model": "m", "adapters": [], "prefill_rate": 1, "decode_rate": 1,
+            "queued_prefill": 0, "active_decode": 0, "observed_tick": 0, "epoch": 0, "cache": []})
+        };
+        let case = json!({"format": "kvroute-conform-case/1", "name": "cold_tie", "rule": "§5", "report": "none",
+            "question": "choice", "expect": ["w0", "w1"], "defect": {"cause": "new_finding", "answer": []},
+            "trace": {"format": "kvroute-trace/1", "workers": [worker("w0"), worker("w1")], "events": [
+                {"seq": 1, "tick": 1, "type": "request", "id": "q", "tenant": "t", "model": "m", "adapter": "base",
+                 "prefix": [], "prompt_tokens": 40, "decode_tokens": 1}]}});
+        let path = dir.path().join("cold_tie.json");
+        std::fs::write(&path, case.to_string()).unwrap();
+        let case = super::super::case::load(&path).unwrap();
+        (dir, case)
+    }
+
+    /// The pinned environment of `.ci/run conform`; `None` (the test returns) when it
+    /// is absent and `KVROUTE_REQUIRE_CONFORM_VENV` is unset, as on a machine that never
+    /// built it.
+    fn venv() -> Option<std::path::PathBuf> {
+        let venv = std::env::var_os("KVROUTE_CONFORM_VENV").map_or_else(
+            || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/conform-venv"),
+            std::path::PathBuf::from,
+        );
+        let required = std::env::var_os("KVROUTE_REQUIRE_CONFORM_VENV").is_some();
+        if venv.join("bin/python").exists() {
+            Some(venv)
+        } else {
+            assert!(!required, "no conform venv at {}", venv.display());
+            None
+        }
+    }
+
+    fn bounds() -> Bounds {
+        Bounds {
+            settle: Duration::from_millis(100),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn the_real_dynamo_service_is_started_told_its_fleet_asked_and_stopped() {
+        let Some(venv) = venv() else { return };
+        let (_dir, case) = cold_tie();
+        let command: Vec<OsString> = [
+            venv.join("bin/python").into_os_string(),
+            "-m".into(),
+            "dynamo.select_service".into(),
+        ]
+        .into();
+        let (response, log) = run_with(
+            ConformRouter::DynamoSelect,
+            &command,
+            &case,
+            &bounds(),
+            &silent,
+        );
+        let outcome = super::super::outcome::classify(&case, &response, &[]);
+        assert_eq!(
+            outcome,
+            super::super::outcome::Outcome::Tie,
+            "{response:?}\n{log}"
+        );
+        assert!(log.contains("Starting Dynamo selection service"), "{log}");
+    }
+
+    #[test]
+    fn the_real_vllm_router_is_started_proxies_to_a_stub_and_is_stopped() {
+        let Some(venv) = venv() else { return };
+        let (_dir, case) = cold_tie();
+        let command: Vec<OsString> = [venv.join("bin/vllm-router").into_os_string()].into();
+        let (response, log) = run_with(
+            ConformRouter::VllmRouter,
+            &command,
+            &case,
+            &bounds(),
+            &silent,
+        );
+        let outcome = super::super::outcome::classify(&case, &response, &[]);
+        assert_eq!(
+            outcome,
+            super::super::outcome::Outcome::Tie,
+            "{response:?}\n{log}"
+        );
+        assert!(log.contains("Router ready"), "{log}");
     }
 }
