@@ -209,20 +209,8 @@ fn dynamo_steps(
             t.as_millis()
         ));
     }
-    let model = case.trace_json["workers"][0]["model"]
-        .as_str()
-        .unwrap_or("m")
-        .to_string();
-    for (i, id) in ids.iter().enumerate() {
-        let mut worker = json!({
-            "worker_id": i + 1, "model_name": model, "endpoint": fleet.url(i), "block_size": 16,
-            "kv_events_endpoints": {"0": feed.endpoint(id)},
-        });
-        if let Some(replay) = feed.replay_endpoint(id) {
-            worker["replay_endpoint"] = json!(replay);
-        }
-        http::json("POST", port, "/workers", Some(&worker), t)?;
-    }
+    let model = model_of(case);
+    dynamo_register(ids, fleet, feed, port, &model, t)?;
     feed.send_all(bounds.settle, t)?;
     std::thread::sleep(bounds.settle);
     let requests = super::case::requests(case);
@@ -235,14 +223,7 @@ fn dynamo_steps(
         }
         body
     };
-    let worker_of = |answer: &Value| -> Result<String, String> {
-        let id = answer["worker_id"]
-            .as_u64()
-            .ok_or(format!("no worker_id in {answer}"))?;
-        ids.get(id as usize - 1)
-            .cloned()
-            .ok_or(format!("unknown worker_id {id}"))
-    };
+    let worker_of = |answer: &Value| dynamo_worker(answer, ids);
     let mut placements = Vec::new();
     for load in loads {
         placements.push(worker_of(&http::json(
@@ -274,6 +255,47 @@ fn dynamo_steps(
         answer,
         load_placements: placements,
     })
+}
+
+/// The worker a select answer names (`worker_id` is the index in id order plus 1).
+fn dynamo_worker(answer: &Value, ids: &[String]) -> Result<String, String> {
+    let id = answer["worker_id"]
+        .as_u64()
+        .ok_or(format!("no worker_id in {answer}"))?;
+    id.checked_sub(1)
+        .and_then(|i| ids.get(i as usize))
+        .cloned()
+        .ok_or(format!("unknown worker_id {id}"))
+}
+
+/// The case's model: its first worker's.
+fn model_of(case: &Case) -> String {
+    case.trace_json["workers"][0]["model"]
+        .as_str()
+        .unwrap_or("m")
+        .to_string()
+}
+
+/// `POST /workers` for each worker: its stub, block size and event endpoints.
+fn dynamo_register(
+    ids: &[String],
+    fleet: &Fleet,
+    feed: &dyn Feed,
+    port: u16,
+    model: &str,
+    t: Duration,
+) -> Result<(), String> {
+    for (i, id) in ids.iter().enumerate() {
+        let mut worker = json!({
+            "worker_id": i + 1, "model_name": model, "endpoint": fleet.url(i), "block_size": 16,
+            "kv_events_endpoints": {"0": feed.endpoint(id)},
+        });
+        if let Some(replay) = feed.replay_endpoint(id) {
+            worker["replay_endpoint"] = json!(replay);
+        }
+        http::json("POST", port, "/workers", Some(&worker), t)?;
+    }
+    Ok(())
 }
 
 /// Each worker's `device_blocks` in an `/overlap_scores` answer (absent: 0).
@@ -317,10 +339,35 @@ fn vllm(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (Res
         Ok(s) => s,
         Err(e) => return (Response::NoAnswer(e), String::new()),
     };
-    let model = case.trace_json["workers"][0]["model"]
-        .as_str()
-        .unwrap_or("m")
-        .to_string();
+    let model = model_of(case);
+    let args = vllm_args(&ids, &fleet, feed.as_ref(), port, &model);
+    let mut router = match Router::start(command, &args) {
+        Ok(r) => r,
+        Err(e) => return (Response::NoAnswer(e), String::new()),
+    };
+    let steps = vllm_steps(
+        case,
+        bounds,
+        &ids,
+        &fleet,
+        feed.as_mut(),
+        port,
+        &model,
+        &router,
+    );
+    let response = answered(&mut router, steps);
+    (response, router.log())
+}
+
+/// vllm-router's arguments: its port, the kv_aware policy, the stubs and their event
+/// sources, block size 16, the model, and a one-second worker start-up check.
+fn vllm_args(
+    ids: &[String],
+    fleet: &Fleet,
+    feed: &dyn Feed,
+    port: u16,
+    model: &str,
+) -> Vec<String> {
     let mut args = vec![
         "--host".to_string(),
         "127.0.0.1".into(),
@@ -345,25 +392,10 @@ fn vllm(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (Res
         "--kv-event-block-size".into(),
         "16".into(),
         "--kv-event-model".into(),
-        model.clone(),
+        model.to_string(),
     ]);
     args.extend(["--worker-startup-check-interval".into(), "1".into()]);
-    let mut router = match Router::start(command, &args) {
-        Ok(r) => r,
-        Err(e) => return (Response::NoAnswer(e), String::new()),
-    };
-    let steps = vllm_steps(
-        case,
-        bounds,
-        &ids,
-        &fleet,
-        feed.as_mut(),
-        port,
-        &model,
-        &router,
-    );
-    let response = answered(&mut router, steps);
-    (response, router.log())
+    args
 }
 
 fn uses_adapters(case: &Case) -> bool {
@@ -405,38 +437,7 @@ fn vllm_steps(
         let (tokens, tenant, _) = request_fields(request, feed);
         json!({"model": model, "prompt": tokens, "max_tokens": 1, "cache_salt": tenant})
     };
-    let completions = || {
-        fleet
-            .posts()
-            .iter()
-            .filter(|p| p.1 == "/v1/completions")
-            .count()
-    };
-    fleet.hold(true);
-    let mut placements = Vec::new();
-    for load in loads {
-        let before = completions();
-        let payload = body(load);
-        std::thread::spawn(move || {
-            http::exchange(
-                "POST",
-                port,
-                "/v1/completions",
-                Some(&payload),
-                Duration::from_secs(600),
-            )
-        });
-        if !wait_until(t, || completions() > before) {
-            return Err("a load request reached no worker".into());
-        }
-        let posts = fleet.posts();
-        let last = posts
-            .iter()
-            .rev()
-            .find(|p| p.1 == "/v1/completions")
-            .expect("counted");
-        placements.push(ids[last.0].clone());
-    }
+    let placements = vllm_loads(loads, fleet, ids, port, t, &body)?;
     fleet.hold(false);
     let (status, text) = http::exchange("POST", port, "/v1/completions", Some(&body(judged)), t)?;
     let answer = match case.question {
@@ -448,19 +449,60 @@ fn vllm_steps(
                     text.trim()
                 ));
             }
-            let posts = fleet.posts();
-            let last = posts
-                .iter()
-                .rev()
-                .find(|p| p.1 == "/v1/completions")
-                .ok_or("the request reached no worker")?;
-            Answer::Worker(ids[last.0].clone())
+            let worker = last_completion(fleet).ok_or("the request reached no worker")?;
+            Answer::Worker(ids[worker].clone())
         }
     };
     Ok(Response::Answered {
         answer,
         load_placements: placements,
     })
+}
+
+/// The stub that received the last completion request.
+fn last_completion(fleet: &Fleet) -> Option<usize> {
+    let posts = fleet.posts();
+    posts
+        .iter()
+        .rev()
+        .find(|p| p.1 == "/v1/completions")
+        .map(|p| p.0)
+}
+
+/// How many completion requests the stubs have received.
+fn completions(fleet: &Fleet) -> usize {
+    fleet
+        .posts()
+        .iter()
+        .filter(|p| p.1 == "/v1/completions")
+        .count()
+}
+
+/// Sends each load request while the stubs hold them open, and names the worker each
+/// reached; the held requests are answered when the fleet is dropped.
+fn vllm_loads(
+    loads: &[&Value],
+    fleet: &Fleet,
+    ids: &[String],
+    port: u16,
+    t: Duration,
+    body: &dyn Fn(&Value) -> Value,
+) -> Result<Vec<String>, String> {
+    fleet.hold(true);
+    let mut placements = Vec::new();
+    for load in loads {
+        let before = completions(fleet);
+        let payload = body(load);
+        let held = Duration::from_secs(600);
+        std::thread::spawn(move || {
+            http::exchange("POST", port, "/v1/completions", Some(&payload), held)
+        });
+        if !wait_until(t, || completions(fleet) > before) {
+            return Err("a load request reached no worker".into());
+        }
+        placements.push(ids[last_completion(fleet).expect("counted")].clone());
+    }
+    Ok(placements)
 }
 
 #[cfg(test)]
@@ -474,6 +516,15 @@ mod tests {
         ));
         assert!(!reports_block_size("INFO block_size=16 registered"));
         assert!(!reports_block_size("WARN decode failed"));
+    }
+
+    #[test]
+    fn a_select_answer_names_its_worker_and_a_bad_id_is_an_error_not_a_panic() {
+        let ids = vec!["w0".to_string(), "w1".to_string()];
+        assert_eq!(dynamo_worker(&json!({"worker_id": 2}), &ids).unwrap(), "w1");
+        assert!(dynamo_worker(&json!({"worker_id": 0}), &ids).is_err());
+        assert!(dynamo_worker(&json!({"worker_id": 3}), &ids).is_err());
+        assert!(dynamo_worker(&json!({"error": "x"}), &ids).is_err());
     }
 
     #[test]
