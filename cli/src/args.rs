@@ -1041,10 +1041,10 @@ pub struct ConformArgs {
     pub router_version: Option<String>,
     /// The folder of cases (every *.json in it).
     #[arg(long, value_name = "DIR", default_value = "peers/conformance/cases")]
-    pub cases: std::path::PathBuf,
+    pub cases: InputPath,
     /// A folder for report.yaml, cases.md and logs/ (stdout gets the table anyway).
     #[arg(long, value_name = "DIR")]
-    pub out: Option<std::path::PathBuf>,
+    pub out: Option<OutputDir>,
     /// Milliseconds the router is given to apply a case's events before the request.
     #[arg(long, value_name = "MS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub wait_ms: u64,

@@ -95,6 +95,9 @@ fn bad_usage_exits_2() {
     let run = conform(&["--router", "vllm-router"]);
     assert_eq!(run.status.code(), Some(2));
     assert!(text(&run.stderr).contains("name the router's command"));
+    let run = conform(&["--router", "kvroute", "--out", "peers/conformance/cases"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(text(&run.stderr).contains("own input"));
     let run = conform(&["--router", "kvroute", "--only", "no_such_case"]);
     assert_eq!(run.status.code(), Some(2));
     assert!(text(&run.stderr).contains("no_such_case"));

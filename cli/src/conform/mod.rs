@@ -21,6 +21,18 @@ use std::time::Duration;
 /// Runs every case and prints (and, with `--out`, writes) the report; fails with
 /// status 1 when a case failed.
 pub(crate) fn conform(args: ConformArgs) -> Result<(), Failure> {
+    if let Some(out) = &args.out {
+        let (out_dir, cases_dir) = (
+            std::fs::canonicalize(&**out),
+            std::fs::canonicalize(&*args.cases),
+        );
+        if matches!((out_dir, cases_dir), (Ok(a), Ok(b)) if a == b) {
+            return Err(Failure::invalid(vec![format!(
+                "{}: --out is the folder of cases; kvroute does not write over its own input",
+                out.display()
+            )]));
+        }
+    }
     let cases = case::load_dir(&args.cases, &args.only).map_err(|e| Failure::invalid(vec![e]))?;
     for case in &cases {
         reference::check(case)
