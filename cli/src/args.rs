@@ -234,6 +234,10 @@ pub enum Command {
         #[command(subcommand)]
         action: PeerAction,
     },
+    /// Put a real KV-aware router under the conformance cases of SPEC.md §16: start
+    /// it, feed it engine KV events over ZeroMQ, route each case's request the way its
+    /// clients do, and judge its answer.
+    Conform(ConformArgs),
     /// Subscribe to vLLM or SGLang KV event publishers and write a capture for
     /// `import vllm-events` (SPEC.md §13.6). Stops after --count messages, after
     /// --seconds, or on Ctrl-C, and keeps what it received.
@@ -1071,4 +1075,46 @@ mod tests {
             );
         }
     }
+}
+
+/// `kvroute conform` (SPEC.md §16.1).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConformArgs {
+    /// The driver: how the router is started, told its fleet and asked.
+    #[arg(long, value_enum)]
+    pub router: ConformRouter,
+    /// The router's version, as the report names it.
+    #[arg(long, value_name = "V")]
+    pub router_version: Option<String>,
+    /// The folder of cases (every *.json in it).
+    #[arg(long, value_name = "DIR", default_value = "peers/conformance/cases")]
+    pub cases: InputPath,
+    /// A folder for report.yaml, cases.md and logs/ (stdout gets the table anyway).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<OutputDir>,
+    /// Milliseconds the router is given to apply a case's events before the request.
+    #[arg(long, value_name = "MS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub wait_ms: u64,
+    /// The bound on every other wait: a start, a readiness check, an HTTP exchange.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub timeout_ms: u64,
+    /// Run only the named cases (repeatable).
+    #[arg(long, value_name = "CASE")]
+    pub only: Vec<String>,
+    /// The router's command line, before the arguments the driver appends.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// The routers `kvroute conform` knows how to drive (SPEC.md §16.4).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConformRouter {
+    /// NVIDIA Dynamo's `python -m dynamo.select_service`.
+    DynamoSelect,
+    /// vLLM's router, `vllm-router --policy kv_aware`.
+    VllmRouter,
+    /// SGLang's model gateway, `smg`.
+    Smg,
+    /// kvroute's own replay: the reference.
+    Kvroute,
 }

@@ -36,6 +36,7 @@ macro_rules! outln {
     };
 }
 
+mod conform;
 mod failure;
 mod import;
 mod inputs;
@@ -109,6 +110,7 @@ fn run(command: Command) -> Result<(), Failure> {
         command @ Command::Diff { .. } => run_diff(command),
         Command::Join(args) => join::join_command(&args),
         Command::Peer { action } => peer::peer(action),
+        Command::Conform(args) => conform::conform(args),
         Command::Help { command } => help(&command),
         Command::Record {
             endpoints,

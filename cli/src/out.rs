@@ -81,6 +81,8 @@ pub fn install_signal_handlers() {
             // A peer of `kvroute peer` is in a process group of its own, out of reach
             // of the terminal's SIGINT: it is killed and reaped here (SPEC.md §15.3).
             kvroute_peer_core::protocol::kill_live_peers();
+            // So is a router of `kvroute conform` (SPEC.md §16.1).
+            crate::conform::supervise::kill_live_routers();
             let pending = pending();
             for entry in pending.iter().rev() {
                 let _ = match entry {
