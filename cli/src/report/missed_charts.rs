@@ -369,3 +369,57 @@ fn bucket_labels(root: &Area, grid: &DriftGrid, cell: i32, grid_bottom: i32) -> 
     ))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::missed::GroupSums;
+
+    fn group(name: &str, kind: GroupKind, prompt: u128, lost: u128) -> Group {
+        let mut parts = [0; 8];
+        parts[0] = lost;
+        Group {
+            name: name.to_owned(),
+            kind,
+            sums: GroupSums {
+                attributed: 1,
+                prompt_tokens: prompt,
+                cached_tokens: prompt - lost,
+                lost_tokens: lost,
+                parts,
+                ..GroupSums::default()
+            },
+        }
+    }
+
+    /// The run and cohorts are always drawn; of 30 serving workers, the 24 with the
+    /// most lost tokens, in the table's order, and the other 6 are counted.
+    #[test]
+    fn the_parts_chart_draws_the_24_serving_groups_that_lost_most() {
+        let mut groups = vec![
+            group("run", GroupKind::Run, 1000, 500),
+            group("empty cohort", GroupKind::Cohort, 0, 0),
+        ];
+        groups.extend((0..30).map(|i| group(&format!("w{i:02}"), GroupKind::Worker, 100, i)));
+        let (kept, more) = drawn(&groups);
+        assert_eq!(more, 6);
+        let names: Vec<&str> = kept.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(
+            names.len(),
+            25,
+            "the run and 24 workers; no bar without prompt tokens"
+        );
+        assert_eq!(&names[..3], ["run", "w06", "w07"]);
+        let svg = parts_svg(&groups);
+        assert!(svg.contains("and 6 more serving workers"));
+        assert!(!svg.contains("w05\n"));
+    }
+
+    #[test]
+    fn long_names_are_cut_to_the_label_column() {
+        assert_eq!(label("dynamo|7|dp0"), "dynamo|7|dp0");
+        let long = "a".repeat(40);
+        assert_eq!(label(&long).chars().count(), LABEL_CHARS_MAX);
+        assert!(label(&long).ends_with('…'));
+    }
+}
