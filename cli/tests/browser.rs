@@ -23,6 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "support/lab_dynamo.rs"]
+mod lab_dynamo;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -323,4 +326,70 @@ fn the_completions_panel_renders_in_headless_chromium() {
     let png_bytes = screenshot(&page, &png, "#completions");
     assert!(png_bytes > 0, "an empty screenshot");
     println!("completions panel: {} ({png_bytes} bytes)", png.display());
+}
+
+/// The Why it missed view (SPEC.md §14.6) on a run with every case of §14.7 (the lab
+/// trace as a Dynamo fleet, `cli/tests/support/lab_dynamo.rs`): the page's self-check
+/// passes, the view's own check finds nothing past the section or an SVG's edge and no
+/// table wider than its box, the parts chart draws every group of the table and its
+/// legend every part, and a screenshot of the view is written under `target/browser/`
+/// (`KVROUTE_MISSED_SHOT` names another path).
+#[test]
+fn the_why_it_missed_view_renders_in_headless_chromium() {
+    let dir = out_dir();
+    let (trace, completions) = lab_dynamo::write(&dir);
+    let page = dir.join("lab-missed.html");
+    kvroute(&[
+        "report",
+        s(&trace),
+        "--completions",
+        s(&completions),
+        "-o",
+        s(&page),
+    ]);
+    check_page("lab-missed", &page, &trace, "cache_plus_load");
+    let check = open(&page, "#policy=cache_plus_load");
+    assert_eq!(
+        check.get("missed-ready"),
+        "1",
+        "the view's check did not run"
+    );
+    assert_eq!(
+        check.get("missed-cut"),
+        "",
+        "cut or overflowing at 1000 px wide"
+    );
+    let groups: usize = check.get("missed-groups").parse().unwrap();
+    assert!(groups >= 8, "run, cohorts, workers: {groups}");
+    assert_eq!(
+        check.get("missed-drawn"),
+        groups.to_string(),
+        "groups drawn"
+    );
+    assert_eq!(check.get("missed-parts"), "8", "parts in the legend");
+    let png = std::env::var("KVROUTE_MISSED_SHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| dir.join("why-it-missed.png"));
+    let view = dir.join("lab-missed-view.html");
+    std::fs::write(&view, view_alone(&std::fs::read_to_string(&page).unwrap())).unwrap();
+    let png_bytes = screenshot(&view, &png, "");
+    assert!(png_bytes > 0, "an empty screenshot");
+    println!(
+        "why it missed: {} groups; {} ({png_bytes} bytes)",
+        groups,
+        png.display()
+    );
+}
+
+/// The page's head and its Why it missed section alone, for a screenshot of the view
+/// (headless Chromium's screenshot starts at the top of the page, whatever the fragment).
+fn view_alone(page: &str) -> String {
+    let head = &page[..page.find("<body").unwrap()];
+    let start = page.find("<section id=\"missed\"").unwrap();
+    let script = start + page[start..].find("<script>").unwrap();
+    let end = script + page[script..].find("</section>").unwrap() + "</section>".len();
+    format!(
+        "{head}<body><main>{}</main><output id=\"selfcheck\" hidden></output></body></html>",
+        &page[start..end]
+    )
 }

@@ -8,6 +8,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "support/lab_dynamo.rs"]
+mod lab_dynamo;
+
 fn kvroute(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args(args)
@@ -1035,4 +1038,121 @@ fn a_completions_join_refuses_a_run_that_repeats_a_request_id() {
         "{stderr}"
     );
     assert!(!out.exists());
+}
+
+/// A parts-table row: its group and its fourteen figures, credits' `−` taken off.
+fn parts_rows(html: &Html) -> Vec<(String, Vec<u128>)> {
+    rows(html, "#missed table.missed-parts tbody tr")
+        .into_iter()
+        .map(|row| {
+            let figures = row[1..]
+                .iter()
+                .map(|f| f.trim_start_matches('−').parse().unwrap())
+                .collect();
+            (row[0].clone(), figures)
+        })
+        .collect()
+}
+
+/// SPEC.md §14.6's Why it missed view on a generated run: every row's parts add up to
+/// its lost tokens, the serving workers' rows (with `outside the fleet`) and the
+/// cohorts' rows each add up to the run's, each worker's drift is `join`'s own, ids are
+/// escaped, and a join without attribution leaves the panel without the view.
+#[test]
+fn why_it_missed_rows_add_up_to_the_run_and_agree_with_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, completions) = lab_dynamo::write(dir.path());
+    let (page, _out) = report_of(&[s(&trace), "--completions", s(&completions)]);
+    let html = Html::parse_document(&page);
+    let rows = parts_rows(&html);
+    assert_eq!(rows[0].0, "run");
+    for (group, f) in &rows {
+        // lost = workload + boundary + routing (2) + elsewhere_lost − gained + phantom − missed.
+        assert_eq!(
+            f[3] + f[9] + f[11],
+            f[4] + f[5] + f[6] + f[7] + f[8] + f[10],
+            "{group}: {f:?}"
+        );
+        assert_eq!(f[3], f[1] - f[2], "{group}: lost = prompt − cached");
+    }
+    let sum_of = |pick: &dyn Fn(&str) -> bool| -> Vec<u128> {
+        let picked: Vec<&Vec<u128>> = rows
+            .iter()
+            .filter(|(g, _)| pick(g))
+            .map(|(_, f)| f)
+            .collect();
+        (0..13).map(|i| picked.iter().map(|f| f[i]).sum()).collect()
+    };
+    let run = rows[0].1[..13].to_vec();
+    let serving = sum_of(&|g| g.starts_with("dynamo|") || g == "outside the fleet");
+    let cohorts = sum_of(&|g| g.contains(" / "));
+    assert_eq!(serving, run, "serving rows against the run");
+    assert_eq!(cohorts, run, "cohort rows against the run");
+    assert!(rows.iter().any(|(g, _)| g == "outside the fleet"));
+    assert!(
+        run[12] > 0 && run[11] > 0 && run[8] > 0,
+        "drift, missed and elsewhere: {run:?}"
+    );
+    // Each worker's phantom, missed, drifted and drift_pm are join's `workers` entry.
+    let receipt = dir.path().join("r.json");
+    ok(&[
+        "replay",
+        s(&trace),
+        "--format",
+        "json",
+        "--out",
+        s(&receipt),
+    ]);
+    let joined = ok(&["join", s(&receipt), s(&completions), "--format", "json"]);
+    let joined: Value = serde_json::from_slice(&joined.stdout).unwrap();
+    let workers = joined["attribution"]["workers"].as_array().unwrap();
+    for w in workers {
+        let (_, f) = rows
+            .iter()
+            .find(|(g, _)| g == w["worker"].as_str().unwrap())
+            .unwrap();
+        let from_join: Vec<u128> = ["attributed", "phantom", "missed", "drifted", "drift_pm"]
+            .iter()
+            .map(|k| u128::from(w[k].as_u64().unwrap()))
+            .collect();
+        assert_eq!(from_join, [f[0], f[10], f[11], f[12], f[13]], "{w}");
+    }
+    let serving_rows = rows
+        .iter()
+        .filter(|(g, _)| g.starts_with("dynamo|"))
+        .count();
+    assert_eq!(serving_rows, workers.len());
+    // The escaped tenant, in the table and in the chart.
+    assert!(rows.iter().any(|(g, _)| g == "init<b>ech& / m1 / base"));
+    assert!(!page.contains("init<b>ech"));
+    assert!(page.contains("init&lt;b&gt;ech&amp;"));
+    assert_eq!(
+        select(&html, "#missed figure svg").len(),
+        2,
+        "parts and drift charts"
+    );
+    let words: String = select(&html, "#missed-words")[0].text().collect();
+    let unknown = joined["attribution"]["unknown"].as_u64().unwrap();
+    assert!(unknown > 0);
+    assert!(
+        words.contains(&format!(
+            "{unknown} completed records carry no cached figure"
+        )),
+        "{words}"
+    );
+    // A receipt input without --trace has no cohort rows; with it, the same rows.
+    let (from_receipt, _out) = report_of(&[s(&receipt), "--completions", s(&completions)]);
+    let receipt_rows = parts_rows(&Html::parse_document(&from_receipt));
+    assert!(receipt_rows.iter().all(|(g, _)| !g.contains(" / ")));
+    let (with_trace, _out) = report_of(&[
+        s(&receipt),
+        "--trace",
+        s(&trace),
+        "--completions",
+        s(&completions),
+    ]);
+    assert_eq!(parts_rows(&Html::parse_document(&with_trace)), rows);
+    // The AIPerf fixture carries no cached figure and no worker: no view.
+    let (plain, _out) = report_of(&["--completions", s(&join_fixture("lab.completions.jsonl"))]);
+    assert!(plain.contains("id=\"completions\"") && !plain.contains("id=\"missed\""));
 }

@@ -42,8 +42,8 @@ pub const WORK_LINES_MAX: usize = 12;
 const FRONT_COLOUR: RGBColor = RGBColor(0x1c, 0x6e, 0xc9);
 const DOMINATED_COLOUR: RGBColor = RGBColor(0xd9, 0x48, 0x0f);
 const FAILURE_COLOUR: RGBColor = RGBColor(0x49, 0x50, 0x57);
-const INK: RGBColor = RGBColor(0x21, 0x25, 0x29);
-const GRID: RGBColor = RGBColor(0xe9, 0xec, 0xef);
+pub(super) const INK: RGBColor = RGBColor(0x21, 0x25, 0x29);
+pub(super) const GRID: RGBColor = RGBColor(0xe9, 0xec, 0xef);
 
 /// The colour of each policy, in receipt order; the page's CSS uses the same.
 pub const POLICY_COLOURS: [RGBColor; 5] = [
@@ -72,7 +72,7 @@ const WORKER_COLOURS: [RGBColor; WORK_LINES_MAX] = [
 
 type ChartResult = Result<(), Box<dyn std::error::Error>>;
 
-fn render(
+pub(super) fn render(
     size_px: (u32, u32),
     draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> ChartResult,
 ) -> String {
@@ -92,7 +92,7 @@ fn render(
 
 /// A font of `size_px` as the browser draws it: plotters' SVG backend writes a text's
 /// size divided by 1.24², so the size given to it is scaled up by as much.
-fn font(size_px: u32) -> TextStyle<'static> {
+pub(super) fn font(size_px: u32) -> TextStyle<'static> {
     ("sans-serif", size_px as f64 * 1.24 * 1.24)
         .into_font()
         .color(&INK)

@@ -1,10 +1,12 @@
 //! The report's Completions panel (SPEC.md §14.6): the report's receipt joined with a
 //! completions file exactly as `kvroute join` joins them, shown as the join's counts,
-//! prediction figures, goodput and per-worker calibration table.
+//! prediction figures, goodput and per-worker calibration table, and, when the records
+//! carry cached tokens or serving workers, why requests missed the cache
+//! ([`super::missed`]).
 
 use crate::failure::Failure;
 use kvroute_core::join::Slo;
-use kvroute_core::join::{self, CompletionsFormat, JoinOptions};
+use kvroute_core::join::{self, CompletionsFormat, JoinOptions, TraceCohorts};
 use kvroute_core::Policy;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -48,6 +50,8 @@ pub struct CompletionsView {
     pub prediction: Vec<Figure>,
     pub goodput: Option<Vec<Figure>>,
     pub workers: Vec<WorkerRow>,
+    /// The Why it missed view, when the join has an attribution (SPEC.md §14.6).
+    pub missed: Option<super::missed::MissedView>,
 }
 
 fn or_dash(value: Option<impl ToString>) -> String {
@@ -71,22 +75,24 @@ pub fn receipt_of_trace(input: Option<&Path>) -> Result<Vec<u8>, Failure> {
     kvroute_core::replay_bytes(&bytes).map_err(|errors| Failure::invalid(errors.lines()))
 }
 
-/// Joins `receipt` with the completions (every error is `join`'s, SPEC.md §14.5).
+/// Joins `receipt` with the completions (every error is `join`'s, SPEC.md §14.5), with
+/// the cohorts of the report's trace when it knows it.
 pub fn panel(
     receipt_name: &Path,
     receipt: impl std::io::BufRead,
     args: &CompletionsArgs,
     id_key: Option<Vec<u8>>,
+    cohorts: Option<TraceCohorts>,
 ) -> Result<CompletionsView, Failure> {
     let options = JoinOptions {
         run: Some(args.run),
         slo: args.slo,
         id_key,
         format: args.format,
-        trace: None,
+        trace: cohorts.map(Ok),
     };
     let completions = crate::join::open(&args.file, "completions")?;
-    let joined = join::join(receipt, completions, &options)
+    let (joined, attributed) = join::join_with_records(receipt, completions, &options)
         .map_err(|e| crate::join::failure(receipt_name, &args.file, None, args.run, e))?;
     let f = &joined.figures;
     let c = &f.counts;
@@ -163,5 +169,6 @@ pub fn panel(
         prediction,
         goodput,
         workers,
+        missed: super::missed::view(f, &attributed),
     })
 }

@@ -12,6 +12,8 @@ pub mod charts;
 pub mod completions;
 pub mod diff;
 pub mod gather;
+pub mod missed;
+pub mod missed_charts;
 pub mod model;
 pub mod page;
 pub mod select;
@@ -22,6 +24,7 @@ use crate::failure::Failure;
 use gather::{Census, Gather, ReportModel};
 pub use kvroute_cli::args::DiffFormat;
 use kvroute_core::input::{self as receipt_reader, Layout, ReceiptOutline, ReceiptSink};
+use kvroute_core::join::TraceCohorts;
 use kvroute_core::output;
 use kvroute_core::output::CsvIds;
 use kvroute_core::replay;
@@ -323,10 +326,14 @@ pub fn report(
     sample: usize,
     completions: Option<&completions::CompletionsArgs>,
 ) -> Result<(), Failure> {
+    let mut trace_cohorts = None;
     let (mut model, receipt) = match load_input(input, trace, id_key)? {
         Input::Trace(source, parsed) => {
             let model = model_of_lab(&lab_of_trace(source, &parsed), shadow, sample)
                 .map_err(|e| Failure::other(format!("kvroute report: {e}")))?;
+            if completions.is_some() {
+                trace_cohorts = Some(TraceCohorts::of(&parsed, None));
+            }
             (model, None)
         }
         Input::Receipt(source, receipt) => (
@@ -340,8 +347,20 @@ pub fn report(
             None => Box::new(std::io::Cursor::new(completions::receipt_of_trace(input)?)),
         };
         let id_key = id_key.map(super::read_id_key).transpose()?;
+        // A receipt's --trace gives cohorts only when its ids match the receipt's.
+        if let (Some(path), false) = (trace, model.cohorts_unmatched) {
+            let parsed =
+                load_trace_bytes(&read_input(path, "trace")?).map_err(|f| f.in_file(path))?;
+            trace_cohorts = Some(TraceCohorts::of(&parsed, id_key.as_deref()));
+        }
         let name = input.unwrap_or(Path::new("the built-in lab trace"));
-        model.completions = Some(completions::panel(name, receipt, args, id_key)?);
+        model.completions = Some(completions::panel(
+            name,
+            receipt,
+            args,
+            id_key,
+            trace_cohorts,
+        )?);
     }
     if model.cohorts_unmatched {
         let how = match id_key {

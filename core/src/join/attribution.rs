@@ -74,6 +74,17 @@ pub fn attribute(
     records: &Records,
     workers: &WorkerIndex,
 ) -> Attribution {
+    attribute_each(decisions, records, workers, |_, _, _| {})
+}
+
+/// [`attribute`], showing `each` every attributed record as it is summed: its decision,
+/// the worker of its serving row (`None` outside the fleet) and its parts.
+pub fn attribute_each(
+    decisions: &[DecisionSummary],
+    records: &Records,
+    workers: &WorkerIndex,
+    mut each: impl FnMut(&DecisionSummary, Option<&str>, &RecordParts),
+) -> Attribution {
     let mut sums = Attribution::default();
     let mut by_worker: BTreeMap<&str, WorkerDrift> = BTreeMap::new();
     for decision in decisions {
@@ -113,6 +124,7 @@ pub fn attribute(
         sums.cached_over_prompt += u64::from(cached_figure > parts.prompt);
         sums.hidden += u64::from(parts.workload > 0 && chosen.rows.evidence_refused);
         sums.add(&parts);
+        each(decision, serving_worker, &parts);
         if let Some(worker) = serving_worker {
             let entry = by_worker.entry(worker).or_insert_with(|| WorkerDrift {
                 worker: worker.to_owned(),

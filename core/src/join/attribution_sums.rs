@@ -97,3 +97,12 @@ impl Attribution {
         self.drifted += u64::from(parts.drifts());
     }
 }
+
+/// One attributed record as a per-record view reads it: its decision's tick, the worker
+/// of its serving row (`None` when the run has no row for it) and its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributedRecord {
+    pub tick: u64,
+    pub serving_worker: Option<String>,
+    pub parts: RecordParts,
+}

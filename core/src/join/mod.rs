@@ -18,6 +18,7 @@ pub(crate) mod vllm_bench;
 // The public part of the join, beside what this file defines (`join`, its options, the
 // formats and the errors): the figures, the attribution, and the join's writers.
 pub use attribution::{Attribution, WorkerDrift};
+pub use attribution_sums::{AttributedRecord, RecordParts};
 pub use figures::{Counts, Goodput, JoinFigures, Slo, WorkerFigures};
 pub use output::{csv_bytes, gate_lines, json_bytes, table, Gates, JOIN_FORMAT};
 pub use receipt::ReceiptError;
@@ -164,6 +165,25 @@ pub fn join(
     completions: impl BufRead,
     options: &JoinOptions,
 ) -> Result<Join, JoinError> {
+    join_keeping(receipt, completions, options, false).map(|(join, _)| join)
+}
+
+/// [`join`], with every attributed record of the run in decision order, for a view of
+/// them over time (the report's, SPEC.md §14.6); none when there is no attribution.
+pub fn join_with_records(
+    receipt: impl BufRead,
+    completions: impl BufRead,
+    options: &JoinOptions,
+) -> Result<(Join, Vec<AttributedRecord>), JoinError> {
+    join_keeping(receipt, completions, options, true)
+}
+
+fn join_keeping(
+    receipt: impl BufRead,
+    completions: impl BufRead,
+    options: &JoinOptions,
+    keep_records: bool,
+) -> Result<(Join, Vec<AttributedRecord>), JoinError> {
     let run = options.run.unwrap_or(Policy::CachePlusLoad);
     let (format, completions) = match options.format {
         Some(format) => (format, Box::new(completions) as Box<dyn BufRead + '_>),
@@ -206,30 +226,15 @@ pub fn join(
     };
     let records = match evidence {
         Evidence::Keyed(records) => records,
-        Evidence::Positional(result) => Records::by_position(
-            result.entries.into_iter().map(|entry| Completion {
-                request_id: String::new(),
-                start_ns: None,
-                end_ns: None,
-                cancelled: false,
-                failed: entry.failed,
-                ttft_us: Some(entry.ttft_us),
-                tpot_us: Some(entry.tpot_us),
-                cached_tokens: None,
-                serving_worker: None,
-            }),
-            &decisions
-                .iter()
-                .map(|d| d.request.as_str())
-                .collect::<Vec<_>>(),
-            u128::from(result.duration_ns),
-        ),
+        Evidence::Positional(result) => positional_records(result, &decisions),
     };
     let mut figures = figures::join(&decisions, &records, options.slo);
     // Decided by the run, so the run and every cohort carry the member alike (§14.3).
     let attributed = attribution::any_figure(&decisions, &records);
+    let mut attributed_records = Vec::new();
     if attributed {
-        figures.attribution = Some(attribution::attribute(&decisions, &records, &workers));
+        let kept = keep_records.then_some(&mut attributed_records);
+        figures.attribution = Some(attribute_run(&decisions, &records, &workers, kept));
     }
     if figures.counts.matched + figures.counts.rejected_served == 0 {
         if let (Some(completion_id), Some(decision)) = (records.first_id(), decisions.first()) {
@@ -249,13 +254,56 @@ pub fn join(
             workers,
         ));
     }
-    Ok(Join {
+    let join = Join {
         receipt_digest,
         run,
         slo: options.slo,
         format,
         figures,
-    })
+    };
+    Ok((join, attributed_records))
+}
+
+/// The run's attribution, each attributed record pushed onto `kept` when given.
+fn attribute_run(
+    decisions: &[DecisionSummary],
+    records: &Records,
+    workers: &receipt::WorkerIndex,
+    mut kept: Option<&mut Vec<AttributedRecord>>,
+) -> attribution::Attribution {
+    let keep = |decision: &DecisionSummary, worker: Option<&str>, parts: &RecordParts| {
+        if let Some(kept) = kept.as_mut() {
+            kept.push(AttributedRecord {
+                tick: decision.tick,
+                serving_worker: worker.map(str::to_owned),
+                parts: *parts,
+            });
+        }
+    };
+    attribution::attribute_each(decisions, records, workers, keep)
+}
+
+/// A `vllm-bench` document's entries as records, entry `i` taking the id of decision
+/// `i` (SPEC.md §14.1.2).
+fn positional_records(result: vllm_bench::BenchResult, decisions: &[DecisionSummary]) -> Records {
+    Records::by_position(
+        result.entries.into_iter().map(|entry| Completion {
+            request_id: String::new(),
+            start_ns: None,
+            end_ns: None,
+            cancelled: false,
+            failed: entry.failed,
+            ttft_us: Some(entry.ttft_us),
+            tpot_us: Some(entry.tpot_us),
+            cached_tokens: None,
+            serving_worker: None,
+        }),
+        &decisions
+            .iter()
+            .map(|d| d.request.as_str())
+            .collect::<Vec<_>>(),
+        u128::from(result.duration_ns),
+    )
 }
 
 /// Each decision's cohort, after the trace's digest is checked (SPEC.md §14.5, 5–6).
@@ -522,5 +570,36 @@ mod detection_tests {
             detected_error(b"[1]\n"),
             Some(JoinError::Undetected { line: 1 })
         );
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// SPEC.md §14.7's worked example under `cache_plus_load`: the one record, at its
+    /// decision's tick, served (as routed) on `w0`, with its 512 phantom tokens; the
+    /// join itself is the same with or without the records.
+    #[test]
+    fn the_attributed_records_are_the_ones_summed() {
+        let trace = include_str!("../../../fixtures/spec_example/trace.json");
+        let receipt = crate::replay_bytes(trace.as_bytes()).unwrap();
+        let line = br#"{"event_type":"request_end","request":{"request_id":"c","x_request_id":"r1","ttft_ms":10,"avg_itl_ms":1,"cached_tokens":512}}"#;
+        let options = JoinOptions::default();
+        let (joined, records) = join_with_records(&receipt[..], &line[..], &options).unwrap();
+        assert_eq!(join(&receipt[..], &line[..], &options).unwrap(), joined);
+        assert_eq!(records.len(), 1);
+        let record = &records[0];
+        assert_eq!(
+            (record.tick, record.serving_worker.as_deref()),
+            (1, Some("w0"))
+        );
+        assert_eq!((record.parts.workload, record.parts.phantom), (176, 512));
+        let a = joined.figures.attribution.unwrap();
+        assert_eq!(u128::from(record.parts.phantom), a.phantom);
+        // Without a cached figure or a worker, nothing is attributed and nothing kept.
+        let bare = br#"{"event_type":"request_end","request":{"request_id":"c","x_request_id":"r1","ttft_ms":10,"avg_itl_ms":1}}"#;
+        let (_, records) = join_with_records(&receipt[..], &bare[..], &options).unwrap();
+        assert!(records.is_empty());
     }
 }
