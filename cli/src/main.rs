@@ -455,7 +455,7 @@ fn simulate(
             .map(|(policy, served)| {
                 (
                     *policy,
-                    simulate::completions_file(served, ticks_per_ms, layout),
+                    simulate::completions_file(served, ticks_per_ms, layout, &simulated.worker_ids),
                 )
             })
             .collect();
@@ -485,6 +485,8 @@ struct Simulated {
     stdout: Vec<u8>,
     generated: Vec<(Policy, Vec<u8>)>,
     completions: Vec<(Policy, Vec<simulate::SimCompletion>)>,
+    /// The simulated trace's worker ids, which each completion's worker index names.
+    worker_ids: Vec<String>,
 }
 
 /// `--format json`: the canonical kvroute-simulate/1 document, which already holds the
@@ -510,6 +512,7 @@ fn simulate_document(
         stdout,
         generated: result.generated_traces,
         completions: result.completions,
+        worker_ids: result.worker_ids,
     })
 }
 
@@ -577,6 +580,11 @@ fn simulate_table_runs(
         stdout: table.into_bytes(),
         generated,
         completions,
+        worker_ids: compiled
+            .worker_ids
+            .iter()
+            .map(|&id| id.to_owned())
+            .collect(),
     })
 }
 

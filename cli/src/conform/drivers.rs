@@ -604,50 +604,40 @@ mod tests {
         }
     }
 
+    /// Runs the case of an exact tie through the real router `command` and checks the
+    /// outcome is `tie` and the router's log shows it started (`started_line`).
+    fn assert_a_cold_tie_is_a_tie(router: ConformRouter, command: &[OsString], started_line: &str) {
+        let (_dir, case) = cold_tie();
+        let (response, log) = run_with(router, command, &case, &bounds(), &silent);
+        let outcome = super::super::outcome::classify(&case, &response, &[]);
+        assert_eq!(
+            outcome,
+            super::super::outcome::Outcome::Tie,
+            "{response:?}\n{log}"
+        );
+        assert!(log.contains(started_line), "{log}");
+    }
+
     #[test]
     fn the_real_dynamo_service_is_started_told_its_fleet_asked_and_stopped() {
         let Some(venv) = venv() else { return };
-        let (_dir, case) = cold_tie();
         let command: Vec<OsString> = [
             venv.join("bin/python").into_os_string(),
             "-m".into(),
             "dynamo.select_service".into(),
         ]
         .into();
-        let (response, log) = run_with(
+        assert_a_cold_tie_is_a_tie(
             ConformRouter::DynamoSelect,
             &command,
-            &case,
-            &bounds(),
-            &silent,
+            "Starting Dynamo selection service",
         );
-        let outcome = super::super::outcome::classify(&case, &response, &[]);
-        assert_eq!(
-            outcome,
-            super::super::outcome::Outcome::Tie,
-            "{response:?}\n{log}"
-        );
-        assert!(log.contains("Starting Dynamo selection service"), "{log}");
     }
 
     #[test]
     fn the_real_vllm_router_is_started_proxies_to_a_stub_and_is_stopped() {
         let Some(venv) = venv() else { return };
-        let (_dir, case) = cold_tie();
         let command: Vec<OsString> = [venv.join("bin/vllm-router").into_os_string()].into();
-        let (response, log) = run_with(
-            ConformRouter::VllmRouter,
-            &command,
-            &case,
-            &bounds(),
-            &silent,
-        );
-        let outcome = super::super::outcome::classify(&case, &response, &[]);
-        assert_eq!(
-            outcome,
-            super::super::outcome::Outcome::Tie,
-            "{response:?}\n{log}"
-        );
-        assert!(log.contains("Router ready"), "{log}");
+        assert_a_cold_tie_is_a_tie(ConformRouter::VllmRouter, &command, "Router ready");
     }
 }

@@ -6,8 +6,9 @@
 
 use super::case::{Answer, Case, Question, BLOCK_TOKENS};
 use kvroute_core::route::CandidateRow;
-use kvroute_core::route::Decision;
+use kvroute_core::route::{Decision, Run};
 use kvroute_core::Policy;
+use kvroute_core::Receipt;
 use std::collections::BTreeMap;
 
 /// What kvroute answers for a case.
@@ -22,12 +23,7 @@ pub struct Reference {
 /// Replays the case's trace and answers its question.
 pub fn answer(case: &Case) -> Reference {
     let receipt = kvroute_core::replay::receipt(&case.trace);
-    let ids = &receipt.worker_ids;
-    let run = receipt
-        .runs
-        .iter()
-        .find(|r| r.policy == Policy::CachePlusLoad)
-        .expect("every receipt has a cache_plus_load run");
+    let (ids, run) = (&receipt.worker_ids, cache_plus_load(&receipt));
     let (judged, loads) = run
         .decisions
         .split_last()
@@ -42,6 +38,15 @@ pub fn answer(case: &Case) -> Reference {
         answer,
         load_placements: loads.iter().map(name).collect(),
     }
+}
+
+/// The run the cases are judged by: `cache_plus_load`'s, which every receipt has.
+fn cache_plus_load(receipt: &Receipt) -> &Run {
+    receipt
+        .runs
+        .iter()
+        .find(|r| r.policy == Policy::CachePlusLoad)
+        .expect("every receipt has a cache_plus_load run")
 }
 
 /// Each worker's whole blocks of reuse.
@@ -63,12 +68,7 @@ fn refuses_block_size(case: &Case) -> bool {
 /// reason when it is not.
 pub fn check(case: &Case) -> Result<(), String> {
     let receipt = kvroute_core::replay::receipt(&case.trace);
-    let ids = &receipt.worker_ids;
-    let run = receipt
-        .runs
-        .iter()
-        .find(|r| r.policy == Policy::CachePlusLoad)
-        .expect("every receipt has a cache_plus_load run");
+    let (ids, run) = (&receipt.worker_ids, cache_plus_load(&receipt));
     let judged = run.decisions.last().expect("a case has a request");
     let index = |w: &str| ids.iter().position(|id| id == w);
     match (&case.question, &case.expect) {

@@ -66,9 +66,8 @@ pub struct SimCompletion {
     /// The tick it arrived at and the tick its prefill completed.
     pub arrival_tick: u64,
     pub prefill_done_tick: u64,
+    /// The chosen worker's index in the simulated trace's worker ids.
     pub worker: u32,
-    /// The chosen worker's id, which a Dynamo record names as its serving worker.
-    pub worker_id: String,
     /// The chosen worker's decode rate, which its record's decode time is taken at.
     pub decode_rate: u64,
     pub prompt_tokens: u64,
@@ -213,7 +212,6 @@ impl<'t> ClosedLoop<'_, 't> {
                 arrival_tick: event.tick,
                 prefill_done_tick: done,
                 worker: placement.worker as u32,
-                worker_id: self.compiled.worker_ids[placement.worker].to_owned(),
                 decode_rate: self.compiled.workers[placement.worker].decode_rate,
                 prompt_tokens: request.prompt_tokens,
                 decode_tokens: request.decode_tokens,

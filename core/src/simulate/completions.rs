@@ -58,11 +58,13 @@ impl Figures {
 }
 
 /// The lines of `completions` in `layout` (one record and `\n` each), ticks read as
-/// `1/ticks_per_ms` ms (at least 1).
-pub fn completions_file(
+/// `1/ticks_per_ms` ms (at least 1); `worker_ids` are the simulated trace's, which a
+/// completion's worker index points into.
+pub fn completions_file<S: AsRef<str>>(
     completions: &[SimCompletion],
     ticks_per_ms: u64,
     layout: CompletionsLayout,
+    worker_ids: &[S],
 ) -> Vec<u8> {
     let n = u128::from(ticks_per_ms.max(1));
     let mut out = Vec::new();
@@ -70,7 +72,10 @@ pub fn completions_file(
         let figures = Figures::of(c, n);
         match layout {
             CompletionsLayout::Aiperf => push_aiperf(&mut out, c, &figures, n),
-            CompletionsLayout::Dynamo => push_dynamo(&mut out, c, &figures, n),
+            CompletionsLayout::Dynamo => {
+                let worker_id = worker_ids[c.worker as usize].as_ref();
+                push_dynamo(&mut out, c, worker_id, &figures, n)
+            }
         }
     }
     out
@@ -78,7 +83,7 @@ pub fn completions_file(
 
 /// The lines of `completions` as AIPerf records.
 pub fn completion_lines(completions: &[SimCompletion], ticks_per_ms: u64) -> Vec<u8> {
-    completions_file(completions, ticks_per_ms, CompletionsLayout::Aiperf)
+    completions_file::<&str>(completions, ticks_per_ms, CompletionsLayout::Aiperf, &[])
 }
 
 /// One AIPerf record (SPEC.md §14.4).
@@ -106,9 +111,9 @@ fn push_aiperf(out: &mut Vec<u8>, c: &SimCompletion, figures: &Figures, n: u128)
 /// One Dynamo `request_end` record in the file sink's wrapper (SPEC.md §14.4.1). The
 /// serving worker's numbers come from its `dynamo|<I>|dp<R>` id, which simulate checks
 /// before it runs ([`dynamo_worker_numbers`]).
-fn push_dynamo(out: &mut Vec<u8>, c: &SimCompletion, figures: &Figures, n: u128) {
+fn push_dynamo(out: &mut Vec<u8>, c: &SimCompletion, worker_id: &str, figures: &Figures, n: u128) {
     let epoch_ms = |tick: u64| (u128::from(tick) / n).min(EPOCH_MS_MAX) as u64;
-    let (worker_id, dp_rank) = dynamo_worker_numbers(&c.worker_id)
+    let (worker_id, dp_rank) = dynamo_worker_numbers(worker_id)
         .expect("simulate checks every worker's name before a Dynamo layout is written");
     out.extend_from_slice(br#"{"timestamp":"#);
     push_u64(out, epoch_ms(figures.end_tick));
@@ -150,13 +155,12 @@ fn push_milliseconds(out: &mut Vec<u8>, micros: u64) {
 mod tests {
     use super::*;
 
-    fn served(worker_id: &str) -> SimCompletion {
+    fn served() -> SimCompletion {
         SimCompletion {
             request_id: "r\"1".into(),
             arrival_tick: 2_500,
             prefill_done_tick: 2_750,
             worker: 0,
-            worker_id: worker_id.into(),
             decode_rate: 3,
             prompt_tokens: 1_200,
             decode_tokens: 10,
@@ -169,7 +173,7 @@ mod tests {
     /// the total 254 ticks (127 ms); the TPOT is floor(1000 / (2 × 3)) = 166 µs.
     #[test]
     fn a_dynamo_record_is_the_request_end_wrapper_with_the_engine_truth() {
-        let bytes = completions_file(&[served("dynamo|7|dp2")], 2, CompletionsLayout::Dynamo);
+        let bytes = completions_file(&[served()], 2, CompletionsLayout::Dynamo, &["dynamo|7|dp2"]);
         let expected = concat!(
             r#"{"timestamp":1377,"event":{"event_type":"request_end","request":{"#,
             r#""request_id":"r\"1","x_request_id":"r\"1","request_received_ms":1250,"#,

@@ -27,6 +27,9 @@ pub struct SimulateResult {
     /// Each policy's routed requests as the engine model served them, in receipt
     /// order, when asked for (SPEC.md §14.4); else empty.
     pub completions: Vec<(Policy, Vec<SimCompletion>)>,
+    /// The simulated trace's worker ids, in byte order: what a completion's worker
+    /// index points into.
+    pub worker_ids: Vec<String>,
     /// How many of the input's cache and load events were dropped (§11).
     pub dropped_events: usize,
 }
@@ -120,6 +123,11 @@ pub fn simulate_result(
         runs,
         generated_traces,
         completions,
+        worker_ids: compiled
+            .worker_ids
+            .iter()
+            .map(|&id| id.to_owned())
+            .collect(),
         dropped_events,
     })
 }
