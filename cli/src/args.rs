@@ -238,6 +238,10 @@ pub enum Command {
     /// it, feed it engine KV events over ZeroMQ, route each case's request the way its
     /// clients do, and judge its answer.
     Conform(ConformArgs),
+    /// Be an engine fleet on the wire (SPEC.md §17): publish a trace's cache events as
+    /// vLLM KV event batches on one ZeroMQ PUB socket per worker, with a replay socket
+    /// each when asked and the faults of a --wire file.
+    Publish(PublishArgs),
     /// Subscribe to vLLM or SGLang KV event publishers and write a capture for
     /// `import vllm-events` (SPEC.md §13.6). Stops after --count messages, after
     /// --seconds, or on Ctrl-C, and keeps what it received.
@@ -1104,6 +1108,34 @@ pub struct ConformArgs {
     /// The router's command line, before the arguments the driver appends.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// `kvroute publish` (SPEC.md §17.3).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PublishArgs {
+    /// The trace whose cache events are published (kvroute-trace/1).
+    pub trace: InputPath,
+    /// A JSON object of faults, SPEC.md §16.2's `wire`: lost, replayable, restart,
+    /// block_size, host_copies, swap.
+    #[arg(long, value_name = "FILE")]
+    pub wire: Option<InputPath>,
+    /// Bind a ROUTER replay socket per worker, even when the wire loses nothing.
+    #[arg(long)]
+    pub replay: bool,
+    /// Bind worker i's PUB socket on port P + i (and its replay socket on P + workers
+    /// + i) instead of ports the system chooses.
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+    /// Milliseconds to wait after binding, for subscribers to connect, before the
+    /// first message (and after a restart).
+    #[arg(long, value_name = "MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub wait_ms: u64,
+    /// Milliseconds to keep the sockets after the last message, answering replays.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub hold_ms: u64,
+    /// The bound on each bind and each send.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub timeout_ms: u64,
 }
 
 /// The routers `kvroute conform` knows how to drive (SPEC.md §16.4).

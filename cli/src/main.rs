@@ -44,6 +44,7 @@ mod join;
 mod out;
 mod peer;
 mod progress;
+mod publish;
 mod record;
 mod report;
 mod swarm;
@@ -111,6 +112,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Join(args) => join::join_command(&args),
         Command::Peer { action } => peer::peer(action),
         Command::Conform(args) => conform::conform(args),
+        Command::Publish(args) => publish::publish(args),
         Command::Help { command } => help(&command),
         Command::Record {
             endpoints,

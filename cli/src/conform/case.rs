@@ -66,23 +66,7 @@ pub struct Defect {
     pub answer: Answer,
 }
 
-/// How the wire departs from the trace (SPEC.md §16.2, `wire`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Wire {
-    #[serde(default)]
-    pub lost: Vec<u64>,
-    #[serde(default)]
-    pub replayable: bool,
-    #[serde(default)]
-    pub restart: Vec<u64>,
-    #[serde(default)]
-    pub block_size: BTreeMap<String, u64>,
-    #[serde(default)]
-    pub host_copies: Vec<HostCopy>,
-    #[serde(default)]
-    pub swap: Vec<[u64; 2]>,
-}
+pub use crate::publish::plan::Wire;
 
 impl Wire {
     /// The faults, as one line for the per-case table (empty for a faithful wire).
@@ -116,15 +100,6 @@ impl Wire {
         }
         parts.join("; ")
     }
-}
-
-/// A host-tier copy a worker publishes after an event (SPEC.md §16.2).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostCopy {
-    pub after: u64,
-    pub worker: String,
-    pub keys: Vec<String>,
 }
 
 #[derive(Deserialize)]
