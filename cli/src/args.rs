@@ -1119,6 +1119,10 @@ pub struct PublishArgs {
     /// block_size, host_copies, swap.
     #[arg(long, value_name = "FILE")]
     pub wire: Option<InputPath>,
+    /// How a tenant's cache salt is written in vLLM's extra_keys: the tenant itself
+    /// (vllm), or tagged as Dynamo's vLLM worker tags it (dynamo-tagged).
+    #[arg(long, value_enum, default_value = "vllm")]
+    pub salt: PublishSalt,
     /// Bind a ROUTER replay socket per worker, even when the wire loses nothing.
     #[arg(long)]
     pub replay: bool,
@@ -1136,6 +1140,13 @@ pub struct PublishArgs {
     /// The bound on each bind and each send.
     #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub timeout_ms: u64,
+}
+
+/// `kvroute publish --salt` (SPEC.md §17.1).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishSalt {
+    Vllm,
+    DynamoTagged,
 }
 
 /// The routers `kvroute conform` knows how to drive (SPEC.md §16.4).

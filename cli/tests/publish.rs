@@ -197,6 +197,8 @@ fn every_message_decodes_with_vllm_s_own_event_batch() {
     assert_eq!(stored["medium"], "GPU");
     assert!(stored["lora_name"].is_null());
     assert_eq!(m[0]["rank"], 0);
+    // vLLM 0.33.0 has no salt member: the tenant is the first block's extra key.
+    assert_eq!(stored["extra_keys"], serde_json::json!([["t"], null, null]));
     let (tag, removed) = event(&m[1], 0);
     assert_eq!(
         (tag, &removed["block_hashes"][0]),
@@ -205,6 +207,7 @@ fn every_message_decodes_with_vllm_s_own_event_batch() {
     // w0's a0 under an adapter: the same tokens, another hash, the adapter named.
     let (_, adapted) = event(&m[2], 0);
     assert_eq!(adapted["lora_name"], "lora-x");
+    assert_eq!(adapted["extra_keys"], serde_json::json!([["lora-x", "t"]]));
     assert_ne!(adapted["block_hashes"][0], chain[0]);
     assert_eq!(
         adapted["token_ids"].as_array().unwrap()[..],
@@ -228,7 +231,12 @@ fn every_message_decodes_with_vllm_s_own_event_batch() {
         )
     );
     // Another tenant's a0 is another block; the clear is AllBlocksCleared.
+    assert!(
+        child.get("extra_keys").is_none_or(Value::is_null),
+        "no salt below the root"
+    );
     assert_ne!(event(&m[5], 0).1["block_hashes"][0], chain[0]);
+    assert_eq!(event(&m[5], 0).1["extra_keys"], serde_json::json!([["u"]]));
     assert_eq!(event(&m[6], 0).0, "AllBlocksCleared");
 }
 

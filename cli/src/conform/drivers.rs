@@ -11,6 +11,7 @@ use super::reference;
 use super::report::Implementation;
 use super::stub::Fleet;
 use super::supervise::{free_port, wait_until, Router};
+use crate::publish::encode::SaltForm;
 use kvroute_cli::args::ConformRouter;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -74,7 +75,7 @@ pub fn run(
 }
 
 /// How a driver binds a case's publishers.
-pub type Bind = dyn Fn(&Case) -> Result<Box<dyn Feed>, String>;
+pub type Bind = dyn Fn(&Case, SaltForm) -> Result<Box<dyn Feed>, String>;
 
 /// [`run`] with the publishers bound by `bind`.
 pub fn run_with(
@@ -169,7 +170,7 @@ fn dynamo(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (R
     let ids = workers(case);
     let setup = || -> Result<(Fleet, Box<dyn Feed>, u16), String> {
         let fleet = Fleet::start(ids.len(), bounds.timeout)?;
-        let feed = bind(case)?;
+        let feed = bind(case, SaltForm::DynamoTagged)?;
         Ok((fleet, feed, free_port()?))
     };
     let (fleet, mut feed, port) = match setup() {
@@ -332,7 +333,7 @@ fn vllm(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (Res
     let ids = workers(case);
     let setup = || -> Result<(Fleet, Box<dyn Feed>, u16), String> {
         let fleet = Fleet::start(ids.len(), bounds.timeout)?;
-        let feed = bind(case)?;
+        let feed = bind(case, SaltForm::Vllm)?;
         Ok((fleet, feed, free_port()?))
     };
     let (fleet, mut feed, port) = match setup() {
@@ -554,7 +555,7 @@ mod tests {
         }
     }
 
-    fn silent(case: &Case) -> Result<Box<dyn Feed>, String> {
+    fn silent(case: &Case, _salt: SaltForm) -> Result<Box<dyn Feed>, String> {
         let mut endpoints = BTreeMap::new();
         for id in workers(case) {
             endpoints.insert(id, format!("tcp://127.0.0.1:{}", free_port()?));

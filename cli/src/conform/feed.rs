@@ -57,9 +57,10 @@ impl Feed for Published {
     }
 }
 
-/// Binds the case's publishers on ports the system chooses.
-pub fn bind(case: &Case) -> Result<Box<dyn Feed>, String> {
-    let plan = plan::plan(&case.trace_json, &case.wire, BLOCK_TOKENS)
+/// Binds the case's publishers on ports the system chooses, writing tenants' salts
+/// in `salt`'s form.
+pub fn bind(case: &Case, salt: encode::SaltForm) -> Result<Box<dyn Feed>, String> {
+    let plan = plan::plan(&case.trace_json, &case.wire, BLOCK_TOKENS, salt)
         .map_err(|e| format!("{}: {e}", case.name))?;
     let timeout = Duration::from_secs(10);
     let publishers = Publishers::bind(plan.workers.len(), case.wire.replayable, None, timeout)?;

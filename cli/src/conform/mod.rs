@@ -61,10 +61,7 @@ pub(crate) fn conform(args: ConformArgs) -> Result<(), Failure> {
         let placements = reference::answer(case).load_placements;
         let (response, log) = drivers::run(args.router, &args.command, case, &bounds);
         let outcome = outcome::classify(case, &response, &placements);
-        let answer = match &response {
-            outcome::Response::Answered { answer, .. } => answer.text(),
-            _ => String::new(),
-        };
+        let answer = answer_text(&response, &placements);
         crate::out::note(&format!(
             "{}: {} {}",
             case.name,
@@ -87,6 +84,28 @@ pub(crate) fn conform(args: ConformArgs) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// What the router answered, for the report: the judged request's answer, and the
+/// load requests' workers when they are not where the trace placed them (which is
+/// what fails such a case, SPEC.md §16.2).
+fn answer_text(response: &outcome::Response, placements: &[String]) -> String {
+    let outcome::Response::Answered {
+        answer,
+        load_placements,
+    } = response
+    else {
+        return String::new();
+    };
+    if load_placements.as_slice() == placements {
+        return answer.text();
+    }
+    format!(
+        "{}; load requests on {}, placed by the trace on {}",
+        answer.text(),
+        load_placements.join(","),
+        placements.join(",")
+    )
 }
 
 /// The report on stdout, and the files of `--out`.

@@ -207,12 +207,25 @@ pub fn request_token_ids(keys: &[String], prompt_tokens: u64, block_tokens: u64)
     ids
 }
 
+/// How a tenant's cache salt reaches the wire. vLLM 0.33.0 has no salt member: the
+/// salt is the last item of the first block's `extra_keys` entry, for a chain's root
+/// block only. Dynamo reads a salt there only when its own vLLM worker tagged it
+/// (`dynamo-cache-salt:<tenant>`), which is the salt that worker hands vLLM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SaltForm {
+    /// The tenant itself, as a client's `cache_salt` reaches vLLM.
+    #[default]
+    Vllm,
+    /// `dynamo-cache-salt:<tenant>`, as Dynamo's vLLM worker sets it.
+    DynamoTagged,
+}
+
 /// One `KVEventBatch` as vLLM 0.33.0 writes it to a ZeroMQ subscriber: the array
 /// `[ts, events, data_parallel_rank]`, each event a tagged map. `block_size`, when
 /// given, is the size a worker wrongly publishes at: its token ids are cut into blocks
 /// of it, one hash per whole block (the hash of the block's last key).
-pub fn batch(tick: u64, events: &[WireEvent], block_size: Option<u64>) -> Vec<u8> {
-    let events: Vec<Pack> = events.iter().map(|e| event(e, block_size)).collect();
+pub fn batch(tick: u64, events: &[WireEvent], block_size: Option<u64>, salt: SaltForm) -> Vec<u8> {
+    let events: Vec<Pack> = events.iter().map(|e| event(e, block_size, salt)).collect();
     let ts = tick as f64 / 1000.0;
     let value = Pack::Array(vec![Pack::F64(ts), Pack::Array(events), Pack::from(0)]);
     let mut bytes = Vec::new();
@@ -237,7 +250,37 @@ fn hashes(namespace: &Namespace, keys: &[String]) -> Pack {
     )
 }
 
-fn event(event: &WireEvent, block_size: Option<u64>) -> Pack {
+/// vLLM's `extra_keys` of a stored run: per block, the LoRA name (when there is an
+/// adapter), then the salt on a chain's root block; `None` for a block with neither,
+/// and no member at all when no block has any.
+fn extra_keys(namespace: &Namespace, blocks: usize, at_root: bool, salt: SaltForm) -> Option<Pack> {
+    let lora =
+        (!matches!(namespace.adapter.as_str(), "base" | "")).then(|| namespace.adapter.clone());
+    let salted = (!namespace.tenant.is_empty()).then(|| match salt {
+        SaltForm::Vllm => namespace.tenant.clone(),
+        SaltForm::DynamoTagged => format!("dynamo-cache-salt:{}", namespace.tenant),
+    });
+    let entries: Vec<Pack> = (0..blocks)
+        .map(|i| {
+            let items: Vec<Pack> = lora
+                .iter()
+                .chain(salted.iter().filter(|_| i == 0 && at_root))
+                .map(|s| Pack::from(s.as_str()))
+                .collect();
+            if items.is_empty() {
+                Pack::Nil
+            } else {
+                Pack::Array(items)
+            }
+        })
+        .collect();
+    entries
+        .iter()
+        .any(|e| !e.is_nil())
+        .then_some(Pack::Array(entries))
+}
+
+fn event(event: &WireEvent, block_size: Option<u64>, salt: SaltForm) -> Pack {
     const BLOCK: u64 = 16;
     match event {
         WireEvent::Cleared => map(vec![("type", Pack::from("AllBlocksCleared"))]),
@@ -266,6 +309,7 @@ fn event(event: &WireEvent, block_size: Option<u64>) -> Pack {
                 .flat_map(|k| key_token_ids(k, BLOCK))
                 .map(Pack::from)
                 .collect();
+            let extra = extra_keys(namespace, hashed.len(), parent.is_none(), salt);
             let parent = parent
                 .as_ref()
                 .map_or(Pack::Nil, |p| Pack::from(block_hash(namespace, p)));
@@ -283,8 +327,8 @@ fn event(event: &WireEvent, block_size: Option<u64>) -> Pack {
                 ("medium", Pack::from(*medium)),
                 ("lora_name", lora),
             ];
-            if !namespace.tenant.is_empty() {
-                members.push(("cache_salt", Pack::from(namespace.tenant.as_str())));
+            if let Some(extra) = extra {
+                members.push(("extra_keys", extra));
             }
             map(members)
         }

@@ -42,7 +42,11 @@ pub(crate) fn publish(args: PublishArgs) -> Result<(), Failure> {
         }
         None => plan::Wire::default(),
     };
-    let plan = plan::plan(&trace, &wire, BLOCK_TOKENS).map_err(invalid)?;
+    let salt = match args.salt {
+        kvroute_cli::args::PublishSalt::Vllm => encode::SaltForm::Vllm,
+        kvroute_cli::args::PublishSalt::DynamoTagged => encode::SaltForm::DynamoTagged,
+    };
+    let plan = plan::plan(&trace, &wire, BLOCK_TOKENS, salt).map_err(invalid)?;
     if plan.workers.len() > usize::from(u16::MAX) / 2 {
         return Err(invalid(format!(
             "{} workers: at most 32767 can be published",

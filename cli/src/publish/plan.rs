@@ -2,7 +2,7 @@
 //! cache event, numbered per worker's publisher, with the faults of a [`Wire`]. This is
 //! pure: the sockets of [`super::socket`] only send what the plan lists, in its order.
 
-use super::encode::{self, Namespace, WireEvent};
+use super::encode::{self, Namespace, SaltForm, WireEvent};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -69,7 +69,7 @@ struct CacheEvent {
 
 /// Builds the plan of `trace` (a `kvroute-trace/1` document already validated) under
 /// `wire`, with blocks of `block_tokens` tokens. Err names what cannot be published.
-pub fn plan(trace: &Value, wire: &Wire, block_tokens: u64) -> Result<Plan, String> {
+pub fn plan(trace: &Value, wire: &Wire, block_tokens: u64, salt: SaltForm) -> Result<Plan, String> {
     let workers = worker_ids(trace);
     let index = |id: &str| workers.iter().position(|w| w == id);
     for (id, size) in &wire.block_size {
@@ -97,7 +97,7 @@ pub fn plan(trace: &Value, wire: &Wire, block_tokens: u64) -> Result<Plan, Strin
         });
     }
     check_seqs(wire, &cache_events)?;
-    let steps = number(wire, &workers, &cache_events, trace, &parents)?;
+    let steps = number(wire, &workers, &cache_events, trace, &parents, salt)?;
     Ok(Plan { workers, steps })
 }
 
@@ -173,6 +173,7 @@ fn number(
     events: &[CacheEvent],
     trace: &Value,
     parents: &encode::Parents,
+    salt: SaltForm,
 ) -> Result<Vec<Step>, String> {
     let mut next_seq = vec![0u64; workers.len()];
     let mut steps = Vec::new();
@@ -186,7 +187,7 @@ fn number(
             continue;
         }
         let block_size = wire.block_size.get(&workers[event.worker]).copied();
-        let payload = encode::batch(event.tick, &event.events, block_size);
+        let payload = encode::batch(event.tick, &event.events, block_size, salt);
         let lost = wire.lost.contains(&event.seq);
         position_of.insert(event.seq, steps.len());
         steps.push(Step::Message {
@@ -207,7 +208,7 @@ fn number(
             steps.push(Step::Message {
                 worker,
                 seq: next_seq[worker],
-                payload: encode::batch(event.tick, &[stored], None),
+                payload: encode::batch(event.tick, &[stored], None, salt),
                 live: true,
                 buffered: true,
             });
@@ -280,7 +281,7 @@ mod tests {
                 replayable,
                 ..Wire::default()
             };
-            let plan = plan(&trace(), &wire, 16).unwrap();
+            let plan = plan(&trace(), &wire, 16, SaltForm::Vllm).unwrap();
             assert_eq!(shape(&plan)[1], Some((1, 0, false, replayable)));
             assert_eq!(
                 shape(&plan)[2],
@@ -302,7 +303,7 @@ mod tests {
             restart: vec![7],
             ..Wire::default()
         };
-        let plan = plan(&trace, &wire, 16).unwrap();
+        let plan = plan(&trace, &wire, 16, SaltForm::Vllm).unwrap();
         let steps = shape(&plan);
         assert_eq!(steps[6], None);
         assert_eq!(steps[7], Some((1, 0, true, true)));
@@ -315,7 +316,7 @@ mod tests {
             swap: vec![[2, 3]],
             ..Wire::default()
         };
-        let steps = shape(&plan(&trace(), &wire, 16).unwrap());
+        let steps = shape(&plan(&trace(), &wire, 16, SaltForm::Vllm).unwrap());
         assert_eq!(
             (steps[1], steps[2]),
             (Some((1, 1, true, true)), Some((1, 0, true, true)))
@@ -333,7 +334,7 @@ mod tests {
             host_copies: vec![copy],
             ..Wire::default()
         };
-        let plan = plan(&trace(), &wire, 16).unwrap();
+        let plan = plan(&trace(), &wire, 16, SaltForm::Vllm).unwrap();
         assert_eq!(shape(&plan)[1], Some((1, 0, true, true)));
         let Step::Message { payload, .. } = &plan.steps[1] else {
             panic!("a message")
