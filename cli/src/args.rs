@@ -1134,8 +1134,9 @@ pub struct PublishArgs {
     /// first message (and after a restart).
     #[arg(long, value_name = "MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub wait_ms: u64,
-    /// Milliseconds to keep the sockets after the last message, answering replays.
-    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    /// Milliseconds to keep the sockets after the last message, answering replays and
+    /// letting queued messages reach the subscribers (what is queued at close is lost).
+    #[arg(long, value_name = "MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     pub hold_ms: u64,
     /// The bound on each bind and each send.
     #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]

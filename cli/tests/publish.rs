@@ -262,3 +262,65 @@ fn a_wrong_block_size_and_a_lost_message_reach_vllm_s_decoder_as_declared() {
     );
     assert_eq!(stored["token_ids"].as_array().unwrap().len(), 32);
 }
+
+/// A trace of `n` cache events on one worker: a store, then an eviction, of one block.
+fn long_trace(n: usize) -> Value {
+    let mut trace: Value = serde_json::from_slice(&std::fs::read(TRACE).unwrap()).unwrap();
+    trace["limits"] = "scale".into();
+    trace["workers"].as_array_mut().unwrap().truncate(1);
+    let events: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut event = serde_json::json!({"seq": i + 1, "tick": i + 1, "type": "cache",
+                "worker": "w0", "epoch": 1, "tenant": "t", "model": "m", "adapter": "base"});
+            let key = format!("k{}", i / 2);
+            if i % 2 == 0 {
+                event["op"] = "store".into();
+                event["segments"] = serde_json::json!([{"key": key, "tokens": 16}]);
+            } else {
+                event["op"] = "evict".into();
+                event["keys"] = serde_json::json!([key]);
+            }
+            event
+        })
+        .collect();
+    trace["events"] = events.into();
+    trace
+}
+
+#[test]
+fn every_message_reaches_a_subscriber_before_the_sockets_close() {
+    // `record` is the subscriber: a send only queues a message, so a publisher that
+    // closed at once would lose the tail of a long trace.
+    let n = 60_000;
+    let scratch = tempfile::tempdir().unwrap();
+    let trace = scratch.path().join("long.json");
+    std::fs::write(&trace, serde_json::to_vec(&long_trace(n)).unwrap()).unwrap();
+    let capture = scratch.path().join("capture.jsonl");
+    let port = free_ports();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "record",
+            &endpoint,
+            "--count",
+            &n.to_string(),
+            "--seconds",
+            "60",
+            "--out",
+        ])
+        .arg(&capture)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let published = kvroute(&[
+        "publish",
+        trace.to_str().unwrap(),
+        "--port",
+        &port.to_string(),
+    ]);
+    assert!(published.status.success(), "{}", stderr(&published));
+    let recorded = recorder.wait_with_output().unwrap();
+    assert!(recorded.status.success(), "{}", stderr(&recorded));
+    let lines = std::fs::read_to_string(&capture).unwrap().lines().count();
+    assert_eq!(lines, n, "every published message recorded");
+}
