@@ -290,14 +290,7 @@ pub fn requests(case: &Case) -> Vec<&Value> {
 
 /// The workers' ids in byte order, as the trace's rows index them.
 pub fn worker_ids(case: &Case) -> Vec<String> {
-    let mut ids: Vec<String> = case.trace_json["workers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|w| w["id"].as_str().map(str::to_string))
-        .collect();
-    ids.sort();
-    ids
+    crate::publish::plan::worker_ids(&case.trace_json)
 }
 
 #[cfg(test)]
