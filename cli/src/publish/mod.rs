@@ -34,14 +34,7 @@ pub(crate) fn publish(args: PublishArgs) -> Result<(), Failure> {
     })?;
     let trace: serde_json::Value =
         serde_json::from_slice(&trace_bytes).map_err(|e| invalid(e.to_string()))?;
-    let wire = match &args.wire {
-        Some(path) => {
-            let bytes = crate::inputs::read_input(path, "the wire")?;
-            serde_json::from_slice::<plan::Wire>(&bytes)
-                .map_err(|e| Failure::invalid(vec![format!("{}: {e}", path.display())]))?
-        }
-        None => plan::Wire::default(),
-    };
+    let wire = read_wire(&args)?;
     let salt = match args.salt {
         kvroute_cli::args::PublishSalt::Vllm => encode::SaltForm::Vllm,
         kvroute_cli::args::PublishSalt::DynamoTagged => encode::SaltForm::DynamoTagged,
@@ -62,16 +55,7 @@ pub(crate) fn publish(args: PublishArgs) -> Result<(), Failure> {
     )
     .map_err(Failure::other)?;
     let mut out = std::io::stdout().lock();
-    let write_failed =
-        |e: std::io::Error| Failure::other(format!("kvroute: cannot write to stdout: {e}"));
-    for (i, worker) in plan.workers.iter().enumerate() {
-        let replay = publishers.replay_endpoints[i]
-            .as_ref()
-            .map(|r| format!(" replay {r}"))
-            .unwrap_or_default();
-        writeln!(out, "{worker} {}{replay}", publishers.endpoints[i]).map_err(write_failed)?;
-    }
-    out.flush().map_err(write_failed)?;
+    print_endpoints(&mut out, &plan, &publishers).map_err(write_failed)?;
     let join = Duration::from_millis(args.wait_ms);
     let sent = publishers
         .send(&plan, join, timeout)
@@ -91,4 +75,35 @@ pub(crate) fn publish(args: PublishArgs) -> Result<(), Failure> {
     )
     .map_err(write_failed)?;
     Ok(())
+}
+
+fn write_failed(e: std::io::Error) -> Failure {
+    Failure::other(format!("kvroute: cannot write to stdout: {e}"))
+}
+
+/// `--wire`, or the faithful wire.
+fn read_wire(args: &PublishArgs) -> Result<plan::Wire, Failure> {
+    let Some(path) = &args.wire else {
+        return Ok(plan::Wire::default());
+    };
+    let bytes = crate::inputs::read_input(path, "the wire")?;
+    serde_json::from_slice::<plan::Wire>(&bytes)
+        .map_err(|e| Failure::invalid(vec![format!("{}: {e}", path.display())]))
+}
+
+/// One line a worker, `<id> <endpoint>[ replay <endpoint>]`, flushed so a caller can
+/// point its router there before the first message.
+fn print_endpoints(
+    out: &mut impl Write,
+    plan: &plan::Plan,
+    publishers: &socket::Publishers,
+) -> std::io::Result<()> {
+    for (i, worker) in plan.workers.iter().enumerate() {
+        let replay = publishers.replay_endpoints[i]
+            .as_ref()
+            .map(|r| format!(" replay {r}"))
+            .unwrap_or_default();
+        writeln!(out, "{worker} {}{replay}", publishers.endpoints[i])?;
+    }
+    out.flush()
 }
