@@ -8,7 +8,7 @@
 //! trace of §1), `validate` (the five stages of §2), `canonical` (the canonical trace
 //! of §6.1), `jcs` (the RFC 8785 writer and digests), `state` (§3), `candidates` (§4),
 //! `policies` (§5), `run` (one policy's run and its metrics, §3.5, §6.2), `receipt`
-//! (§6, streamed), `simulate` (§11, and the completion records of §14.4), `keyed` (the keyed request ids of §6.5, HMAC from
+//! (§6, streamed), `simulate` (§11, and the completion records of §14.4 in AIPerf's and Dynamo's layouts), `keyed` (the keyed request ids of §6.5, HMAC from
 //! RFC 2104) and `join` (completion records against a receipt's run, §14: AIPerf, Dynamo and
 //! `vllm bench serve` layouts, their detection, cohorts with `--trace`, and the text of
 //! `--slo` read into objectives in microseconds).
@@ -39,7 +39,7 @@ pub use join::{gate_lines, join, join_inputs, parse_slo, JoinFailure, JoinInputs
 pub use model::{EpochNumbering, StaleRule};
 pub use simulate::{
     simulate, simulate_completions, simulate_with_completions, CompletionRecord, SimCache,
-    SimCompletions, SimOptions, SimOutcome,
+    SimCompletions, SimLayout, SimOptions, SimOutcome, SimWorkerNames,
 };
 
 /// One piece of the canonical receipt without its `receipt_digest` member, in byte order:

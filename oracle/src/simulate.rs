@@ -1,5 +1,6 @@
 //! The naive reference for SPEC.md §11 and §11.1 (`kvroute simulate`, the closed-loop
-//! engine model) and §14.4 (the AIPerf completion records of `--completions-out`),
+//! engine model) and §14.4 (the completion records of `--completions-out`, AIPerf's
+//! layout here and Dynamo's of §14.4.1 in [`dynamo_layout`]),
 //! written from SPEC.md alone, without looking at kvroute-core. Per
 //! policy, a fresh router run ([`Router`], the same code as the open-loop replay) is
 //! fed one event at a time, interleaved with a plain model of each worker's engine: an
@@ -31,7 +32,9 @@
 //!   tick its prefill completes at as admitted above, the decode rate the chosen
 //!   worker's (a `--workers` copy's is the first worker's); the nanosecond figures are
 //!   written exactly even past 2^64 (SPEC bounds neither); a `--ticks-per-ms` outside
-//!   1 to 1,000,000 is refused with a message of the oracle's own wording.
+//!   1 to 1,000,000 is refused with a message of the oracle's own wording;
+//! - `--worker-names dynamo` without `--workers` is refused before the trace is read,
+//!   with a message of the oracle's own wording (SPEC calls it bad usage only).
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -42,12 +45,36 @@ use crate::policy_kind::PolicyKind;
 use crate::run::{in_order, Outcome, Router};
 use crate::validate;
 
+mod dynamo_layout;
+
+pub use dynamo_layout::{dynamo_line, dynamo_worker_numbers, DYNAMO_MS_MAX};
+
 /// The engine cache's capacity: resident tokens (`--cache-tokens`) or entries
 /// (`--cache-blocks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimCache {
     Tokens(u64),
     Blocks(u64),
+}
+
+/// How `--workers N` names its copies (`--worker-names`, SPEC §14.4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SimWorkerNames {
+    /// §10.1's `w0` … `w<N-1>`, zero-padded to the digits of N − 1.
+    #[default]
+    W,
+    /// `dynamo|0|dp0` … `dynamo|<N-1>|dp0`, as §13.7 names Dynamo's workers.
+    Dynamo,
+}
+
+/// The layout of the completion records (`--completions-format`, SPEC §14.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SimLayout {
+    /// AIPerf's profile export records (§14.4).
+    #[default]
+    Aiperf,
+    /// Dynamo's `request_end` records in the file sink's wrapper (§14.4.1).
+    Dynamo,
 }
 
 /// The options of `kvroute simulate` (SPEC §7, §11).
@@ -65,6 +92,8 @@ pub struct SimOptions {
     pub stale_rule: Option<StaleRule>,
     /// `--epochs E`: replaces the trace's `policy.epochs` when given.
     pub epochs: Option<EpochNumbering>,
+    /// `--worker-names`: how `--workers` names its copies; `Dynamo` needs `workers`.
+    pub worker_names: SimWorkerNames,
 }
 
 impl Default for SimOptions {
@@ -78,6 +107,7 @@ impl Default for SimOptions {
             loss_per_mille: 0,
             stale_rule: None,
             epochs: None,
+            worker_names: SimWorkerNames::W,
         }
     }
 }
@@ -118,13 +148,24 @@ pub fn simulate_with_completions(
             options.loss_per_mille
         ));
     }
+    if options.worker_names == SimWorkerNames::Dynamo && options.workers.is_none() {
+        return Err(
+            "kvroute simulate: --worker-names dynamo: names the copies of --workers N, so it needs --workers"
+                .to_owned(),
+        );
+    }
     let input = validate::check(trace_json).map_err(|lines| lines.join("\n"))?;
     let sim = simulated_trace(&input, options)?;
     let trace_digest = digest(&canonical_bytes(&sim)?);
 
     let mut runs = Vec::new();
     let mut generated_traces = Vec::new();
-    let mut completions = SimCompletions { runs: Vec::new() };
+    let mut workers: Vec<String> = sim.workers.iter().map(|w| w.id.clone()).collect();
+    workers.sort();
+    let mut completions = SimCompletions {
+        workers,
+        runs: Vec::new(),
+    };
     for policy in PolicyKind::FOUR {
         let mut outcome = closed_loop(&sim, policy, options);
         completions.runs.push((
@@ -237,31 +278,67 @@ pub struct CompletionRecord {
     pub decode_tokens: u64,
     /// The chosen worker's `decode_rate` (at least 1).
     pub decode_rate: u64,
+    /// What the chosen worker's engine really reused for the request: the *Prefill*
+    /// walk of §11 on its cache at placement, before admission, capped at
+    /// `prompt_tokens` (§11.1's `held`; Dynamo's `cached_tokens`, §14.4.1).
+    pub held: u64,
 }
 
 /// The completion records of every policy's closed loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimCompletions {
+    /// Every worker id of the simulated trace, served or not, in id byte order: the
+    /// Dynamo layout refuses the whole run when one of them cannot be named (§14.4.1).
+    pub workers: Vec<String>,
     /// Per policy in receipt order: (policy name, its routed requests in routing order).
     pub runs: Vec<(String, Vec<CompletionRecord>)>,
 }
 
 impl SimCompletions {
-    /// Per policy in receipt order: (policy name, the bytes of
-    /// `<policy>.completions.jsonl`). Err when `ticks_per_ms` is outside 1 to 1,000,000.
+    /// [`SimCompletions::jsonl_in`] in AIPerf's layout.
     pub fn jsonl(&self, ticks_per_ms: u64) -> Result<Vec<(String, Vec<u8>)>, String> {
+        self.jsonl_in(ticks_per_ms, SimLayout::Aiperf)
+    }
+
+    /// Per policy in receipt order: (policy name, the bytes of
+    /// `<policy>.completions.jsonl` in `layout`). Err when `ticks_per_ms` is outside 1
+    /// to 1,000,000, or, in Dynamo's layout, with §14.4.1's message when a worker of
+    /// the simulated trace is not named `dynamo|<I>|dp<R>` (the first in id byte order).
+    pub fn jsonl_in(
+        &self,
+        ticks_per_ms: u64,
+        layout: SimLayout,
+    ) -> Result<Vec<(String, Vec<u8>)>, String> {
         check_ticks_per_ms(ticks_per_ms)?;
-        Ok(self
-            .runs
-            .iter()
-            .map(|(policy, records)| {
-                let mut bytes = Vec::new();
-                for record in records {
-                    bytes.extend_from_slice(&completion_line(record, ticks_per_ms));
-                }
-                (policy.clone(), bytes)
-            })
-            .collect())
+        if layout == SimLayout::Dynamo {
+            let mut ids: Vec<&String> = self.workers.iter().collect();
+            ids.sort();
+            if let Some(id) = ids
+                .into_iter()
+                .find(|id| dynamo_worker_numbers(id).is_none())
+            {
+                return Err(dynamo_layout::unnamed_worker(id));
+            }
+        }
+        let mut files = Vec::new();
+        for (policy, records) in &self.runs {
+            let mut bytes = Vec::new();
+            for record in records {
+                let line = match layout {
+                    SimLayout::Aiperf => completion_line(record, ticks_per_ms),
+                    SimLayout::Dynamo => {
+                        let Some((worker_id, dp_rank)) = dynamo_worker_numbers(&record.worker)
+                        else {
+                            return Err(dynamo_layout::unnamed_worker(&record.worker));
+                        };
+                        dynamo_line(record, ticks_per_ms, worker_id, dp_rank)
+                    }
+                };
+                bytes.extend_from_slice(&line);
+            }
+            files.push((policy.clone(), bytes));
+        }
+        Ok(files)
     }
 }
 
@@ -351,11 +428,15 @@ fn simulated_trace(input: &Trace, options: &SimOptions) -> Result<Trace, String>
             let Some(first) = input.workers.iter().min_by(|a, b| a.id.cmp(&b.id)) else {
                 return Err("workers: the trace has no worker to copy".to_owned());
             };
-            // Ids as in §10.1: "w" + index zero-padded to the digits of N - 1.
+            // Ids as in §10.1: "w" + index zero-padded to the digits of N - 1; or
+            // Dynamo's names (§14.4.1), never padded.
             let width = (n - 1).to_string().len();
             (0..n)
                 .map(|i| Worker {
-                    id: format!("w{i:0width$}"),
+                    id: match options.worker_names {
+                        SimWorkerNames::W => format!("w{i:0width$}"),
+                        SimWorkerNames::Dynamo => format!("dynamo|{i}|dp0"),
+                    },
                     queued_prefill: 0,
                     active_decode: 0,
                     cache: Vec::new(),
@@ -956,6 +1037,7 @@ impl<'s> ClosedLoop<'s> {
             prompt_tokens: *prompt_tokens,
             decode_tokens: *decode_tokens,
             decode_rate: engine.decode_rate,
+            held,
         });
         self.pending.push(Pending {
             completion,

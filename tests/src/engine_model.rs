@@ -42,6 +42,7 @@ impl SimSettings {
             // `--stale-rule`/`--epochs` rewrite its policy first), so the oracle does too.
             stale_rule: None,
             epochs: None,
+            worker_names: kvroute_oracle::SimWorkerNames::W,
         }
     }
 
