@@ -12,10 +12,11 @@ use crate::join::JoinCase;
 use kvroute_core::join::CompletionsFormat;
 use kvroute_core::join::Slo;
 use kvroute_core::simulate::completion_lines;
+use kvroute_core::simulate::completions_file;
 use kvroute_core::simulate::simulate_result;
-use kvroute_core::simulate::{Capacity, SimulateOptions};
+use kvroute_core::simulate::{Capacity, CompletionsLayout, SimulateOptions, WorkerNames};
 use kvroute_core::Policy;
-use kvroute_oracle::{SimCache, SimOptions};
+use kvroute_oracle::{SimCache, SimLayout, SimOptions, SimWorkerNames};
 
 /// One simulation's settings, as `kvroute simulate` takes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub struct SimSettings {
     pub options: SimulateOptions,
     /// The `--ticks-per-ms` the completion records are compared at (SPEC.md §14.4).
     pub ticks_per_ms: u64,
+    /// `--worker-names`: with `Dynamo`, the records are compared in Dynamo's layout as
+    /// well, and joined in it (SPEC.md §14.4.1).
+    pub worker_names: WorkerNames,
 }
 
 impl SimSettings {
@@ -42,7 +46,10 @@ impl SimSettings {
             // `--stale-rule`/`--epochs` rewrite its policy first), so the oracle does too.
             stale_rule: None,
             epochs: None,
-            worker_names: kvroute_oracle::SimWorkerNames::W,
+            worker_names: match self.worker_names {
+                WorkerNames::W => SimWorkerNames::W,
+                WorkerNames::Dynamo => SimWorkerNames::Dynamo,
+            },
         }
     }
 
@@ -61,6 +68,9 @@ impl SimSettings {
         }
         if let Some(w) = self.workers {
             line.push_str(&format!(" --workers {w}"));
+        }
+        if self.worker_names == WorkerNames::Dynamo {
+            line.push_str(" --worker-names dynamo --completions-format dynamo");
         }
         line
     }
@@ -95,16 +105,23 @@ fn compare_simulations(
             simulate_result(
                 &trace,
                 settings.workers,
-                kvroute_core::simulate::WorkerNames::W,
+                settings.worker_names,
                 &settings.options,
                 &Default::default(),
                 true,
             )
             .map_err(|e| e.to_string())
         });
+    let dynamo = settings.worker_names == WorkerNames::Dynamo;
     let oracle = kvroute_oracle::simulate_with_completions(trace_json, &settings.oracle_options())
         .and_then(|(outcome, completions)| {
-            Ok((outcome, completions.jsonl(settings.ticks_per_ms)?))
+            let aiperf = completions.jsonl(settings.ticks_per_ms)?;
+            let dynamo_files = if dynamo {
+                completions.jsonl_in(settings.ticks_per_ms, SimLayout::Dynamo)?
+            } else {
+                Vec::new()
+            };
+            Ok((outcome, aiperf, dynamo_files))
         });
     let diverge = |first_difference: String| Err(Divergence { first_difference });
     match (core, oracle) {
@@ -115,7 +132,7 @@ fn compare_simulations(
         (Err(e), Ok(_)) => diverge(format!(
             "core rejects the trace ({e}), the oracle simulates it"
         )),
-        (Ok(core), Ok((oracle, oracle_completions))) => {
+        (Ok(core), Ok((oracle, oracle_completions, oracle_dynamo))) => {
             // The generated traces first: a difference there names the event, where the
             // document would only show two digests.
             for ((policy, core_bytes), (name, oracle_bytes)) in
@@ -152,15 +169,37 @@ fn compare_simulations(
                     ));
                 }
             }
+            for ((policy, served), (name, oracle_bytes)) in
+                core.completions.iter().zip(&oracle_dynamo)
+            {
+                let core_bytes = completions_file(
+                    served,
+                    ticks_per_ms,
+                    CompletionsLayout::Dynamo,
+                    &core.worker_ids,
+                );
+                if policy.name() != name || &core_bytes != oracle_bytes {
+                    return diverge(format!(
+                        "{name}: Dynamo records at {ticks_per_ms} ticks a ms differ {}",
+                        first_receipt_difference(&core_bytes, oracle_bytes, "core", "oracle")
+                    ));
+                }
+            }
             // The join end to end (SPEC §14.4): each policy's records joined with the
             // receipt of its own generated trace, by core and by the oracle, with and
-            // without objectives, and with the trace for cohorts.
+            // without objectives, and with the trace for cohorts; in Dynamo's layout
+            // when the workers are named for it, so attribution is compared too.
             if join {
+                let layout = if dynamo {
+                    CompletionsLayout::Dynamo
+                } else {
+                    CompletionsLayout::Aiperf
+                };
                 for ((policy, served), (_, trace)) in
                     core.completions.iter().zip(&core.generated_traces)
                 {
-                    let records = completion_lines(served, ticks_per_ms);
-                    if let Err(difference) = compare_policy_join(*policy, trace, &records) {
+                    let records = completions_file(served, ticks_per_ms, layout, &core.worker_ids);
+                    if let Err(difference) = compare_policy_join(*policy, trace, &records, dynamo) {
                         return diverge(format!("{}: {difference}", policy.name()));
                     }
                 }
@@ -174,12 +213,21 @@ fn compare_simulations(
 /// oracle, as `simulate --completions-out` then `join --trace --slo` would; the first
 /// difference, if any. (The join without a trace or objectives is a part of this one:
 /// the run's figures are the same, only cohorts and goodput are added.)
-fn compare_policy_join(policy: Policy, trace: &[u8], records: &[u8]) -> Result<(), String> {
+fn compare_policy_join(
+    policy: Policy,
+    trace: &[u8],
+    records: &[u8],
+    dynamo: bool,
+) -> Result<(), String> {
     let receipt = kvroute_core::replay_bytes(trace).map_err(|e| format!("replay: {e}"))?;
     let case = JoinCase {
         receipt: &receipt,
         completions: records,
-        format: Some(CompletionsFormat::Aiperf),
+        format: Some(if dynamo {
+            CompletionsFormat::Dynamo
+        } else {
+            CompletionsFormat::Aiperf
+        }),
         run: policy,
         slo: Some(Slo {
             ttft_us: Some(50_000),
@@ -235,12 +283,37 @@ pub fn settings_for_seed(seed: u64) -> SimSettings {
         },
         // Ticks of 1 ms, of 1/7 ms (every figure floored) and of 1 µs.
         ticks_per_ms: [1, 7, 1000][(seed % 3) as usize],
+        worker_names: WorkerNames::W,
     }
+}
+
+/// For one seed in four, the seed's settings again with 2 to 4 copies of the first
+/// worker named as Dynamo names them: the closed loop's Dynamo records (SPEC.md
+/// §14.4.1) compared byte for byte and joined, attribution included.
+pub fn dynamo_settings_for_seed(seed: u64) -> Option<SimSettings> {
+    seed.is_multiple_of(4).then(|| SimSettings {
+        workers: Some(2 + (seed / 4 % 3) as u32),
+        worker_names: WorkerNames::Dynamo,
+        ..settings_for_seed(seed)
+    })
+}
+
+/// The closed-loop sweep's check of one seed: [`compare_simulate_and_join`] under
+/// [`settings_for_seed`], then under [`dynamo_settings_for_seed`] where it applies;
+/// the first run's document.
+pub fn compare_seed(trace: &[u8], seed: u64) -> Result<Vec<u8>, Divergence> {
+    let document = compare_simulate_and_join(trace, &settings_for_seed(seed))?;
+    if let Some(dynamo) = dynamo_settings_for_seed(seed) {
+        compare_simulate_and_join(trace, &dynamo).map_err(|d| Divergence {
+            first_difference: format!("{} ({})", d.first_difference, dynamo.command_line()),
+        })?;
+    }
+    Ok(document)
 }
 
 /// One seed of the closed-loop sweep (`kvroute swarm --closed-loop`): the seed's
 /// generated trace simulated by both engine models under [`settings_for_seed`].
 pub fn check_closed_loop_seed(seed: u64) -> Result<(), Divergence> {
     let trace = crate::generators::TraceRecipe::from_seed(seed).build_bytes();
-    compare_simulate_and_join(&trace, &settings_for_seed(seed)).map(|_| ())
+    compare_seed(&trace, seed).map(|_| ())
 }

@@ -428,6 +428,7 @@ pub fn closed_loop(case: &LoopCase) {
         options: options.clone(),
         // 1 to 256 ticks a ms: floors at every step of the record arithmetic.
         ticks_per_ms: 1 + u64::from(case.jitter_seed),
+        worker_names: kvroute_core::simulate::WorkerNames::W,
     };
     crate::engine_model::assert_simulations_agree(
         "fuzz-closed-loop",

@@ -180,11 +180,8 @@ impl SweepMode {
             SweepMode::Receipts => {
                 differential::compare(&trace_for_seed(seed)).map(|a| outcome_bits(&a))
             }
-            SweepMode::ClosedLoop => {
-                let settings = crate::engine_model::settings_for_seed(seed);
-                crate::engine_model::compare_simulate_and_join(&trace_for_seed(seed), &settings)
-                    .map(|document| fingerprint_bits(&document))
-            }
+            SweepMode::ClosedLoop => crate::engine_model::compare_seed(&trace_for_seed(seed), seed)
+                .map(|document| fingerprint_bits(&document)),
         }
     }
 }

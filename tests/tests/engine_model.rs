@@ -21,6 +21,7 @@ fn settings(
     SimSettings {
         workers,
         ticks_per_ms: 1,
+        worker_names: kvroute_core::simulate::WorkerNames::W,
         options: SimulateOptions {
             capacity,
             publication_lag_ticks: lag,
@@ -51,6 +52,7 @@ fn the_lab_trace_agrees_under_default_and_tight_engines() {
             workers: None,
             options: SimulateOptions::default(),
             ticks_per_ms: 1,
+            worker_names: kvroute_core::simulate::WorkerNames::W,
         },
         settings(Capacity::Blocks(3), 2, 7, 5, None),
         settings(Capacity::Tokens(700), 0, 0, 0, Some(3)),
@@ -118,6 +120,7 @@ fn the_completion_records_agree() {
         for ticks_per_ms in [1, 7, 1000] {
             let s = SimSettings {
                 ticks_per_ms,
+                worker_names: kvroute_core::simulate::WorkerNames::W,
                 ..s.clone()
             };
             assert_simulations_agree("engine-model-completions", trace, &s);
