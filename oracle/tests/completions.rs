@@ -145,13 +145,12 @@ fn file_of(lines: &[&str]) -> Vec<u8> {
     bytes
 }
 
-fn assert_files(ticks_per_ms: u64, expected: &[&str]) {
-    let files = simulate_completions(&tiny_trace(), &SimOptions::default(), ticks_per_ms)
-        .unwrap_or_else(|e| panic!("simulate failed: {e}"));
+/// One file per policy, in receipt order, each holding `expected`'s lines.
+fn assert_every_policy_writes(files: &[(String, Vec<u8>)], expected: &[&str], ticks_per_ms: u64) {
     let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(names, POLICIES, "one file per policy, in receipt order");
     let want = file_of(expected);
-    for (policy, bytes) in &files {
+    for (policy, bytes) in files {
         assert_eq!(
             String::from_utf8_lossy(bytes),
             String::from_utf8_lossy(&want),
@@ -159,6 +158,12 @@ fn assert_files(ticks_per_ms: u64, expected: &[&str]) {
         );
         assert_eq!(bytes, &want, "{policy}: byte for byte");
     }
+}
+
+fn assert_files(ticks_per_ms: u64, expected: &[&str]) {
+    let files = simulate_completions(&tiny_trace(), &SimOptions::default(), ticks_per_ms)
+        .unwrap_or_else(|e| panic!("simulate failed: {e}"));
+    assert_every_policy_writes(&files, expected, ticks_per_ms);
 }
 
 #[test]
@@ -419,17 +424,7 @@ fn assert_dynamo_files(ticks_per_ms: u64, expected: &[&str]) {
     let files = completions
         .jsonl_in(ticks_per_ms, SimLayout::Dynamo)
         .unwrap_or_else(|e| panic!("the Dynamo layout is refused: {e}"));
-    let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(names, POLICIES, "one file per policy, in receipt order");
-    let want = file_of(expected);
-    for (policy, bytes) in &files {
-        assert_eq!(
-            String::from_utf8_lossy(bytes),
-            String::from_utf8_lossy(&want),
-            "{policy} at --ticks-per-ms {ticks_per_ms}"
-        );
-        assert_eq!(bytes, &want, "{policy}: byte for byte");
-    }
+    assert_every_policy_writes(&files, expected, ticks_per_ms);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The block size every case is written in, and the one every router is told.
-pub const BLOCK_TOKENS: u64 = 16;
+pub(crate) use crate::publish::BLOCK_TOKENS;
 pub const FORMAT: &str = "kvroute-conform-case/1";
 
 /// What the router is asked.

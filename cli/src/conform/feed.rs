@@ -5,7 +5,7 @@
 //! request's token ids match what the router hashed. The publishing is `kvroute
 //! publish`'s own (SPEC.md §17).
 
-use super::case::{Case, BLOCK_TOKENS};
+use super::case::Case;
 use crate::publish::{encode, plan, socket::Publishers};
 use std::time::Duration;
 
@@ -53,14 +53,14 @@ impl Feed for Published {
     }
 
     fn request_token_ids(&self, keys: &[String], prompt_tokens: u64) -> Vec<u64> {
-        encode::request_token_ids(keys, prompt_tokens, BLOCK_TOKENS)
+        encode::request_token_ids(keys, prompt_tokens)
     }
 }
 
 /// Binds the case's publishers on ports the system chooses, writing tenants' salts
 /// in `salt`'s form.
 pub fn bind(case: &Case, salt: encode::SaltForm) -> Result<Box<dyn Feed>, String> {
-    let plan = plan::plan(&case.trace_json, &case.wire, BLOCK_TOKENS, salt)
+    let plan = plan::plan(&case.trace_json, &case.wire, salt)
         .map_err(|e| format!("{}: {e}", case.name))?;
     let timeout = Duration::from_secs(10);
     let publishers = Publishers::bind(plan.workers.len(), case.wire.replayable, None, timeout)?;

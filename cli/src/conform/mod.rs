@@ -87,8 +87,8 @@ pub(crate) fn conform(args: ConformArgs) -> Result<(), Failure> {
 }
 
 /// What the router answered, for the report: the judged request's answer, and the
-/// load requests' workers when they are not where the trace placed them (which is
-/// what fails such a case, SPEC.md §16.2).
+/// load requests' workers when they are not where the trace placed them (which skips
+/// such a case, SPEC.md §16.3).
 fn answer_text(response: &outcome::Response, placements: &[String]) -> String {
     let outcome::Response::Answered {
         answer,

@@ -7,6 +7,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
+/// The tokens of every block `publish` writes and a router is told (SPEC.md §17.1).
+pub const BLOCK_TOKENS: u64 = 16;
+
 /// A cache namespace: what a key is scoped by (SPEC.md §3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Namespace {
@@ -94,11 +97,7 @@ pub fn stored(
 /// A trace's cache event as engine events: a store is one `BlockStored` per run of
 /// segments consecutive in their chain (a 0-token segment a `BlockRemoved`), an evict
 /// one `BlockRemoved`, a clear `AllBlocksCleared`.
-pub fn cache_event(
-    event: &Value,
-    parents: &Parents,
-    block_tokens: u64,
-) -> Result<Vec<WireEvent>, String> {
+pub fn cache_event(event: &Value, parents: &Parents) -> Result<Vec<WireEvent>, String> {
     let namespace = Namespace::of(event);
     match event["op"].as_str() {
         Some("clear") => Ok(vec![WireEvent::Cleared]),
@@ -129,7 +128,7 @@ pub fn cache_event(
                             keys,
                         });
                     }
-                    Some(t) if t == block_tokens => {
+                    Some(BLOCK_TOKENS) => {
                         let follows = run.last().is_some_and(|last| {
                             parents.get(&(namespace.clone(), key.clone())) == Some(last)
                         });
@@ -140,7 +139,7 @@ pub fn cache_event(
                     }
                     other => {
                         return Err(format!(
-                            "segment {key:?} has {} tokens, not one block of {block_tokens}",
+                            "segment {key:?} has {} tokens, not one block of {BLOCK_TOKENS}",
                             other.map_or("no".to_string(), |t| t.to_string())
                         ))
                     }
@@ -178,11 +177,11 @@ pub fn block_hash(namespace: &Namespace, key: &str) -> u64 {
 /// The lowest token id a key's block carries; ids below it are the request tails'.
 pub const KEY_TOKEN_BASE: u32 = 1_000;
 
-/// A key's `block_tokens` token ids, a pure function of the key alone (the tenant is
+/// A key's [`BLOCK_TOKENS`] token ids, a pure function of the key alone (the tenant is
 /// the salt and the adapter the LoRA name, as engines fold them): each from 1,000 to
 /// 1,000,999,999, from SHA-256 of the key and the token's position.
-pub fn key_token_ids(key: &str, block_tokens: u64) -> Vec<u32> {
-    (0..block_tokens)
+pub fn key_token_ids(key: &str) -> Vec<u32> {
+    (0..BLOCK_TOKENS)
         .map(|i| {
             let d = digest(&["kvroute-token", key, &i.to_string()]);
             let x = u32::from_be_bytes(d[..4].try_into().expect("4 bytes"));
@@ -193,10 +192,10 @@ pub fn key_token_ids(key: &str, block_tokens: u64) -> Vec<u32> {
 
 /// A request's token ids: its prefix keys' blocks in order, then up to
 /// `prompt_tokens` ids below [`KEY_TOKEN_BASE`], which no block holds.
-pub fn request_token_ids(keys: &[String], prompt_tokens: u64, block_tokens: u64) -> Vec<u64> {
+pub fn request_token_ids(keys: &[String], prompt_tokens: u64) -> Vec<u64> {
     let mut ids: Vec<u64> = keys
         .iter()
-        .flat_map(|k| key_token_ids(k, block_tokens))
+        .flat_map(|k| key_token_ids(k))
         .map(u64::from)
         .collect();
     let mut filler = 0u64;
@@ -281,7 +280,6 @@ fn extra_keys(namespace: &Namespace, blocks: usize, at_root: bool, salt: SaltFor
 }
 
 fn event(event: &WireEvent, block_size: Option<u64>, salt: SaltForm) -> Pack {
-    const BLOCK: u64 = 16;
     match event {
         WireEvent::Cleared => map(vec![("type", Pack::from("AllBlocksCleared"))]),
         WireEvent::Removed { namespace, keys } => map(vec![
@@ -295,8 +293,8 @@ fn event(event: &WireEvent, block_size: Option<u64>, salt: SaltForm) -> Pack {
             parent,
             medium,
         } => {
-            let size = block_size.unwrap_or(BLOCK);
-            let per_block = (size / BLOCK).max(1) as usize;
+            let size = block_size.unwrap_or(BLOCK_TOKENS);
+            let per_block = (size / BLOCK_TOKENS).max(1) as usize;
             let whole = keys.len() / per_block * per_block;
             let hashed: Vec<String> = keys[..whole]
                 .iter()
@@ -306,7 +304,7 @@ fn event(event: &WireEvent, block_size: Option<u64>, salt: SaltForm) -> Pack {
                 .collect();
             let tokens: Vec<Pack> = keys[..whole]
                 .iter()
-                .flat_map(|k| key_token_ids(k, BLOCK))
+                .flat_map(|k| key_token_ids(k))
                 .map(Pack::from)
                 .collect();
             let extra = extra_keys(namespace, hashed.len(), parent.is_none(), salt);

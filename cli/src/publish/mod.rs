@@ -13,8 +13,7 @@ use kvroute_cli::args::PublishArgs;
 use std::io::Write;
 use std::time::Duration;
 
-/// The block size `publish` writes and a router is told.
-pub(crate) const BLOCK_TOKENS: u64 = 16;
+pub(crate) use encode::BLOCK_TOKENS;
 
 /// Binds the publishers, prints their endpoints, waits for subscribers, sends every
 /// message and keeps answering replays for `--hold-ms`.
@@ -39,7 +38,7 @@ pub(crate) fn publish(args: PublishArgs) -> Result<(), Failure> {
         kvroute_cli::args::PublishSalt::Vllm => encode::SaltForm::Vllm,
         kvroute_cli::args::PublishSalt::DynamoTagged => encode::SaltForm::DynamoTagged,
     };
-    let plan = plan::plan(&trace, &wire, BLOCK_TOKENS, salt).map_err(invalid)?;
+    let plan = plan::plan(&trace, &wire, salt).map_err(invalid)?;
     if plan.workers.len() > usize::from(u16::MAX) / 2 {
         return Err(invalid(format!(
             "{} workers: at most 32767 can be published",

@@ -2,7 +2,7 @@
 //! cache event, numbered per worker's publisher, with the faults of a [`Wire`]. This is
 //! pure: the sockets of [`super::socket`] only send what the plan lists, in its order.
 
-use super::encode::{self, Namespace, SaltForm, WireEvent};
+use super::encode::{self, Namespace, SaltForm, WireEvent, BLOCK_TOKENS};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -68,27 +68,27 @@ struct CacheEvent {
 }
 
 /// Builds the plan of `trace` (a `kvroute-trace/1` document already validated) under
-/// `wire`, with blocks of `block_tokens` tokens. Err names what cannot be published.
-pub fn plan(trace: &Value, wire: &Wire, block_tokens: u64, salt: SaltForm) -> Result<Plan, String> {
+/// `wire`, with blocks of [`BLOCK_TOKENS`] tokens. Err names what cannot be published.
+pub fn plan(trace: &Value, wire: &Wire, salt: SaltForm) -> Result<Plan, String> {
     let workers = worker_ids(trace);
     let index = |id: &str| workers.iter().position(|w| w == id);
     for (id, size) in &wire.block_size {
-        if index(id).is_none() || *size == 0 || size % block_tokens != 0 {
+        if index(id).is_none() || *size == 0 || size % BLOCK_TOKENS != 0 {
             return Err(format!(
-                "wire.block_size: {id:?} {size}: expected a worker of the trace and a multiple of {block_tokens}"
+                "wire.block_size: {id:?} {size}: expected a worker of the trace and a multiple of {BLOCK_TOKENS}"
             ));
         }
     }
     let parents = encode::chain_parents(trace);
-    let mut cache_events = initial_caches(trace, &workers, &parents, block_tokens)?;
+    let mut cache_events = initial_caches(trace, &workers, &parents)?;
     let mut events: Vec<&Value> = trace["events"].as_array().into_iter().flatten().collect();
     events.sort_by_key(|e| (e["tick"].as_u64(), e["seq"].as_u64()));
     for event in events.into_iter().filter(|e| e["type"] == "cache") {
         let seq = event["seq"].as_u64().unwrap_or(0);
         let worker_id = event["worker"].as_str().unwrap_or("");
         let worker = index(worker_id).ok_or_else(|| format!("event {seq}: unknown worker"))?;
-        let wire_events = encode::cache_event(event, &parents, block_tokens)
-            .map_err(|e| format!("event {seq}: {e}"))?;
+        let wire_events =
+            encode::cache_event(event, &parents).map_err(|e| format!("event {seq}: {e}"))?;
         cache_events.push(CacheEvent {
             seq,
             tick: event["tick"].as_u64().unwrap_or(0),
@@ -106,16 +106,15 @@ fn initial_caches(
     trace: &Value,
     workers: &[String],
     parents: &encode::Parents,
-    block_tokens: u64,
 ) -> Result<Vec<CacheEvent>, String> {
     let mut out = Vec::new();
     for worker in trace["workers"].as_array().into_iter().flatten() {
         let entries = worker["cache"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         let mut events = Vec::new();
         for entry in entries.iter().filter(|e| e["tokens"].as_u64() != Some(0)) {
-            if entry["tokens"].as_u64() != Some(block_tokens) {
+            if entry["tokens"].as_u64() != Some(BLOCK_TOKENS) {
                 return Err(format!(
-                    "worker {}: a cache entry of {} tokens is not one block of {block_tokens}",
+                    "worker {}: a cache entry of {} tokens is not one block of {BLOCK_TOKENS}",
                     worker["id"], entry["tokens"]
                 ));
             }
@@ -281,7 +280,7 @@ mod tests {
                 replayable,
                 ..Wire::default()
             };
-            let plan = plan(&trace(), &wire, 16, SaltForm::Vllm).unwrap();
+            let plan = plan(&trace(), &wire, SaltForm::Vllm).unwrap();
             assert_eq!(shape(&plan)[1], Some((1, 0, false, replayable)));
             assert_eq!(
                 shape(&plan)[2],
@@ -303,7 +302,7 @@ mod tests {
             restart: vec![7],
             ..Wire::default()
         };
-        let plan = plan(&trace, &wire, 16, SaltForm::Vllm).unwrap();
+        let plan = plan(&trace, &wire, SaltForm::Vllm).unwrap();
         let steps = shape(&plan);
         assert_eq!(steps[6], None);
         assert_eq!(steps[7], Some((1, 0, true, true)));
@@ -316,7 +315,7 @@ mod tests {
             swap: vec![[2, 3]],
             ..Wire::default()
         };
-        let steps = shape(&plan(&trace(), &wire, 16, SaltForm::Vllm).unwrap());
+        let steps = shape(&plan(&trace(), &wire, SaltForm::Vllm).unwrap());
         assert_eq!(
             (steps[1], steps[2]),
             (Some((1, 1, true, true)), Some((1, 0, true, true)))
@@ -334,7 +333,7 @@ mod tests {
             host_copies: vec![copy],
             ..Wire::default()
         };
-        let plan = plan(&trace(), &wire, 16, SaltForm::Vllm).unwrap();
+        let plan = plan(&trace(), &wire, SaltForm::Vllm).unwrap();
         assert_eq!(shape(&plan)[1], Some((1, 0, true, true)));
         let Step::Message { payload, .. } = &plan.steps[1] else {
             panic!("a message")
