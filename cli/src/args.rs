@@ -314,6 +314,30 @@ pub enum ImportFormat {
         #[arg(short = 'o', long = "out", value_name = "OUT")]
         out: OutputPath,
     },
+    /// Alibaba's Qwen-Bailian usage traces (`chat_id`, `timestamp` in seconds,
+    /// `input_length`, `output_length`, per-block `hash_ids`): one request a line, each
+    /// block re-chained on the blocks before it (SPEC.md §18).
+    Bailian {
+        /// The JSONL file (one trace: its ids are salted per file).
+        file: InputPath,
+        /// Prompt tokens per hash id (the last block of a request may be partial), at most
+        /// 2^53 - 1; the published traces use 16.
+        #[arg(long, default_value_t = 16,
+              value_parser = clap::value_parser!(u64).range(..=JSON_INTEGER_MAX))]
+        block_tokens: u64,
+        /// The tenant of every request.
+        #[arg(long, default_value = "bailian")]
+        tenant: String,
+        /// The model of every request and worker.
+        #[arg(long, default_value = "bailian-model")]
+        model: String,
+        /// How many identical workers to create (1 to 4096).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        workers: u32,
+        /// Where to write the trace (atomically: nothing is left on failure).
+        #[arg(short = 'o', long = "out", value_name = "OUT")]
+        out: OutputPath,
+    },
     /// vLLM or SGLang KV events captured by `kvroute record`, with the requests the
     /// engines served: a worker per publisher, sequential epochs (SPEC.md §13). Both
     /// engines' layouts are read, each told apart by its values.
@@ -1148,6 +1172,8 @@ pub struct PublishArgs {
 pub enum PublishSalt {
     Vllm,
     DynamoTagged,
+    /// No salt: every tenant's blocks unsalted, as engines serving one tenant publish.
+    None,
 }
 
 /// The routers `kvroute conform` knows how to drive (SPEC.md §16.4).

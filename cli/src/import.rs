@@ -9,9 +9,9 @@ use crate::inputs::read_bytes;
 use crate::out::{self, emit_with};
 use crate::progress::Progress;
 use kvroute_cli::args::{EngineImportArgs, ImportFormat};
+use kvroute_core::import::{BailianImport, BailianOptions, MooncakeImport, MooncakeOptions};
 use kvroute_core::import::{EngineEventsImport, EngineFormat, EventsOptions, Keying};
 use kvroute_core::import::{ImportError, Importer, Source};
-use kvroute_core::import::{MooncakeImport, MooncakeOptions};
 use kvroute_core::output::CanonicalTraceStream;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,23 @@ pub fn importer_of(format: ImportFormat) -> (Box<dyn Importer>, PathBuf) {
             };
             let file = file.0;
             (Box::new(MooncakeImport { file, options }), out.0)
+        }
+        ImportFormat::Bailian {
+            file,
+            block_tokens,
+            tenant,
+            model,
+            workers,
+            out,
+        } => {
+            let options = BailianOptions {
+                block_tokens,
+                tenant,
+                model,
+                workers,
+            };
+            let file = file.0;
+            (Box::new(BailianImport { file, options }), out.0)
         }
         ImportFormat::VllmEvents(args) => engine_events(EngineFormat::Vllm, args),
         ImportFormat::SglangEvents(args) => engine_events(EngineFormat::Sglang, args),

@@ -16,6 +16,10 @@ use std::process::{Command, Output, Stdio};
 
 const TRACE: &str = "tests/publish/wire.trace.json";
 
+/// How long a publisher waits for `record` to subscribe: its connection attempts are
+/// retried on a timer, and a loaded machine (the whole suite on two cores) delays them.
+const SUBSCRIBER_WAIT_MS: &str = "4000";
+
 fn kvroute(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args(args)
@@ -321,10 +325,122 @@ fn every_message_reaches_a_subscriber_before_the_sockets_close() {
         &port.to_string(),
         "--hold-ms",
         "10000",
+        // The subscriber started first, but its connection is retried on a timer: on
+        // a loaded machine the default second's wait lost every message.
+        "--wait-ms",
+        SUBSCRIBER_WAIT_MS,
     ]);
     assert!(published.status.success(), "{}", stderr(&published));
     let recorded = recorder.wait_with_output().unwrap();
     assert!(recorded.status.success(), "{}", stderr(&recorded));
     let lines = std::fs::read_to_string(&capture).unwrap().lines().count();
     assert_eq!(lines, n, "every published message recorded");
+}
+
+/// Each cache event of `trace` as `(worker, what)`, the worker named by `worker_of`,
+/// `what` its op and namespace (`store t/base`), a store's 0-token segment as the
+/// removal it is (SPEC.md §3), and a run of equal neighbours as one: a store `publish`
+/// splits into chains is still one run.
+fn cache_runs(trace: &Value, worker_of: impl Fn(&str) -> String) -> Vec<(String, String)> {
+    let mut runs: Vec<(String, String)> = Vec::new();
+    for event in trace["events"].as_array().unwrap() {
+        if event["type"] != "cache" {
+            continue;
+        }
+        let worker = worker_of(event["worker"].as_str().unwrap());
+        let namespace = || {
+            let (tenant, adapter) = (&event["tenant"], &event["adapter"]);
+            format!("{}/{}", tenant.as_str().unwrap(), adapter.as_str().unwrap())
+        };
+        let ops: Vec<String> = match event["op"].as_str().unwrap() {
+            "clear" => vec!["clear".to_owned()],
+            "store" => event["segments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| match s["tokens"].as_u64() {
+                    Some(0) => format!("evict {}", namespace()),
+                    _ => format!("store {}", namespace()),
+                })
+                .collect(),
+            op => vec![format!("{op} {}", namespace())],
+        };
+        for op in ops {
+            let run = (worker.clone(), op);
+            if runs.last() != Some(&run) {
+                runs.push(run);
+            }
+        }
+    }
+    runs
+}
+
+#[test]
+fn a_published_trace_recorded_and_imported_keeps_each_store_s_tenant_and_adapter() {
+    // The salt `publish` puts in the root block's `extra_keys` is read back as the
+    // tenant (SPEC.md §13.4, *Extra keys*), so no store is left out and each keeps
+    // the namespace the trace gave it: tenants "t" and "u", adapters base and lora-x.
+    let scratch = tempfile::tempdir().unwrap();
+    let counted = kvroute(&["publish", TRACE, "--wait-ms", "0", "--hold-ms", "0"]);
+    let counted = String::from_utf8_lossy(&counted.stdout).to_string() + &stderr(&counted);
+    let total = counted
+        .split("published ")
+        .nth(1)
+        .and_then(|rest| rest.split(" of ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("publish counts its messages")
+        .to_owned();
+    let port = free_ports();
+    let endpoints = [port, port + 1].map(|p| format!("tcp://127.0.0.1:{p}"));
+    let capture = scratch.path().join("capture.jsonl");
+    let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .arg("record")
+        .args(&endpoints)
+        .args(["--count", &total, "--seconds", "60", "--out"])
+        .arg(&capture)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let published = kvroute(&[
+        "publish",
+        TRACE,
+        "--port",
+        &port.to_string(),
+        "--wait-ms",
+        SUBSCRIBER_WAIT_MS,
+    ]);
+    assert!(published.status.success(), "{}", stderr(&published));
+    let recorded = recorder.wait_with_output().unwrap();
+    assert!(recorded.status.success(), "{}", stderr(&recorded));
+    let requests = scratch.path().join("requests.jsonl");
+    let tokens: Vec<u64> = (0..16).collect();
+    let request = serde_json::json!({"arrival_ms": 1, "id": "r", "model": "m",
+        "token_ids": tokens, "output_tokens": 1});
+    std::fs::write(&requests, format!("{request}\n")).unwrap();
+    let imported_path = scratch.path().join("imported.json");
+    let imported = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args(["import", "vllm-events"])
+        .arg(&capture)
+        .arg("--requests")
+        .arg(&requests)
+        .arg("-o")
+        .arg(&imported_path)
+        .output()
+        .unwrap();
+    let report = stderr(&imported);
+    assert!(imported.status.success(), "{report}");
+    assert!(report.contains("0 extra keys"), "{report}");
+    assert!(report.contains("0 unknown parent"), "{report}");
+    assert!(report.contains(r#"salted: "#), "{report}");
+    let original: Value = serde_json::from_slice(&std::fs::read(TRACE).unwrap()).unwrap();
+    let trace: Value = serde_json::from_slice(&std::fs::read(&imported_path).unwrap()).unwrap();
+    let by_endpoint = |id: &str| {
+        let endpoint = id.split('|').next().unwrap();
+        let i = endpoints.iter().position(|e| e == endpoint).unwrap();
+        format!("w{i}")
+    };
+    assert_eq!(
+        cache_runs(&trace, by_endpoint),
+        cache_runs(&original, str::to_owned)
+    );
 }

@@ -8,6 +8,7 @@ use kvroute_core::import::{
     import_dynamo_events, import_engine_events, EngineEventsImport, EngineFormat, EventsOptions,
 };
 use kvroute_core::import::{import_mooncake, MooncakeImport, MooncakeOptions};
+use kvroute_core::import::{BailianImport, BailianOptions};
 use kvroute_core::import::{ImportError, Importer, Source};
 use kvroute_core::output::{canonical_trace_bytes, CanonicalTraceStream};
 use std::path::PathBuf;
@@ -16,6 +17,15 @@ const ENGINE_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests
 const MOONCAKE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../fixtures/mooncake/three-lines.jsonl"
+);
+
+const BAILIAN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../fixtures/bailian/four-lines.jsonl"
+);
+const BAILIAN_GOLDEN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../fixtures/bailian/four-lines.trace.json"
 );
 
 fn read(path: &str) -> Vec<u8> {
@@ -58,6 +68,21 @@ fn mooncake_through_the_trait_writes_the_whole_imports_trace() {
     let whole = import_mooncake(&lines[..], &MooncakeOptions::default()).unwrap();
     assert_eq!(bytes, canonical_trace_bytes(&whole));
     assert_eq!(counts, "3 requests, 8 workers, 4 segments");
+}
+
+#[test]
+fn bailian_through_the_trait_writes_its_golden_trace() {
+    // The golden was checked by hand against SPEC.md §18.1 (cli/tests/bailian.rs says
+    // what); the streamed bytes are the canonical trace followed by one newline.
+    let importer = BailianImport {
+        file: PathBuf::from("four-lines.jsonl"),
+        options: BailianOptions::default(),
+    };
+    assert_eq!(importer.name(), "bailian");
+    let (bytes, counts) = run(&importer, &[&read(BAILIAN)]).unwrap();
+    let golden = read(BAILIAN_GOLDEN);
+    assert_eq!(bytes, golden.strip_suffix(b"\n").unwrap_or(&golden));
+    assert_eq!(counts, "4 requests, 8 workers, 11 segments");
 }
 
 #[test]
@@ -157,13 +182,22 @@ fn the_check_accepts_and_refuses_what_the_import_does_with_the_same_errors() {
     let capture = read(&format!("{ENGINE_FIXTURES}/vllm.capture.jsonl"));
     let requests = read(&format!("{ENGINE_FIXTURES}/requests.jsonl"));
     let engine = engine(EngineFormat::Vllm, "cap.jsonl", "req.jsonl");
-    let cases: [(&dyn Importer, Vec<&[u8]>); 6] = [
+    let bailian_lines = read(BAILIAN);
+    let bailian_bad_last = [&bailian_lines[..], b"{\"chat_id\": 9}\n"].concat();
+    let bailian = BailianImport {
+        file: PathBuf::from("in.jsonl"),
+        options: BailianOptions::default(),
+    };
+    let cases: [(&dyn Importer, Vec<&[u8]>); 9] = [
         (&mooncake, vec![&lines]),
         (&mooncake, vec![&bad_last_line]),
         (&mooncake, vec![b""]),
         (&engine, vec![&capture, &requests]),
         (&engine, vec![&capture, b"{}\n"]),
         (&engine, vec![&capture, b""]),
+        (&bailian, vec![&bailian_lines]),
+        (&bailian, vec![&bailian_bad_last]),
+        (&bailian, vec![b""]),
     ];
     for (importer, inputs) in cases {
         let sources = || -> Vec<Source<'_>> {

@@ -393,6 +393,51 @@ pub fn import_mooncake(data: &[u8]) {
     }
 }
 
+/// Arbitrary bytes as a Qwen-Bailian JSONL file (the first byte picks the worker
+/// count and the block size, 0 included): the import never panics, its checking pass
+/// accepts and refuses what it does with the same errors, and every trace it accepts
+/// validates.
+pub fn import_bailian(data: &[u8]) {
+    use kvroute_core::import::{BailianImport, BailianOptions, Importer, Source};
+    use kvroute_core::output::CanonicalTraceStream;
+    let (options, input) = match data.split_first() {
+        Some((&b, rest)) => (
+            BailianOptions {
+                workers: (b % 16) as u32,
+                block_tokens: [0, 1, 16, 512][(b >> 4) as usize % 4],
+                ..BailianOptions::default()
+            },
+            rest,
+        ),
+        None => (BailianOptions::default(), data),
+    };
+    let importer = BailianImport {
+        file: "fuzz.jsonl".into(),
+        options,
+    };
+    let sources = || -> Vec<Source<'_>> { vec![Box::new(input)] };
+    let checked = importer.check(sources());
+    let mut stream = CanonicalTraceStream::new(Vec::new()).expect("writing into memory");
+    let imported = importer.import(sources(), &mut |event| {
+        stream
+            .event(&event)
+            .expect("events come in canonical order")
+    });
+    match imported {
+        Ok(imported) => {
+            assert!(
+                checked.is_ok(),
+                "the checking pass rejects an accepted import"
+            );
+            let (bytes, _) = stream.finish(&imported.head).expect("writing into memory");
+            if let Err(errors) = kvroute_core::parse_trace(&bytes) {
+                panic!("an imported trace does not validate: {errors}");
+            }
+        }
+        Err(error) => assert_eq!(checked.err(), Some(error), "the checking pass"),
+    }
+}
+
 /// A generated trace run closed-loop under engine settings drawn from the bytes.
 #[derive(Debug, Arbitrary)]
 pub struct LoopCase {

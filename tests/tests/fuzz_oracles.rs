@@ -60,6 +60,22 @@ fn import_and_closed_loop_on_seeded_bytes() {
     for seed in 0..200 {
         oracles::import_engine_events(&seeded_bytes(seed, (seed as usize * 5) % 200));
     }
+    let bailian = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/bailian/four-lines.jsonl"
+    ))
+    .unwrap();
+    for seed in 0..200u64 {
+        // The fixture mangled a little: deep into the line rules.
+        let mut bytes = vec![seed as u8];
+        bytes.extend_from_slice(&bailian);
+        let mut rng = seeded_rng(seed);
+        for _ in 0..seed % 5 {
+            let i = 1 + (rng.next_u64() as usize % bailian.len());
+            bytes[i] = b"0-.e\"{}[],: x1\n"[(rng.next_u64() % 15) as usize];
+        }
+        oracles::import_bailian(&bytes);
+    }
     for seed in 0..30 {
         let bytes = seeded_bytes(seed, 2048);
         let case = LoopCase::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
@@ -79,6 +95,7 @@ fn committed_fuzz_inputs_replay() {
             "csv_export",
             "import_mooncake",
             "import_engine_events",
+            "import_bailian",
             "closed_loop",
         ] {
             let dir = fuzz.join(kind).join(target);
@@ -103,6 +120,7 @@ fn committed_fuzz_inputs_replay() {
                     }
                     "import_mooncake" => oracles::import_mooncake(&data),
                     "import_engine_events" => oracles::import_engine_events(&data),
+                    "import_bailian" => oracles::import_bailian(&data),
                     "closed_loop" => {
                         if let Ok(case) = LoopCase::arbitrary_take_rest(u) {
                             oracles::closed_loop(&case);

@@ -217,6 +217,8 @@ pub enum SaltForm {
     Vllm,
     /// `dynamo-cache-salt:<tenant>`, as Dynamo's vLLM worker sets it.
     DynamoTagged,
+    /// No salt at all: engines that serve one tenant publish none.
+    None,
 }
 
 /// One `KVEventBatch` as vLLM 0.33.0 writes it to a ZeroMQ subscriber: the array
@@ -255,10 +257,12 @@ fn hashes(namespace: &Namespace, keys: &[String]) -> Pack {
 fn extra_keys(namespace: &Namespace, blocks: usize, at_root: bool, salt: SaltForm) -> Option<Pack> {
     let lora =
         (!matches!(namespace.adapter.as_str(), "base" | "")).then(|| namespace.adapter.clone());
-    let salted = (!namespace.tenant.is_empty()).then(|| match salt {
-        SaltForm::Vllm => namespace.tenant.clone(),
-        SaltForm::DynamoTagged => format!("dynamo-cache-salt:{}", namespace.tenant),
-    });
+    let salted = match salt {
+        _ if namespace.tenant.is_empty() => None,
+        SaltForm::Vllm => Some(namespace.tenant.clone()),
+        SaltForm::DynamoTagged => Some(format!("dynamo-cache-salt:{}", namespace.tenant)),
+        SaltForm::None => None,
+    };
     let entries: Vec<Pack> = (0..blocks)
         .map(|i| {
             let items: Vec<Pack> = lora

@@ -37,6 +37,7 @@ pub(crate) fn publish(args: PublishArgs) -> Result<(), Failure> {
     let salt = match args.salt {
         kvroute_cli::args::PublishSalt::Vllm => encode::SaltForm::Vllm,
         kvroute_cli::args::PublishSalt::DynamoTagged => encode::SaltForm::DynamoTagged,
+        kvroute_cli::args::PublishSalt::None => encode::SaltForm::None,
     };
     let plan = plan::plan(&trace, &wire, salt).map_err(invalid)?;
     if plan.workers.len() > usize::from(u16::MAX) / 2 {

@@ -5,9 +5,11 @@
 //! those inputs into the trace's events (handed to a sink in canonical order, so a
 //! format that can stream never holds the trace), the rest of the trace and a
 //! [`importer::Report`], or one [`importer::ImportError`] whose lines name the input
-//! file and line. The formats: [`mooncake`] (Mooncake FAST'25 JSONL, streamed) and
-//! [`kv_events`] (vLLM and SGLang ZeroMQ captures, and Dynamo's RouterEvent lines,
-//! each with a request log). What more than one format uses lives in [`shared`].
+//! file and line. The formats: [`mooncake`] (Mooncake FAST'25 JSONL, streamed),
+//! [`bailian`] (Alibaba's Qwen-Bailian JSONL, its per-block ids re-chained, streamed)
+//! and [`kv_events`] (vLLM and SGLang ZeroMQ captures, and Dynamo's RouterEvent lines,
+//! each with a request log). What more than one format uses lives in [`shared`], and
+//! what the formats of one request a line share in [`request_lines`].
 //!
 //! # Adding an input format
 //!
@@ -34,14 +36,17 @@
 //!
 //! `docs/importers.md` says the same at more length.
 
+pub(crate) mod bailian;
 pub(crate) mod importer;
 pub(crate) mod kv_events;
 pub(crate) mod mooncake;
+pub(crate) mod request_lines;
 pub(crate) mod shared;
 
 // The public part of importing: the `Importer` trait and what it hands back, and each
 // format's importer with its options. Two formats cap a line differently, so their caps
 // are named by format.
+pub use bailian::{BailianImport, BailianOptions, LINE_BYTES_MAX as BAILIAN_LINE_BYTES_MAX};
 pub use importer::{ImportError, Imported, Importer, Problem, Report, Source};
 pub use kv_events::lines::capture_line;
 pub use kv_events::wire::{decode_batch, BlockHash, EngineEvent, PAYLOAD_BYTES_MAX};

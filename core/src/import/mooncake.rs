@@ -10,24 +10,20 @@
 //! line number instead of by a JSON path into a document the user never wrote, and an
 //! accepted import always validates.
 
-use crate::import::importer::{
-    sources_as, ImportError, Imported, Importer, Problem, Report, Source,
+use crate::import::importer::{ImportError, Imported, Importer, Problem, Report, Source};
+use crate::import::request_lines::{
+    block_tokens_each, fleet_head, fleet_option_reasons, hash_ids, integer, non_empty,
+    request_checks, unknown_and_repeated, whole_input_errors, Totals, PROFILE,
 };
-use crate::import::shared::{DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE, REQUEST_LINE_BYTES_MAX};
+use crate::import::shared::REQUEST_LINE_BYTES_MAX;
 use crate::input::json::{quote_str, Node};
 use crate::input::json_lines::{self, for_each_line, Line, LineErrors};
-use crate::input::limits::{CostBound, LimitsProfile, JSON_INTEGER_MAX};
 use crate::input::trace::members;
-use crate::input::trace::{
-    fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
-};
+use crate::input::trace::{Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace};
 use rustc_hash::FxHashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// The limits profile every import declares: Mooncake traces exceed the lab limits.
-const PROFILE: LimitsProfile = LimitsProfile::Scale;
 
 /// The Mooncake members of one line, in the order their errors are reported.
 const FIELDS: &[&str] = members::MOONCAKE_LINE;
@@ -267,54 +263,29 @@ impl LineRequest {
     }
 }
 
-/// The imported trace without its events: the `scale` profile, the default policy
-/// (with `dynamo_block_tokens` when asked for) and `options.workers` identical idle
-/// workers (SPEC.md §10.1).
+/// The imported trace without its events: the default policy (with
+/// `dynamo_block_tokens` when asked for) and `options.workers` identical idle workers
+/// (SPEC.md §10.1).
 fn trace_head(options: &MooncakeOptions, namespace: &Namespace) -> Trace {
-    let workers = (0..options.workers)
-        .map(|index| {
-            WorkerSpec::idle(
-                fleet_worker_id(index, options.workers).into(),
-                Arc::clone(&namespace.model),
-                Vec::new(),
-                DEFAULT_PREFILL_RATE,
-                DEFAULT_DECODE_RATE,
-            )
-        })
-        .collect();
-    Trace {
-        limits: PROFILE,
-        policy: PolicyParams {
-            dynamo_block_tokens: options.dynamo_block_tokens,
-            ..PolicyParams::default()
-        },
-        sharing: Vec::new(),
-        workers,
-        events: Vec::new(),
-    }
+    let policy = PolicyParams {
+        dynamo_block_tokens: options.dynamo_block_tokens,
+        ..PolicyParams::default()
+    };
+    fleet_head(options.workers, &namespace.model, policy)
 }
 
 fn option_errors(options: &MooncakeOptions) -> Vec<String> {
-    let mut reasons = Vec::new();
-    if options.block_tokens == 0 {
-        reasons.push("block_tokens: expected a positive integer, found 0".to_owned());
-    }
+    let mut reasons = fleet_option_reasons(
+        options.block_tokens,
+        options.workers,
+        &options.tenant,
+        &options.model,
+    );
     if options.dynamo_block_tokens == Some(0) {
-        reasons.push("dynamo_block_tokens: expected a positive integer, found 0".to_owned());
-    }
-    let workers_max = PROFILE.workers_max();
-    if options.workers == 0 || u64::from(options.workers) > workers_max {
-        reasons.push(format!(
-            "workers: expected 1 to {workers_max} (the {} limit), found {}",
-            PROFILE.name(),
-            options.workers
-        ));
-    }
-    if options.tenant.is_empty() {
-        reasons.push("tenant: expected a non-empty string".to_owned());
-    }
-    if options.model.is_empty() {
-        reasons.push("model: expected a non-empty string".to_owned());
+        // After the block size, as SPEC.md §10.2 lists them.
+        let at = usize::from(options.block_tokens == 0);
+        let reason = "dynamo_block_tokens: expected a positive integer, found 0".to_owned();
+        reasons.insert(at, reason);
     }
     reasons
 }
@@ -360,91 +331,12 @@ fn parse_line(line_bytes: &[u8], reasons: &mut Vec<String>) -> LineFields {
             _ => fields.hash_ids = hash_ids(value, reasons),
         }
     }
-    let mut seen = Vec::with_capacity(FIELDS.len());
-    for (name, _) in members {
-        if !FIELDS.contains(&&**name) {
-            reasons.push(format!("unknown field {}", quote_name(name)));
-        } else if seen.contains(&name) {
-            reasons.push(format!("repeated field {}", quote_name(name)));
-        } else {
-            seen.push(name);
-        }
-    }
+    unknown_and_repeated(members, FIELDS, reasons);
     fields
 }
 
 fn quote_name(name: &str) -> String {
     quote_str(name)
-}
-
-/// A JSON integer literal from 0 to 2^53 - 1, as every trace integer must be.
-fn integer(path: &str, node: &Node, reasons: &mut Vec<String>) -> Option<u64> {
-    let value = node.integer();
-    if value.is_none() {
-        reasons.push(format!(
-            "{path}: expected a non-negative integer, found {}",
-            node.quoted()
-        ));
-    }
-    value
-}
-
-fn hash_ids(node: &Node, reasons: &mut Vec<String>) -> Option<Vec<u64>> {
-    let Node::Array(items) = node else {
-        reasons.push(format!(
-            "hash_ids: expected an array, found {}",
-            node.quoted()
-        ));
-        return None;
-    };
-    let mut ids = Vec::with_capacity(items.len());
-    let mut all_ok = true;
-    for (i, item) in items.iter().enumerate() {
-        match integer(&format!("hash_ids[{i}]"), item, reasons) {
-            Some(id) => ids.push(id),
-            None => all_ok = false,
-        }
-    }
-    all_ok.then_some(ids)
-}
-
-/// Pushes a reason when the hash ids do not cover the prompt exactly (every block full
-/// except the last, which holds 1 to `block_tokens` tokens) or the request is over the
-/// per-request token limit; true when the request is good.
-fn request_checks(
-    prompt_tokens: u64,
-    decode_tokens: u64,
-    hash_ids: &[u64],
-    block_tokens: u64,
-    reasons: &mut Vec<String>,
-) -> bool {
-    let mut good = true;
-    let ids = hash_ids.len() as u128;
-    let full_blocks_tokens = u128::from(block_tokens) * ids.saturating_sub(1);
-    let prompt = u128::from(prompt_tokens);
-    let covered = if ids == 0 {
-        prompt == 0
-    } else {
-        full_blocks_tokens < prompt && prompt <= full_blocks_tokens + u128::from(block_tokens)
-    };
-    if !covered {
-        let ids_needed = prompt_tokens.div_ceil(block_tokens);
-        let plural = if ids_needed == 1 { "" } else { "s" };
-        reasons.push(format!(
-            "hash_ids: input_length {prompt_tokens} at {block_tokens} tokens a block needs \
-             {ids_needed} id{plural}, found {ids}"
-        ));
-        good = false;
-    }
-    if let Some(tokens) = PROFILE.tokens_over_limit(prompt_tokens, decode_tokens) {
-        reasons.push(format!(
-            "{tokens} tokens (input_length + output_length) exceed the {} limit of {}",
-            PROFILE.name(),
-            PROFILE.tokens_per_request_max()
-        ));
-        good = false;
-    }
-    good
 }
 
 /// The keys of block ids (`b` and the id). Shared for a trace that is kept: requests
@@ -484,75 +376,15 @@ fn prefix(
     block_tokens: u64,
     block_keys: &mut BlockKeys,
 ) -> Vec<Segment> {
-    let mut remaining_tokens = prompt_tokens;
+    let tokens = block_tokens_each(prompt_tokens, block_tokens, hash_ids.len());
     hash_ids
         .iter()
-        .map(|id| {
-            let tokens = remaining_tokens.min(block_tokens);
-            remaining_tokens -= tokens;
-            Segment {
-                key: block_keys.key(*id),
-                tokens,
-            }
+        .zip(tokens)
+        .map(|(id, tokens)| Segment {
+            key: block_keys.key(*id),
+            tokens,
         })
         .collect()
-}
-
-/// Running figures for the whole-input limits.
-#[derive(Default)]
-struct Totals {
-    /// Every line counts, good or bad: each would have been one request event.
-    requests: u64,
-    /// Workers start idle and there are no load events, so only requests add to it.
-    bound: CostBound,
-}
-
-impl Totals {
-    fn add(&mut self, prompt_tokens: u64, decode_tokens: u64) {
-        self.bound.add_request(prompt_tokens, decode_tokens);
-    }
-}
-
-/// The request-count limit and the overflow bound of SPEC.md §1.4 for the trace the
-/// import would produce. Every event is a request, so the event limit (twice the request
-/// limit) cannot be reached first.
-fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<String> {
-    let mut reasons = Vec::new();
-    if totals.requests > PROFILE.requests_max() {
-        reasons.push(format!(
-            "{} requests exceed the {} limit of {}",
-            totals.requests,
-            PROFILE.name(),
-            PROFILE.requests_max()
-        ));
-    }
-    let policy = PolicyParams::default();
-    // The dynamo_default run's bound (§1.4) too, which is the larger of the two only
-    // when the block is longer than the longest prompt.
-    let dynamo_over = dynamo_block_tokens
-        .is_some_and(|block_tokens| totals.bound.dynamo_exceeds_integer_max(block_tokens));
-    let (prompt_sum, decode_sum) = (totals.bound.prompt_sum, totals.bound.decode_sum);
-    if totals
-        .bound
-        .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
-    {
-        reasons.push(format!(
-            "figures could overflow: {prompt_sum} prompt and {decode_sum} decode tokens in \
-             all put the cost bound over {JSON_INTEGER_MAX}; import fewer lines"
-        ));
-    } else if let (true, Some(block_tokens)) = (dynamo_over, dynamo_block_tokens) {
-        // The lines fit; the block is what is too large (every decode is rounded up to
-        // whole blocks), so name the block and the largest one these lines allow.
-        let block_tokens_max =
-            (u128::from(JSON_INTEGER_MAX) / 1000).saturating_sub(prompt_sum + decode_sum);
-        reasons.push(format!(
-            "dynamo_block_tokens: {block_tokens} puts the dynamo_default cost bound over \
-             {JSON_INTEGER_MAX} (1000 per token of {prompt_sum} prompt and {decode_sum} \
-             decode tokens in all, plus one block); these lines allow at most \
-             {block_tokens_max}"
-        ));
-    }
-    reasons
 }
 
 /// `kvroute import mooncake FILE`: one Mooncake JSONL file (SPEC.md §10), streamed.
@@ -616,20 +448,9 @@ impl Importer for MooncakeImport {
 }
 
 impl MooncakeImport {
-    /// The one input, refused when it is empty: an empty file and a file of one blank
-    /// line are both no trace (SPEC.md §10.2).
+    /// The one input, refused when it is empty (SPEC.md §10.2).
     fn non_empty<'s>(&self, sources: Vec<Source<'s>>) -> Result<Source<'s>, ImportError> {
-        let [mut lines] = sources_as(self.command(), sources)?;
-        match lines.fill_buf() {
-            Ok([]) => {
-                let reason = "no requests: the file is empty".to_owned();
-                Err(ImportError::Rejected(vec![Problem::of_input(
-                    &self.file, reason,
-                )]))
-            }
-            Ok(_) => Ok(lines),
-            Err(e) => Err(self.cannot_read(&self.file, e)),
-        }
+        non_empty(self, &self.file, sources)
     }
 
     /// The conversion's errors as problems of the file's lines.
@@ -643,6 +464,8 @@ impl MooncakeImport {
 mod tests {
     use super::*;
     use crate::input::limits::ERROR_LINES_MAX;
+    use crate::input::limits::{CostBound, LimitsProfile};
+    use crate::input::trace::{fleet_worker_id, WorkerSpec};
     use crate::output::canonical::canonical_trace_bytes;
     use crate::parse_trace;
 

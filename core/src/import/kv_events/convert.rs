@@ -9,14 +9,13 @@
 
 use super::lines::{LoggedRequest, Message};
 use super::report::{ImportReport, SequenceNote};
-use super::wire::{Batch, BlockHash, EngineEvent, Removed, Stored};
-use crate::import::shared::{DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE};
+use super::wire::{Batch, BlockHash, EngineEvent, ExtraKey, Removed, Stored};
+use crate::import::shared::{chained_key, DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE};
 use crate::input::trace::{
     CacheOp, EpochsMode, Event, EventKind, Grant, Namespace, PolicyParams, Request, Segment, Trace,
     WorkerSpec,
 };
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -77,6 +76,40 @@ const BASE_ADAPTER: &str = "base";
 const MEDIUM_GPU: &str = "GPU";
 /// The cache-group kind whose blocks are keyed by their tokens alone.
 const FULL_ATTENTION: &str = "full_attention";
+/// How Dynamo's vLLM worker tags a request's salt before handing it to the engine;
+/// the tenant is what follows.
+pub const DYNAMO_SALT_TAG: &str = "dynamo-cache-salt:";
+
+/// The tenant a store's salt names (SPEC.md §13.4, *Extra keys*): `Ok(None)` for blocks
+/// of tokens alone (and an adapter's name), `Err(())` for keys that tokens and one salt
+/// on the root block do not explain, or a salt that names no tenant.
+fn salt_tenant(stored: &Stored) -> Result<Option<&str>, ()> {
+    let mut salt = None;
+    for (i, entry) in stored.extra_keys.iter().enumerate() {
+        let Some(mut keys) = entry.as_deref() else {
+            continue;
+        };
+        if let (Some(name), [ExtraKey::Text(first), rest @ ..]) = (&stored.lora_name, keys) {
+            if first == name {
+                keys = rest;
+            }
+        }
+        match keys {
+            [] => {}
+            [ExtraKey::Text(text)] if i == 0 && stored.parent_block_hash.is_none() => {
+                salt = Some(text.as_str());
+            }
+            _ => return Err(()),
+        }
+    }
+    let Some(salt) = salt else {
+        return Ok(None);
+    };
+    match salt.strip_prefix(DYNAMO_SALT_TAG).unwrap_or(salt) {
+        "" => Err(()),
+        tenant => Ok(Some(tenant)),
+    }
+}
 
 /// Why a logged request cannot be keyed as Dynamo keys blocks (SPEC.md §13.7):
 /// Dynamo hashes token ids as 32-bit integers, and its events do not name adapters.
@@ -114,25 +147,6 @@ pub fn fleet_model(
     }
 }
 
-/// The key of a block of `tokens` whose previous block has the key `parent` (empty
-/// for the first block of a chain): `k` and the first 8 bytes of
-/// `SHA-256(parent ‖ 0x00 ‖ each token as 8 bytes big-endian)` in hex.
-pub fn chained_key(parent: &str, tokens: &[u64]) -> Arc<str> {
-    let mut hasher = Sha256::new();
-    hasher.update(parent.as_bytes());
-    hasher.update([0u8]);
-    for token in tokens {
-        hasher.update(token.to_be_bytes());
-    }
-    let digest = hasher.finalize();
-    let mut key = String::with_capacity(17);
-    key.push('k');
-    for byte in &digest[..8] {
-        key.push_str(&format!("{byte:02x}"));
-    }
-    key.into()
-}
-
 /// One publisher's view: the worker it is, where its numbering is, what it holds.
 struct Publisher {
     worker: Arc<str>,
@@ -142,7 +156,18 @@ struct Publisher {
     last_time_ms: Option<u64>,
     /// The last epoch given (or skipped).
     epoch: u64,
-    table: FxHashMap<BlockHash, (Arc<str>, Arc<str>)>,
+    table: FxHashMap<BlockHash, Held>,
+}
+
+/// A namespace's tenant and adapter (its model is the fleet's).
+type TenantAdapter = (Arc<str>, Arc<str>);
+
+/// What a publisher's table knows of one engine hash: the namespace's tenant and
+/// adapter its store was given, and the key kvroute gave the block.
+struct Held {
+    tenant: Arc<str>,
+    adapter: Arc<str>,
+    key: Arc<str>,
 }
 
 /// A cache event waiting for its tick and seq.
@@ -371,8 +396,9 @@ impl<'o> Converter<'o> {
             return None;
         }
         let blocks = stored.block_hashes.len() as u64;
+        let salt = salt_tenant(&stored).map(|t| t.map(Arc::<str>::from));
         let left_out = &mut self.report.left_out;
-        let counter = if stored.has_extra_keys {
+        let counter = if salt.is_err() {
             Some(&mut left_out.extra_keys)
         } else if stored.block_size != self.options.block_tokens {
             Some(&mut left_out.other_block_size)
@@ -389,10 +415,10 @@ impl<'o> Converter<'o> {
             *counter += 1;
             return None;
         }
-        let mut parent: Arc<str> = match &stored.parent_block_hash {
-            None => "".into(),
+        let (mut parent, parent_tenant): (Arc<str>, _) = match &stored.parent_block_hash {
+            None => ("".into(), None),
             Some(hash) => match publisher.table.get(hash) {
-                Some((_, key)) => key.clone(),
+                Some(held) => (held.key.clone(), Some(held.tenant.clone())),
                 None => {
                     self.report.left_out.unknown_parent += 1;
                     return None;
@@ -402,6 +428,10 @@ impl<'o> Converter<'o> {
         if blocks == 0 {
             return None;
         }
+        let tenant = match salt.ok().flatten() {
+            Some(tenant) => self.salted(tenant),
+            None => parent_tenant.unwrap_or_else(|| self.tenant.clone()),
+        };
         let adapter = self.adapter_of(&stored);
         let size = usize::try_from(stored.block_size).unwrap_or(usize::MAX);
         // Each block's key material: its tokens, or Dynamo's hash of them.
@@ -412,7 +442,12 @@ impl<'o> Converter<'o> {
         let mut segments = Vec::with_capacity(stored.block_hashes.len());
         for (hash, block) in stored.block_hashes.into_iter().zip(&material) {
             let key = chained_key(&parent, block);
-            publisher.table.insert(hash, (adapter.clone(), key.clone()));
+            let held = Held {
+                tenant: tenant.clone(),
+                adapter: adapter.clone(),
+                key: key.clone(),
+            };
+            publisher.table.insert(hash, held);
             segments.push(Segment {
                 key: key.clone(),
                 tokens: stored.block_size,
@@ -420,9 +455,23 @@ impl<'o> Converter<'o> {
             parent = key;
         }
         Some(CacheOp::Store {
-            namespace: self.namespace(self.tenant.clone(), adapter),
+            namespace: self.namespace(tenant, adapter),
             segments,
         })
+    }
+
+    /// Counts a salted store of `tenant`, and gives the tenant's one shared name.
+    fn salted(&mut self, tenant: Arc<str>) -> Arc<str> {
+        if tenant == self.tenant {
+            self.report.salted_default_tenant = Some(self.tenant.clone());
+        }
+        let salted = &mut self.report.salted;
+        let name = match salted.get_key_value(&*tenant) {
+            Some((name, _)) => name.clone(),
+            None => tenant,
+        };
+        *salted.entry(name.clone()).or_default() += 1;
+        name
     }
 
     /// `lora_name`, else `lora-id:<n>`, else the base model.
@@ -452,27 +501,29 @@ impl<'o> Converter<'o> {
         }
     }
 
-    /// The evicts a `BlockRemoved` becomes: one per adapter, in the order of its first
-    /// known hash.
+    /// The evicts a `BlockRemoved` becomes: one per tenant and adapter, in the order
+    /// of its first known hash.
     fn removal(&mut self, publisher: &mut Publisher, removed: Removed) -> Vec<CacheOp> {
         if !self.in_gpu_full_attention(&removed.medium, removed.group_idx, false) {
             return Vec::new();
         }
-        let mut by_adapter: Vec<(Arc<str>, Vec<Arc<str>>)> = Vec::new();
+        // Each namespace's tenant and adapter, with the keys removed from it.
+        let mut by_namespace: Vec<(TenantAdapter, Vec<Arc<str>>)> = Vec::new();
         for hash in &removed.block_hashes {
-            let Some((adapter, key)) = publisher.table.remove(hash) else {
+            let Some(held) = publisher.table.remove(hash) else {
                 self.report.left_out.unknown_removed_hashes += 1;
                 continue;
             };
-            match by_adapter.iter_mut().find(|(a, _)| *a == adapter) {
-                Some((_, keys)) => keys.push(key),
-                None => by_adapter.push((adapter, vec![key])),
+            let of = (held.tenant, held.adapter);
+            match by_namespace.iter_mut().find(|(n, _)| *n == of) {
+                Some((_, keys)) => keys.push(held.key),
+                None => by_namespace.push((of, vec![held.key])),
             }
         }
-        by_adapter
+        by_namespace
             .into_iter()
-            .map(|(adapter, keys)| CacheOp::Evict {
-                namespace: self.namespace(self.tenant.clone(), adapter),
+            .map(|((tenant, adapter), keys)| CacheOp::Evict {
+                namespace: self.namespace(tenant, adapter),
                 keys,
             })
             .collect()
@@ -586,14 +637,15 @@ impl<'o> Converter<'o> {
     }
 
     /// One grant per `(model, adapter)` that a request of another tenant than the
-    /// stores' names, listing the stores' tenant and those tenants.
+    /// unsalted stores' names, listing the stores' tenant and those tenants; a tenant
+    /// some salt names reuses its own salted blocks only, and is in no grant.
     fn grants(&self, logged: &[(usize, LoggedRequest)]) -> Vec<Grant> {
         let mut tenants_of: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
         for (_, request) in logged {
             let Some(tenant) = request
                 .tenant
                 .as_deref()
-                .filter(|t| *t != self.options.tenant)
+                .filter(|t| *t != self.options.tenant && !self.report.salted.contains_key(*t))
             else {
                 continue;
             };

@@ -12,7 +12,7 @@
 //! wrong type is refused with its path.
 
 use super::lines::Message;
-use super::wire::{Batch, BlockHash, EngineEvent, Removed, Stored};
+use super::wire::{Batch, BlockHash, EngineEvent, ExtraKey, Removed, Stored};
 use crate::input::limits::JSON_INTEGER_MAX;
 use serde_json::{Map, Value};
 
@@ -178,7 +178,8 @@ impl DynamoReader {
         let blocks = array(required(stored, "blocks", at)?, &format!("{at}.blocks"))?;
         let mut block_hashes = Vec::with_capacity(blocks.len());
         let mut tokens_hashes = Vec::with_capacity(blocks.len());
-        let mut has_extra_keys = false;
+        // A multimodal block: its key is more than its tokens' hash.
+        let mut extra_keys = Vec::with_capacity(blocks.len());
         for (i, block) in blocks.iter().enumerate() {
             let path = format!("{at}.blocks[{i}]");
             let block = object(
@@ -194,14 +195,15 @@ impl DynamoReader {
             )?);
             let tokens = required(block, "tokens_hash", &path)?;
             tokens_hashes.push(integer(tokens, &format!("{path}.tokens_hash"), u64::MAX)?);
-            has_extra_keys |= block.get("mm_extra_info").is_some_and(|m| !m.is_null());
+            let multimodal = block.get("mm_extra_info").is_some_and(|m| !m.is_null());
+            extra_keys.push(multimodal.then(|| vec![ExtraKey::Other]));
         }
         Ok(EngineEvent::Stored(Box::new(Stored {
             block_hashes,
             parent_block_hash,
             block_size: self.block_tokens,
             medium,
-            has_extra_keys,
+            extra_keys,
             tokens_hashes: Some(tokens_hashes),
             ..Stored::default()
         })))

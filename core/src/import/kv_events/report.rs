@@ -6,6 +6,7 @@
 //! integer, so the report is the same on every run.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// How many restart and gap lines the report prints; the counts cover them all.
 pub const SEQUENCE_NOTES_MAX: usize = 100;
@@ -60,6 +61,11 @@ pub struct ImportReport {
     pub notes: Vec<SequenceNote>,
     /// How the request log meets the capture (SPEC.md §13.5, the warnings).
     pub requests: RequestsSeen,
+    /// Salted stores by the tenant their salt names (SPEC.md §13.4, *Extra keys*).
+    pub salted: BTreeMap<Arc<str>, u64>,
+    /// `--tenant`, when some salt names it: those chains share the unsalted blocks'
+    /// namespace.
+    pub salted_default_tenant: Option<Arc<str>>,
 }
 
 /// What the request log holds that the capture's workers cannot use.
@@ -114,6 +120,33 @@ impl ImportReport {
         })
     }
 
+    /// The salted stores by tenant and the warning of a salt that is `--tenant`, each
+    /// only when it has something to say.
+    fn salt_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !self.salted.is_empty() {
+            let stores: u64 = self.salted.values().sum();
+            let listed: Vec<String> = self
+                .salted
+                .iter()
+                .map(|(tenant, n)| format!("{} x{n}", crate::input::json::quote_str(tenant)))
+                .collect();
+            lines.push(format!(
+                "salted: {stores} stores under {} tenants: {}",
+                self.salted.len(),
+                listed.join(", ")
+            ));
+        }
+        if let Some(tenant) = &self.salted_default_tenant {
+            lines.push(format!(
+                "warning: {} stores carry a salt naming {}, which is also --tenant, so their blocks share the unsalted blocks' namespace",
+                self.salted.get(tenant).copied().unwrap_or_default(),
+                crate::input::json::quote_str(tenant)
+            ));
+        }
+        lines
+    }
+
     /// The warnings about the request log, each line only when it has something to say.
     fn request_warnings(&self) -> Vec<String> {
         let seen = &self.requests;
@@ -158,6 +191,7 @@ impl ImportReport {
                 l.no_token_ids, l.token_count, l.unknown_parent, l.unknown_removed_hashes
             ),
         ];
+        lines.extend(self.salt_lines());
         lines.extend(self.request_warnings());
         // Tags and field names come from the payload, so they are escaped (and cut)
         // as every quoted value is (SPEC.md §2.2); a field is shown without its quotes,

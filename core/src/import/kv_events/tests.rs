@@ -2,7 +2,7 @@
 //! sequence rules and every counted or rejected case of SPEC.md §13.4 and §13.5.
 
 use super::*;
-use crate::import::kv_events::convert::chained_key;
+use crate::import::shared::chained_key;
 use crate::input::trace::{CacheOp, EventKind};
 use base64::Engine as _;
 use rmpv::Value;
@@ -732,4 +732,195 @@ fn more_sequence_gaps_than_notes_are_all_counted() {
     );
     // Every gap skips an epoch, noted or not: the last store is 1 + 2 * 102.
     assert_eq!(epochs_and_kinds(&trace).last().unwrap().0, 205);
+}
+
+/// A store of two-token blocks as vLLM 0.33.0 writes one (positional, with the members
+/// after `lora_name`), with `extra_keys` as given.
+fn stored_with_keys(
+    hashes: &[u64],
+    parent: Option<u64>,
+    tokens: &[u64],
+    lora_name: Option<&str>,
+    extra_keys: Value,
+) -> Value {
+    Value::Array(vec![
+        s("BlockStored"),
+        ints(hashes),
+        parent.map_or(Value::Nil, Value::from),
+        ints(tokens),
+        Value::from(2),
+        Value::Nil,
+        s("GPU"),
+        lora_name.map_or(Value::Nil, s),
+        extra_keys,
+    ])
+}
+
+fn entries(entries: Vec<Option<Vec<Value>>>) -> Value {
+    Value::Array(
+        entries
+            .into_iter()
+            .map(|e| e.map_or(Value::Nil, Value::Array))
+            .collect(),
+    )
+}
+
+/// Each cache event's namespace as `tenant/adapter` and its keys, in trace order.
+fn namespaced_ops(trace: &Trace) -> Vec<(String, String)> {
+    let keys = |keys: Vec<&str>| keys.join(",");
+    trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Cache {
+                op:
+                    CacheOp::Store {
+                        namespace,
+                        segments,
+                    },
+                ..
+            } => Some((
+                format!("{}/{}", namespace.tenant, namespace.adapter),
+                format!("store {}", keys(segments.iter().map(|s| &*s.key).collect())),
+            )),
+            EventKind::Cache {
+                op: CacheOp::Evict { namespace, keys: k },
+                ..
+            } => Some((
+                format!("{}/{}", namespace.tenant, namespace.adapter),
+                format!("evict {}", keys(k.iter().map(|k| &**k).collect())),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_salt_on_the_root_block_names_the_chain_s_tenant_and_its_later_stores_keep_it() {
+    // vLLM 0.33.0: the salt on the request's first block only, the adapter's name on
+    // every block, first; a later store of the chain carries the adapter alone.
+    let lora = || s("ad");
+    let root = stored_with_keys(
+        &[10, 11],
+        None,
+        &[1, 2, 3, 4],
+        Some("ad"),
+        entries(vec![Some(vec![lora(), s("acme")]), Some(vec![lora()])]),
+    );
+    let child = stored_with_keys(
+        &[12],
+        Some(11),
+        &[5, 6],
+        Some("ad"),
+        entries(vec![Some(vec![lora()])]),
+    );
+    let plain = stored_array(&[20], None, &[1, 2]);
+    let removal = Value::Array(vec![s("BlockRemoved"), ints(&[12, 20, 10]), s("GPU")]);
+    let capture = [
+        line(0, &batch(1.0, vec![root, child, plain])),
+        line(1, &batch(2.0, vec![removal])),
+    ];
+    let requests = [
+        r#"{"arrival_ms":3000,"id":"a","model":"m","tenant":"acme","adapter":"ad","token_ids":[1,2,3,4,5,6],"output_tokens":1}"#,
+        r#"{"arrival_ms":3000,"id":"b","model":"m","tenant":"other","token_ids":[1,2],"output_tokens":1}"#,
+    ]
+    .join("\n");
+    let (trace, report) = import(&capture, &requests).unwrap();
+    let (k1, k2) = (chained_key("", &[1, 2]), chained_key("", &[1, 2]));
+    let k2 = chained_key(&k2, &[3, 4]);
+    let k3 = chained_key(&k2, &[5, 6]);
+    assert_eq!(
+        namespaced_ops(&trace),
+        vec![
+            ("acme/ad".to_owned(), format!("store {k1},{k2}")),
+            ("acme/ad".to_owned(), format!("store {k3}")),
+            ("default/base".to_owned(), format!("store {k1}")),
+            ("acme/ad".to_owned(), format!("evict {k3},{k1}")),
+            ("default/base".to_owned(), format!("evict {k1}")),
+        ]
+    );
+    assert_eq!(report.left_out.extra_keys, 0);
+    assert_eq!(report.salted.get("acme"), Some(&1));
+    // The salted tenant reuses only its own blocks: only "other" shares the unsalted.
+    let granted: Vec<(String, Vec<String>)> = trace
+        .sharing
+        .iter()
+        .map(|g| {
+            (
+                g.adapter.to_string(),
+                g.tenants.iter().map(|t| t.to_string()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        granted,
+        vec![(
+            "base".to_owned(),
+            vec!["default".to_owned(), "other".to_owned()]
+        )]
+    );
+    assert!(report
+        .lines("c")
+        .contains(&r#"salted: 1 stores under 1 tenants: "acme" x1"#.to_owned()));
+}
+
+#[test]
+fn keys_that_tokens_and_one_root_salt_do_not_explain_leave_the_store_out() {
+    let mm = || Value::Array(vec![s("mm-hash"), Value::from(0)]);
+    let cases = [
+        // A multimodal input's [identifier, offset].
+        (None, entries(vec![Some(vec![mm()])])),
+        // Prompt embeddings' digest.
+        (None, entries(vec![Some(vec![Value::Binary(vec![1, 2])])])),
+        // Two strings and no adapter to account for one.
+        (None, entries(vec![Some(vec![s("x"), s("y")])])),
+        // A salt on the second block.
+        (None, entries(vec![None, Some(vec![s("acme")])])),
+        // The empty salt, bare or tagged.
+        (None, entries(vec![Some(vec![s("")])])),
+        (None, entries(vec![Some(vec![s("dynamo-cache-salt:")])])),
+        // An adapter's store whose key is not its name.
+        (Some("ad"), entries(vec![Some(vec![s("other"), s("acme")])])),
+    ];
+    for (lora, keys) in cases {
+        let store = stored_with_keys(&[10, 11], None, &[1, 2, 3, 4], lora, keys.clone());
+        let (trace, report) = import(&[line(0, &batch(1.0, vec![store]))], REQUEST).unwrap();
+        assert_eq!(report.left_out.extra_keys, 1, "{keys:?}");
+        assert!(namespaced_ops(&trace).is_empty(), "{keys:?}");
+    }
+}
+
+#[test]
+fn a_salt_under_a_parent_is_not_a_salt() {
+    // vLLM publishes a salt only on a request's first block, which has no parent.
+    let root = stored_array(&[10], None, &[1, 2]);
+    let child = stored_with_keys(
+        &[11],
+        Some(10),
+        &[3, 4],
+        None,
+        entries(vec![Some(vec![s("acme")])]),
+    );
+    let (trace, report) = import(&[line(0, &batch(1.0, vec![root, child]))], REQUEST).unwrap();
+    assert_eq!(report.left_out.extra_keys, 1);
+    assert_eq!(namespaced_ops(&trace).len(), 1);
+}
+
+#[test]
+fn dynamo_s_tagged_salt_names_the_tenant_after_the_tag_and_a_salt_of_the_tenant_warns() {
+    for (salt, tenant) in [("dynamo-cache-salt:acme", "acme"), ("default", "default")] {
+        let store = stored_with_keys(
+            &[10],
+            None,
+            &[1, 2],
+            None,
+            entries(vec![Some(vec![s(salt)])]),
+        );
+        let (trace, report) = import(&[line(0, &batch(1.0, vec![store]))], REQUEST).unwrap();
+        assert_eq!(namespaced_ops(&trace)[0].0, format!("{tenant}/base"));
+        let warned = report.lines("c").iter().any(|l| {
+            l == r#"warning: 1 stores carry a salt naming "default", which is also --tenant, so their blocks share the unsalted blocks' namespace"#
+        });
+        assert_eq!(warned, tenant == "default", "{salt}");
+    }
 }

@@ -41,14 +41,25 @@ pub struct Stored {
     pub lora_id: Option<i128>,
     pub medium: Option<String>,
     pub lora_name: Option<String>,
-    /// Whether some entry of `extra_keys` is not nil.
-    pub has_extra_keys: bool,
+    /// `extra_keys`: one entry per block (nil as `None`), each the block's keys other
+    /// than its tokens; empty when the member is absent or nil.
+    pub extra_keys: Vec<Option<Vec<ExtraKey>>>,
     pub group_idx: Option<i128>,
     pub kv_cache_spec_kind: Option<String>,
     pub kv_cache_spec_sliding_window: Option<i128>,
     /// Dynamo's hash of each block's tokens, where Dynamo gives it in place of the
     /// tokens (§13.7): the blocks are then keyed by these.
     pub tokens_hashes: Option<Vec<u64>>,
+}
+
+/// One key of an `extra_keys` entry, as far as the import tells keys apart (SPEC.md
+/// §13.4, *Extra keys*): vLLM publishes an adapter's name and a salt as strings, a
+/// multimodal input as an array and prompt embeddings as bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtraKey {
+    Text(String),
+    /// Anything but a string: no key of this kind can be recomputed from tokens.
+    Other,
 }
 
 /// `BlockRemoved`'s fields.
@@ -333,7 +344,7 @@ fn stored(fields: &[Option<&Value>], path: &str) -> Result<Stored, String> {
         lora_id: optional(fields[4], &at(4), integer)?,
         medium: optional(fields[5], &at(5), owned_text)?,
         lora_name: optional(fields[6], &at(6), non_empty_text)?,
-        has_extra_keys: optional(fields[7], &at(7), any_entry_set)?.unwrap_or(false),
+        extra_keys: optional(fields[7], &at(7), extra_keys)?.unwrap_or_default(),
         group_idx: optional(fields[8], &at(8), integer)?,
         kv_cache_spec_kind: optional(fields[9], &at(9), owned_text)?,
         kv_cache_spec_sliding_window: optional(fields[10], &at(10), integer)?,
@@ -436,16 +447,21 @@ fn owned_text(value: &Value, path: &str) -> Result<String, String> {
 }
 
 /// `extra_keys`: an array with one entry per block, each nil or an array of keys.
-fn any_entry_set(value: &Value, path: &str) -> Result<bool, String> {
+fn extra_keys(value: &Value, path: &str) -> Result<Vec<Option<Vec<ExtraKey>>>, String> {
     let entries = array(value, path)?;
-    for (i, entry) in entries.iter().enumerate() {
-        match entry {
-            Value::Nil => {}
-            Value::Array(_) => return Ok(true),
-            other => return Err(expected(&format!("{path}[{i}]"), "nil or an array", other)),
-        }
+    let entry = |(i, entry): (usize, &Value)| match entry {
+        Value::Nil => Ok(None),
+        Value::Array(keys) => Ok(Some(keys.iter().map(extra_key).collect())),
+        other => Err(expected(&format!("{path}[{i}]"), "nil or an array", other)),
+    };
+    entries.iter().enumerate().map(entry).collect()
+}
+
+fn extra_key(key: &Value) -> ExtraKey {
+    match key.as_str() {
+        Some(text) => ExtraKey::Text(text.to_owned()),
+        None => ExtraKey::Other,
     }
-    Ok(false)
 }
 
 fn expected(path: &str, what: &str, found: &Value) -> String {
