@@ -170,7 +170,7 @@ fn dynamo(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (R
     let ids = workers(case);
     let setup = || -> Result<(Fleet, Box<dyn Feed>, u16), String> {
         let fleet = Fleet::start(ids.len(), bounds.timeout)?;
-        let feed = bind(case, SaltForm::DynamoTagged)?;
+        let feed = bind(case, salt_in(case, SaltForm::DynamoTagged))?;
         Ok((fleet, feed, free_port()?))
     };
     let (fleet, mut feed, port) = match setup() {
@@ -218,7 +218,10 @@ fn dynamo_steps(
     let (judged, loads) = requests.split_last().ok_or("no request")?;
     let body = |request: &Value| {
         let (tokens, tenant, adapter) = request_fields(request, feed);
-        let mut body = json!({"model_name": model, "token_ids": tokens, "cache_salt": tenant});
+        let mut body = json!({"model_name": model, "token_ids": tokens});
+        if salted(case) {
+            body["cache_salt"] = json!(tenant);
+        }
         if adapter != "base" {
             body["lora_name"] = json!(adapter);
         }
@@ -333,7 +336,7 @@ fn vllm(command: &[OsString], case: &Case, bounds: &Bounds, bind: &Bind) -> (Res
     let ids = workers(case);
     let setup = || -> Result<(Fleet, Box<dyn Feed>, u16), String> {
         let fleet = Fleet::start(ids.len(), bounds.timeout)?;
-        let feed = bind(case, SaltForm::Vllm)?;
+        let feed = bind(case, salt_in(case, SaltForm::Vllm))?;
         Ok((fleet, feed, free_port()?))
     };
     let (fleet, mut feed, port) = match setup() {
@@ -399,6 +402,34 @@ fn vllm_args(
     args
 }
 
+/// Whether the case names two or more tenants, and so salts its blocks and requests
+/// (SPEC.md §16.2): one tenant needs no salt, and a router may give a salted request
+/// no prefix credit.
+fn salted(case: &Case) -> bool {
+    let mut tenants = std::collections::BTreeSet::new();
+    let cached = case.trace_json["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|w| w["cache"].as_array().into_iter().flatten());
+    let events = case.trace_json["events"].as_array().into_iter().flatten();
+    for item in cached.chain(events) {
+        if let Some(tenant) = item["tenant"].as_str() {
+            tenants.insert(tenant);
+        }
+    }
+    tenants.len() > 1
+}
+
+/// The driver's salt form in a case of several tenants, no salt in a case of one.
+fn salt_in(case: &Case, form: SaltForm) -> SaltForm {
+    if salted(case) {
+        form
+    } else {
+        SaltForm::None
+    }
+}
+
 fn uses_adapters(case: &Case) -> bool {
     case.trace_json["events"]
         .as_array()
@@ -436,7 +467,11 @@ fn vllm_steps(
     let (judged, loads) = requests.split_last().ok_or("no request")?;
     let body = |request: &Value| {
         let (tokens, tenant, _) = request_fields(request, feed);
-        json!({"model": model, "prompt": tokens, "max_tokens": 1, "cache_salt": tenant})
+        let mut body = json!({"model": model, "prompt": tokens, "max_tokens": 1});
+        if salted(case) {
+            body["cache_salt"] = json!(tenant);
+        }
+        body
     };
     let placements = vllm_loads(loads, fleet, ids, port, t, &body)?;
     fleet.hold(false);
@@ -509,6 +544,24 @@ fn vllm_loads(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn case(name: &str) -> Case {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = dir.join(format!("../peers/conformance/cases/{name}.json"));
+        super::super::case::load(&path).unwrap()
+    }
+
+    #[test]
+    fn only_a_case_of_two_tenants_salts_its_blocks_and_requests() {
+        // One tenant: no salt, as a deployment of one tenant sends none; a router may
+        // rightly give a salted request no prefix credit.
+        let one = case("longer_prefix_wins");
+        assert!(!salted(&one));
+        assert_eq!(salt_in(&one, SaltForm::Vllm), SaltForm::None);
+        let two = case("other_tenant_salt");
+        assert!(salted(&two));
+        assert_eq!(salt_in(&two, SaltForm::DynamoTagged), SaltForm::DynamoTagged);
+    }
 
     #[test]
     fn a_block_size_warning_is_a_report_and_other_lines_are_not() {
