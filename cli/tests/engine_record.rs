@@ -1,15 +1,20 @@
-//! `kvroute record` against a real ZeroMQ publisher: `engine_events/engines.py`
-//! binds a PUB socket on loopback with pyzmq and publishes, with msgspec, the
-//! messages vLLM 0.26.0 would (SPEC.md §13.1); `record` captures them, `import
-//! vllm-events` converts the capture and `replay` routes it. The fault cases run the
-//! same way: messages the PUB socket drops that its ROUTER replay socket answers (or
-//! no longer holds), and two publishers whose batches arrive out of time order.
+//! `kvroute record` against vLLM's own ZeroMQ publisher: `engine_events/engines.py`
+//! runs vLLM 0.33.0's `ZmqEventPublisher`, its event classes and its replay socket,
+//! all from `vllm/distributed/kv_events.py` in the pinned wheel (only its `vllm.*`
+//! imports stubbed, `publish/vllm_kv_events.py`), binding on loopback; `record`
+//! captures what it sends, `import vllm-events` converts the capture and `replay`
+//! routes it. The fault cases run the same way: messages the PUB socket drops that
+//! vLLM's replay socket answers (or no longer holds), and two publishers whose
+//! batches arrive out of time order. Each capture is checked byte for byte against
+//! what the publisher says it sent, and batch for batch against the committed
+//! fixture of the same script, which `engine_events.rs` imports.
 //!
 //! The publisher needs a Python virtual environment with the pinned pyzmq and msgspec
-//! (`engine_events/requirements.txt`), named by `KVROUTE_ENGINE_VENV`; `.ci/run
-//! engines` builds one. Without it the test says so and passes, unless
-//! `KVROUTE_REQUIRE_ENGINE_VENV=1` (set by that stage), where a missing environment
-//! is a failure: in CI the test must run.
+//! (`engine_events/requirements.txt`), named by `KVROUTE_ENGINE_VENV`, and the vLLM
+//! wheel (`publish/vllm-wheel.txt`), named by `KVROUTE_VLLM_WHEEL`; `.ci/run engines`
+//! provides both. Without either the test says so and passes, unless
+//! `KVROUTE_REQUIRE_ENGINE_VENV=1` (set by that stage), where a missing one is a
+//! failure: in CI the test must run.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -24,21 +29,28 @@ fn kvroute(args: &[&str]) -> Output {
         .expect("the kvroute binary runs")
 }
 
-/// The virtual environment's Python, or `None` (after saying why) when the test is to
-/// be skipped.
-fn venv_python() -> Option<PathBuf> {
+/// The virtual environment's Python and the vLLM wheel, or `None` (after saying why)
+/// when the test is to be skipped.
+fn python_and_wheel() -> Option<(PathBuf, PathBuf)> {
     let required = std::env::var("KVROUTE_REQUIRE_ENGINE_VENV").is_ok_and(|v| v == "1");
     let python = std::env::var_os("KVROUTE_ENGINE_VENV")
         .map(|venv| Path::new(&venv).join("bin/python"))
         .filter(|python| python.exists());
-    if python.is_none() {
-        let why = "no Python environment with pyzmq and msgspec: set KVROUTE_ENGINE_VENV \
-                   to a venv made from cli/tests/engine_events/requirements.txt \
-                   (`bash .ci/run engines` does)";
-        assert!(!required, "KVROUTE_REQUIRE_ENGINE_VENV=1, but {why}");
-        eprintln!("skipped: {why}");
+    let wheel = std::env::var_os("KVROUTE_VLLM_WHEEL")
+        .map(PathBuf::from)
+        .filter(|wheel| wheel.exists());
+    match (python, wheel) {
+        (Some(python), Some(wheel)) => Some((python, wheel)),
+        _ => {
+            let why = "set KVROUTE_ENGINE_VENV to a venv made from \
+                       cli/tests/engine_events/requirements.txt and KVROUTE_VLLM_WHEEL to \
+                       the vllm 0.33.0 wheel (cli/tests/publish/vllm-wheel.txt); \
+                       `bash .ci/run engines` does";
+            assert!(!required, "KVROUTE_REQUIRE_ENGINE_VENV=1, but {why}");
+            eprintln!("skipped: {why}");
+            None
+        }
     }
-    python
 }
 
 /// A loopback port nothing listens on now.
@@ -54,6 +66,7 @@ fn last_line(stderr: &str) -> &str {
     stderr.lines().last().unwrap_or_default()
 }
 
+/// Each capture line's (seq, payload as base64).
 fn payloads(capture: &[u8]) -> Vec<(u64, String)> {
     String::from_utf8_lossy(capture)
         .lines()
@@ -67,46 +80,83 @@ fn payloads(capture: &[u8]) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// What the test publisher printed: each message vLLM's publisher handed its PUB
+/// socket, as (endpoint as bound, seq, payload as base64, sent live).
+fn sent(published: &Output) -> Vec<(String, u64, String, bool)> {
+    String::from_utf8_lossy(&published.stdout)
+        .lines()
+        .map(|line| {
+            let line: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                line["endpoint"].as_str().unwrap().to_owned(),
+                line["seq"].as_u64().unwrap(),
+                line["payload_b64"].as_str().unwrap().to_owned(),
+                line["live"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The (seq, payload) of the messages `sent` live, or of all of them.
+fn sent_payloads(sent: &[(String, u64, String, bool)], only_live: bool) -> Vec<(u64, String)> {
+    sent.iter()
+        .filter(|s| s.3 || !only_live)
+        .map(|s| (s.1, s.2.clone()))
+        .collect()
+}
+
+/// Each (seq, payload) with its payload decoded from MessagePack: what a batch says,
+/// whatever headers its encoder chose.
+fn decoded(payloads: &[(u64, String)]) -> Vec<(u64, rmpv::Value)> {
+    use base64::Engine as _;
+    payloads
+        .iter()
+        .map(|(seq, payload)| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(payload)
+                .unwrap();
+            let mut rest = bytes.as_slice();
+            let value = rmpv::decode::read_value(&mut rest).unwrap();
+            assert!(rest.is_empty(), "one value a payload");
+            (*seq, value)
+        })
+        .collect()
+}
+
 #[test]
 fn a_real_publisher_is_recorded_imported_and_replayed() {
-    let Some(python) = venv_python() else {
+    let Some((python, wheel)) = python_and_wheel() else {
         return;
     };
     let scratch = tempfile::tempdir().unwrap();
     let capture = scratch.path().join("capture.jsonl");
-    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
-    // The recorder first: its SUB socket waits for the publisher to bind, and the
-    // publisher waits a second after binding, so no message goes out unheard.
-    let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
-        .args(["record", &endpoint, "-o", capture.to_str().unwrap()])
-        .args(["--count", "5", "--seconds", "60"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kvroute record starts");
-    let published = Command::new(&python)
-        .args([&format!("{DIR}/engines.py"), "publish", &endpoint, "1"])
-        .output()
-        .expect("the publisher runs");
-    assert!(
-        published.status.success(),
-        "{}",
-        String::from_utf8_lossy(&published.stderr)
+    let port = free_port();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    // vLLM's publisher binds a wildcard address and connects to any other.
+    let (note, _, sent) = record_from(
+        &python,
+        &wheel,
+        "publish",
+        &[&format!("tcp://*:{port}"), "1"],
+        &[&endpoint, "--count", "5"],
+        &capture,
     );
-    let recorded = recorder.wait_with_output().unwrap();
-    let note = String::from_utf8_lossy(&recorded.stderr);
-    assert_eq!(recorded.status.code(), Some(0), "{note}");
     assert!(
         last_line(&note).starts_with("recorded 5 messages from 1 endpoints"),
         "{note}"
     );
 
-    // The same messages as the committed capture, which engines.py writes from the
-    // same script: only the endpoint differs.
+    // Byte for byte what vLLM's publisher sent live: all but seq 3, lost on the way.
+    let recorded = payloads(&std::fs::read(&capture).unwrap());
+    assert_eq!(recorded, sent_payloads(&sent, true));
+    let lost: Vec<u64> = sent.iter().filter(|s| !s.3).map(|s| s.1).collect();
+    assert_eq!(lost, [3]);
+    // The same batches as the committed capture, which engines.py writes from the same
+    // script with vLLM 0.26.0's structs and engine_events.rs imports. Not the same
+    // bytes: 0.33.0's BlockStored has four more optional members, so msgspec heads
+    // each of its maps as a map16 where 0.26.0's had a fixmap (both of 11 entries).
     let committed = std::fs::read(format!("{DIR}/vllm.capture.jsonl")).unwrap();
-    assert_eq!(
-        payloads(&std::fs::read(&capture).unwrap()),
-        payloads(&committed)
-    );
+    assert_eq!(decoded(&recorded), decoded(&payloads(&committed)));
 
     let trace = scratch.path().join("trace.json");
     let imported = kvroute(&[
@@ -136,14 +186,24 @@ fn a_real_publisher_is_recorded_imported_and_replayed() {
     assert_eq!(&columns[1..5], ["2", "0", "1", "48"], "{table}");
 }
 
-/// Starts `kvroute record` with `args`, runs the publisher `engines.py` with
-/// `publisher` to its end, and returns the recorder's note and the capture's lines.
+/// What [`record_from`] returns: the recorder's note, the capture's lines, and what the
+/// publisher says it sent ([`sent`]).
+type Recorded = (
+    String,
+    Vec<serde_json::Value>,
+    Vec<(String, u64, String, bool)>,
+);
+
+/// Starts `kvroute record` with `args`, runs the publisher `engines.py MODE WHEEL
+/// PUBLISHER...` to its end, and returns what was recorded and sent.
 fn record_from(
     python: &Path,
+    wheel: &Path,
+    mode: &str,
     publisher: &[&str],
     args: &[&str],
     capture: &Path,
-) -> (String, Vec<serde_json::Value>) {
+) -> Recorded {
     // The recorder first: its sockets wait for the publisher to bind, and the
     // publisher waits a second after binding, so no message goes out unheard.
     let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
@@ -155,6 +215,8 @@ fn record_from(
         .expect("kvroute record starts");
     let published = Command::new(python)
         .arg(format!("{DIR}/engines.py"))
+        .arg(mode)
+        .arg(wheel)
         .args(publisher)
         .output()
         .expect("the publisher runs");
@@ -170,7 +232,7 @@ fn record_from(
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    (note, lines)
+    (note, lines, sent(&published))
 }
 
 /// `import vllm-events CAPTURE --requests chain.requests.jsonl`: its report, and the
@@ -247,20 +309,15 @@ fn cache_events(trace: &Path) -> Vec<(String, u64, u64, u64)> {
 /// Records the test publisher's `replay` mode: six messages of which the PUB socket
 /// drops 2 and 3 live, a replay socket answering from its buffer (`buffer`) or with its
 /// end marker only (`end-only`), with or without the topic frame; `count` messages
-/// are kept. The scratch directory, the capture's path, the PUB endpoint, and the
-/// recorder's note and lines.
+/// are kept. The scratch directory, the capture's path, the PUB endpoint, and what
+/// was recorded and sent.
 fn record_replay(
     python: &Path,
+    wheel: &Path,
     answer: &str,
     topic: &str,
     count: &str,
-) -> (
-    tempfile::TempDir,
-    PathBuf,
-    String,
-    String,
-    Vec<serde_json::Value>,
-) {
+) -> (tempfile::TempDir, PathBuf, String, Recorded) {
     let scratch = tempfile::tempdir().unwrap();
     let capture = scratch.path().join("capture.jsonl");
     let (pub_port, replay_port) = (free_port(), free_port());
@@ -268,10 +325,11 @@ fn record_replay(
     let pair = format!("{endpoint}=tcp://127.0.0.1:{replay_port}");
     // The replay tests wait up to 20 s for an answer, which its end marker ends at
     // once: a loaded machine must not turn a slow answer into an unfilled gap.
-    let (note, lines) = record_from(
+    let recorded = record_from(
         python,
+        wheel,
+        "replay",
         &[
-            "replay",
             &format!("tcp://*:{pub_port}"),
             &format!("tcp://*:{replay_port}"),
             "2,3",
@@ -289,17 +347,18 @@ fn record_replay(
         ],
         &capture,
     );
-    (scratch, capture, endpoint, note, lines)
+    (scratch, capture, endpoint, recorded)
 }
 
 #[test]
 fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no_gap() {
-    let Some(python) = venv_python() else {
+    let Some((python, wheel)) = python_and_wheel() else {
         return;
     };
-    // vLLM 0.26.0 answers with the topic frame, older vLLM and SGLang without.
+    // vLLM answers with the topic frame, older vLLM and SGLang without.
     for topic in ["with", "without"] {
-        let (_scratch, capture, _, note, lines) = record_replay(&python, "buffer", topic, "6");
+        let (_scratch, capture, _, (note, lines, sent)) =
+            record_replay(&python, &wheel, "buffer", topic, "6");
         assert!(
             note.ends_with(", 2 messages replayed, 0 of 1 gaps not filled\n"),
             "{topic}: {note}"
@@ -318,12 +377,19 @@ fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no
         );
         // An answer without a topic takes the live message's: one publisher throughout.
         assert!(lines.iter().all(|l| l["topic"] == "kv-events"), "{topic}");
-        // The committed fixture, which engines.py writes from the same script, is this
-        // capture but for the endpoint.
+        // Byte for byte what vLLM's publisher made, the live ones and those its
+        // replay buffer answered.
+        let recorded = payloads(&std::fs::read(&capture).unwrap());
+        assert_eq!(recorded, sent_payloads(&sent, false), "{topic}");
+        let dropped: Vec<u64> = sent.iter().filter(|s| !s.3).map(|s| s.1).collect();
+        assert_eq!(dropped, [2, 3], "{topic}");
+        // The same batches as the committed fixture, which engines.py writes from the
+        // same script with vLLM 0.26.0's structs (whose maps msgspec heads as fixmaps,
+        // 0.33.0's as map16s).
         let committed = std::fs::read(format!("{DIR}/chain-replayed.capture.jsonl")).unwrap();
         assert_eq!(
-            payloads(&std::fs::read(&capture).unwrap()),
-            payloads(&committed),
+            decoded(&recorded),
+            decoded(&payloads(&committed)),
             "{topic}"
         );
 
@@ -342,11 +408,11 @@ fn messages_dropped_live_are_filled_from_the_replay_socket_so_the_import_sees_no
 
 #[test]
 fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
-    let Some(python) = venv_python() else {
+    let Some((python, wheel)) = python_and_wheel() else {
         return;
     };
-    let (_scratch, capture, endpoint, note, lines) =
-        record_replay(&python, "end-only", "with", "4");
+    let (_scratch, capture, endpoint, (note, lines, sent)) =
+        record_replay(&python, &wheel, "end-only", "with", "4");
     assert!(
         note.ends_with(", 0 messages replayed, 1 of 1 gaps not filled\n"),
         "{note}"
@@ -354,6 +420,11 @@ fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
     assert_eq!(
         seqs(&lines),
         [(0, false), (1, false), (4, false), (5, false)]
+    );
+    assert_eq!(
+        payloads(&std::fs::read(&capture).unwrap()),
+        sent_payloads(&sent, true),
+        "what vLLM's publisher sent live"
     );
     let (report, trace) = import_chain(&capture);
     assert!(
@@ -383,7 +454,7 @@ fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
 
 #[test]
 fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_time() {
-    let Some(python) = venv_python() else {
+    let Some((python, wheel)) = python_and_wheel() else {
         return;
     };
     let scratch = tempfile::tempdir().unwrap();
@@ -393,13 +464,11 @@ fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_tim
         format!("tcp://127.0.0.1:{port_a}"),
         format!("tcp://127.0.0.1:{port_b}"),
     );
-    let (note, lines) = record_from(
+    let (note, lines, sent) = record_from(
         &python,
-        &[
-            "two-publishers",
-            &format!("tcp://*:{port_a}"),
-            &format!("tcp://*:{port_b}"),
-        ],
+        &wheel,
+        "two-publishers",
+        &[&format!("tcp://*:{port_a}"), &format!("tcp://*:{port_b}")],
         &[&a, &b, "--count", "4"],
         &capture,
     );
@@ -420,10 +489,31 @@ fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_tim
             (b.as_str(), 1)
         ]
     );
+    // Byte for byte what each of vLLM's two publishers sent (A's, then B's).
+    let recorded: Vec<(String, u64, String)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["endpoint"].as_str().unwrap().to_owned(),
+                l["seq"].as_u64().unwrap(),
+                l["payload_b64"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let published: Vec<(String, u64, String)> = sent
+        .iter()
+        .map(|(bound, seq, payload, live)| {
+            assert!(live);
+            (bound.replace('*', "127.0.0.1"), *seq, payload.clone())
+        })
+        .collect();
+    assert_eq!(recorded, published);
+    // The same batches as the committed fixture, written from the same script with
+    // vLLM 0.26.0's structs (fixmaps where 0.33.0 writes map16s).
     let committed = std::fs::read(format!("{DIR}/two-publishers.capture.jsonl")).unwrap();
     assert_eq!(
-        payloads(&std::fs::read(&capture).unwrap()),
-        payloads(&committed)
+        decoded(&payloads(&std::fs::read(&capture).unwrap())),
+        decoded(&payloads(&committed))
     );
     let (report, trace) = import_chain(&capture);
     assert!(

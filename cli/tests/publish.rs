@@ -304,6 +304,26 @@ fn every_message_reaches_a_subscriber_before_the_sockets_close() {
     let capture = scratch.path().join("capture.jsonl");
     let port = free_ports();
     let endpoint = format!("tcp://127.0.0.1:{port}");
+    // The publisher first, and the recorder once it has printed its endpoint (bound):
+    // a recorder started first retries its connection with a doubling backoff, and on
+    // a loaded machine, where a debug `publish` takes seconds to read this trace, its
+    // next try could come after the first messages went out to nobody. The wait after
+    // binding covers the recorder's start.
+    let mut publisher = Command::new(env!("CARGO_BIN_EXE_kvroute"))
+        .args([
+            "publish",
+            trace.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+        ])
+        .args(["--wait-ms", "5000", "--hold-ms", "10000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut printed = BufReader::new(publisher.stdout.take().unwrap()).lines();
+    let bound = printed.next().unwrap().unwrap();
+    assert_eq!(bound, format!("w0 {endpoint}"));
     let recorder = Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args([
             "record",
@@ -318,19 +338,15 @@ fn every_message_reaches_a_subscriber_before_the_sockets_close() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let published = kvroute(&[
-        "publish",
-        trace.to_str().unwrap(),
-        "--port",
-        &port.to_string(),
-        "--hold-ms",
-        "10000",
-        // The subscriber started first, but its connection is retried on a timer: on
-        // a loaded machine the default second's wait lost every message.
-        "--wait-ms",
-        SUBSCRIBER_WAIT_MS,
-    ]);
+    let rest: Vec<String> = printed.map(Result::unwrap).collect();
+    let published = publisher.wait_with_output().unwrap();
     assert!(published.status.success(), "{}", stderr(&published));
+    assert_eq!(
+        rest,
+        [format!(
+            "published {n} of {n} messages from 1 workers (0 lost, 0 restarts)"
+        )]
+    );
     let recorded = recorder.wait_with_output().unwrap();
     assert!(recorded.status.success(), "{}", stderr(&recorded));
     let lines = std::fs::read_to_string(&capture).unwrap().lines().count();

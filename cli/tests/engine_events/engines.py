@@ -1,21 +1,40 @@
-"""KV event publishers shaped as vLLM and SGLang declare theirs (SPEC.md §13.1).
+"""KV event publishers as vLLM and SGLang publish theirs (SPEC.md §13.1).
 
-The structs below are declared field for field as the engines declare them, with the
-same msgspec options, so msgspec writes the bytes an engine would:
+Live, the vLLM messages are vLLM's own: `publish`, `replay` and `two-publishers` send
+every one through vLLM 0.33.0's `ZmqEventPublisher`, with its `KVEventBatch`,
+`BlockStored`, `BlockRemoved` and `AllBlocksCleared`, all read from
+`vllm/distributed/kv_events.py` in the pinned wheel (cli/tests/publish/vllm-wheel.txt)
+and run unchanged (cli/tests/publish/vllm_kv_events.py stubs only its `vllm.*`
+imports). The publisher numbers, encodes, buffers and replays; this script only
+chooses the batches, and, where a test needs a fault the publisher cannot make, looks
+over its socket's shoulder (`FaultyPublisher`).
+
+The fixture captures (`capture DIR`) keep the structs declared below field for field
+with the same msgspec options, so msgspec writes the bytes those engines would, and
+the committed fixtures stay as they are:
 
 - `Vllm*`: vLLM 0.26.0, whose batch is positional and whose events are tagged maps
   (the record quoted in volcano-sh/kthena#1535);
-- `Sglang*`: SGLang's positional batch and events, with `attn_dp_rank` and `medium`.
+- `Sglang*`: SGLang's positional batch and events, with `attn_dp_rank` and `medium`
+  (no SGLang wheel is pinned, so its messages are only ever these).
 
 - `dynamo_lines`: NVIDIA Dynamo's `RouterEvent` as its router reads them (JSON).
 
-Four uses, all deterministic (fixed times, hashes and tokens):
+Four uses, all deterministic (fixed times, hashes and tokens); WHEEL is the vLLM
+0.33.0 wheel:
 
     python engines.py capture DIR          # every fixture capture, and the requests
-    python engines.py publish ENDPOINT N   # bind a PUB socket, publish the vLLM script
-    python engines.py replay PUB REPLAY DROP ANSWER TOPIC
+    python engines.py publish WHEEL ENDPOINT N
+                                           # vLLM's publisher, the vLLM script N times
+    python engines.py replay WHEEL PUB REPLAY DROP ANSWER TOPIC
                                            # the chain script with a replay socket
-    python engines.py two-publishers A B   # two PUB sockets, later times sent first
+    python engines.py two-publishers WHEEL A B
+                                           # two publishers, later times sent first
+
+The live uses print, once their publishers are shut down, one JSON line for each
+message vLLM's PUB socket was handed: `{"endpoint", "seq", "payload_b64", "live"}`
+(`live` false for one a fault kept off the wire), so a test can compare what it
+received with what was sent, byte for byte.
 
 Pinned: pyzmq 27.2.0, msgspec 0.22.0, and xxhash 3.6.0 for Dynamo's token hash
 (cli/tests/engine_events/requirements.txt).
@@ -26,11 +45,12 @@ import json
 import os
 import sys
 import time
+import types
 from typing import Any, Optional, Union
 
 import msgspec
 
-# --- vLLM 0.26.0 -----------------------------------------------------------------
+# --- vLLM 0.26.0, for the fixture captures ----------------------------------------
 
 
 class VllmEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -73,6 +93,33 @@ class BlockUpdated(VllmKVCacheEvent):
     block_hashes: list[int]
 
 
+VLLM_0_26 = types.SimpleNamespace(
+    KVEventBatch=VllmEventBatch, BlockStored=BlockStored, BlockRemoved=BlockRemoved,
+    AllBlocksCleared=AllBlocksCleared, BlockUpdated=BlockUpdated)
+
+
+# --- vLLM 0.33.0, from the pinned wheel, for the live publishers --------------------
+
+
+def vllm_0_33(wheel: str) -> types.SimpleNamespace:
+    """vLLM 0.33.0's publisher and event classes, as the wheel declares them, and an
+    event type of no vLLM on the same base."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "publish"))
+    from vllm_kv_events import load_kv_events
+
+    kv = load_kv_events(wheel)
+
+    class BlockUpdated(kv.KVCacheEvent):
+        """No engine's event: stands for a type a later version may add."""
+
+        block_hashes: list[int]
+
+    return types.SimpleNamespace(
+        KVEventBatch=kv.KVEventBatch, BlockStored=kv.BlockStored,
+        BlockRemoved=kv.BlockRemoved, AllBlocksCleared=kv.AllBlocksCleared,
+        BlockUpdated=BlockUpdated, ZmqEventPublisher=kv.ZmqEventPublisher)
+
+
 # --- SGLang ------------------------------------------------------------------------
 
 
@@ -108,14 +155,15 @@ class SglangAllBlocksCleared(SglangKVCacheEvent, tag="AllBlocksCleared"):
 
 BLOCK = 16
 T0 = 1789095808.0  # the kthena record's day, whole seconds so every ms is exact
+TOPIC = "kv-events"
 
 
 def tokens(start: int, blocks: int) -> list[int]:
     return list(range(start, start + BLOCK * blocks))
 
 
-def vllm_stored(hashes, parent, token_ids, medium="GPU"):
-    return BlockStored(
+def vllm_stored(v, hashes, parent, token_ids, medium="GPU"):
+    return v.BlockStored(
         block_hashes=hashes,
         parent_block_hash=parent,
         token_ids=token_ids,
@@ -129,20 +177,26 @@ def vllm_stored(hashes, parent, token_ids, medium="GPU"):
     )
 
 
-def vllm_script():
-    """(seq, batch) in publication order: a chain, a CPU copy, an unknown type, a
-    removal, a lost message (seq 3), then a restart."""
+# The scripts' batches carry no rank: vLLM's publisher gives each the rank it was made
+# for (0 here), and the fixture writer does the same.
+
+
+def vllm_script(v):
+    """(seq, batch, heard) in publication order, `v` the vLLM classes: a chain, a CPU
+    copy, an unknown type, a removal, a message lost on the way (seq 3, not `heard`),
+    then a restart."""
     h1, h2, h3 = 15760518052499183552, 101, b"\x01\x02\x03"
     return [
-        (0, VllmEventBatch(T0, [vllm_stored([h1, h2], None, tokens(1000, 2))], 0)),
-        (1, VllmEventBatch(T0 + 0.010, [
-            vllm_stored([h3], h2, tokens(2000, 1)),
-            vllm_stored([7], None, tokens(1000, 1), medium="CPU"),
-            BlockUpdated(block_hashes=[h1]),
-        ], 0)),
-        (2, VllmEventBatch(T0 + 0.020, [BlockRemoved(block_hashes=[h3], medium="GPU")], 0)),
-        (4, VllmEventBatch(T0 + 0.040, [vllm_stored([5], None, tokens(3000, 1))], 0)),
-        (0, VllmEventBatch(T0 + 0.050, [AllBlocksCleared()], 0)),
+        (0, v.KVEventBatch(T0, [vllm_stored(v, [h1, h2], None, tokens(1000, 2))]), True),
+        (1, v.KVEventBatch(T0 + 0.010, [
+            vllm_stored(v, [h3], h2, tokens(2000, 1)),
+            vllm_stored(v, [7], None, tokens(1000, 1), medium="CPU"),
+            v.BlockUpdated(block_hashes=[h1]),
+        ]), True),
+        (2, v.KVEventBatch(T0 + 0.020, [v.BlockRemoved(block_hashes=[h3], medium="GPU")]), True),
+        (3, v.KVEventBatch(T0 + 0.030, [vllm_stored(v, [6], None, tokens(4000, 1))]), False),
+        (4, v.KVEventBatch(T0 + 0.040, [vllm_stored(v, [5], None, tokens(3000, 1))]), True),
+        (0, v.KVEventBatch(T0 + 0.050, [v.AllBlocksCleared()]), True),
     ]
 
 
@@ -215,64 +269,174 @@ def dynamo_lines() -> list[dict]:
     ]
 
 
+def fixture_payload(batch) -> bytes:
+    """A vLLM 0.26.0 batch encoded as its publisher would: rank 0 given, msgspec."""
+    batch.data_parallel_rank = 0
+    return msgspec.msgpack.Encoder().encode(batch)
+
+
 def write_captures(directory: str) -> None:
     encoder = msgspec.msgpack.Encoder()
+    topic = TOPIC.encode()
     with open(os.path.join(directory, "dynamo.events.jsonl"), "w") as out:
         for line in dynamo_lines():
             out.write(json.dumps(line) + "\n")
     with open(os.path.join(directory, "kthena-1535.capture.jsonl"), "w") as out:
-        out.write(capture_line("tcp://127.0.0.1:5557", b"kv-events", 0,
+        out.write(capture_line("tcp://127.0.0.1:5557", topic, 0,
                                encoder.encode(KTHENA_1535)) + "\n")
-    for name, script in (("vllm", vllm_script()), ("sglang", sglang_script())):
-        with open(os.path.join(directory, f"{name}.capture.jsonl"), "w") as out:
-            for seq, batch in script:
-                out.write(capture_line("tcp://127.0.0.1:5557", b"kv-events", seq,
-                                       encoder.encode(batch)) + "\n")
+    with open(os.path.join(directory, "vllm.capture.jsonl"), "w") as out:
+        for seq, batch, heard in vllm_script(VLLM_0_26):
+            if heard:
+                out.write(capture_line("tcp://127.0.0.1:5557", topic, seq,
+                                       fixture_payload(batch)) + "\n")
+    with open(os.path.join(directory, "sglang.capture.jsonl"), "w") as out:
+        for seq, batch in sglang_script():
+            out.write(capture_line("tcp://127.0.0.1:5557", topic, seq,
+                                   encoder.encode(batch)) + "\n")
     with open(os.path.join(directory, "requests.jsonl"), "w") as out:
         for request in REQUESTS:
             out.write(json.dumps(request) + "\n")
     # What `record --replay` writes when messages 2 and 3 were lost live and answered
     # by the replay socket (engine_record.rs records it from `replay`).
     with open(os.path.join(directory, "chain-replayed.capture.jsonl"), "w") as out:
-        for seq, batch in chain_script():
-            out.write(capture_line("tcp://127.0.0.1:5557", b"kv-events", seq,
-                                   encoder.encode(batch), replayed=seq in (2, 3)) + "\n")
+        for seq, batch in chain_script(VLLM_0_26):
+            out.write(capture_line("tcp://127.0.0.1:5557", topic, seq,
+                                   fixture_payload(batch), replayed=seq in (2, 3)) + "\n")
     # Two publishers as `record` hears `two-publishers`: A's batches, then B's earlier ones.
     with open(os.path.join(directory, "two-publishers.capture.jsonl"), "w") as out:
-        for name, seq, batch in two_publishers_script():
+        for name, seq, batch in two_publishers_script(VLLM_0_26):
             port = {"a": 5557, "b": 5567}[name]
-            out.write(capture_line(f"tcp://127.0.0.1:{port}", b"kv-events", seq,
-                                   encoder.encode(batch)) + "\n")
+            out.write(capture_line(f"tcp://127.0.0.1:{port}", topic, seq,
+                                   fixture_payload(batch)) + "\n")
     with open(os.path.join(directory, "chain.requests.jsonl"), "w") as out:
         for request in CHAIN_REQUESTS:
             out.write(json.dumps(request) + "\n")
 
 
-def publish(endpoint: str, rounds: int) -> None:
-    """Binds a PUB socket as vLLM does (`tcp://*:port` binds) and publishes the vLLM
-    script `rounds` times, each message as vLLM's three frames. A subscriber that
-    connects late misses the first messages (ZeroMQ's slow joiner), so the script
-    waits before the first and between rounds."""
+class WatchedSocket:
+    """A pyzmq socket as vLLM's publisher uses it, each multipart send passed through
+    `send` (frames, socket's send_multipart); every other member the socket's own."""
+
+    def __init__(self, socket, send):
+        self._socket, self._send = socket, send
+
+    def send_multipart(self, frames, *args, **kwargs):
+        self._send(tuple(frames), lambda f: self._socket.send_multipart(f, *args, **kwargs))
+
+    def __getattr__(self, name):
+        return getattr(self._socket, name)
+
+
+def faulty_publisher(v):
+    """vLLM's `ZmqEventPublisher`, with two faults it cannot make itself.
+
+    Its public API has no way to lose a message between its PUB socket and a
+    subscriber while keeping it for replay, nor to answer a replay without the topic
+    frame, as older vLLM and SGLang do (0.33.0's `_service_replay` always sends
+    `[topic, seq, payload]` and `["", END_SEQ, ""]`). So its two sockets, made by its
+    own `_socket_setup`, are wrapped: a PUB send of a number in `drop` is left
+    out (the publisher still numbers and buffers it, as it would a message the wire
+    lost), and with `replay_topic` false the topic frame of each replay answer is
+    taken out. Every PUB send, left out or not, is logged in `sent` as (endpoint, seq,
+    payload, live). Everything else, numbering, encoding, the replay buffer and its
+    answers, is vLLM's."""
+
+    class FaultyPublisher(v.ZmqEventPublisher):
+        def __init__(self, endpoint, replay_endpoint=None, drop=(), replay_topic=True,
+                     buffer_steps=10_000):
+            self.drop, self.replay_topic, self.sent = set(drop), replay_topic, []
+            super().__init__(0, endpoint, replay_endpoint, buffer_steps=buffer_steps,
+                             topic=TOPIC)
+
+        def _socket_setup(self):
+            try:
+                super()._socket_setup()
+            except Exception:
+                # A bind that failed leaves its socket open: closed here, so that
+                # `bound` can try again.
+                self._pub.close(linger=0)
+                raise
+            self._pub = WatchedSocket(self._pub, self._send_live)
+            if self._replay is not None and not self.replay_topic:
+                # Frames are (client id, "", topic, seq, payload); the end marker's
+                # topic is the empty frame.
+                self._replay = WatchedSocket(self._replay, lambda frames, send: send(frames[:2] + frames[3:]))
+
+        def _send_live(self, frames, send):
+            _, seq_bytes, payload = frames
+            seq = int.from_bytes(seq_bytes, "big")
+            live = seq not in self.drop
+            self.sent.append((self._endpoint, seq, payload, live))
+            if live:
+                send(frames)
+
+    return FaultyPublisher
+
+
+# How long a publisher waits after binding before it publishes: a subscriber that
+# connects late misses the first messages (ZeroMQ's slow joiner).
+JOIN_SECONDS = 1.0
+# How long a publisher stays up after its last publication: vLLM's `shutdown` closes
+# its sockets with linger 0, which drops what is still queued.
+DRAIN_SECONDS = 0.5
+
+
+def bound(make, seconds: float = 10.0):
+    """`make()`, tried again while its endpoint is still taken: ZeroMQ's I/O thread
+    releases a closed socket's port a moment after `close` returns, so a publisher
+    restarted on its predecessor's endpoint may find it taken at first."""
     import zmq
 
-    socket = zmq.Context.instance().socket(zmq.PUB)
-    socket.bind(endpoint)
-    encoder = msgspec.msgpack.Encoder()
-    time.sleep(1.0)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return make()
+        except zmq.ZMQError as error:
+            if error.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def print_sent(publishers) -> None:
+    for publisher in publishers:
+        for endpoint, seq, payload, live in publisher.sent:
+            print(json.dumps({"endpoint": endpoint, "seq": seq, "live": live,
+                              "payload_b64": base64.b64encode(payload).decode("ascii")}))
+
+
+def publish(wheel: str, endpoint: str, rounds: int) -> None:
+    """vLLM's publisher binds `endpoint` (it binds a wildcard such as `tcp://*:5557` and
+    connects to a named host) and publishes the vLLM script `rounds` times. Each run of the script from seq 0 is one publisher: at the
+    restart the engine's publisher is shut down and a new one, numbering from 0 again,
+    binds the same endpoint, as a restarted engine's would."""
+    v = vllm_0_33(wheel)
+    publisher_class = faulty_publisher(v)
+    runs = []
     for _ in range(rounds):
-        for seq, batch in vllm_script():
-            socket.send_multipart((b"kv-events", seq.to_bytes(8, "big"), encoder.encode(batch)))
-        time.sleep(0.2)
-    socket.close(linger=1000)
+        for seq, batch, heard in vllm_script(v):
+            if seq == 0:
+                runs.append([])
+            runs[-1].append((batch, heard))
+    done = []
+    for run in runs:
+        lost = {seq for seq, (_, heard) in enumerate(run) if not heard}
+        publisher = bound(lambda: publisher_class(endpoint, drop=lost))
+        time.sleep(JOIN_SECONDS)
+        for batch, _ in run:
+            publisher.publish(batch)
+        time.sleep(DRAIN_SECONDS)
+        publisher.shutdown()
+        done.append(publisher)
+    print_sent(done)
 
 
-def chain_script():
+def chain_script(v):
     """(seq, batch): six one-block stores, each block chained on the one before, so a
     lost message leaves every later store with an unknown parent."""
     return [
-        (seq, VllmEventBatch(T0 + 0.010 * seq, [
-            vllm_stored([100 + seq], None if seq == 0 else 99 + seq, tokens(1000 + BLOCK * seq, 1))
-        ], 0))
+        (seq, v.KVEventBatch(T0 + 0.010 * seq, [
+            vllm_stored(v, [100 + seq], None if seq == 0 else 99 + seq, tokens(1000 + BLOCK * seq, 1))
+        ]))
         for seq in range(6)
     ]
 
@@ -282,100 +446,67 @@ CHAIN_REQUESTS = [
      "token_ids": tokens(1000, 6), "output_tokens": 4},
 ]
 
-# vLLM's ZmqEventPublisher.END_SEQ: -1 as 8 bytes big-endian two's complement.
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
-
-def replay(pub_endpoint: str, replay_endpoint: str, drop: str, answer: str, topic: str) -> None:
-    """Publishes the chain script as vLLM's ZmqEventPublisher does, with its ROUTER
-    replay socket, except that the sequence numbers in `drop` (comma-separated) are
+def replay(wheel: str, pub_endpoint: str, replay_endpoint: str, drop: str, answer: str,
+           topic: str) -> None:
+    """vLLM's publisher, with its ROUTER replay socket at `replay_endpoint`, publishes
+    the chain script, except that the sequence numbers in `drop` (comma-separated) are
     not sent live: they only enter the replay buffer, as a message lost between the
     PUB socket and its subscriber would.
 
-    `answer` is `buffer` (answer from the buffer, as vLLM's `_service_replay` does)
-    or `end-only` (only the end marker: the buffer no longer holds what is asked for).
-    `topic` is `with` (vLLM 0.26.0, PR #45177: `[topic, seq, payload]`, end marker
-    `["", END_SEQ, ""]`) or `without` (older vLLM and SGLang: `[seq, payload]`).
-    The replay socket is served between publications, as vLLM's publisher thread
-    polls it, and for a second after the last."""
-    import zmq
-
-    context = zmq.Context.instance()
-    pub = context.socket(zmq.PUB)
-    pub.bind(pub_endpoint)
-    router = context.socket(zmq.ROUTER)
-    router.bind(replay_endpoint)
-    dropped = {int(s) for s in drop.split(",") if s}
-    encoder = msgspec.msgpack.Encoder()
-    topic_bytes = b"kv-events"
-    buffer = []  # (seq, payload), as vLLM's deque
-
-    def serve(seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            if not router.poll(int(left * 1000) + 1):
-                continue
-            frames = router.recv_multipart()
-            if len(frames) != 3:
-                continue
-            client_id, _, start_seq_bytes = frames
-            start_seq = int.from_bytes(start_seq_bytes, "big")
-            prefix = (topic_bytes,) if topic == "with" else ()
-            if answer == "buffer":
-                for seq, payload in buffer:
-                    if seq >= start_seq:
-                        router.send_multipart((client_id, b"", *prefix, seq.to_bytes(8, "big"), payload))
-            end_prefix = (b"",) if topic == "with" else ()
-            router.send_multipart((client_id, b"", *end_prefix, END_SEQ, b""))
-
+    `answer` is `buffer` (vLLM's `_service_replay` answers from its buffer of 10,000
+    steps) or `end-only` (a buffer of 0 steps, so the answer is the end marker alone,
+    as from a buffer that has moved past what is asked for). `topic` is `with`
+    (vLLM's answer: `[topic, seq, payload]`, end marker `["", END_SEQ, ""]`) or
+    `without` (older vLLM and SGLang: `[seq, payload]`). vLLM's publisher
+    thread serves the replay socket between publications, and for a second after the
+    last."""
+    v = vllm_0_33(wheel)
+    publisher = faulty_publisher(v)(
+        pub_endpoint, replay_endpoint, drop={int(s) for s in drop.split(",") if s},
+        replay_topic=topic == "with", buffer_steps={"buffer": 10_000, "end-only": 0}[answer])
+    time.sleep(JOIN_SECONDS)
+    for _, batch in chain_script(v):
+        publisher.publish(batch)
+        time.sleep(0.05)
     time.sleep(1.0)
-    for seq, batch in chain_script():
-        payload = encoder.encode(batch)
-        if seq not in dropped:
-            pub.send_multipart((topic_bytes, seq.to_bytes(8, "big"), payload))
-        buffer.append((seq, payload))
-        serve(0.05)
-    serve(1.0)
-    pub.close(linger=1000)
-    router.close(linger=1000)
+    publisher.shutdown()
+    print_sent([publisher])
 
 
-def two_publishers_script():
+def two_publishers_script(v):
     """(publisher, seq, batch) in sending order: B's batches are earlier than A's."""
     return [
-        ("a", 0, VllmEventBatch(T0 + 0.500, [vllm_stored([1], None, tokens(1000, 1))], 0)),
-        ("a", 1, VllmEventBatch(T0 + 0.625, [vllm_stored([2], 1, tokens(1016, 1))], 0)),
-        ("b", 0, VllmEventBatch(T0 + 0.000, [vllm_stored([3], None, tokens(2000, 1))], 0)),
-        ("b", 1, VllmEventBatch(T0 + 0.250, [vllm_stored([4], 3, tokens(2016, 1))], 0)),
+        ("a", 0, v.KVEventBatch(T0 + 0.500, [vllm_stored(v, [1], None, tokens(1000, 1))])),
+        ("a", 1, v.KVEventBatch(T0 + 0.625, [vllm_stored(v, [2], 1, tokens(1016, 1))])),
+        ("b", 0, v.KVEventBatch(T0 + 0.000, [vllm_stored(v, [3], None, tokens(2000, 1))])),
+        ("b", 1, v.KVEventBatch(T0 + 0.250, [vllm_stored(v, [4], 3, tokens(2016, 1))])),
     ]
 
 
-def two_publishers(endpoint_a: str, endpoint_b: str) -> None:
-    """Two engines' PUB sockets. A's two batches are sent first, then B's, whose
+def two_publishers(wheel: str, endpoint_a: str, endpoint_b: str) -> None:
+    """Two engines' publishers. A's two batches are sent first, then B's, whose
     times are earlier than A's: a subscriber receives them out of time order."""
-    import zmq
-
-    context = zmq.Context.instance()
-    sockets = {}
-    for name, endpoint in (("a", endpoint_a), ("b", endpoint_b)):
-        sockets[name] = context.socket(zmq.PUB)
-        sockets[name].bind(endpoint)
-    encoder = msgspec.msgpack.Encoder()
-    time.sleep(1.0)
-    for name, seq, batch in two_publishers_script():
-        sockets[name].send_multipart((b"kv-events", seq.to_bytes(8, "big"), encoder.encode(batch)))
+    v = vllm_0_33(wheel)
+    publisher_class = faulty_publisher(v)
+    publishers = {"a": publisher_class(endpoint_a), "b": publisher_class(endpoint_b)}
+    time.sleep(JOIN_SECONDS)
+    for name, _, batch in two_publishers_script(v):
+        publishers[name].publish(batch)
         # Apart enough that the subscriber hears them in this order.
         time.sleep(0.2)
-    for socket in sockets.values():
-        socket.close(linger=1000)
+    time.sleep(DRAIN_SECONDS)
+    for publisher in publishers.values():
+        publisher.shutdown()
+    print_sent(publishers.values())
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "capture":
         write_captures(sys.argv[2])
     elif sys.argv[1] == "replay":
-        replay(*sys.argv[2:7])
+        replay(*sys.argv[2:8])
     elif sys.argv[1] == "two-publishers":
-        two_publishers(sys.argv[2], sys.argv[3])
+        two_publishers(*sys.argv[2:5])
     else:
-        publish(sys.argv[2], int(sys.argv[3]))
+        publish(sys.argv[2], sys.argv[3], int(sys.argv[4]))
