@@ -7,7 +7,8 @@
 //! [`importer::Report`], or one [`importer::ImportError`] whose lines name the input
 //! file and line. The formats: [`mooncake`] (Mooncake FAST'25 JSONL, streamed) and
 //! [`kv_events`] (vLLM and SGLang ZeroMQ captures, and Dynamo's RouterEvent lines,
-//! each with a request log). What more than one format uses lives in [`shared`].
+//! each with a request log) and [`weka`] (WEKA kv-cache-tester session files).
+//! What more than one format uses lives in [`shared`].
 //!
 //! # Adding an input format
 //!
@@ -38,6 +39,7 @@ pub(crate) mod importer;
 pub(crate) mod kv_events;
 pub(crate) mod mooncake;
 pub(crate) mod shared;
+pub(crate) mod weka;
 
 // The public part of importing: the `Importer` trait and what it hands back, and each
 // format's importer with its options. Two formats cap a line differently, so their caps
@@ -52,4 +54,8 @@ pub use kv_events::{
 };
 pub use mooncake::{
     import_mooncake, MooncakeImport, MooncakeOptions, LINE_BYTES_MAX as MOONCAKE_LINE_BYTES_MAX,
+};
+pub use weka::{
+    parse_session_rate, session_files, WekaImport, WekaOptions,
+    FILE_BYTES_MAX as WEKA_FILE_BYTES_MAX,
 };
