@@ -343,6 +343,12 @@ pub enum ImportFormat {
         #[arg(long, value_name = "B",
               value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
         dynamo_block_tokens: Option<u64>,
+        /// Consecutive block ids of a request that make one prefix segment (1 to 65536):
+        /// 1 is one segment a block; 16 makes a trace a replay holds in a tenth of the
+        /// memory, reusing at most 15 blocks less a request (SPEC.md §19.2).
+        #[arg(long, value_name = "G", default_value_t = 1,
+              value_parser = clap::value_parser!(u64).range(1..=65_536))]
+        blocks_per_segment: u64,
         /// Where to write the trace (atomically: nothing is left on failure).
         #[arg(short = 'o', long = "out", value_name = "OUT")]
         out: OutputPath,

@@ -47,9 +47,11 @@ pub fn importer_of(format: ImportFormat) -> (Box<dyn Importer>, PathBuf) {
             session_rate,
             seed,
             dynamo_block_tokens,
+            blocks_per_segment,
             out,
         } => {
             let options = WekaOptions {
+                blocks_per_segment,
                 tenant,
                 model,
                 workers,

@@ -28,6 +28,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The most ids one segment may group.
+pub const BLOCKS_PER_SEGMENT_MAX: u64 = 65_536;
+
 /// The limits profile of every Weka import: its prompts pass the lab limits.
 const PROFILE: LimitsProfile = LimitsProfile::Scale;
 
@@ -44,6 +47,10 @@ pub struct WekaOptions {
     pub seed: u64,
     /// `policy.dynamo_block_tokens` of the trace (SPEC.md §4.8); unset by default.
     pub dynamo_block_tokens: Option<u64>,
+    /// Consecutive ids of a request that make one prefix segment: 1 (the default) is
+    /// one segment a block; more trades reuse at each request's last segment for a
+    /// trace a replay can hold (SPEC.md §19.2).
+    pub blocks_per_segment: u64,
 }
 
 impl Default for WekaOptions {
@@ -55,6 +62,7 @@ impl Default for WekaOptions {
             session_rate_milli: 100,
             seed: 0,
             dynamo_block_tokens: None,
+            blocks_per_segment: 1,
         }
     }
 }
@@ -176,6 +184,12 @@ fn option_errors(options: &WekaOptions, files: usize) -> Vec<String> {
     }
     if options.dynamo_block_tokens == Some(0) {
         reasons.push("dynamo_block_tokens: expected a positive integer, found 0".to_owned());
+    }
+    if !(1..=BLOCKS_PER_SEGMENT_MAX).contains(&options.blocks_per_segment) {
+        reasons.push(format!(
+            "blocks_per_segment: expected 1 to {BLOCKS_PER_SEGMENT_MAX}, found {}",
+            options.blocks_per_segment
+        ));
     }
     let rates = SESSION_RATE_MILLI_MIN..=SESSION_RATE_MILLI_MAX;
     if !rates.contains(&options.session_rate_milli) {
@@ -334,7 +348,8 @@ impl<'i, 's> Merge<'i, 's> {
         totals.subagent_requests += requests.subagent_requests;
         totals.distinct_blocks += requests.distinct_blocks;
         for record in &requests.records {
-            totals.segments += u64::from(record.kept_ids) + u64::from(record.added_len);
+            let ids = u64::from(record.kept_ids) + u64::from(record.added_len);
+            totals.segments += ids.div_ceil(self.import.options.blocks_per_segment);
             totals
                 .bound
                 .add_request(record.prompt_tokens, record.decode_tokens);
@@ -365,7 +380,11 @@ impl<'i, 's> Merge<'i, 's> {
         ids.truncate(record.kept_ids as usize);
         let added = record.added_start as usize..(record.added_start + record.added_len) as usize;
         ids.extend_from_slice(&live.requests.added_ids[added]);
-        let prefix = prefix(session + 1, ids, &record, live.requests.block_tokens);
+        let grouping = Grouping {
+            block_tokens: live.requests.block_tokens,
+            blocks_per_segment: self.import.options.blocks_per_segment,
+        };
+        let prefix = prefix(session + 1, ids, &record, grouping);
         let tick = live.start + record.offset_ms;
         live.next = place + 1;
         match live.requests.records.get(place + 1) {
@@ -466,20 +485,44 @@ impl<'i, 's> Merge<'i, 's> {
     }
 }
 
-/// A request's prefix (SPEC.md §19.2): one segment per id keyed in session `session`'s
-/// space, `b` tokens each for the full blocks and the rest of the prompt for a named
-/// partial last block.
-fn prefix(session: usize, ids: &[u64], record: &RequestRecord, b: u64) -> Vec<Segment> {
+/// How a request's ids become segments.
+#[derive(Clone, Copy)]
+struct Grouping {
+    block_tokens: u64,
+    blocks_per_segment: u64,
+}
+
+/// A request's prefix (SPEC.md §19.2), in session `session`'s key space: each id `b`
+/// tokens for the full blocks and the rest of the prompt for a named partial last
+/// block; one segment an id keyed `s<i>-b<id>`, or each run of `blocks_per_segment`
+/// ids one segment keyed `s<i>-g<xxh3 of the run's ids>` carrying their tokens.
+fn prefix(session: usize, ids: &[u64], record: &RequestRecord, grouping: Grouping) -> Vec<Segment> {
+    let b = grouping.block_tokens;
     let full = record.prompt_tokens / b;
-    ids.iter()
-        .enumerate()
-        .map(|(j, id)| Segment {
+    let tokens = |j: usize| {
+        if (j as u64) < full {
+            b
+        } else {
+            record.prompt_tokens - b * full
+        }
+    };
+    if grouping.blocks_per_segment == 1 {
+        let segment = |(j, id): (usize, &u64)| Segment {
             key: format!("s{session}-b{id}").into(),
-            tokens: if (j as u64) < full {
-                b
-            } else {
-                record.prompt_tokens - b * full
-            },
+            tokens: tokens(j),
+        };
+        return ids.iter().enumerate().map(segment).collect();
+    }
+    let run = grouping.blocks_per_segment as usize;
+    ids.chunks(run)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let bytes: Vec<u8> = chunk.iter().flat_map(|id| id.to_le_bytes()).collect();
+            let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+            Segment {
+                key: format!("s{session}-g{hash:016x}").into(),
+                tokens: (c * run..c * run + chunk.len()).map(tokens).sum(),
+            }
         })
         .collect()
 }

@@ -354,3 +354,40 @@ fn a_directory_stands_for_its_json_files_in_name_order() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn runs_of_ids_group_into_segments_keyed_by_their_hash() {
+    let options = WekaOptions {
+        blocks_per_segment: 2,
+        ..WekaOptions::default()
+    };
+    let (trace, report) = import_with(&[TRACE_A], options.clone()).unwrap();
+    let keys = requests(&trace);
+    // s1-r1's ids [1, 2] and s1-r4's first run are the same run: the same key.
+    let run_1_2 = format!(
+        "s1-g{:016x}",
+        xxhash_rust::xxh3::xxh3_64(&[1u64.to_le_bytes(), 2u64.to_le_bytes()].concat())
+    );
+    assert_eq!(keys[0].2, vec![format!("{run_1_2}:128")]);
+    assert_eq!(keys[3].2[0], format!("{run_1_2}:128"));
+    assert_eq!(keys[3].2.len(), 2);
+    // The sub-agent's [5, 6, 7] is a run of two and a run of one.
+    assert_eq!(keys[2].2.len(), 2);
+    assert!(keys[2].2[1].ends_with(":64"));
+    assert_eq!(report.counted(), "4 requests, 8 workers, 6 segments");
+    // A named partial last block ends the last run's tokens.
+    let text = session(&request("0", "150", "[1, 2, 3]"));
+    let (trace, _) = import_with(&[&text], options).unwrap();
+    let tokens: Vec<String> = requests(&trace)[0]
+        .2
+        .iter()
+        .map(|k| k.rsplit(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(tokens, vec!["128", "22"]);
+    let bad = WekaOptions {
+        blocks_per_segment: 0,
+        ..WekaOptions::default()
+    };
+    assert!(import_with(&[TRACE_C], bad).unwrap_err().lines()[0]
+        .contains("blocks_per_segment: expected 1 to 65536, found 0"));
+}
