@@ -204,12 +204,11 @@ fn option_errors(options: &WekaOptions, files: usize) -> Vec<String> {
     reasons
 }
 
-/// A session being written: its requests, the next one to write, and the ids of the
-/// last request written in each of its contexts.
+/// A session being written: its requests, and the ids of the last request written in
+/// each of its contexts.
 struct Live {
     start: u64,
     requests: SessionRequests,
-    next: usize,
     current_ids: Vec<Vec<u64>>,
 }
 
@@ -365,7 +364,6 @@ impl<'i, 's> Merge<'i, 's> {
             start,
             current_ids: vec![Vec::new(); requests.contexts as usize],
             requests,
-            next: 0,
         });
     }
 
@@ -386,7 +384,6 @@ impl<'i, 's> Merge<'i, 's> {
         };
         let prefix = prefix(session + 1, ids, &record, grouping);
         let tick = live.start + record.offset_ms;
-        live.next = place + 1;
         match live.requests.records.get(place + 1) {
             Some(next) => {
                 self.heap
