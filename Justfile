@@ -2,7 +2,7 @@
 # Needs just 1.27 or later (`cargo install --locked just`) for the [doc] attributes that
 # `just --list` shows, one sentence per recipe (.ci/run checks that).
 
-fuzz_targets := "parse_trace differential receipt_verify csv_export import_mooncake import_bailian import_engine_events closed_loop cli_options"
+fuzz_targets := "parse_trace differential receipt_verify csv_export import_mooncake import_bailian import_weka import_engine_events closed_loop cli_options"
 
 [doc("Every test of the workspace.")]
 test:

@@ -338,6 +338,45 @@ pub enum ImportFormat {
         #[arg(short = 'o', long = "out", value_name = "OUT")]
         out: OutputPath,
     },
+    /// WEKA kv-cache-tester session files (Claude Code conversations with nested
+    /// sub-agents, 64-token blocks scoped per session), laid on one clock by seeded gaps
+    /// between session starts (SPEC.md §19).
+    Weka {
+        /// Session files, or directories standing for their *.json files in name order.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<InputPath>,
+        /// The tenant of every request.
+        #[arg(long, default_value = "weka")]
+        tenant: String,
+        /// The model of every request and worker.
+        #[arg(long, default_value = "weka-model")]
+        model: String,
+        /// How many identical workers to create (1 to 4096).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        workers: u32,
+        /// Sessions started per second on average (0.001 to 1000, at most three
+        /// decimals); each gap is uniform from 0 to twice the mean.
+        #[arg(long, value_name = "R", default_value = "0.1",
+              value_parser = kvroute_core::import::parse_session_rate)]
+        session_rate: u64,
+        /// The seed of the gaps between session starts (SplitMix64).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Set policy.dynamo_block_tokens, so that the receipt has the dynamo_default
+        /// run (SPEC.md §4.8); the sessions' own block is 64. At most 2^53 - 1.
+        #[arg(long, value_name = "B",
+              value_parser = clap::value_parser!(u64).range(1..=JSON_INTEGER_MAX))]
+        dynamo_block_tokens: Option<u64>,
+        /// Consecutive block ids of a request that make one prefix segment (1 to 65536):
+        /// 1 is one segment a block; 16 makes a trace a replay holds in a tenth of the
+        /// memory, reusing at most 15 blocks less a request (SPEC.md §19.2).
+        #[arg(long, value_name = "G", default_value_t = 1,
+              value_parser = clap::value_parser!(u64).range(1..=65_536))]
+        blocks_per_segment: u64,
+        /// Where to write the trace (atomically: nothing is left on failure).
+        #[arg(short = 'o', long = "out", value_name = "OUT")]
+        out: OutputPath,
+    },
     /// vLLM or SGLang KV events captured by `kvroute record`, with the requests the
     /// engines served: a worker per publisher, sequential epochs (SPEC.md §13). Both
     /// engines' layouts are read, each told apart by its values.

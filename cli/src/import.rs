@@ -12,6 +12,7 @@ use kvroute_cli::args::{EngineImportArgs, ImportFormat};
 use kvroute_core::import::{BailianImport, BailianOptions, MooncakeImport, MooncakeOptions};
 use kvroute_core::import::{EngineEventsImport, EngineFormat, EventsOptions, Keying};
 use kvroute_core::import::{ImportError, Importer, Source};
+use kvroute_core::import::{Problem, WekaImport, WekaOptions};
 use kvroute_core::output::CanonicalTraceStream;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,10 +56,56 @@ pub fn importer_of(format: ImportFormat) -> (Box<dyn Importer>, PathBuf) {
             let file = file.0;
             (Box::new(BailianImport { file, options }), out.0)
         }
+        ImportFormat::Weka {
+            paths,
+            tenant,
+            model,
+            workers,
+            session_rate,
+            seed,
+            dynamo_block_tokens,
+            blocks_per_segment,
+            out,
+        } => {
+            let options = WekaOptions {
+                blocks_per_segment,
+                tenant,
+                model,
+                workers,
+                session_rate_milli: session_rate,
+                seed,
+                dynamo_block_tokens,
+            };
+            let paths: Vec<PathBuf> = paths.into_iter().map(|p| p.0).collect();
+            let mut import = WekaImport::new(&paths, options);
+            import
+                .refusals
+                .extend(output_among_inputs(&out.0, &import.files));
+            (Box::new(import), out.0)
+        }
         ImportFormat::VllmEvents(args) => engine_events(EngineFormat::Vllm, args),
         ImportFormat::SglangEvents(args) => engine_events(EngineFormat::Sglang, args),
         ImportFormat::DynamoEvents(args) => engine_events(EngineFormat::Dynamo, args),
     }
+}
+
+/// The refusal of an output that is one of the files a directory input stands for
+/// (the command line's own check sees only the paths as given).
+fn output_among_inputs(out: &Path, files: &[PathBuf]) -> Option<Problem> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &Path| {
+        std::fs::metadata(path)
+            .ok()
+            .filter(|meta| meta.is_file())
+            .map(|meta| (meta.dev(), meta.ino()))
+    };
+    let written = identity(out)?;
+    let input = files.iter().find(|file| identity(file) == Some(written))?;
+    let reason = format!(
+        "is also an input of this command ({}); kvroute does not write over its own input",
+        input.display()
+    );
+    Some(Problem::of_input(out, reason))
 }
 
 fn engine_events(format: EngineFormat, args: EngineImportArgs) -> (Box<dyn Importer>, PathBuf) {

@@ -157,6 +157,8 @@ fn generated(name: &str) -> Vec<u8> {
             )
             .into_bytes()
         }
+        // One byte past the cap of a Weka session file (SPEC.md §19.3).
+        "weka-over-cap" => vec![b' '; kvroute_core::import::WEKA_FILE_BYTES_MAX + 1],
         other => panic!("no generator {other:?}"),
     }
 }

@@ -212,3 +212,34 @@ fn the_check_accepts_and_refuses_what_the_import_does_with_the_same_errors() {
     }
     assert!(mooncake.check(vec![Box::new(&bad_last_line[..])]).is_err());
 }
+
+#[test]
+fn weka_through_the_trait_writes_the_trace_its_events_make() {
+    use kvroute_core::import::{WekaImport, WekaOptions};
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/weka/sessions");
+    let sessions: Vec<Vec<u8>> = ["trace_a.json", "trace_b.json", "trace_c.json"]
+        .iter()
+        .map(|name| read(&format!("{dir}/{name}")))
+        .collect();
+    let importer = WekaImport::new(&[PathBuf::from(dir)], WekaOptions::default());
+    assert_eq!(importer.name(), "weka");
+    assert_eq!(importer.inputs().len(), 3);
+    let inputs: Vec<&[u8]> = sessions.iter().map(Vec::as_slice).collect();
+    let (bytes, counts) = run(&importer, &inputs).unwrap();
+    assert_eq!(counts, "7 requests, 8 workers, 17 segments");
+    let trace = kvroute_core::parse_trace(&bytes).expect("an accepted import validates");
+    assert_eq!(bytes, canonical_trace_bytes(&trace));
+    // The check pass refuses what the import refuses, with the same lines.
+    let bad: Vec<&[u8]> = vec![inputs[0], b"{}", inputs[2]];
+    let sources = || -> Vec<Source<'_>> {
+        bad.iter()
+            .map(|bytes| Box::new(*bytes) as Source<'_>)
+            .collect()
+    };
+    let checked = importer.check(sources()).unwrap_err();
+    assert_eq!(
+        checked,
+        importer.import(sources(), &mut |_| {}).unwrap_err()
+    );
+    assert!(checked.lines()[0].ends_with("trace_b.json: $: missing member \"block_size\""));
+}

@@ -393,6 +393,70 @@ pub fn import_mooncake(data: &[u8]) {
     }
 }
 
+/// Arbitrary bytes as Weka session files (SPEC.md §19): the first byte picks the
+/// options, the rest is split into up to four files at each `0x00`. No panic; an
+/// accepted import validates and is canonical; the checking pass agrees with it.
+pub fn import_weka(data: &[u8]) {
+    use kvroute_core::import::{Importer, Source, WekaImport, WekaOptions};
+    use kvroute_core::output::{canonical_trace_bytes, CanonicalTraceStream};
+    let (options, rest) = match data.split_first() {
+        Some((&b, rest)) => (
+            WekaOptions {
+                workers: 1 + u32::from(b % 4),
+                blocks_per_segment: [1, 2, 16, 0][usize::from(b >> 2) % 4],
+                session_rate_milli: [100, 1_000_000, 1, 0][usize::from(b >> 4) % 4],
+                seed: u64::from(b >> 6),
+                ..WekaOptions::default()
+            },
+            rest,
+        ),
+        None => (WekaOptions::default(), data),
+    };
+    let files: Vec<&[u8]> = rest.splitn(4, |&byte| byte == 0).collect();
+    let import = WekaImport {
+        files: (0..files.len())
+            .map(|i| format!("f{i}.json").into())
+            .collect(),
+        refusals: Vec::new(),
+        options,
+    };
+    let sources = || -> Vec<Source<'_>> {
+        files
+            .iter()
+            .map(|bytes| Box::new(*bytes) as Source<'_>)
+            .collect()
+    };
+    let checked = import.check(sources());
+    let mut stream = CanonicalTraceStream::new(Vec::new()).expect("writing into memory");
+    let mut events = Vec::new();
+    let imported = import.import(sources(), &mut |event| {
+        stream
+            .event(&event)
+            .expect("events come in canonical order");
+        events.push(event);
+    });
+    match imported {
+        Ok(imported) => {
+            assert!(
+                checked.is_ok(),
+                "the checking pass rejects an accepted import"
+            );
+            let (bytes, _) = stream.finish(&imported.head).expect("writing into memory");
+            let trace = kvroute_core::parse_trace(&bytes)
+                .unwrap_or_else(|errors| panic!("an imported trace does not validate: {errors}"));
+            assert!(
+                canonical_trace_bytes(&trace) == bytes,
+                "the import is not canonical"
+            );
+            assert_eq!(
+                trace.events, events,
+                "the trace is not the events handed on"
+            );
+        }
+        Err(error) => assert_eq!(checked.err(), Some(error), "the checking pass"),
+    }
+}
+
 /// Arbitrary bytes as a Qwen-Bailian JSONL file (the first byte picks the worker
 /// count and the block size, 0 included): the import never panics, its checking pass
 /// accepts and refuses what it does with the same errors, and every trace it accepts

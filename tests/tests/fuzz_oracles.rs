@@ -76,6 +76,24 @@ fn import_and_closed_loop_on_seeded_bytes() {
         }
         oracles::import_bailian(&bytes);
     }
+    // Weka sessions: the fixture files, mangled a little, deep into the member rules.
+    let weka = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/weka/sessions");
+    let files: Vec<Vec<u8>> = ["trace_a.json", "trace_b.json"]
+        .iter()
+        .map(|name| std::fs::read(format!("{weka}/{name}")).unwrap())
+        .collect();
+    for seed in 0..200u64 {
+        let mut bytes = vec![seed as u8];
+        bytes.extend_from_slice(&files[0]);
+        bytes.push(0);
+        bytes.extend_from_slice(&files[1]);
+        let mut rng = seeded_rng(seed);
+        for _ in 0..seed % 4 {
+            let i = 1 + (rng.next_u64() % (bytes.len() as u64 - 1)) as usize;
+            bytes[i] = b"0-.e\"{}[],: x1\x00"[(rng.next_u64() % 15) as usize];
+        }
+        oracles::import_weka(&bytes);
+    }
     for seed in 0..30 {
         let bytes = seeded_bytes(seed, 2048);
         let case = LoopCase::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
@@ -96,6 +114,7 @@ fn committed_fuzz_inputs_replay() {
             "import_mooncake",
             "import_engine_events",
             "import_bailian",
+            "import_weka",
             "closed_loop",
         ] {
             let dir = fuzz.join(kind).join(target);
@@ -121,6 +140,7 @@ fn committed_fuzz_inputs_replay() {
                     "import_mooncake" => oracles::import_mooncake(&data),
                     "import_engine_events" => oracles::import_engine_events(&data),
                     "import_bailian" => oracles::import_bailian(&data),
+                    "import_weka" => oracles::import_weka(&data),
                     "closed_loop" => {
                         if let Ok(case) = LoopCase::arbitrary_take_rest(u) {
                             oracles::closed_loop(&case);

@@ -560,7 +560,10 @@ mod tests {
         assert_eq!(salt_in(&one, SaltForm::Vllm), SaltForm::None);
         let two = case("other_tenant_salt");
         assert!(salted(&two));
-        assert_eq!(salt_in(&two, SaltForm::DynamoTagged), SaltForm::DynamoTagged);
+        assert_eq!(
+            salt_in(&two, SaltForm::DynamoTagged),
+            SaltForm::DynamoTagged
+        );
     }
 
     #[test]

@@ -6,10 +6,11 @@
 //! format that can stream never holds the trace), the rest of the trace and a
 //! [`importer::Report`], or one [`importer::ImportError`] whose lines name the input
 //! file and line. The formats: [`mooncake`] (Mooncake FAST'25 JSONL, streamed),
-//! [`bailian`] (Alibaba's Qwen-Bailian JSONL, its per-block ids re-chained, streamed)
-//! and [`kv_events`] (vLLM and SGLang ZeroMQ captures, and Dynamo's RouterEvent lines,
-//! each with a request log). What more than one format uses lives in [`shared`], and
-//! what the formats of one request a line share in [`request_lines`].
+//! [`bailian`] (Alibaba's Qwen-Bailian JSONL, its per-block ids re-chained, streamed),
+//! [`weka`] (WEKA kv-cache-tester session files) and [`kv_events`] (vLLM and SGLang
+//! ZeroMQ captures, and Dynamo's RouterEvent lines, each with a request log). What
+//! more than one format uses lives in [`shared`], and what the formats of one request
+//! a line share in [`request_lines`].
 //!
 //! # Adding an input format
 //!
@@ -42,6 +43,7 @@ pub(crate) mod kv_events;
 pub(crate) mod mooncake;
 pub(crate) mod request_lines;
 pub(crate) mod shared;
+pub(crate) mod weka;
 
 // The public part of importing: the `Importer` trait and what it hands back, and each
 // format's importer with its options. Two formats cap a line differently, so their caps
@@ -57,4 +59,8 @@ pub use kv_events::{
 };
 pub use mooncake::{
     import_mooncake, MooncakeImport, MooncakeOptions, LINE_BYTES_MAX as MOONCAKE_LINE_BYTES_MAX,
+};
+pub use weka::{
+    parse_session_rate, session_files, WekaImport, WekaOptions,
+    FILE_BYTES_MAX as WEKA_FILE_BYTES_MAX,
 };
