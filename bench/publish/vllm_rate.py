@@ -10,7 +10,11 @@ own, to the same kind of subscriber. Each rate is N over the time from the first
 received to the last; both publishers wait a second after binding so the subscriber
 has joined.
 
-usage: vllm_rate.py KVROUTE WHEEL [N]
+With SUB_COUNT (the `sub-count` binary of the bench crate: one SUB socket in Rust that
+only counts), both publishers are measured a second time against it, since the Python
+subscriber's own loop takes about as long a message as a publisher does.
+
+usage: vllm_rate.py KVROUTE WHEEL [N] [SUB_COUNT]
 """
 
 import json
@@ -95,12 +99,39 @@ def free_port():
     return port
 
 
+def counted(sub_count, port, n, publish):
+    """Seconds `sub-count` took from the first to the last of `n` messages that
+    `publish()` (which returns the publisher's process) sent to `port`."""
+    counter = subprocess.Popen([sub_count, f"tcp://127.0.0.1:{port}", str(n)],
+                               stdout=subprocess.PIPE, text=True)
+    publisher = publish()
+    out, _ = counter.communicate()
+    publisher.wait()
+    if counter.returncode != 0:
+        sys.exit(f"sub-count failed: {out}")
+    return float(out.split()[-2])
+
+
+def against_sub_count(sub_count, kvroute, wheel, trace_path, payload_file, n):
+    port = free_port()
+    kvroute_s = counted(sub_count, port, n, lambda: subprocess.Popen(
+        [kvroute, "publish", trace_path, "--port", str(port), "--wait-ms", "1000",
+         "--hold-ms", "3000"], stdout=subprocess.DEVNULL))
+    port = free_port()
+    vllm_s = counted(sub_count, port, n, lambda: subprocess.Popen(
+        [sys.executable, __file__, "--vllm-publish", wheel, str(port), payload_file]))
+    print(f"against sub-count (Rust): kvroute publish {n / kvroute_s:,.0f} messages/s "
+          f"({kvroute_s:.3f} s), vLLM ZmqEventPublisher {n / vllm_s:,.0f} messages/s "
+          f"({vllm_s:.3f} s), ratio {vllm_s / kvroute_s:.1f}x")
+
+
 def main():
     if sys.argv[1] == "--vllm-publish":
         vllm_publish(sys.argv[2], int(sys.argv[3]), sys.argv[4])
         return
     kvroute, wheel = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 200_000
+    sub_count = sys.argv[4] if len(sys.argv) > 4 else None
     scratch = tempfile.mkdtemp()
     trace_path = os.path.join(scratch, "trace.json")
     with open(trace_path, "w") as f:
@@ -108,7 +139,9 @@ def main():
 
     port = free_port()
     socket = receive(port, n)
-    publisher = subprocess.Popen([kvroute, "publish", trace_path, "--port", str(port), "--wait-ms", "1000", "--hold-ms", "3000"]  # the drain, as vLLM's side gets,
+    # The hold is the drain vLLM's side gets too (it waits for its queue, then 2 s).
+    publisher = subprocess.Popen([kvroute, "publish", trace_path, "--port", str(port),
+                                  "--wait-ms", "1000", "--hold-ms", "3000"],
                                  stdout=subprocess.DEVNULL)
     kvroute_s, payloads = drain(socket, n)
     publisher.wait()
@@ -127,6 +160,8 @@ def main():
     print(f"kvroute publish: {n / kvroute_s:,.0f} messages/s ({kvroute_s:.3f} s)")
     print(f"vLLM ZmqEventPublisher: {n / vllm_s:,.0f} messages/s ({vllm_s:.3f} s)")
     print(f"ratio: {vllm_s / kvroute_s:.1f}x")
+    if sub_count:
+        against_sub_count(sub_count, kvroute, wheel, trace_path, payload_file, n)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,24 @@ fn main() {
     }
 }
 
+/// A SUB socket connected to `endpoint`, retried until the publisher has bound it: this
+/// ZeroMQ implementation does not retry a refused connection on its own.
+async fn connected(endpoint: &str) -> Result<zeromq::SubSocket, String> {
+    let deadline = Instant::now() + IDLE_LIMIT;
+    loop {
+        let mut socket = zeromq::SubSocket::new();
+        match socket.connect(endpoint).await {
+            Ok(()) => return Ok(socket),
+            Err(e) if Instant::now() > deadline => return Err(format!("{endpoint}: {e}")),
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
 /// Receives `n` messages from `endpoint`: the seconds from the first to the last, and
 /// the bytes of every frame.
 async fn count(endpoint: &str, n: u64) -> Result<(f64, u64), String> {
-    let mut socket = zeromq::SubSocket::new();
-    socket
-        .connect(endpoint)
-        .await
-        .map_err(|e| format!("{endpoint}: {e}"))?;
+    let mut socket = connected(endpoint).await?;
     socket.subscribe("").await.map_err(|e| e.to_string())?;
     let mut first = None;
     let mut bytes = 0u64;
