@@ -753,9 +753,20 @@ mod tests {
         assert_eq!(answer.choice, Some(None));
     }
 
+    /// Checks that each answer is refused with its path and reason.
+    fn assert_refused(cases: Vec<(Value, AnswerKinds, &str)>) {
+        for (value, kinds, expected) in cases {
+            assert_eq!(
+                check(value.clone(), kinds).unwrap_err(),
+                expected,
+                "{value}"
+            );
+        }
+    }
+
     #[test]
     fn each_bad_answer_names_its_path_and_reason() {
-        let cases = [
+        assert_refused(vec![
             (json!([1]), REUSE, "$: expected an object, found [1]"),
             (
                 json!({"type": "answer", "seq": 41, "reuse": [], "extra": 1}),
@@ -777,6 +788,32 @@ mod tests {
                 REUSE,
                 "$: missing required member \"reuse\"",
             ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "choice": "w0"}),
+                REUSE,
+                "$.choice: present, but the hello did not list \"choice\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": []}),
+                BOTH,
+                "$: missing required member \"choice\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "choice": "w7"}),
+                BOTH,
+                "$.choice: unknown worker \"w7\"",
+            ),
+            (
+                json!({"type": "answer", "seq": 41, "reuse": [], "scores": {"w0": 1.5}}),
+                REUSE,
+                "$.scores.w0: expected an integer, found 1.5",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn each_bad_reuse_row_names_its_path_and_reason() {
+        assert_refused(vec![
             (
                 json!({"type": "answer", "seq": 41, "reuse": {}}),
                 REUSE,
@@ -813,33 +850,6 @@ mod tests {
                 REUSE,
                 "$.reuse[0]: missing required member \"tokens\"",
             ),
-            (
-                json!({"type": "answer", "seq": 41, "reuse": [], "choice": "w0"}),
-                REUSE,
-                "$.choice: present, but the hello did not list \"choice\"",
-            ),
-            (
-                json!({"type": "answer", "seq": 41, "reuse": []}),
-                BOTH,
-                "$: missing required member \"choice\"",
-            ),
-            (
-                json!({"type": "answer", "seq": 41, "reuse": [], "choice": "w7"}),
-                BOTH,
-                "$.choice: unknown worker \"w7\"",
-            ),
-            (
-                json!({"type": "answer", "seq": 41, "reuse": [], "scores": {"w0": 1.5}}),
-                REUSE,
-                "$.scores.w0: expected an integer, found 1.5",
-            ),
-        ];
-        for (value, kinds, expected) in cases {
-            assert_eq!(
-                check(value.clone(), kinds).unwrap_err(),
-                expected,
-                "{value}"
-            );
-        }
+        ]);
     }
 }
