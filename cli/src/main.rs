@@ -451,24 +451,40 @@ fn simulate(
     }
     if let Some((dir, ticks_per_ms, layout)) = completions_out {
         progress.phase("writing the completion records");
-        let files: Vec<(Policy, Vec<u8>)> = simulated
-            .completions
-            .iter()
-            .map(|(policy, served)| {
-                (
-                    *policy,
-                    simulate::completions_file(served, ticks_per_ms, layout, &simulated.worker_ids),
-                )
-            })
-            .collect();
-        write_policy_files(dir, &files, "completions.jsonl")?;
+        write_completions(dir, ticks_per_ms, layout, &simulated)?;
     }
     let stdout_bytes = simulated.stdout;
     progress.finish();
     emit(&stdout_bytes, None)?;
+    note_written(events_out, completions_out.map(|(dir, _, _)| dir));
+    Ok(())
+}
+
+/// Writes each policy's completion records, at `ticks_per_ms` in `layout`, into `dir`.
+fn write_completions(
+    dir: &Path,
+    ticks_per_ms: u64,
+    layout: CompletionsLayout,
+    simulated: &Simulated,
+) -> Result<(), Failure> {
+    let files: Vec<(Policy, Vec<u8>)> = simulated
+        .completions
+        .iter()
+        .map(|(policy, served)| {
+            (
+                *policy,
+                simulate::completions_file(served, ticks_per_ms, layout, &simulated.worker_ids),
+            )
+        })
+        .collect();
+    write_policy_files(dir, &files, "completions.jsonl")
+}
+
+/// Notes on stderr each file written into the events and completions directories.
+fn note_written(events_dir: Option<&Path>, completions_dir: Option<&Path>) {
     let written = [
-        (events_out, "trace.json"),
-        (completions_out.map(|(dir, _, _)| dir), "completions.jsonl"),
+        (events_dir, "trace.json"),
+        (completions_dir, "completions.jsonl"),
     ];
     for (dir, suffix) in written {
         let Some(dir) = dir else { continue };
@@ -477,7 +493,6 @@ fn simulate(
             note!("simulate: {} -> {}", policy.name(), file.display());
         }
     }
-    Ok(())
 }
 
 /// What a simulation gives the command: its stdout, each policy's generated trace

@@ -100,40 +100,9 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
             "kvroute swarm: --seeds is required".to_string()
         ]));
     };
-    let shard = if args.shard_from_env {
-        Some(
-            shard_from_env(|name| std::env::var(name).ok()).map_err(|e| {
-                Failure::invalid(vec![format!("kvroute swarm --shard-from-env: {e}")])
-            })?,
-        )
-    } else {
-        args.shard
-    };
-    let config = SweepConfig {
-        start: args.start,
-        seeds,
-        jobs: args.jobs.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        }),
-        shard,
-    };
-    config
-        .check()
-        .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
+    let config = sweep_config(&args, seeds)?;
     let seeds_in_shard = config.seed_count();
-    match config.seed_iter().next() {
-        None => outln!("swarm: no seeds to run")?,
-        Some(first) => {
-            let shard = config
-                .shard
-                .map_or(String::new(), |(k, m)| format!(", shard {k}/{m}"));
-            outln!(
-                "swarm: first seed {first}, {seeds_in_shard} seeds from {}{shard}, {} jobs",
-                config.start,
-                config.jobs
-            )?;
-        }
-    }
+    announce(&config, seeds_in_shard)?;
     let progress = Progress::new(seeds_in_shard);
     let mode = if args.closed_loop {
         sweep::SweepMode::ClosedLoop
@@ -143,26 +112,7 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
     let report = sweep::run_mode(&config, mode, || progress.seed_done())
         .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
     progress.finish();
-    for failure in report.failures.iter().take(FAILURES_SHOWN_MAX) {
-        outln!(
-            "seed {}: core and oracle diverge {}",
-            failure.seed,
-            failure.divergence
-        )?;
-        outln!(
-            "  reproduce: {}",
-            swarm_report::reproduce_line(failure.seed, mode)
-        )?;
-        if let Some(path) = &failure.shrunk_trace {
-            outln!("  shrunk trace: {}", path.display())?;
-        }
-    }
-    if report.failures.len() > FAILURES_SHOWN_MAX {
-        outln!(
-            "... and {} more divergent seeds",
-            report.failures.len() - FAILURES_SHOWN_MAX
-        )?;
-    }
+    print_failures(&report, mode)?;
     outln!(
         "swarm: {} run, {}, {:.0} seeds/s",
         counted(report.seeds_run, "seed", "seeds"),
@@ -185,6 +135,77 @@ pub fn swarm(args: SwarmArgs) -> Result<(), Failure> {
             )
         )))
     }
+}
+
+/// The sweep `args` ask for over `seeds` seeds, its shard from the scheduler's
+/// environment with `--shard-from-env`; checked.
+fn sweep_config(args: &SwarmArgs, seeds: u64) -> Result<SweepConfig, Failure> {
+    let shard = if args.shard_from_env {
+        Some(
+            shard_from_env(|name| std::env::var(name).ok()).map_err(|e| {
+                Failure::invalid(vec![format!("kvroute swarm --shard-from-env: {e}")])
+            })?,
+        )
+    } else {
+        args.shard
+    };
+    let config = SweepConfig {
+        start: args.start,
+        seeds,
+        jobs: args.jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }),
+        shard,
+    };
+    config
+        .check()
+        .map_err(|e| Failure::invalid(vec![format!("kvroute swarm: {e}")]))?;
+    Ok(config)
+}
+
+/// The opening line: the first seed, how many, from where, in which shard, on how many
+/// jobs.
+fn announce(config: &SweepConfig, seeds_in_shard: u64) -> Result<(), Failure> {
+    match config.seed_iter().next() {
+        None => outln!("swarm: no seeds to run")?,
+        Some(first) => {
+            let shard = config
+                .shard
+                .map_or(String::new(), |(k, m)| format!(", shard {k}/{m}"));
+            outln!(
+                "swarm: first seed {first}, {seeds_in_shard} seeds from {}{shard}, {} jobs",
+                config.start,
+                config.jobs
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The first divergent seeds, each with the command that reproduces it, and how many
+/// more there are.
+fn print_failures(report: &sweep::SweepReport, mode: sweep::SweepMode) -> Result<(), Failure> {
+    for failure in report.failures.iter().take(FAILURES_SHOWN_MAX) {
+        outln!(
+            "seed {}: core and oracle diverge {}",
+            failure.seed,
+            failure.divergence
+        )?;
+        outln!(
+            "  reproduce: {}",
+            swarm_report::reproduce_line(failure.seed, mode)
+        )?;
+        if let Some(path) = &failure.shrunk_trace {
+            outln!("  shrunk trace: {}", path.display())?;
+        }
+    }
+    if report.failures.len() > FAILURES_SHOWN_MAX {
+        outln!(
+            "... and {} more divergent seeds",
+            report.failures.len() - FAILURES_SHOWN_MAX
+        )?;
+    }
+    Ok(())
 }
 
 /// Progress on stderr: indicatif's bar on a terminal, otherwise a plain line at most

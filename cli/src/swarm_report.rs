@@ -319,8 +319,35 @@ fn report_problems(reports: &[(PathBuf, ShardReport)]) -> Vec<String> {
 fn coverage(reports: &[(PathBuf, ShardReport)]) -> Result<Vec<(u128, u128)>, Vec<String>> {
     let mut problems = Vec::new();
     // Group the shards of each range; every range must have each of its M shards once.
-    let mut ranges: BTreeMap<(u64, u64), BTreeMap<u64, Vec<&Path>>> = BTreeMap::new();
-    let mut counts: BTreeMap<(u64, u64), BTreeMap<u64, &Path>> = BTreeMap::new();
+    let (ranges, counts) = shards_by_range(reports);
+    for (&(start, seeds), shards) in &ranges {
+        let range = range_text(start.into(), u128::from(start) + u128::from(seeds));
+        range_problems(&range, shards, &counts[&(start, seeds)], &mut problems);
+    }
+    // Ranges must tile: each starts where the one before it ends.
+    let spans: Vec<(u128, u128)> = ranges
+        .keys()
+        .map(|&(start, seeds)| (u128::from(start), u128::from(start) + u128::from(seeds)))
+        .collect();
+    tiling_problems(&spans, &mut problems);
+    if problems.is_empty() {
+        Ok(spans)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Reports by the seed range `(start, seeds)` they split, then by shard index.
+type ShardsByRange<'a> = BTreeMap<(u64, u64), BTreeMap<u64, Vec<&'a Path>>>;
+
+/// Reports by the seed range they split, then by how many shards they split it into
+/// (the first report of each).
+type SplitsByRange<'a> = BTreeMap<(u64, u64), BTreeMap<u64, &'a Path>>;
+
+/// The reports grouped by range and shard index, and by range and shard count.
+fn shards_by_range(reports: &[(PathBuf, ShardReport)]) -> (ShardsByRange<'_>, SplitsByRange<'_>) {
+    let mut ranges: ShardsByRange = BTreeMap::new();
+    let mut counts: SplitsByRange = BTreeMap::new();
     for (path, report) in reports {
         let range = (report.start, report.seeds);
         ranges
@@ -335,53 +362,59 @@ fn coverage(reports: &[(PathBuf, ShardReport)]) -> Result<Vec<(u128, u128)>, Vec
             .entry(report.shard.count)
             .or_insert(path);
     }
-    for (&(start, seeds), shards) in &ranges {
-        let range = range_text(start.into(), u128::from(start) + u128::from(seeds));
-        let shard_counts = &counts[&(start, seeds)];
-        if shard_counts.len() > 1 {
-            let split: Vec<String> = shard_counts
-                .iter()
-                .map(|(count, path)| format!("{} into {count}", path.display()))
-                .collect();
-            problems.push(format!(
-                "{range} is split in different ways ({}): shards of different splits overlap",
-                split.join(", ")
-            ));
-            continue;
-        }
-        let count = *shard_counts.keys().next().expect("a range has a report");
-        for (index, paths) in shards {
-            if paths.len() > 1 {
-                let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-                problems.push(format!(
-                    "overlap: shard {index}/{count} of {range} is in {}",
-                    names.join(" and ")
-                ));
-            }
-        }
-        let missing: Vec<String> = (1..=count)
-            .filter(|index| !shards.contains_key(index))
-            .take(10)
-            .map(|index| format!("{index}/{count}"))
+    (ranges, counts)
+}
+
+/// The problems of one range's shards: split in more than one way, a shard in two
+/// reports, or shards in none.
+fn range_problems(
+    range: &str,
+    shards: &BTreeMap<u64, Vec<&Path>>,
+    shard_counts: &BTreeMap<u64, &Path>,
+    problems: &mut Vec<String>,
+) {
+    if shard_counts.len() > 1 {
+        let split: Vec<String> = shard_counts
+            .iter()
+            .map(|(count, path)| format!("{} into {count}", path.display()))
             .collect();
-        if !missing.is_empty() {
-            let more = (count as usize - shards.len()).saturating_sub(missing.len());
-            let more = if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            };
+        problems.push(format!(
+            "{range} is split in different ways ({}): shards of different splits overlap",
+            split.join(", ")
+        ));
+        return;
+    }
+    let count = *shard_counts.keys().next().expect("a range has a report");
+    for (index, paths) in shards {
+        if paths.len() > 1 {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
             problems.push(format!(
-                "gap: no report for shard {}{more} of {range}",
-                missing.join(", ")
+                "overlap: shard {index}/{count} of {range} is in {}",
+                names.join(" and ")
             ));
         }
     }
-    // Ranges must tile: each starts where the one before it ends.
-    let spans: Vec<(u128, u128)> = ranges
-        .keys()
-        .map(|&(start, seeds)| (u128::from(start), u128::from(start) + u128::from(seeds)))
+    let missing: Vec<String> = (1..=count)
+        .filter(|index| !shards.contains_key(index))
+        .take(10)
+        .map(|index| format!("{index}/{count}"))
         .collect();
+    if !missing.is_empty() {
+        let more = (count as usize - shards.len()).saturating_sub(missing.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        problems.push(format!(
+            "gap: no report for shard {}{more} of {range}",
+            missing.join(", ")
+        ));
+    }
+}
+
+/// Every overlap and gap between consecutive `spans`, which are in order of start.
+fn tiling_problems(spans: &[(u128, u128)], problems: &mut Vec<String>) {
     for pair in spans.windows(2) {
         let ((start_a, end_a), (start_b, end_b)) = (pair[0], pair[1]);
         if start_b < end_a {
@@ -397,11 +430,6 @@ fn coverage(reports: &[(PathBuf, ShardReport)]) -> Result<Vec<(u128, u128)>, Vec
                 range_text(end_a, start_b)
             ));
         }
-    }
-    if problems.is_empty() {
-        Ok(spans)
-    } else {
-        Err(problems)
     }
 }
 

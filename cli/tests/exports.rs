@@ -48,6 +48,18 @@ fn key_file(dir: &Path, bytes: &[u8]) -> PathBuf {
     path
 }
 
+/// The output of `kvroute replay TRACE --format FORMAT --id-key KEY`.
+fn keyed_replay(trace: &Path, key: &Path, format: &str) -> Vec<u8> {
+    ok_stdout(kvroute(&[
+        "replay",
+        s(trace),
+        "--format",
+        format,
+        "--id-key",
+        s(key),
+    ]))
+}
+
 #[test]
 fn a_keyed_receipt_is_the_plain_one_with_ids_replaced() {
     let dir = tempfile::tempdir().unwrap();
@@ -60,14 +72,7 @@ fn a_keyed_receipt_is_the_plain_one_with_ids_replaced() {
         "json",
     ])))
     .unwrap();
-    let keyed_bytes = ok_stdout(kvroute(&[
-        "replay",
-        s(&trace),
-        "--format",
-        "json",
-        "--id-key",
-        s(&key),
-    ]));
+    let keyed_bytes = keyed_replay(&trace, &key, "json");
     let keyed: Value = serde_json::from_slice(&keyed_bytes).unwrap();
     // Same trace digest; every decision identical but for its request id.
     assert_eq!(keyed["trace_digest"], plain["trace_digest"]);
@@ -86,22 +91,8 @@ fn a_keyed_receipt_is_the_plain_one_with_ids_replaced() {
     assert_ne!(keyed["receipt_digest"], plain["receipt_digest"]);
     // No original id appears anywhere in the keyed bytes, in any format.
     let text = String::from_utf8(keyed_bytes).unwrap();
-    let csv = ok_stdout(kvroute(&[
-        "replay",
-        s(&trace),
-        "--format",
-        "csv",
-        "--id-key",
-        s(&key),
-    ]));
-    let jsonl = ok_stdout(kvroute(&[
-        "replay",
-        s(&trace),
-        "--format",
-        "jsonl",
-        "--id-key",
-        s(&key),
-    ]));
+    let csv = keyed_replay(&trace, &key, "csv");
+    let jsonl = keyed_replay(&trace, &key, "jsonl");
     let (csv, jsonl) = (
         String::from_utf8(csv).unwrap(),
         String::from_utf8(jsonl).unwrap(),

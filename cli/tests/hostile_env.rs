@@ -588,6 +588,69 @@ fn shared_checks(
     problems
 }
 
+/// How one case of the corpus went.
+enum CaseResult {
+    /// Its set-up could not be made here (the reason is printed).
+    Skipped,
+    Passed,
+    /// The case, its problems and the start of its stderr.
+    Failed(String),
+}
+
+/// Sets up, runs and checks one case in `case_root`, then makes the directory
+/// removable again.
+fn run_case(case: &Case, case_root: &Path) -> CaseResult {
+    let scratch = case_root.join("s");
+    let outside = case_root.join("outside");
+    fs::create_dir_all(&scratch).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("sentinel"), "sentinel\n").unwrap();
+    let mut mounts = Vec::new();
+    if let Err(reason) = set_up(case, &scratch, &mut mounts) {
+        println!(
+            "hostile_env: skipping {} (cases.txt:{}): {reason}",
+            case.name, case.line
+        );
+        return CaseResult::Skipped;
+    }
+    println!("hostile_env: {} (cases.txt:{})", case.name, case.line);
+    let before = snapshot(&scratch);
+    let outside_before = snapshot(&outside);
+    let started = Instant::now();
+    let outcome = run(case, &scratch);
+    println!(
+        "hostile_env: {} took {} ms",
+        case.name,
+        started.elapsed().as_millis()
+    );
+    let mut problems = shared_checks(case, &scratch, &outside_before, &outside, &outcome);
+    problems.extend(check_after(case, &scratch, &before, &outcome));
+    drop(mounts);
+    let result = if problems.is_empty() {
+        CaseResult::Passed
+    } else {
+        CaseResult::Failed(format!(
+            "{} (cases.txt:{}): {}\n    stderr: {}",
+            case.name,
+            case.line,
+            problems.join("; "),
+            outcome
+                .stderr
+                .lines()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ))
+    };
+    // Read-only directories must be writable again for the scratch to be removed.
+    let _ = Command::new("chmod")
+        .arg("-R")
+        .arg("u+rwx")
+        .arg(case_root)
+        .status();
+    result
+}
+
 #[test]
 fn the_hostile_environment_corpus() {
     let cases = parse_cases();
@@ -609,54 +672,11 @@ fn the_hostile_environment_corpus() {
         {
             continue;
         }
-        let case_root = root.path().join(&case.name);
-        let scratch = case_root.join("s");
-        let outside = case_root.join("outside");
-        fs::create_dir_all(&scratch).unwrap();
-        fs::create_dir_all(&outside).unwrap();
-        fs::write(outside.join("sentinel"), "sentinel\n").unwrap();
-        let mut mounts = Vec::new();
-        if let Err(reason) = set_up(case, &scratch, &mut mounts) {
-            println!(
-                "hostile_env: skipping {} (cases.txt:{}): {reason}",
-                case.name, case.line
-            );
-            skipped += 1;
-            continue;
+        match run_case(case, &root.path().join(&case.name)) {
+            CaseResult::Skipped => skipped += 1,
+            CaseResult::Passed => {}
+            CaseResult::Failed(failure) => failures.push(failure),
         }
-        println!("hostile_env: {} (cases.txt:{})", case.name, case.line);
-        let before = snapshot(&scratch);
-        let outside_before = snapshot(&outside);
-        let started = Instant::now();
-        let outcome = run(case, &scratch);
-        println!(
-            "hostile_env: {} took {} ms",
-            case.name,
-            started.elapsed().as_millis()
-        );
-        let mut problems = shared_checks(case, &scratch, &outside_before, &outside, &outcome);
-        problems.extend(check_after(case, &scratch, &before, &outcome));
-        drop(mounts);
-        if !problems.is_empty() {
-            failures.push(format!(
-                "{} (cases.txt:{}): {}\n    stderr: {}",
-                case.name,
-                case.line,
-                problems.join("; "),
-                outcome
-                    .stderr
-                    .lines()
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            ));
-        }
-        // Read-only directories must be writable again for the scratch to be removed.
-        let _ = Command::new("chmod")
-            .arg("-R")
-            .arg("u+rwx")
-            .arg(&case_root)
-            .status();
     }
     println!("hostile_env: {} cases, {skipped} skipped", cases.len());
     assert!(

@@ -126,41 +126,47 @@ fn generated(name: &str) -> Vec<u8> {
                 .to_string()
                 .into_bytes()
         }
-        "keys-33" => {
-            let segments = vec!["{\"key\":\"k\",\"tokens\":0}"; 33].join(",");
-            let mut trace: Value = serde_json::from_str(&lab).unwrap();
-            let first_request = trace["events"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .position(|e| e["type"] == "request")
-                .unwrap();
-            trace["events"][first_request]["prefix"] =
-                serde_json::from_str(&format!("[{segments}]")).unwrap();
-            trace.to_string().into_bytes()
-        }
-        "nine-stores" => {
-            let stores: Vec<String> = (0..9)
-                .map(|s| {
-                    let segments: Vec<String> = (0..32)
-                        .map(|k| format!("{{\"key\":\"s{s}k{k}\",\"tokens\":1}}"))
-                        .collect();
-                    format!(
-                        "{{\"seq\":{},\"tick\":{},\"type\":\"cache\",\"op\":\"store\",\"worker\":\"w0\",\"epoch\":{},\"tenant\":\"t\",\"model\":\"m\",\"adapter\":\"base\",\"segments\":[{}]}}",
-                        s + 1, s + 1, s + 1, segments.join(",")
-                    )
-                })
-                .collect();
-            format!(
-                "{{\"format\":\"kvroute-trace/1\",\"workers\":[{{\"id\":\"w0\",\"model\":\"m\",\"adapters\":[],\"prefill_rate\":1,\"decode_rate\":1,\"queued_prefill\":0,\"active_decode\":0,\"observed_tick\":0,\"epoch\":0,\"cache\":[]}}],\"events\":[{}]}}",
-                stores.join(",")
-            )
-            .into_bytes()
-        }
+        "keys-33" => lab_with_33_keys(&lab),
+        "nine-stores" => nine_stores(),
         // One byte past the cap of a Weka session file (SPEC.md §19.3).
         "weka-over-cap" => vec![b' '; kvroute_core::import::WEKA_FILE_BYTES_MAX + 1],
         other => panic!("no generator {other:?}"),
     }
+}
+
+/// The lab trace with its first request's prefix replaced by 33 segments of one key.
+fn lab_with_33_keys(lab: &str) -> Vec<u8> {
+    let segments = vec!["{\"key\":\"k\",\"tokens\":0}"; 33].join(",");
+    let mut trace: Value = serde_json::from_str(lab).unwrap();
+    let first_request = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|e| e["type"] == "request")
+        .unwrap();
+    trace["events"][first_request]["prefix"] =
+        serde_json::from_str(&format!("[{segments}]")).unwrap();
+    trace.to_string().into_bytes()
+}
+
+/// A one-worker trace of nine stores of 32 one-token keys each.
+fn nine_stores() -> Vec<u8> {
+    let stores: Vec<String> = (0..9)
+        .map(|s| {
+            let segments: Vec<String> = (0..32)
+                .map(|k| format!("{{\"key\":\"s{s}k{k}\",\"tokens\":1}}"))
+                .collect();
+            format!(
+                "{{\"seq\":{},\"tick\":{},\"type\":\"cache\",\"op\":\"store\",\"worker\":\"w0\",\"epoch\":{},\"tenant\":\"t\",\"model\":\"m\",\"adapter\":\"base\",\"segments\":[{}]}}",
+                s + 1, s + 1, s + 1, segments.join(",")
+            )
+        })
+        .collect();
+    format!(
+        "{{\"format\":\"kvroute-trace/1\",\"workers\":[{{\"id\":\"w0\",\"model\":\"m\",\"adapters\":[],\"prefill_rate\":1,\"decode_rate\":1,\"queued_prefill\":0,\"active_decode\":0,\"observed_tick\":0,\"epoch\":0,\"cache\":[]}}],\"events\":[{}]}}",
+        stores.join(",")
+    )
+    .into_bytes()
 }
 
 /// The doctored receipts among [`generated`]'s inputs, made from the lab trace's.

@@ -185,6 +185,29 @@ fn slo_text_that_is_not_objectives_is_exit_2_naming_the_option() {
     }
 }
 
+/// Runs `kvroute simulate TRACE --format FORMAT` with its generated traces and
+/// completions (at 7 ticks a ms) written into `out`.
+fn simulate_into(trace: &str, out: &std::path::Path, format: &str) {
+    let out = out.display().to_string();
+    let args = [
+        "simulate",
+        trace,
+        "--events-out",
+        &out,
+        "--completions-out",
+        &out,
+    ];
+    let run = kvroute(
+        &[&args[..], &["--ticks-per-ms", "7", "--format", format]].concat(),
+        None,
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// `simulate --completions-out` (SPEC.md §14.4) writes the same four files from the
 /// table and from the JSON document, and each joins the receipt of its generated trace
 /// with every routed decision matched.
@@ -194,24 +217,7 @@ fn simulate_writes_completions_that_join_its_receipts() {
     let lab = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/lab/trace.json");
     let (table_dir, json_dir) = (dir.path().join("table"), dir.path().join("json"));
     for (out, format) in [(&table_dir, "table"), (&json_dir, "json")] {
-        let out = out.display().to_string();
-        let args = [
-            "simulate",
-            lab,
-            "--events-out",
-            &out,
-            "--completions-out",
-            &out,
-        ];
-        let run = kvroute(
-            &[&args[..], &["--ticks-per-ms", "7", "--format", format]].concat(),
-            None,
-        );
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        simulate_into(lab, out, format);
     }
     for policy in [
         "round_robin",

@@ -1054,19 +1054,11 @@ fn parts_rows(html: &Html) -> Vec<(String, Vec<u128>)> {
         .collect()
 }
 
-/// SPEC.md §14.6's Why it missed view on a generated run: every row's parts add up to
-/// its lost tokens, the serving workers' rows (with `outside the fleet`) and the
-/// cohorts' rows each add up to the run's, each worker's drift is `join`'s own, ids are
-/// escaped, and a join without attribution leaves the panel without the view.
-#[test]
-fn why_it_missed_rows_add_up_to_the_run_and_agree_with_join() {
-    let dir = tempfile::tempdir().unwrap();
-    let (trace, completions) = lab_dynamo::write(dir.path());
-    let (page, _out) = report_of(&[s(&trace), "--completions", s(&completions)]);
-    let html = Html::parse_document(&page);
-    let rows = parts_rows(&html);
+/// Every parts row adds up to its lost tokens, and the serving workers' rows (with
+/// `outside the fleet`) and the cohorts' rows each add up to the run's.
+fn assert_parts_add_up(rows: &[(String, Vec<u128>)]) {
     assert_eq!(rows[0].0, "run");
-    for (group, f) in &rows {
+    for (group, f) in rows {
         // lost = workload + boundary + routing (2) + elsewhere_lost − gained + phantom − missed.
         assert_eq!(
             f[3] + f[9] + f[11],
@@ -1093,18 +1085,11 @@ fn why_it_missed_rows_add_up_to_the_run_and_agree_with_join() {
         run[12] > 0 && run[11] > 0 && run[8] > 0,
         "drift, missed and elsewhere: {run:?}"
     );
-    // Each worker's phantom, missed, drifted and drift_pm are join's `workers` entry.
-    let receipt = dir.path().join("r.json");
-    ok(&[
-        "replay",
-        s(&trace),
-        "--format",
-        "json",
-        "--out",
-        s(&receipt),
-    ]);
-    let joined = ok(&["join", s(&receipt), s(&completions), "--format", "json"]);
-    let joined: Value = serde_json::from_slice(&joined.stdout).unwrap();
+}
+
+/// Each serving worker's row has the attributed, phantom, missed, drifted and drift_pm of
+/// its entry in `join`'s `attribution.workers`, and there is one row for each entry.
+fn assert_worker_rows_are_joins(rows: &[(String, Vec<u128>)], joined: &Value) {
     let workers = joined["attribution"]["workers"].as_array().unwrap();
     for w in workers {
         let (_, f) = rows
@@ -1122,6 +1107,33 @@ fn why_it_missed_rows_add_up_to_the_run_and_agree_with_join() {
         .filter(|(g, _)| g.starts_with("dynamo|"))
         .count();
     assert_eq!(serving_rows, workers.len());
+}
+
+/// SPEC.md §14.6's Why it missed view on a generated run: every row's parts add up to
+/// its lost tokens, the serving workers' rows (with `outside the fleet`) and the
+/// cohorts' rows each add up to the run's, each worker's drift is `join`'s own, ids are
+/// escaped, and a join without attribution leaves the panel without the view.
+#[test]
+fn why_it_missed_rows_add_up_to_the_run_and_agree_with_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, completions) = lab_dynamo::write(dir.path());
+    let (page, _out) = report_of(&[s(&trace), "--completions", s(&completions)]);
+    let html = Html::parse_document(&page);
+    let rows = parts_rows(&html);
+    assert_parts_add_up(&rows);
+    // Each worker's phantom, missed, drifted and drift_pm are join's `workers` entry.
+    let receipt = dir.path().join("r.json");
+    ok(&[
+        "replay",
+        s(&trace),
+        "--format",
+        "json",
+        "--out",
+        s(&receipt),
+    ]);
+    let joined = ok(&["join", s(&receipt), s(&completions), "--format", "json"]);
+    let joined: Value = serde_json::from_slice(&joined.stdout).unwrap();
+    assert_worker_rows_are_joins(&rows, &joined);
     // The escaped tenant, in the table and in the chart.
     assert!(rows.iter().any(|(g, _)| g == "init<b>ech& / m1 / base"));
     assert!(!page.contains("init<b>ech"));

@@ -283,6 +283,32 @@ fn a_missing_shard_fails_the_merge() {
     );
 }
 
+/// A manifest container's environment, `(name, value)` in order; every value plain.
+fn container_env(container: &serde_json::Value) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|var| {
+            (
+                var["name"].as_str().unwrap().to_string(),
+                var["value"].as_str().expect("plain values").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A manifest container's command line: its `command`, then its `args`.
+fn container_argv(container: &serde_json::Value) -> Vec<String> {
+    container["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(container["args"].as_array().unwrap())
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Reads the manifest's Job, checks what an Indexed Job sweep needs, then runs its
 /// container command once per completion index with the manifest's environment (the
 /// sweep shrunk to the test's range) and merges the reports.
@@ -303,17 +329,7 @@ fn the_kubernetes_indexed_job_merges_into_the_single_process_run() {
     let pod = &spec["template"]["spec"];
     assert_eq!(pod["restartPolicy"], "Never", "podFailurePolicy needs it");
     let container = &pod["containers"][0];
-    let env: Vec<(String, String)> = container["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .map(|var| {
-            (
-                var["name"].as_str().unwrap().to_string(),
-                var["value"].as_str().expect("plain values").to_string(),
-            )
-        })
-        .collect();
+    let env = container_env(container);
     let var = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     assert_eq!(
         var("KVROUTE_SHARD_COUNT"),
@@ -327,13 +343,7 @@ fn the_kubernetes_indexed_job_merges_into_the_single_process_run() {
         .iter()
         .any(|mount| mount["mountPath"] == report_dir.as_str());
     assert!(mounted, "the reports go to a mounted volume");
-    let argv: Vec<String> = container["command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(container["args"].as_array().unwrap())
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let argv = container_argv(container);
     let script = argv.join(" ");
     assert!(script.contains("--shard-from-env"), "{script}");
     assert!(script.contains("$JOB_COMPLETION_INDEX"), "{script}");

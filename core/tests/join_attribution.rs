@@ -539,33 +539,53 @@ fn dynamo_id(worker: &str) -> u64 {
     worker.split('|').nth(1).unwrap().parse().unwrap()
 }
 
-#[test]
-fn a_doctored_record_moves_exactly_the_counts_it_should() {
-    let (receipt, decisions) = lab_as_dynamo();
-    let reuse_of = |rows: &[(String, u64)], worker: &str| {
-        rows.iter()
-            .find(|(w, _)| w == worker)
-            .map(|(_, r)| *r)
-            .unwrap()
-    };
-    let lines = |doctor: &dyn Fn(usize, &str, u64) -> (String, u64)| -> String {
-        decisions
-            .iter()
-            .enumerate()
-            .map(|(i, (request, chosen, rows, _))| {
-                let (worker, cached) = doctor(i, chosen, reuse_of(rows, chosen));
-                dynamo_line(request, Some(cached), Some(dynamo_id(&worker)))
-            })
-            .collect()
-    };
-    let honest = attribution(
-        &receipt,
-        &lines(&|_, chosen, predicted| (chosen.to_owned(), predicted)),
+/// What the receipt's rows predict `worker` reuses.
+fn reuse_of(rows: &[(String, u64)], worker: &str) -> u64 {
+    rows.iter()
+        .find(|(w, _)| w == worker)
+        .map(|(_, r)| *r)
+        .unwrap()
+}
+
+/// One Dynamo record a decision, its worker and cached tokens as `doctor` makes them
+/// from the decision's index, chosen worker and predicted reuse.
+fn doctored_lines(
+    decisions: &[Routed],
+    doctor: &dyn Fn(usize, &str, u64) -> (String, u64),
+) -> String {
+    decisions
+        .iter()
+        .enumerate()
+        .map(|(i, (request, chosen, rows, _))| {
+            let (worker, cached) = doctor(i, chosen, reuse_of(rows, chosen));
+            dynamo_line(request, Some(cached), Some(dynamo_id(&worker)))
+        })
+        .collect()
+}
+
+/// The attribution of records that say exactly what the receipt predicted.
+fn honest_attribution(receipt: &[u8], decisions: &[Routed]) -> Attribution {
+    attribution(
+        receipt,
+        &doctored_lines(decisions, &|_, chosen, predicted| {
+            (chosen.to_owned(), predicted)
+        }),
         Policy::CachePlusLoad,
-    );
+    )
+}
+
+#[test]
+fn honest_records_are_attributed_without_drift() {
+    let (receipt, decisions) = lab_as_dynamo();
+    let honest = honest_attribution(&receipt, &decisions);
     assert_eq!(honest.attributed, decisions.len() as u64);
     assert_eq!((honest.drifted, honest.served_elsewhere), (0, 0));
+}
 
+#[test]
+fn a_record_served_elsewhere_moves_only_the_elsewhere_counts() {
+    let (receipt, decisions) = lab_as_dynamo();
+    let honest = honest_attribution(&receipt, &decisions);
     // One served on another worker, cached what that worker held: elsewhere only.
     let (moved, (_, chosen, rows, _)) = decisions
         .iter()
@@ -583,7 +603,7 @@ fn a_doctored_record_moves_exactly_the_counts_it_should() {
     let predicted = reuse_of(rows, chosen);
     let a = attribution(
         &receipt,
-        &lines(&|i, chosen, predicted| {
+        &doctored_lines(&decisions, &|i, chosen, predicted| {
             if i == moved {
                 (other.clone(), other_reuse)
             } else {
@@ -601,7 +621,12 @@ fn a_doctored_record_moves_exactly_the_counts_it_should() {
         a.elsewhere_gained,
         honest.elsewhere_gained + u128::from(other_reuse.saturating_sub(predicted))
     );
+}
 
+#[test]
+fn records_that_cached_fewer_or_more_tokens_drift_once_each() {
+    let (receipt, decisions) = lab_as_dynamo();
+    let honest = honest_attribution(&receipt, &decisions);
     // One with fewer cached tokens than predicted, one with more.
     let fewer = decisions
         .iter()
@@ -615,7 +640,7 @@ fn a_doctored_record_moves_exactly_the_counts_it_should() {
         .expect("another decision with something to prefill");
     let a = attribution(
         &receipt,
-        &lines(&|i, chosen, predicted| {
+        &doctored_lines(&decisions, &|i, chosen, predicted| {
             let cached = match i {
                 _ if i == fewer => predicted - 1,
                 _ if i == more => predicted + 1,

@@ -139,6 +139,26 @@ fn lab_cohorts() -> Result<TraceCohorts, Vec<String>> {
     ))
 }
 
+/// The figures of a cohort whose `decisions` were all routed and none served.
+fn nothing_served(decisions: u64) -> JoinFigures {
+    JoinFigures {
+        counts: counts([
+            decisions, decisions, 0, 0, 0, decisions, 0, 0, 0, 0, 0, 0, 0,
+        ]),
+        ttft_rank_gamma_pm: None,
+        us_per_predicted_token: None,
+        goodput: Some(Goodput {
+            good: 0,
+            good_pm: 0,
+            span_ns: 0,
+            good_per_second_milli: 0,
+        }),
+        workers: vec![],
+        cohorts: None,
+        attribution: None,
+    }
+}
+
 #[test]
 fn cohorts_split_the_run_by_tenant_model_and_adapter() {
     let receipt = lab_receipt();
@@ -180,22 +200,6 @@ fn cohorts_split_the_run_by_tenant_model_and_adapter() {
             attribution: None,
         }
     );
-    let nothing_served = |decisions: u64| JoinFigures {
-        counts: counts([
-            decisions, decisions, 0, 0, 0, decisions, 0, 0, 0, 0, 0, 0, 0,
-        ]),
-        ttft_rank_gamma_pm: None,
-        us_per_predicted_token: None,
-        goodput: Some(Goodput {
-            good: 0,
-            good_pm: 0,
-            span_ns: 0,
-            good_per_second_milli: 0,
-        }),
-        workers: vec![],
-        cohorts: None,
-        attribution: None,
-    };
     for (cohort, decisions) in cohorts[1..].iter().zip([1, 8, 6, 1]) {
         assert_eq!(
             cohort.figures,

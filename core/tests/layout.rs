@@ -341,13 +341,11 @@ fn layer(file: &SourceFile) -> Option<usize> {
     }))
 }
 
-#[test]
-fn core_has_no_import_cycle_and_folders_depend_one_way() {
-    let files = sources();
-    let edges = graph(&files);
-    // A folder is a directory: its own `.rs` files, not those of its subfolders.
+/// How many `.rs` files each folder holds; a folder is a directory, its own files
+/// and not those of its subfolders.
+fn files_per_folder(files: &[SourceFile]) -> BTreeMap<String, usize> {
     let mut per_folder: BTreeMap<String, usize> = BTreeMap::new();
-    for file in &files {
+    for file in files {
         let mut folder = file.module.clone();
         if !source_root().join(folder.join("/")).is_dir() {
             folder.pop();
@@ -359,6 +357,29 @@ fn core_has_no_import_cycle_and_folders_depend_one_way() {
         };
         *per_folder.entry(folder).or_default() += 1;
     }
+    per_folder
+}
+
+/// Every import of a file from a later layer than its own, as `a imports b`.
+fn upward_imports(files: &[SourceFile], edges: &[BTreeSet<usize>]) -> Vec<String> {
+    let mut upward = Vec::new();
+    for (i, targets) in edges.iter().enumerate() {
+        for &t in targets {
+            if let (Some(from), Some(to)) = (layer(&files[i]), layer(&files[t])) {
+                if to > from {
+                    upward.push(format!("{} imports {}", name(&files[i]), name(&files[t])));
+                }
+            }
+        }
+    }
+    upward
+}
+
+#[test]
+fn core_has_no_import_cycle_and_folders_depend_one_way() {
+    let files = sources();
+    let edges = graph(&files);
+    let per_folder = files_per_folder(&files);
     let found = cycles(&edges);
     println!("files of core: {}", files.len());
     println!("files per folder: {per_folder:?}");
@@ -396,16 +417,7 @@ fn core_has_no_import_cycle_and_folders_depend_one_way() {
         chain.len(),
         chain_names.join(" -> ")
     );
-    let mut upward = Vec::new();
-    for (i, targets) in edges.iter().enumerate() {
-        for &t in targets {
-            if let (Some(from), Some(to)) = (layer(&files[i]), layer(&files[t])) {
-                if to > from {
-                    upward.push(format!("{} imports {}", name(&files[i]), name(&files[t])));
-                }
-            }
-        }
-    }
+    let upward = upward_imports(&files, &edges);
     for (i, file) in files.iter().enumerate() {
         if file.module.len() == 1 && ROOT_LEAVES.contains(&file.module[0].as_str()) {
             assert!(

@@ -108,32 +108,10 @@ const HARNESS: &str = "kvroute-harness";
 fn main() -> ExitCode {
     let args = Args::parse();
     let root = workspace_root();
-    let catalogue_path = root.join(&args.catalogue);
-    let catalogue = match read_catalogue(&catalogue_path) {
-        Ok(catalogue) => catalogue,
-        Err(message) => {
-            eprintln!("{}: {message}", catalogue_path.display());
-            return ExitCode::from(2);
-        }
+    let mutants = match selected_mutants(&args, &root) {
+        Ok(mutants) => mutants,
+        Err(code) => return code,
     };
-    let mutants: Vec<Mutant> = catalogue
-        .mutant
-        .iter()
-        .filter(|m| {
-            args.only
-                .as_ref()
-                .is_none_or(|o| m.name.contains(o.as_str()))
-        })
-        .cloned()
-        .collect();
-    if mutants.is_empty() {
-        // Without a killer target the build would be every target of the harness.
-        eprintln!(
-            "--only {:?}: no mutant of the catalogue matches",
-            args.only.unwrap_or_default()
-        );
-        return ExitCode::from(2);
-    }
     let columns = killer_columns(&mutants);
     let parallelism = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     let jobs = args.jobs.map_or(parallelism, usize::from);
@@ -180,6 +158,38 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The catalogue's mutants that `--only` selects; on an unreadable catalogue or an
+/// empty selection, the message is printed and the exit code returned.
+fn selected_mutants(args: &Args, root: &Path) -> Result<Vec<Mutant>, ExitCode> {
+    let catalogue_path = root.join(&args.catalogue);
+    let catalogue = match read_catalogue(&catalogue_path) {
+        Ok(catalogue) => catalogue,
+        Err(message) => {
+            eprintln!("{}: {message}", catalogue_path.display());
+            return Err(ExitCode::from(2));
+        }
+    };
+    let mutants: Vec<Mutant> = catalogue
+        .mutant
+        .iter()
+        .filter(|m| {
+            args.only
+                .as_ref()
+                .is_none_or(|o| m.name.contains(o.as_str()))
+        })
+        .cloned()
+        .collect();
+    if mutants.is_empty() {
+        // Without a killer target the build would be every target of the harness.
+        eprintln!(
+            "--only {:?}: no mutant of the catalogue matches",
+            args.only.clone().unwrap_or_default()
+        );
+        return Err(ExitCode::from(2));
+    }
+    Ok(mutants)
 }
 
 /// Reads the catalogue and checks it: each of core's planted bugs named once, every

@@ -11,7 +11,7 @@
 use crate::chains::ChainMap;
 use crate::dynamo::{DynamoIndex, DynamoKind};
 use kvroute_core::input::Trace;
-use kvroute_core::route::{Compiled, Step};
+use kvroute_core::route::{CEvent, Compiled, Req, Step};
 pub use kvroute_peer_core::classify::{
     full_block_count, full_blocks_view, Cause, Difference, Options, Report, Tally, CROSS,
     FIRST_DIFFERENCES,
@@ -40,17 +40,10 @@ pub fn compare(trace: &Trace, options: Options) -> Report {
     let chains = ChainMap::new(&compiled);
     let workers = compiled.worker_count();
     let mut reference = Reference::new(&compiled, chains.shape(), options);
-    let mut dynamo: Vec<DynamoIndex> = DynamoKind::ALL
-        .iter()
-        .map(|&kind| DynamoIndex::new(kind, &compiled, chains.clone(), options.block_tokens))
-        .collect();
+    let mut dynamo = dynamo_indexes(&compiled, &chains, options.block_tokens);
     let mut evidence: Vec<PeerEvidence> =
         dynamo.iter().map(|_| PeerEvidence::new(workers)).collect();
-    let mut tallies: Vec<Tally> = dynamo
-        .iter()
-        .map(|d| Tally::new(d.name()))
-        .chain([Tally::new(CROSS)])
-        .collect();
+    let mut tallies = peer_tallies(&dynamo);
     let mut first = Vec::new();
     let mut requests = 0;
     let mut sparse = Vec::new();
@@ -70,49 +63,34 @@ pub fn compare(trace: &Trace, options: Options) -> Report {
             Step::Load { .. } => {}
             Step::Request(request) => {
                 requests += 1;
-                for (peer, answer) in dynamo.iter_mut().zip(&mut answers) {
-                    peer.reuse_tokens(request, &mut sparse);
-                    densify(&sparse, answer);
-                }
+                dynamo_answers(&mut dynamo, request, &mut sparse, &mut answers);
                 let kvroute = reference.answer(request).to_vec();
+                let rows = RequestRows {
+                    event,
+                    compiled: &compiled,
+                    request,
+                };
                 for (p, peer) in dynamo.iter().enumerate() {
-                    for w in 0..workers {
-                        let (kv, d) = (kvroute[w], answers[p][w]);
-                        let cause = (kv != d).then(|| {
-                            reference.cause(rules(peer.kind()), &evidence[p], request, w, kv, d)
-                        });
-                        record(
-                            &mut tallies[p],
-                            &mut first,
-                            event,
-                            &compiled,
-                            request,
-                            w,
-                            kv,
-                            d,
-                            cause,
-                        );
-                    }
-                }
-                // Dynamo against itself: RadixTree is the reference.
-                let (radix, positional) = (&answers[0], &answers[1]);
-                let cross = tallies.len() - 1;
-                for w in 0..workers {
-                    let (r, p) = (radix[w], positional[w]);
-                    let cause =
-                        (r != p).then(|| reference.cross_cause(&evidence[1], request, w, r, p));
-                    record(
-                        &mut tallies[cross],
+                    let rules = rules(peer.kind());
+                    record_rows(
+                        &mut tallies[p],
                         &mut first,
-                        event,
-                        &compiled,
-                        request,
-                        w,
-                        r,
-                        p,
-                        cause,
+                        &rows,
+                        &kvroute,
+                        &answers[p],
+                        |w, kv, d| reference.cause(rules, &evidence[p], request, w, kv, d),
                     );
                 }
+                // Dynamo against itself: RadixTree is the reference.
+                let cross = tallies.len() - 1;
+                record_rows(
+                    &mut tallies[cross],
+                    &mut first,
+                    &rows,
+                    &answers[0],
+                    &answers[1],
+                    |w, r, p| reference.cross_cause(&evidence[1], request, w, r, p),
+                );
             }
         }
     }
@@ -122,5 +100,71 @@ pub fn compare(trace: &Trace, options: Options) -> Report {
         forked_keys: chains.shape().forked_keys(),
         tallies,
         first,
+    }
+}
+
+/// Both Dynamo indexers, empty, in `DynamoKind::ALL`'s order.
+fn dynamo_indexes(compiled: &Compiled, chains: &ChainMap, block_tokens: u64) -> Vec<DynamoIndex> {
+    DynamoKind::ALL
+        .iter()
+        .map(|&kind| DynamoIndex::new(kind, compiled, chains.clone(), block_tokens))
+        .collect()
+}
+
+/// One tally for each Dynamo indexer against kvroute, then one for Dynamo against
+/// itself.
+fn peer_tallies(dynamo: &[DynamoIndex]) -> Vec<Tally> {
+    dynamo
+        .iter()
+        .map(|d| Tally::new(d.name()))
+        .chain([Tally::new(CROSS)])
+        .collect()
+}
+
+/// Each Dynamo indexer's answer to `request`, dense by worker, into `answers`.
+fn dynamo_answers(
+    dynamo: &mut [DynamoIndex],
+    request: &Req,
+    sparse: &mut Vec<(u32, u64)>,
+    answers: &mut [Vec<u64>],
+) {
+    for (peer, answer) in dynamo.iter_mut().zip(answers) {
+        peer.reuse_tokens(request, sparse);
+        densify(sparse, answer);
+    }
+}
+
+/// One request's place in the trace, for the rows recorded on it.
+struct RequestRows<'a> {
+    event: &'a CEvent<'a>,
+    compiled: &'a Compiled<'a>,
+    request: &'a Req<'a>,
+}
+
+/// Records one request's row for every worker, `peer_tokens` against
+/// `reference_tokens`; `cause` explains a row on which they differ, and is asked for
+/// nothing else.
+fn record_rows(
+    tally: &mut Tally,
+    first: &mut Vec<Difference>,
+    rows: &RequestRows,
+    reference_tokens: &[u64],
+    peer_tokens: &[u64],
+    mut cause: impl FnMut(usize, u64, u64) -> Cause,
+) {
+    for w in 0..rows.compiled.worker_count() {
+        let (r, p) = (reference_tokens[w], peer_tokens[w]);
+        let cause = (r != p).then(|| cause(w, r, p));
+        record(
+            tally,
+            first,
+            rows.event,
+            rows.compiled,
+            rows.request,
+            w,
+            r,
+            p,
+            cause,
+        );
     }
 }

@@ -13,7 +13,7 @@ use kvroute_core::join::CompletionsFormat;
 use kvroute_core::join::Slo;
 use kvroute_core::simulate::completion_lines;
 use kvroute_core::simulate::completions_file;
-use kvroute_core::simulate::simulate_result;
+use kvroute_core::simulate::{simulate_result, SimulateResult};
 use kvroute_core::simulate::{Capacity, CompletionsLayout, SimulateOptions, WorkerNames};
 use kvroute_core::Policy;
 use kvroute_oracle::{SimCache, SimLayout, SimOptions, SimWorkerNames};
@@ -133,80 +133,118 @@ fn compare_simulations(
             "core rejects the trace ({e}), the oracle simulates it"
         )),
         (Ok(core), Ok((oracle, oracle_completions, oracle_dynamo))) => {
-            // The generated traces first: a difference there names the event, where the
-            // document would only show two digests.
-            for ((policy, core_bytes), (name, oracle_bytes)) in
-                core.generated_traces.iter().zip(&oracle.generated_traces)
-            {
-                if policy.name() != name {
-                    return diverge(format!(
-                        "policy order differs: core {}, oracle {name}",
-                        policy.name()
-                    ));
-                }
-                if core_bytes != oracle_bytes {
-                    return diverge(format!(
-                        "{name}: generated traces differ {}",
-                        first_receipt_difference(core_bytes, oracle_bytes, "core", "oracle")
-                    ));
-                }
-            }
-            if core.document != oracle.result {
-                return diverge(format!(
-                    "simulate documents differ {}",
-                    first_receipt_difference(&core.document, &oracle.result, "core", "oracle")
-                ));
-            }
-            let ticks_per_ms = settings.ticks_per_ms;
-            for ((policy, served), (name, oracle_bytes)) in
-                core.completions.iter().zip(&oracle_completions)
-            {
-                let core_bytes = completion_lines(served, ticks_per_ms);
-                if policy.name() != name || &core_bytes != oracle_bytes {
-                    return diverge(format!(
-                        "{name}: completion records at {ticks_per_ms} ticks a ms differ {}",
-                        first_receipt_difference(&core_bytes, oracle_bytes, "core", "oracle")
-                    ));
-                }
-            }
-            for ((policy, served), (name, oracle_bytes)) in
-                core.completions.iter().zip(&oracle_dynamo)
-            {
-                let core_bytes = completions_file(
-                    served,
-                    ticks_per_ms,
-                    CompletionsLayout::Dynamo,
-                    &core.worker_ids,
-                );
-                if policy.name() != name || &core_bytes != oracle_bytes {
-                    return diverge(format!(
-                        "{name}: Dynamo records at {ticks_per_ms} ticks a ms differ {}",
-                        first_receipt_difference(&core_bytes, oracle_bytes, "core", "oracle")
-                    ));
-                }
-            }
-            // The join end to end (SPEC §14.4): each policy's records joined with the
-            // receipt of its own generated trace, by core and by the oracle, with and
-            // without objectives, and with the trace for cohorts; in Dynamo's layout
-            // when the workers are named for it, so attribution is compared too.
-            if join {
-                let layout = if dynamo {
-                    CompletionsLayout::Dynamo
-                } else {
-                    CompletionsLayout::Aiperf
-                };
-                for ((policy, served), (_, trace)) in
-                    core.completions.iter().zip(&core.generated_traces)
-                {
-                    let records = completions_file(served, ticks_per_ms, layout, &core.worker_ids);
-                    if let Err(difference) = compare_policy_join(*policy, trace, &records, dynamo) {
-                        return diverge(format!("{}: {difference}", policy.name()));
+            let agreed = documents_agree(&core, &oracle.generated_traces, &oracle.result)
+                .and_then(|()| {
+                    completions_agree(
+                        &core,
+                        &oracle_completions,
+                        &oracle_dynamo,
+                        settings.ticks_per_ms,
+                    )
+                })
+                .and_then(|()| {
+                    // The join end to end (SPEC §14.4): each policy's records joined with
+                    // the receipt of its own generated trace, by core and by the oracle,
+                    // with and without objectives, and with the trace for cohorts; in
+                    // Dynamo's layout when the workers are named for it, so attribution is
+                    // compared too.
+                    if join {
+                        joins_agree(&core, settings.ticks_per_ms, dynamo)
+                    } else {
+                        Ok(())
                     }
-                }
+                });
+            match agreed {
+                Ok(()) => Ok(core.document),
+                Err(first_difference) => diverge(first_difference),
             }
-            Ok(core.document)
         }
     }
+}
+
+/// Whether core's generated traces and simulate document are the oracle's, byte for
+/// byte; else the first difference. The generated traces come first: a difference there
+/// names the event, where the document would only show two digests.
+fn documents_agree(
+    core: &SimulateResult,
+    oracle_traces: &[(String, Vec<u8>)],
+    oracle_document: &[u8],
+) -> Result<(), String> {
+    for ((policy, core_bytes), (name, oracle_bytes)) in
+        core.generated_traces.iter().zip(oracle_traces)
+    {
+        if policy.name() != name {
+            return Err(format!(
+                "policy order differs: core {}, oracle {name}",
+                policy.name()
+            ));
+        }
+        if core_bytes != oracle_bytes {
+            return Err(format!(
+                "{name}: generated traces differ {}",
+                first_receipt_difference(core_bytes, oracle_bytes, "core", "oracle")
+            ));
+        }
+    }
+    if core.document != oracle_document {
+        return Err(format!(
+            "simulate documents differ {}",
+            first_receipt_difference(&core.document, oracle_document, "core", "oracle")
+        ));
+    }
+    Ok(())
+}
+
+/// Whether core's completion records are the oracle's at `ticks_per_ms`, in AIPerf's
+/// layout and (when the oracle wrote them) in Dynamo's; else the first difference.
+fn completions_agree(
+    core: &SimulateResult,
+    oracle_completions: &[(String, Vec<u8>)],
+    oracle_dynamo: &[(String, Vec<u8>)],
+    ticks_per_ms: u64,
+) -> Result<(), String> {
+    for ((policy, served), (name, oracle_bytes)) in core.completions.iter().zip(oracle_completions)
+    {
+        let core_bytes = completion_lines(served, ticks_per_ms);
+        if policy.name() != name || &core_bytes != oracle_bytes {
+            return Err(format!(
+                "{name}: completion records at {ticks_per_ms} ticks a ms differ {}",
+                first_receipt_difference(&core_bytes, oracle_bytes, "core", "oracle")
+            ));
+        }
+    }
+    for ((policy, served), (name, oracle_bytes)) in core.completions.iter().zip(oracle_dynamo) {
+        let core_bytes = completions_file(
+            served,
+            ticks_per_ms,
+            CompletionsLayout::Dynamo,
+            &core.worker_ids,
+        );
+        if policy.name() != name || &core_bytes != oracle_bytes {
+            return Err(format!(
+                "{name}: Dynamo records at {ticks_per_ms} ticks a ms differ {}",
+                first_receipt_difference(&core_bytes, oracle_bytes, "core", "oracle")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether each policy's records, joined with the receipt of its own generated trace,
+/// give the same join in core and in the oracle; else the first difference.
+fn joins_agree(core: &SimulateResult, ticks_per_ms: u64, dynamo: bool) -> Result<(), String> {
+    let layout = if dynamo {
+        CompletionsLayout::Dynamo
+    } else {
+        CompletionsLayout::Aiperf
+    };
+    for ((policy, served), (_, trace)) in core.completions.iter().zip(&core.generated_traces) {
+        let records = completions_file(served, ticks_per_ms, layout, &core.worker_ids);
+        if let Err(difference) = compare_policy_join(*policy, trace, &records, dynamo) {
+            return Err(format!("{}: {difference}", policy.name()));
+        }
+    }
+    Ok(())
 }
 
 /// Joins `records` with the receipt of `trace` under `policy`'s run in core and in the

@@ -310,231 +310,24 @@ impl TraceRecipe {
         let workers: Vec<&WorkerRecipe> = (0..worker_count)
             .map(|i| self.workers.get(i).unwrap_or(&default_worker))
             .collect();
-        let mut last_epoch: Vec<u64> = workers.iter().map(|w| (w.epoch % 4) as u64).collect();
+        let last_epoch: Vec<u64> = workers.iter().map(|w| (w.epoch % 4) as u64).collect();
         let workers_json: Vec<Value> = workers
             .iter()
             .enumerate()
             .map(|(i, w)| worker_json(i, w))
             .collect();
 
-        let events: Vec<&EventRecipe> = self.events.iter().take(EVENTS_MAX).collect();
         let epochs = pick(
             &[None, None, None, Some("any"), Some("sequential")],
             self.epochs,
         );
-        let sequential = epochs == Some("sequential");
-        let event_count = events.len() as u64;
-        let mut tick: u64 = 0;
-        let mut events_json = Vec::with_capacity(events.len());
-        for (i, event) in events.into_iter().enumerate() {
-            let i = i as u64;
-            // Seqs ascend or descend with generation order, so that within one tick the
-            // processing order is sometimes the reverse of the array order.
-            let seq = if self.descending_seqs {
-                (event_count - i) * 2 + 1
-            } else {
-                i * 3 + 1
-            };
-            let mut next_epoch = |worker: usize, step: u8| {
-                if sequential {
-                    // The worker's own next epoch, except that one in five events comes
-                    // late (one below the last: reordering, or a repeat) and one in five
-                    // skips an epoch (lost, or still in flight): gaps that reordering
-                    // closes and gaps only a clear resyncs.
-                    let epoch = match step % 5 {
-                        0 => last_epoch[worker].saturating_sub(1),
-                        4 => last_epoch[worker] + 2,
-                        _ => last_epoch[worker] + 1,
-                    };
-                    last_epoch[worker] = last_epoch[worker].max(epoch);
-                    return epoch;
-                }
-                // Steps of -2..=+2 around the last epoch make stale events common.
-                let epoch = (last_epoch[worker] + (step % 5) as u64).saturating_sub(2);
-                last_epoch[worker] = last_epoch[worker].max(epoch);
-                epoch
-            };
-            let value = match event {
-                EventRecipe::Store {
-                    ticks_after,
-                    worker,
-                    epoch_step,
-                    namespace,
-                    chain,
-                } => {
-                    tick += tick_step(*ticks_after);
-                    let w = *worker as usize % worker_count;
-                    let (tenant, model, adapter) = namespace.fields();
-                    json!({
-                        "seq": seq, "tick": tick, "type": "cache", "op": "store",
-                        "worker": WORKER_IDS[w], "epoch": next_epoch(w, *epoch_step),
-                        "tenant": tenant, "model": model, "adapter": adapter,
-                        "segments": segments_json(&chain.segments()),
-                    })
-                }
-                EventRecipe::Evict {
-                    ticks_after,
-                    worker,
-                    epoch_step,
-                    namespace,
-                    key_count,
-                    keys,
-                } => {
-                    tick += tick_step(*ticks_after);
-                    let w = *worker as usize % worker_count;
-                    let (tenant, model, adapter) = namespace.fields();
-                    let keys: Vec<&str> = keys
-                        .iter()
-                        .take(*key_count as usize % 5)
-                        .map(|&k| pick(&KEYS, k))
-                        .collect();
-                    json!({
-                        "seq": seq, "tick": tick, "type": "cache", "op": "evict",
-                        "worker": WORKER_IDS[w], "epoch": next_epoch(w, *epoch_step),
-                        "tenant": tenant, "model": model, "adapter": adapter, "keys": keys,
-                    })
-                }
-                EventRecipe::Clear {
-                    ticks_after,
-                    worker,
-                    epoch_step,
-                } => {
-                    tick += tick_step(*ticks_after);
-                    let w = *worker as usize % worker_count;
-                    json!({
-                        "seq": seq, "tick": tick, "type": "cache", "op": "clear",
-                        "worker": WORKER_IDS[w], "epoch": next_epoch(w, *epoch_step),
-                    })
-                }
-                EventRecipe::Load {
-                    ticks_after,
-                    worker,
-                    age,
-                    queued_prefill,
-                    active_decode,
-                } => {
-                    tick += tick_step(*ticks_after);
-                    let w = *worker as usize % worker_count;
-                    json!({
-                        "seq": seq, "tick": tick, "type": "load", "worker": WORKER_IDS[w],
-                        "observed_tick": tick.saturating_sub(pick(&[0, 0, 1, 3, 10], *age)),
-                        "queued_prefill": pick(&[0, 100, 1000, 5000], *queued_prefill),
-                        "active_decode": pick(&[0, 50, 500], *active_decode),
-                    })
-                }
-                EventRecipe::Request {
-                    ticks_after,
-                    namespace,
-                    prefix,
-                    extra_tokens,
-                    decode_tokens,
-                } => {
-                    tick += tick_step(*ticks_after);
-                    let (tenant, mut model, adapter) = namespace.fields();
-                    if !namespace.house {
-                        model = pick(&REQUEST_MODELS, namespace.model);
-                    }
-                    let prefix = prefix.segments();
-                    let prefix_tokens: u64 = prefix.iter().map(|&(_, t)| t).sum();
-                    json!({
-                        "seq": seq, "tick": tick, "type": "request", "id": format!("r{i}"),
-                        "tenant": tenant, "model": model, "adapter": adapter,
-                        "prefix": segments_json(&prefix),
-                        "prompt_tokens": prefix_tokens + pick(&[0, 200, 400, 37], *extra_tokens),
-                        "decode_tokens": pick(&[0, 10, 100, 400], *decode_tokens),
-                    })
-                }
-            };
-            events_json.push(value);
-        }
-
-        let grants: Vec<Value> = self
-            .grants
-            .iter()
-            .take(3)
-            .map(|g| {
-                let tenants: Vec<&str> = g
-                    .tenants
-                    .iter()
-                    .take(g.tenant_count as usize % 4)
-                    .map(|&t| pick(&TENANTS, t))
-                    .collect();
-                json!({ "model": pick(&MODELS, g.model), "adapter": pick(&ADAPTERS, g.adapter),
-                        "tenants": tenants })
-            })
-            .collect();
-        let mut policy = json!({
-            "decode_weight_milli": pick(&[0, 500, 1000, 1000, 2000], self.decode_weight),
-            "imbalance_penalty_milli": pick(&[0, 0, 100, 1000], self.imbalance_penalty),
-            "freshness_ticks": pick(&[None, None, None, Some(0), Some(4), Some(12)], self.freshness),
-            "max_queued_work": pick(&[None, None, Some(500), Some(2000), Some(6000)], self.cap),
-        });
-        // Absent, spelled-out defaults and every other value, so that both the default
-        // path and each new rule are exercised.
-        let stale_rule = pick(
-            &[
-                None,
-                None,
-                Some("worker_epoch"),
-                Some("key_epoch"),
-                Some("key_epoch"),
-                Some("arrival_order"),
-            ],
-            self.stale_rule,
-        );
-        if let Some(rule) = stale_rule {
-            policy["stale_rule"] = json!(rule);
-        }
-        if let Some(mode) = epochs {
-            policy["epochs"] = json!(mode);
-        }
-        // Reserves against caps of 500,000 to 6,000,000 milli: some never bite, some
-        // reserve the whole cap.
-        let reserve = pick(
-            &[
-                None,
-                None,
-                Some(None),
-                Some(Some(0)),
-                Some(Some(100_000)),
-                Some(Some(1_000_000)),
-                Some(Some(9_000_000)),
-            ],
-            self.cold_reserve,
-        );
-        if let Some(reserve) = reserve {
-            policy["cold_reserve_milli"] = json!(reserve);
-        }
-        // Block sizes against segments of 512, 256, 1 and 0 tokens and decode figures of
-        // 0 to 900: powers of two that reuse fills whole (256, 512) or only partly (64
-        // with a 1-token segment, 1024), and others that never divide it evenly (3,
-        // 100, 600, 1000), so whole and partial blocks, of reuse and of decode, both
-        // occur. Blocks of 1 make the overlap every reused token. Some traces spell out
-        // the default (null), most of the rest leave it out.
-        let block_tokens = pick(
-            &[
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                Some(None),
-                Some(Some(1)),
-                Some(Some(3)),
-                Some(Some(64)),
-                Some(Some(100)),
-                Some(Some(256)),
-                Some(Some(512)),
-                Some(Some(600)),
-                Some(Some(1000)),
-                Some(Some(1024)),
-            ],
-            self.dynamo_block_tokens,
-        );
-        if let Some(block_tokens) = block_tokens {
-            policy["dynamo_block_tokens"] = json!(block_tokens);
-        }
+        let mut clock = EpochClock {
+            last_epoch,
+            sequential: epochs == Some("sequential"),
+        };
+        let events_json = self.events_json(worker_count, &mut clock);
+        let grants = self.grants_json();
+        let policy = self.policy_json(epochs);
         let mut trace = json!({
             "format": "kvroute-trace/1",
             "limits": "lab",
@@ -551,10 +344,267 @@ impl TraceRecipe {
         trace
     }
 
+    /// The events, at most [`EVENTS_MAX`], each given its seq, tick and epoch.
+    fn events_json(&self, worker_count: usize, clock: &mut EpochClock) -> Vec<Value> {
+        let events: Vec<&EventRecipe> = self.events.iter().take(EVENTS_MAX).collect();
+        let event_count = events.len() as u64;
+        let mut tick: u64 = 0;
+        let mut events_json = Vec::with_capacity(events.len());
+        for (i, event) in events.into_iter().enumerate() {
+            let i = i as u64;
+            // Seqs ascend or descend with generation order, so that within one tick the
+            // processing order is sometimes the reverse of the array order.
+            let seq = if self.descending_seqs {
+                (event_count - i) * 2 + 1
+            } else {
+                i * 3 + 1
+            };
+            events_json.push(event_json(event, i, seq, &mut tick, worker_count, clock));
+        }
+        events_json
+    }
+
+    /// The sharing grants, at most three.
+    fn grants_json(&self) -> Vec<Value> {
+        self.grants
+            .iter()
+            .take(3)
+            .map(|g| {
+                let tenants: Vec<&str> = g
+                    .tenants
+                    .iter()
+                    .take(g.tenant_count as usize % 4)
+                    .map(|&t| pick(&TENANTS, t))
+                    .collect();
+                json!({ "model": pick(&MODELS, g.model), "adapter": pick(&ADAPTERS, g.adapter),
+                        "tenants": tenants })
+            })
+            .collect()
+    }
+
+    /// The policy object; `epochs` is the epochs member, if the trace has one.
+    fn policy_json(&self, epochs: Option<&str>) -> Value {
+        let mut policy = json!({
+            "decode_weight_milli": pick(&[0, 500, 1000, 1000, 2000], self.decode_weight),
+            "imbalance_penalty_milli": pick(&[0, 0, 100, 1000], self.imbalance_penalty),
+            "freshness_ticks": pick(&[None, None, None, Some(0), Some(4), Some(12)], self.freshness),
+            "max_queued_work": pick(&[None, None, Some(500), Some(2000), Some(6000)], self.cap),
+        });
+        if let Some(rule) = pick(&STALE_RULES, self.stale_rule) {
+            policy["stale_rule"] = json!(rule);
+        }
+        if let Some(mode) = epochs {
+            policy["epochs"] = json!(mode);
+        }
+        if let Some(reserve) = pick(&COLD_RESERVES_MILLI, self.cold_reserve) {
+            policy["cold_reserve_milli"] = json!(reserve);
+        }
+        if let Some(block_tokens) = pick(&DYNAMO_BLOCK_TOKENS, self.dynamo_block_tokens) {
+            policy["dynamo_block_tokens"] = json!(block_tokens);
+        }
+        policy
+    }
+
     /// The built trace as JSON bytes.
     pub fn build_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(&self.build()).expect("a Value always serialises")
     }
+}
+
+/// The stale rules a trace may name: absent, spelled-out defaults and every other
+/// value, so that both the default path and each new rule are exercised.
+const STALE_RULES: [Option<&str>; 6] = [
+    None,
+    None,
+    Some("worker_epoch"),
+    Some("key_epoch"),
+    Some("key_epoch"),
+    Some("arrival_order"),
+];
+
+/// Reserves against caps of 500,000 to 6,000,000 milli: some never bite, some reserve
+/// the whole cap.
+const COLD_RESERVES_MILLI: [Option<Option<u64>>; 7] = [
+    None,
+    None,
+    Some(None),
+    Some(Some(0)),
+    Some(Some(100_000)),
+    Some(Some(1_000_000)),
+    Some(Some(9_000_000)),
+];
+
+/// Block sizes against segments of 512, 256, 1 and 0 tokens and decode figures of 0 to
+/// 900: powers of two that reuse fills whole (256, 512) or only partly (64 with a
+/// 1-token segment, 1024), and others that never divide it evenly (3, 100, 600, 1000),
+/// so whole and partial blocks, of reuse and of decode, both occur. Blocks of 1 make the
+/// overlap every reused token. Some traces spell out the default (null), most of the
+/// rest leave it out.
+const DYNAMO_BLOCK_TOKENS: [Option<Option<u64>>; 16] = [
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    Some(None),
+    Some(Some(1)),
+    Some(Some(3)),
+    Some(Some(64)),
+    Some(Some(100)),
+    Some(Some(256)),
+    Some(Some(512)),
+    Some(Some(600)),
+    Some(Some(1000)),
+    Some(Some(1024)),
+];
+
+/// Each worker's last epoch, from which its cache events' epochs are drawn.
+struct EpochClock {
+    last_epoch: Vec<u64>,
+    /// The policy's `epochs` is `sequential`.
+    sequential: bool,
+}
+
+impl EpochClock {
+    /// The epoch of `worker`'s next cache event, drawn by `step`.
+    fn next(&mut self, worker: usize, step: u8) -> u64 {
+        let last_epoch = &mut self.last_epoch;
+        if self.sequential {
+            // The worker's own next epoch, except that one in five events comes
+            // late (one below the last: reordering, or a repeat) and one in five
+            // skips an epoch (lost, or still in flight): gaps that reordering
+            // closes and gaps only a clear resyncs.
+            let epoch = match step % 5 {
+                0 => last_epoch[worker].saturating_sub(1),
+                4 => last_epoch[worker] + 2,
+                _ => last_epoch[worker] + 1,
+            };
+            last_epoch[worker] = last_epoch[worker].max(epoch);
+            return epoch;
+        }
+        // Steps of -2..=+2 around the last epoch make stale events common.
+        let epoch = (last_epoch[worker] + (step % 5) as u64).saturating_sub(2);
+        last_epoch[worker] = last_epoch[worker].max(epoch);
+        epoch
+    }
+}
+
+/// The `i`th event as JSON with its `seq`, after advancing `tick` past it.
+fn event_json(
+    event: &EventRecipe,
+    i: u64,
+    seq: u64,
+    tick: &mut u64,
+    worker_count: usize,
+    clock: &mut EpochClock,
+) -> Value {
+    match event {
+        EventRecipe::Store {
+            ticks_after,
+            worker,
+            epoch_step,
+            namespace,
+            chain,
+        } => {
+            *tick += tick_step(*ticks_after);
+            let w = *worker as usize % worker_count;
+            let (tenant, model, adapter) = namespace.fields();
+            json!({
+                "seq": seq, "tick": *tick, "type": "cache", "op": "store",
+                "worker": WORKER_IDS[w], "epoch": clock.next(w, *epoch_step),
+                "tenant": tenant, "model": model, "adapter": adapter,
+                "segments": segments_json(&chain.segments()),
+            })
+        }
+        EventRecipe::Evict {
+            ticks_after,
+            worker,
+            epoch_step,
+            namespace,
+            key_count,
+            keys,
+        } => {
+            *tick += tick_step(*ticks_after);
+            let w = *worker as usize % worker_count;
+            let (tenant, model, adapter) = namespace.fields();
+            let keys: Vec<&str> = keys
+                .iter()
+                .take(*key_count as usize % 5)
+                .map(|&k| pick(&KEYS, k))
+                .collect();
+            json!({
+                "seq": seq, "tick": *tick, "type": "cache", "op": "evict",
+                "worker": WORKER_IDS[w], "epoch": clock.next(w, *epoch_step),
+                "tenant": tenant, "model": model, "adapter": adapter, "keys": keys,
+            })
+        }
+        EventRecipe::Clear {
+            ticks_after,
+            worker,
+            epoch_step,
+        } => {
+            *tick += tick_step(*ticks_after);
+            let w = *worker as usize % worker_count;
+            json!({
+                "seq": seq, "tick": *tick, "type": "cache", "op": "clear",
+                "worker": WORKER_IDS[w], "epoch": clock.next(w, *epoch_step),
+            })
+        }
+        EventRecipe::Load { .. } => load_json(event, seq, tick, worker_count),
+        EventRecipe::Request { .. } => request_json(event, i, seq, tick),
+    }
+}
+
+/// A load event as JSON, after advancing `tick` past it.
+fn load_json(event: &EventRecipe, seq: u64, tick: &mut u64, worker_count: usize) -> Value {
+    let EventRecipe::Load {
+        ticks_after,
+        worker,
+        age,
+        queued_prefill,
+        active_decode,
+    } = event
+    else {
+        unreachable!("load_json is given load events only")
+    };
+    *tick += tick_step(*ticks_after);
+    let tick = *tick;
+    let w = *worker as usize % worker_count;
+    json!({
+        "seq": seq, "tick": tick, "type": "load", "worker": WORKER_IDS[w],
+        "observed_tick": tick.saturating_sub(pick(&[0, 0, 1, 3, 10], *age)),
+        "queued_prefill": pick(&[0, 100, 1000, 5000], *queued_prefill),
+        "active_decode": pick(&[0, 50, 500], *active_decode),
+    })
+}
+
+/// The `i`th event, a request, as JSON, after advancing `tick` past it.
+fn request_json(event: &EventRecipe, i: u64, seq: u64, tick: &mut u64) -> Value {
+    let EventRecipe::Request {
+        ticks_after,
+        namespace,
+        prefix,
+        extra_tokens,
+        decode_tokens,
+    } = event
+    else {
+        unreachable!("request_json is given requests only")
+    };
+    *tick += tick_step(*ticks_after);
+    let (tenant, mut model, adapter) = namespace.fields();
+    if !namespace.house {
+        model = pick(&REQUEST_MODELS, namespace.model);
+    }
+    let prefix = prefix.segments();
+    let prefix_tokens: u64 = prefix.iter().map(|&(_, t)| t).sum();
+    json!({
+        "seq": seq, "tick": *tick, "type": "request", "id": format!("r{i}"),
+        "tenant": tenant, "model": model, "adapter": adapter,
+        "prefix": segments_json(&prefix),
+        "prompt_tokens": prefix_tokens + pick(&[0, 200, 400, 37], *extra_tokens),
+        "decode_tokens": pick(&[0, 10, 100, 400], *decode_tokens),
+    })
 }
 
 /// The pieces [`harden_strings`] puts around a name: what a JSON writer or reader gets
@@ -835,134 +885,7 @@ pub fn near_valid(recipe: &TraceRecipe, choice: u8) -> NearValid {
     let mut trace = recipe.build();
     let defect = DEFECTS[choice as usize % DEFECTS.len()];
     let mut text_edit: Option<(String, String)> = None;
-    let expected_path = match defect {
-        "negative_count" => {
-            let i = ensure_event(&mut trace, "load");
-            events_mut(&mut trace)[i]["queued_prefill"] = json!(-1);
-            format!("events[{i}].queued_prefill")
-        }
-        "fractional_epoch" => {
-            let i = ensure_event(&mut trace, "cache");
-            events_mut(&mut trace)[i]["epoch"] = json!(1.5);
-            format!("events[{i}].epoch")
-        }
-        "string_tick" => {
-            let i = ensure_event(&mut trace, "request");
-            events_mut(&mut trace)[i]["tick"] = json!("5");
-            format!("events[{i}].tick")
-        }
-        "missing_tenant" => {
-            let i = ensure_event(&mut trace, "request");
-            events_mut(&mut trace)[i]
-                .as_object_mut()
-                .expect("events are objects")
-                .remove("tenant");
-            format!("events[{i}].tenant")
-        }
-        "empty_model" => {
-            trace["workers"][0]["model"] = json!("");
-            "workers[0].model".to_owned()
-        }
-        "unknown_member" => {
-            let i = ensure_event(&mut trace, "cache");
-            events_mut(&mut trace)[i]["colour"] = json!("red");
-            format!("events[{i}].colour")
-        }
-        "repeated_member" => {
-            // serde_json cannot hold a repeated member, so the text is edited instead.
-            let epoch = trace["workers"][0]["epoch"].clone();
-            trace["workers"][0]["epoch"] = json!("__repeat__");
-            text_edit = Some((
-                "\"epoch\":\"__repeat__\"".to_owned(),
-                format!("\"epoch\":{epoch},\"epoch\":{epoch}"),
-            ));
-            "workers[0].epoch".to_owned()
-        }
-        "zero_rate" => {
-            trace["workers"][0]["decode_rate"] = json!(0);
-            "workers[0].decode_rate".to_owned()
-        }
-        "duplicate_worker_id" => {
-            let workers = trace["workers"]
-                .as_array_mut()
-                .expect("built traces have workers");
-            let mut copy = workers[0].clone();
-            copy["cache"] = json!([]);
-            workers.push(copy);
-            format!("workers[{}].id", workers.len() - 1)
-        }
-        "duplicate_seq" => {
-            let i = ensure_event(&mut trace, "request");
-            let seq = trace["events"][i]["seq"].clone();
-            let mut copy = trace["events"][i].clone();
-            copy["id"] = json!("r-copy");
-            copy["seq"] = seq;
-            let events = events_mut(&mut trace);
-            events.push(copy);
-            format!("events[{}].seq", events.len() - 1)
-        }
-        "duplicate_request_id" => {
-            let i = ensure_event(&mut trace, "request");
-            let max_seq = trace["events"]
-                .as_array()
-                .expect("built traces have events")
-                .iter()
-                .filter_map(|e| e["seq"].as_u64())
-                .max()
-                .unwrap_or(0);
-            let mut copy = trace["events"][i].clone();
-            copy["seq"] = json!(max_seq + 1);
-            let events = events_mut(&mut trace);
-            events.push(copy);
-            format!("events[{}].id", events.len() - 1)
-        }
-        "unknown_worker" => {
-            let i = ensure_event(&mut trace, "load");
-            events_mut(&mut trace)[i]["worker"] = json!("w-missing");
-            format!("events[{i}].worker")
-        }
-        "future_observation" => {
-            let i = ensure_event(&mut trace, "load");
-            let tick = trace["events"][i]["tick"].as_u64().unwrap_or(0);
-            events_mut(&mut trace)[i]["observed_tick"] = json!(tick + 1);
-            format!("events[{i}].observed_tick")
-        }
-        "prefix_longer_than_prompt" => {
-            let i = ensure_event(&mut trace, "request");
-            let event = &mut events_mut(&mut trace)[i];
-            event["prefix"] = json!([ { "key": "k0", "tokens": 300 } ]);
-            event["prompt_tokens"] = json!(299);
-            format!("events[{i}].prefix")
-        }
-        "too_many_requests" => {
-            let max_seq = trace["events"]
-                .as_array()
-                .expect("built traces have events")
-                .iter()
-                .filter_map(|e| e["seq"].as_u64())
-                .max()
-                .unwrap_or(0);
-            let requests = trace["events"]
-                .as_array()
-                .expect("built traces have events")
-                .iter()
-                .filter(|e| e["type"] == "request")
-                .count();
-            let events = events_mut(&mut trace);
-            for n in 0..(65 - requests) as u64 {
-                events.push(
-                    json!({ "seq": max_seq + 1 + n, "tick": 0, "type": "request",
-                    "id": format!("extra-{n}"), "tenant": "acme", "model": "m1",
-                    "adapter": "base", "prefix": [], "prompt_tokens": 1, "decode_tokens": 1 }),
-                );
-            }
-            "events".to_owned()
-        }
-        _ => {
-            trace["format"] = json!("kvroute-trace/0");
-            "format".to_owned()
-        }
-    };
+    let expected_path = plant_defect(&mut trace, defect, &mut text_edit);
     let mut json_text = serde_json::to_string(&trace).expect("a Value always serialises");
     if let Some((from, to)) = text_edit {
         json_text = json_text.replacen(&from, &to, 1);
@@ -972,6 +895,143 @@ pub fn near_valid(recipe: &TraceRecipe, choice: u8) -> NearValid {
         json_text,
         expected_path,
     }
+}
+
+/// Plants `defect` into `trace`, or sets `text_edit` to the edit of its text that plants
+/// it; the path validation must report.
+fn plant_defect(
+    trace: &mut Value,
+    defect: &str,
+    text_edit: &mut Option<(String, String)>,
+) -> String {
+    match defect {
+        "negative_count" => set_event_member(trace, "load", "queued_prefill", json!(-1)),
+        "fractional_epoch" => set_event_member(trace, "cache", "epoch", json!(1.5)),
+        "string_tick" => set_event_member(trace, "request", "tick", json!("5")),
+        "missing_tenant" => {
+            let i = ensure_event(trace, "request");
+            events_mut(trace)[i]
+                .as_object_mut()
+                .expect("events are objects")
+                .remove("tenant");
+            format!("events[{i}].tenant")
+        }
+        "empty_model" => {
+            trace["workers"][0]["model"] = json!("");
+            "workers[0].model".to_owned()
+        }
+        "unknown_member" => set_event_member(trace, "cache", "colour", json!("red")),
+        "repeated_member" => {
+            // serde_json cannot hold a repeated member, so the text is edited instead.
+            let epoch = trace["workers"][0]["epoch"].clone();
+            trace["workers"][0]["epoch"] = json!("__repeat__");
+            *text_edit = Some((
+                "\"epoch\":\"__repeat__\"".to_owned(),
+                format!("\"epoch\":{epoch},\"epoch\":{epoch}"),
+            ));
+            "workers[0].epoch".to_owned()
+        }
+        "zero_rate" => {
+            trace["workers"][0]["decode_rate"] = json!(0);
+            "workers[0].decode_rate".to_owned()
+        }
+        "duplicate_worker_id" => duplicate_worker_id(trace),
+        "duplicate_seq" => duplicate_seq(trace),
+        "duplicate_request_id" => duplicate_request_id(trace),
+        "unknown_worker" => set_event_member(trace, "load", "worker", json!("w-missing")),
+        "future_observation" => {
+            let i = ensure_event(trace, "load");
+            let tick = trace["events"][i]["tick"].as_u64().unwrap_or(0);
+            events_mut(trace)[i]["observed_tick"] = json!(tick + 1);
+            format!("events[{i}].observed_tick")
+        }
+        "prefix_longer_than_prompt" => {
+            let i = ensure_event(trace, "request");
+            let event = &mut events_mut(trace)[i];
+            event["prefix"] = json!([ { "key": "k0", "tokens": 300 } ]);
+            event["prompt_tokens"] = json!(299);
+            format!("events[{i}].prefix")
+        }
+        "too_many_requests" => too_many_requests(trace),
+        _ => {
+            trace["format"] = json!("kvroute-trace/0");
+            "format".to_owned()
+        }
+    }
+}
+
+/// Sets `member` of an event of `kind` (added if the trace has none) to `value`; the
+/// member's path.
+fn set_event_member(trace: &mut Value, kind: &str, member: &str, value: Value) -> String {
+    let i = ensure_event(trace, kind);
+    events_mut(trace)[i][member] = value;
+    format!("events[{i}].{member}")
+}
+
+/// The highest seq of the built trace's events, or 0.
+fn max_seq(trace: &Value) -> u64 {
+    trace["events"]
+        .as_array()
+        .expect("built traces have events")
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Adds a second worker with the first one's id (and no cache); the copy's id path.
+fn duplicate_worker_id(trace: &mut Value) -> String {
+    let workers = trace["workers"]
+        .as_array_mut()
+        .expect("built traces have workers");
+    let mut copy = workers[0].clone();
+    copy["cache"] = json!([]);
+    workers.push(copy);
+    format!("workers[{}].id", workers.len() - 1)
+}
+
+/// Adds a copy of a request under a new id with the same seq; the copy's seq path.
+fn duplicate_seq(trace: &mut Value) -> String {
+    let i = ensure_event(trace, "request");
+    let seq = trace["events"][i]["seq"].clone();
+    let mut copy = trace["events"][i].clone();
+    copy["id"] = json!("r-copy");
+    copy["seq"] = seq;
+    let events = events_mut(trace);
+    events.push(copy);
+    format!("events[{}].seq", events.len() - 1)
+}
+
+/// Adds a copy of a request, same id, under a new seq; the copy's id path.
+fn duplicate_request_id(trace: &mut Value) -> String {
+    let i = ensure_event(trace, "request");
+    let max_seq = max_seq(trace);
+    let mut copy = trace["events"][i].clone();
+    copy["seq"] = json!(max_seq + 1);
+    let events = events_mut(trace);
+    events.push(copy);
+    format!("events[{}].id", events.len() - 1)
+}
+
+/// Adds requests until there are 65, one over the `lab` profile's limit; the path
+/// `events`.
+fn too_many_requests(trace: &mut Value) -> String {
+    let max_seq = max_seq(trace);
+    let requests = trace["events"]
+        .as_array()
+        .expect("built traces have events")
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .count();
+    let events = events_mut(trace);
+    for n in 0..(65 - requests) as u64 {
+        events.push(
+            json!({ "seq": max_seq + 1 + n, "tick": 0, "type": "request",
+            "id": format!("extra-{n}"), "tenant": "acme", "model": "m1",
+            "adapter": "base", "prefix": [], "prompt_tokens": 1, "decode_tokens": 1 }),
+        );
+    }
+    "events".to_owned()
 }
 
 /// The path part of a `PATH: reason` line. Paths follow SPEC.md §2.1, so bracketed

@@ -49,6 +49,18 @@ fn event_values(trace: &Trace, run: &kvroute_core::simulate::SimRun) -> Vec<Valu
         .collect()
 }
 
+/// The generated store of `keys` (512 tokens each) on w0, as the canonical trace
+/// writes it.
+fn store(seq: u64, tick: u64, epoch: u64, keys: &[&str]) -> Value {
+    let segments: Vec<Value> = keys
+        .iter()
+        .map(|k| json!({ "key": k, "tokens": 512 }))
+        .collect();
+    json!({ "seq": seq, "tick": tick, "type": "cache", "op": "store",
+            "worker": "w0", "epoch": epoch, "tenant": "acme", "model": "m",
+            "adapter": "base", "segments": segments })
+}
+
 /// r1 (block a) completes at tick 32 and its store, epoch 1, is lost on the bus (a seed
 /// is picked so that epoch 1 of worker 0 is lost and epoch 2 is not). r2 (block b)
 /// arrives at 100, completes at 132; its store, epoch 2, arrives at 142: epoch 1 is
@@ -97,15 +109,6 @@ fn a_lost_event_opens_a_gap_that_the_requery_answers() {
                 (0, 512),
                 "{what}"
             );
-            let store = |seq: u64, tick: u64, epoch: u64, keys: &[&str]| {
-                let segments: Vec<Value> = keys
-                    .iter()
-                    .map(|k| json!({ "key": k, "tokens": 512 }))
-                    .collect();
-                json!({ "seq": seq, "tick": tick, "type": "cache", "op": "store",
-                        "worker": "w0", "epoch": epoch, "tenant": "acme", "model": "m",
-                        "adapter": "base", "segments": segments })
-            };
             // The lost store took seq 5 and epoch 1.
             assert_eq!(
                 event_values(&trace, &run),

@@ -8,12 +8,12 @@
 //! generated traces.
 
 use kvroute_core::output;
-use kvroute_core::output::STREAM_FORMAT;
 use kvroute_core::output::{csv_bytes, CsvIds};
+use kvroute_core::output::{Receipt, STREAM_FORMAT};
 use kvroute_core::replay::{self, write_csv, write_jsonl};
 use kvroute_core::route;
 use kvroute_core::route::Compiled;
-use kvroute_core::{parse_trace, Policy};
+use kvroute_core::{parse_trace, Policy, Trace};
 use kvroute_harness::fixtures;
 use kvroute_harness::generators::TraceRecipe;
 use kvroute_harness::oracles::assert_canonical_receipt;
@@ -77,59 +77,8 @@ fn check(trace_bytes: &[u8], what: &str) {
     let receipt = replay::receipt(&trace);
     let compiled = Compiled::new(&trace);
 
-    let mut jsonl = Vec::new();
-    let summary = write_jsonl(&compiled, &output::trace_digest(&trace), &mut jsonl).unwrap();
-    for line in jsonl.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let value: Value = serde_json::from_slice(line).unwrap();
-        assert_eq!(
-            output::jcs_bytes(&value),
-            line,
-            "{what}: a line is not canonical"
-        );
-    }
-    assert_eq!(
-        reassemble(&jsonl),
-        receipt_tree::receipt_value(&receipt),
-        "{what}: members"
-    );
-    assert_eq!(summary.receipt_digest, receipt.digest(), "{what}: digest");
-    let metrics: Vec<_> = receipt
-        .runs
-        .iter()
-        .map(|r| (r.policy, r.metrics.clone()))
-        .collect();
-    assert_eq!(summary.runs, metrics, "{what}: metrics");
-    assert_eq!(
-        summary.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
-        Policy::runs_for(&trace.policy).to_vec()
-    );
-
-    // The typed bytes: in memory from records, in memory while replaying, streamed to a
-    // writer; all equal, and equal to the canonicalizer's form of the tree and of their
-    // own parse.
-    let bytes = receipt.canonical_bytes();
-    assert_eq!(
-        bytes,
-        output::jcs_bytes(&receipt_tree::receipt_value(&receipt)),
-        "{what}: tree"
-    );
-    assert_canonical_receipt(&bytes, what);
-    let digest = output::trace_digest(&trace);
-    assert_eq!(
-        replay::receipt_bytes(&compiled, &digest),
-        bytes,
-        "{what}: replayed"
-    );
-    let mut streamed = Vec::new();
-    let streamed_digest = replay::write_json(&compiled, &digest, &mut streamed).unwrap();
-    assert_eq!(streamed.pop(), Some(b'\n'), "{what}: one newline");
-    assert_eq!(streamed, bytes, "{what}: streamed json");
-    assert_eq!(streamed_digest, receipt.digest(), "{what}: streamed digest");
-    assert_eq!(
-        replay::stream_digest(&compiled, &digest).0,
-        receipt.digest(),
-        "{what}: digest only"
-    );
+    check_jsonl(&trace, &receipt, &compiled, what);
+    check_typed_bytes(&trace, &receipt, &compiled, what);
 
     for mode in [CsvIds::SpreadsheetSafe, CsvIds::Plain] {
         let mut csv = Vec::new();
@@ -150,6 +99,67 @@ fn check(trace_bytes: &[u8], what: &str) {
             run.policy.name()
         );
     }
+}
+
+/// The JSON Lines receipt of `trace`: every line canonical, the lines' members the
+/// receipt's, and its summary the receipt's digest and metrics in the runs' order.
+fn check_jsonl(trace: &Trace, receipt: &Receipt, compiled: &Compiled, what: &str) {
+    let mut jsonl = Vec::new();
+    let summary = write_jsonl(compiled, &output::trace_digest(trace), &mut jsonl).unwrap();
+    for line in jsonl.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let value: Value = serde_json::from_slice(line).unwrap();
+        assert_eq!(
+            output::jcs_bytes(&value),
+            line,
+            "{what}: a line is not canonical"
+        );
+    }
+    assert_eq!(
+        reassemble(&jsonl),
+        receipt_tree::receipt_value(receipt),
+        "{what}: members"
+    );
+    assert_eq!(summary.receipt_digest, receipt.digest(), "{what}: digest");
+    let metrics: Vec<_> = receipt
+        .runs
+        .iter()
+        .map(|r| (r.policy, r.metrics.clone()))
+        .collect();
+    assert_eq!(summary.runs, metrics, "{what}: metrics");
+    assert_eq!(
+        summary.runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+        Policy::runs_for(&trace.policy).to_vec()
+    );
+}
+
+/// The typed receipt bytes of `trace` in every way core writes them.
+fn check_typed_bytes(trace: &Trace, receipt: &Receipt, compiled: &Compiled, what: &str) {
+    // The typed bytes: in memory from records, in memory while replaying, streamed to a
+    // writer; all equal, and equal to the canonicalizer's form of the tree and of their
+    // own parse.
+    let bytes = receipt.canonical_bytes();
+    assert_eq!(
+        bytes,
+        output::jcs_bytes(&receipt_tree::receipt_value(receipt)),
+        "{what}: tree"
+    );
+    assert_canonical_receipt(&bytes, what);
+    let digest = output::trace_digest(trace);
+    assert_eq!(
+        replay::receipt_bytes(compiled, &digest),
+        bytes,
+        "{what}: replayed"
+    );
+    let mut streamed = Vec::new();
+    let streamed_digest = replay::write_json(compiled, &digest, &mut streamed).unwrap();
+    assert_eq!(streamed.pop(), Some(b'\n'), "{what}: one newline");
+    assert_eq!(streamed, bytes, "{what}: streamed json");
+    assert_eq!(streamed_digest, receipt.digest(), "{what}: streamed digest");
+    assert_eq!(
+        replay::stream_digest(compiled, &digest).0,
+        receipt.digest(),
+        "{what}: digest only"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! the page's self-check (and a browser test) can count plotted candidates in the SVG.
 
 use super::model::{DecisionDoc, RowDoc};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -203,71 +204,92 @@ pub fn pareto_svg(decision: &DecisionDoc) -> String {
             .x_label_formatter(&integer_label)
             .y_label_formatter(&integer_label)
             .draw()?;
-        let point = |row: &RowDoc| (row.reuse as f64, tokens(row.after_milli));
-
-        let mut front: Vec<&RowDoc> = rows
-            .iter()
-            .filter(|r| r.in_front_set() && r.dominated_by.is_none())
-            .collect();
-        front.sort_by_key(|r| (r.reuse, r.after_milli));
-        chart.draw_series(LineSeries::new(
-            front.iter().map(|r| point(r)),
-            FRONT_COLOUR.stroke_width(2),
-        ))?;
-
-        for row in rows.iter().filter(|r| r.is_failure()) {
-            let (x, y) = point(row);
-            chart.draw_series(std::iter::once(
-                EmptyElement::at((x, y))
-                    + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, WHITE.filled()),
-            ))?;
-            chart.draw_series(failure_ring().map(|offset| {
-                EmptyElement::at((x, y))
-                    + Circle::new(offset, FAILURE_DOT_RADIUS_PX, FAILURE_COLOUR.filled())
-            }))?;
-        }
-        chart.draw_series(rows.iter().filter(|r| !r.is_failure()).map(|row| {
-            let colour = if row.dominated_by.is_none() {
-                FRONT_COLOUR
-            } else {
-                DOMINATED_COLOUR
-            };
-            EmptyElement::at(point(row))
-                + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, colour.filled())
-        }))?;
-        if let Some(chosen) = decision.chosen_row() {
-            chart.draw_series(std::iter::once(
-                EmptyElement::at(point(chosen))
-                    + Circle::new((0, 0), CHOSEN_RING_RADIUS_PX, INK.stroke_width(2)),
-            ))?;
-        }
-
-        let labels = label_blocks(decision);
-        for (&(reuse, after_milli), block) in &labels {
-            let lines = label_lines(block);
-            let at = (reuse as f64, tokens(after_milli));
-            let top = |i: usize| -6 + LABEL_LINE_HEIGHT_PX * i as i32;
-            // A white box under each line first: the front line and the grid pass
-            // behind the label instead of through it.
-            chart.draw_series(lines.iter().enumerate().map(|(i, line)| {
-                let width = LABEL_CHAR_WIDTH_PX * line.chars().count() as i32;
-                EmptyElement::at(at)
-                    + Rectangle::new(
-                        [
-                            (13, top(i) - 1),
-                            (17 + width, top(i) + LABEL_LINE_HEIGHT_PX),
-                        ],
-                        WHITE.mix(0.85).filled(),
-                    )
-            }))?;
-            chart.draw_series(
-                lines.into_iter().enumerate().map(|(i, line)| {
-                    EmptyElement::at(at) + Text::new(line, (15, top(i)), font(11))
-                }),
-            )?;
-        }
-        Ok(())
+        draw_candidates(&mut chart, decision)?;
+        draw_labels(&mut chart, decision)
     })
+}
+
+/// The Pareto chart's axes: reusable prefix tokens across, live work after assignment
+/// (tokens) up.
+type ParetoChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Where a row sits on the Pareto chart.
+fn pareto_point(row: &RowDoc) -> (f64, f64) {
+    (row.reuse as f64, tokens(row.after_milli))
+}
+
+/// The front as a line, then every row's marker (failed evidence as dotted rings) and a
+/// ring around the chosen worker.
+fn draw_candidates(chart: &mut ParetoChart, decision: &DecisionDoc) -> ChartResult {
+    let rows = &decision.candidates;
+    let mut front: Vec<&RowDoc> = rows
+        .iter()
+        .filter(|r| r.in_front_set() && r.dominated_by.is_none())
+        .collect();
+    front.sort_by_key(|r| (r.reuse, r.after_milli));
+    chart.draw_series(LineSeries::new(
+        front.iter().map(|r| pareto_point(r)),
+        FRONT_COLOUR.stroke_width(2),
+    ))?;
+
+    for row in rows.iter().filter(|r| r.is_failure()) {
+        let (x, y) = pareto_point(row);
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((x, y))
+                + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, WHITE.filled()),
+        ))?;
+        chart.draw_series(failure_ring().map(|offset| {
+            EmptyElement::at((x, y))
+                + Circle::new(offset, FAILURE_DOT_RADIUS_PX, FAILURE_COLOUR.filled())
+        }))?;
+    }
+    chart.draw_series(rows.iter().filter(|r| !r.is_failure()).map(|row| {
+        let colour = if row.dominated_by.is_none() {
+            FRONT_COLOUR
+        } else {
+            DOMINATED_COLOUR
+        };
+        EmptyElement::at(pareto_point(row))
+            + Circle::new((0, 0), CANDIDATE_MARKER_RADIUS_PX, colour.filled())
+    }))?;
+    if let Some(chosen) = decision.chosen_row() {
+        chart.draw_series(std::iter::once(
+            EmptyElement::at(pareto_point(chosen))
+                + Circle::new((0, 0), CHOSEN_RING_RADIUS_PX, INK.stroke_width(2)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Each label block beside its point, every line on a white box.
+fn draw_labels(chart: &mut ParetoChart, decision: &DecisionDoc) -> ChartResult {
+    let labels = label_blocks(decision);
+    for (&(reuse, after_milli), block) in &labels {
+        let lines = label_lines(block);
+        let at = (reuse as f64, tokens(after_milli));
+        let top = |i: usize| -6 + LABEL_LINE_HEIGHT_PX * i as i32;
+        // A white box under each line first: the front line and the grid pass
+        // behind the label instead of through it.
+        chart.draw_series(lines.iter().enumerate().map(|(i, line)| {
+            let width = LABEL_CHAR_WIDTH_PX * line.chars().count() as i32;
+            EmptyElement::at(at)
+                + Rectangle::new(
+                    [
+                        (13, top(i) - 1),
+                        (17 + width, top(i) + LABEL_LINE_HEIGHT_PX),
+                    ],
+                    WHITE.mix(0.85).filled(),
+                )
+        }))?;
+        chart.draw_series(
+            lines
+                .into_iter()
+                .enumerate()
+                .map(|(i, line)| EmptyElement::at(at) + Text::new(line, (15, top(i)), font(11))),
+        )?;
+    }
+    Ok(())
 }
 
 /// Label lines of at most [`LABEL_LINE_CHARS_MAX`] characters from `parts` (worker ids,

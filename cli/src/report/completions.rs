@@ -95,8 +95,40 @@ pub fn panel(
     let (joined, attributed) = join::join_with_records(receipt, completions, &options)
         .map_err(|e| crate::join::failure(receipt_name, &args.file, None, args.run, e))?;
     let f = &joined.figures;
-    let c = &f.counts;
-    let counts = [
+    let counts = count_figures(&f.counts);
+    let prediction = vec![
+        Figure {
+            name: "ttft_rank_gamma_pm",
+            value: or_dash(f.ttft_rank_gamma_pm),
+        },
+        Figure {
+            name: "us_per_predicted_token",
+            value: or_dash(f.us_per_predicted_token),
+        },
+    ];
+    let goodput = f.goodput.as_ref().map(goodput_figures);
+    let workers = worker_rows(f);
+    let slo = match args.slo {
+        None => "none declared".to_owned(),
+        // The table's rule (§14.3) with the page's sign: `ttft ≤ 0.5 ms, tpot ≤ 50 ms`.
+        Some(slo) => slo.objectives_text("≤"),
+    };
+    Ok(CompletionsView {
+        file: args.file.display().to_string(),
+        format: joined.format.name(),
+        run: args.run.name(),
+        slo,
+        counts,
+        prediction,
+        goodput,
+        workers,
+        missed: super::missed::view(f, &attributed),
+    })
+}
+
+/// The join's counts, each as a figure named for its member.
+fn count_figures(c: &join::Counts) -> Vec<Figure> {
+    [
         ("decisions", c.decisions),
         ("routed", c.routed),
         ("rejected", c.rejected),
@@ -116,34 +148,30 @@ pub fn panel(
         name,
         value: value.to_string(),
     })
-    .collect();
-    let prediction = vec![
-        Figure {
-            name: "ttft_rank_gamma_pm",
-            value: or_dash(f.ttft_rank_gamma_pm),
-        },
-        Figure {
-            name: "us_per_predicted_token",
-            value: or_dash(f.us_per_predicted_token),
-        },
-    ];
-    let goodput = f.goodput.as_ref().map(|g| {
-        [
-            ("good", g.good),
-            ("good_pm", g.good_pm),
-            ("span_ns", g.span_ns),
-            ("good_per_second_milli", g.good_per_second_milli),
-        ]
-        .into_iter()
-        .map(|(name, value)| Figure {
-            name,
-            value: value.to_string(),
-        })
-        .collect()
-    });
+    .collect()
+}
+
+/// The goodput figures, each named for its member.
+fn goodput_figures(g: &join::Goodput) -> Vec<Figure> {
+    [
+        ("good", g.good),
+        ("good_pm", g.good_pm),
+        ("span_ns", g.span_ns),
+        ("good_per_second_milli", g.good_per_second_milli),
+    ]
+    .into_iter()
+    .map(|(name, value)| Figure {
+        name,
+        value: value.to_string(),
+    })
+    .collect()
+}
+
+/// One row a worker; a worker runs low when its µs per predicted token is above the
+/// fleet's.
+fn worker_rows(f: &join::JoinFigures) -> Vec<WorkerRow> {
     let fleet = f.us_per_predicted_token;
-    let workers = f
-        .workers
+    f.workers
         .iter()
         .map(|w| WorkerRow {
             worker: super::shown::shown_request_id(&w.worker),
@@ -154,21 +182,5 @@ pub fn panel(
             us_per_predicted_token: or_dash(w.us_per_predicted_token),
             runs_low: matches!((w.us_per_predicted_token, fleet), (Some(own), Some(all)) if own > all),
         })
-        .collect();
-    let slo = match args.slo {
-        None => "none declared".to_owned(),
-        // The table's rule (§14.3) with the page's sign: `ttft ≤ 0.5 ms, tpot ≤ 50 ms`.
-        Some(slo) => slo.objectives_text("≤"),
-    };
-    Ok(CompletionsView {
-        file: args.file.display().to_string(),
-        format: joined.format.name(),
-        run: args.run.name(),
-        slo,
-        counts,
-        prediction,
-        goodput,
-        workers,
-        missed: super::missed::view(f, &attributed),
-    })
+        .collect()
 }

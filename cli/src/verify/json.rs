@@ -591,12 +591,6 @@ fn parse_inner(
     slot: &mut Option<NonCanonical>,
     depth: usize,
 ) -> Result<Node, ParseProblem> {
-    let invalid = |offset, reason: &str| {
-        ParseProblem::Invalid(LexError {
-            offset,
-            reason: reason.to_owned(),
-        })
-    };
     if depth > MAX_DEPTH {
         return Err(invalid(first.start, "nested too deeply"));
     }
@@ -607,72 +601,97 @@ fn parse_inner(
         Tok::False => Node::Bool(false),
         Tok::Num(text) => Node::Num(text),
         Tok::Str(text) => Node::Str(text),
-        Tok::BeginArray => {
-            let mut items = Vec::new();
-            loop {
-                let lexed = lexer.next().map_err(ParseProblem::Invalid)?;
-                if items.is_empty() && lexed.tok == Tok::EndArray {
-                    note_token(&lexed, path, slot);
-                    break;
-                }
-                let item_path = format!("{path}[{}]", items.len());
-                if !lexed.tok.starts_value() {
-                    return Err(invalid(lexed.start, "expected a value"));
-                }
-                items.push(parse_inner(lexer, lexed, &item_path, slot, depth + 1)?);
-                let sep = lexer.next().map_err(ParseProblem::Invalid)?;
-                note_token(&sep, path, slot);
-                match sep.tok {
-                    Tok::Comma => {}
-                    Tok::EndArray => break,
-                    _ => return Err(invalid(sep.start, "expected `,` or `]`")),
-                }
-            }
-            Node::Array(items)
-        }
-        Tok::BeginObject => {
-            let mut members: Vec<(String, Node)> = Vec::new();
-            loop {
-                let lexed = lexer.next().map_err(ParseProblem::Invalid)?;
-                if members.is_empty() && lexed.tok == Tok::EndObject {
-                    note_token(&lexed, path, slot);
-                    break;
-                }
-                let Tok::Str(name) = &lexed.tok else {
-                    return Err(invalid(lexed.start, "expected a member name"));
-                };
-                let name = name.clone();
-                let at = member_path(path, &name);
-                if members.iter().any(|(k, _)| *k == name) {
-                    return Err(ParseProblem::Repeated {
-                        path: at,
-                        name,
-                        offset: lexed.start,
-                    });
-                }
-                note_token(&lexed, &at, slot);
-                if let Some((previous, _)) = members.last() {
-                    note_member_order(previous, &name, &at, lexed.start, slot);
-                }
-                expect(lexer, &Tok::Colon, "`:`", &at, slot)?;
-                let value = lexer.next().map_err(ParseProblem::Invalid)?;
-                if !value.tok.starts_value() {
-                    return Err(invalid(value.start, "expected a value"));
-                }
-                let node = parse_inner(lexer, value, &at, slot, depth + 1)?;
-                members.push((name, node));
-                let sep = lexer.next().map_err(ParseProblem::Invalid)?;
-                note_token(&sep, path, slot);
-                match sep.tok {
-                    Tok::Comma => {}
-                    Tok::EndObject => break,
-                    _ => return Err(invalid(sep.start, "expected `,` or `}`")),
-                }
-            }
-            Node::Object(members)
-        }
+        Tok::BeginArray => parse_array(lexer, path, slot, depth)?,
+        Tok::BeginObject => parse_object(lexer, path, slot, depth)?,
         _ => return Err(invalid(first.start, "expected a value")),
     })
+}
+
+/// A problem of the input that is not JSON, at byte `offset`.
+fn invalid(offset: u64, reason: &str) -> ParseProblem {
+    ParseProblem::Invalid(LexError {
+        offset,
+        reason: reason.to_owned(),
+    })
+}
+
+/// The rest of an array whose `[` has been read, at `depth`.
+fn parse_array(
+    lexer: &mut Lexer<'_>,
+    path: &str,
+    slot: &mut Option<NonCanonical>,
+    depth: usize,
+) -> Result<Node, ParseProblem> {
+    let mut items = Vec::new();
+    loop {
+        let lexed = lexer.next().map_err(ParseProblem::Invalid)?;
+        if items.is_empty() && lexed.tok == Tok::EndArray {
+            note_token(&lexed, path, slot);
+            break;
+        }
+        let item_path = format!("{path}[{}]", items.len());
+        if !lexed.tok.starts_value() {
+            return Err(invalid(lexed.start, "expected a value"));
+        }
+        items.push(parse_inner(lexer, lexed, &item_path, slot, depth + 1)?);
+        let sep = lexer.next().map_err(ParseProblem::Invalid)?;
+        note_token(&sep, path, slot);
+        match sep.tok {
+            Tok::Comma => {}
+            Tok::EndArray => break,
+            _ => return Err(invalid(sep.start, "expected `,` or `]`")),
+        }
+    }
+    Ok(Node::Array(items))
+}
+
+/// The rest of an object whose `{` has been read, at `depth`: a repeated member is a
+/// problem, members out of RFC 8785's order are noted in `slot`.
+fn parse_object(
+    lexer: &mut Lexer<'_>,
+    path: &str,
+    slot: &mut Option<NonCanonical>,
+    depth: usize,
+) -> Result<Node, ParseProblem> {
+    let mut members: Vec<(String, Node)> = Vec::new();
+    loop {
+        let lexed = lexer.next().map_err(ParseProblem::Invalid)?;
+        if members.is_empty() && lexed.tok == Tok::EndObject {
+            note_token(&lexed, path, slot);
+            break;
+        }
+        let Tok::Str(name) = &lexed.tok else {
+            return Err(invalid(lexed.start, "expected a member name"));
+        };
+        let name = name.clone();
+        let at = member_path(path, &name);
+        if members.iter().any(|(k, _)| *k == name) {
+            return Err(ParseProblem::Repeated {
+                path: at,
+                name,
+                offset: lexed.start,
+            });
+        }
+        note_token(&lexed, &at, slot);
+        if let Some((previous, _)) = members.last() {
+            note_member_order(previous, &name, &at, lexed.start, slot);
+        }
+        expect(lexer, &Tok::Colon, "`:`", &at, slot)?;
+        let value = lexer.next().map_err(ParseProblem::Invalid)?;
+        if !value.tok.starts_value() {
+            return Err(invalid(value.start, "expected a value"));
+        }
+        let node = parse_inner(lexer, value, &at, slot, depth + 1)?;
+        members.push((name, node));
+        let sep = lexer.next().map_err(ParseProblem::Invalid)?;
+        note_token(&sep, path, slot);
+        match sep.tok {
+            Tok::Comma => {}
+            Tok::EndObject => break,
+            _ => return Err(invalid(sep.start, "expected `,` or `}`")),
+        }
+    }
+    Ok(Node::Object(members))
 }
 
 /// Parses one complete canonical value held in memory (the oracle's pieces).

@@ -200,35 +200,7 @@ impl Lines {
         let text = given.strip_suffix(b"\n").unwrap_or(given);
         let mut source = text;
         let mut lexer = Lexer::new(&mut source, start);
-        let invalid = |e: LexError| {
-            format!(
-                "the receipt is not JSON at byte offset {} (line {line}): {}",
-                e.offset, e.reason
-            )
-        };
-        let wrapper = |lexer: &mut Lexer<'_>| -> Result<Option<Parsed>, String> {
-            let tokens = |lexer: &mut Lexer<'_>| lexer.next().map_err(invalid);
-            let expect = |lexer: &mut Lexer<'_>, want: Tok| -> Result<bool, String> {
-                let lexed = tokens(lexer)?;
-                Ok(lexed.tok == want && lexed.space_at.is_none())
-            };
-            if !expect(lexer, Tok::BeginObject)? {
-                return Ok(None);
-            }
-            let name = tokens(lexer)?;
-            if name.tok != Tok::Str(element.member.to_owned()) || !expect(lexer, Tok::Colon)? {
-                return Ok(None);
-            }
-            let first = tokens(lexer)?;
-            match parse_value(lexer, first, element.path) {
-                Ok(parsed) => Ok(Some(parsed)),
-                Err(ParseProblem::Invalid(e)) => Err(invalid(e)),
-                Err(ParseProblem::Repeated { path, name, offset }) => {
-                    Err(repeated(&path, &name, offset))
-                }
-            }
-        };
-        let parsed = match wrapper(&mut lexer) {
+        let parsed = match line_element(&mut lexer, element, line) {
             Err(problem) => return problem,
             Ok(None) => {
                 return at(&format!(
@@ -262,26 +234,71 @@ impl Lines {
             return problem;
         }
         // The element is right: the line's own bytes are not.
-        let tail = format!(",\"policy\":\"{}\"}}", element.policy);
         let after = lexer.offset;
         let mut rest = Vec::new();
         let _ = std::io::Read::read_to_end(&mut source, &mut rest);
-        if rest == tail.as_bytes() {
-            return at("differs from the recomputation's line");
-        }
-        if rest.first().is_some_and(|b| b.is_ascii_whitespace()) {
-            return non_canonical(
-                element.path,
-                after,
-                "whitespace, which RFC 8785 never writes",
-            );
-        }
-        at(&format!(
-            "the line ends {}, but the recomputation's ends {}",
-            quote_str(&String::from_utf8_lossy(&rest)),
-            quote_str(&tail)
-        ))
+        explain_line_end(&rest, after, element, at)
     }
+}
+
+/// The element that opens a line, `{"<member>":<value>`, parsed; `None` when the line
+/// does not open with the recomputation's member, an error when it is not JSON.
+fn line_element(
+    lexer: &mut Lexer<'_>,
+    element: &LineElement<'_>,
+    line: u64,
+) -> Result<Option<Parsed>, String> {
+    let invalid = |e: LexError| {
+        format!(
+            "the receipt is not JSON at byte offset {} (line {line}): {}",
+            e.offset, e.reason
+        )
+    };
+    let tokens = |lexer: &mut Lexer<'_>| lexer.next().map_err(invalid);
+    let expect = |lexer: &mut Lexer<'_>, want: Tok| -> Result<bool, String> {
+        let lexed = tokens(lexer)?;
+        Ok(lexed.tok == want && lexed.space_at.is_none())
+    };
+    if !expect(lexer, Tok::BeginObject)? {
+        return Ok(None);
+    }
+    let name = tokens(lexer)?;
+    if name.tok != Tok::Str(element.member.to_owned()) || !expect(lexer, Tok::Colon)? {
+        return Ok(None);
+    }
+    let first = tokens(lexer)?;
+    match parse_value(lexer, first, element.path) {
+        Ok(parsed) => Ok(Some(parsed)),
+        Err(ParseProblem::Invalid(e)) => Err(invalid(e)),
+        Err(ParseProblem::Repeated { path, name, offset }) => Err(repeated(&path, &name, offset)),
+    }
+}
+
+/// Names what is wrong with the end of a line whose element is right: `rest`, the bytes
+/// after the element (from byte offset `after`), against the recomputation's
+/// `,"policy":"<name>"}`; `at` puts the line and path in front of a reason.
+fn explain_line_end(
+    rest: &[u8],
+    after: u64,
+    element: &LineElement<'_>,
+    at: impl Fn(&str) -> String,
+) -> String {
+    let tail = format!(",\"policy\":\"{}\"}}", element.policy);
+    if rest == tail.as_bytes() {
+        return at("differs from the recomputation's line");
+    }
+    if rest.first().is_some_and(|b| b.is_ascii_whitespace()) {
+        return non_canonical(
+            element.path,
+            after,
+            "whitespace, which RFC 8785 never writes",
+        );
+    }
+    at(&format!(
+        "the line ends {}, but the recomputation's ends {}",
+        quote_str(&String::from_utf8_lossy(rest)),
+        quote_str(&tail)
+    ))
 }
 
 use super::json::Parsed;

@@ -192,26 +192,7 @@ fn join_keeping(
     // Both are read before either is judged: a bad completion line comes first, then
     // no records, then the receipt's problems (SPEC.md §14.5).
     let receipt_run = receipt::read_run(receipt, run);
-    let evidence = match format {
-        CompletionsFormat::Aiperf => Evidence::Keyed(read_records(
-            completions,
-            options.id_key.as_deref(),
-            |line| aiperf::parse_completion(line).map(Some),
-        )?),
-        CompletionsFormat::Dynamo => Evidence::Keyed(read_records(
-            completions,
-            options.id_key.as_deref(),
-            dynamo::parse_line,
-        )?),
-        CompletionsFormat::VllmBench => Evidence::Positional(read_document(completions)?),
-    };
-    let no_records = match &evidence {
-        Evidence::Keyed(records) => records.first_id().is_none(),
-        Evidence::Positional(result) => result.entries.is_empty(),
-    };
-    if no_records {
-        return Err(JoinError::NoRecords);
-    }
+    let evidence = read_evidence(format, completions, options.id_key.as_deref())?;
     let ReceiptRun {
         receipt_digest,
         trace_digest,
@@ -262,6 +243,32 @@ fn join_keeping(
         figures,
     };
     Ok((join, attributed_records))
+}
+
+/// The completion records in `format`, their ids keyed under `id_key` if given; an
+/// error if a line is bad or there are no records at all.
+fn read_evidence(
+    format: CompletionsFormat,
+    completions: Box<dyn BufRead + '_>,
+    id_key: Option<&[u8]>,
+) -> Result<Evidence, JoinError> {
+    let evidence = match format {
+        CompletionsFormat::Aiperf => Evidence::Keyed(read_records(completions, id_key, |line| {
+            aiperf::parse_completion(line).map(Some)
+        })?),
+        CompletionsFormat::Dynamo => {
+            Evidence::Keyed(read_records(completions, id_key, dynamo::parse_line)?)
+        }
+        CompletionsFormat::VllmBench => Evidence::Positional(read_document(completions)?),
+    };
+    let no_records = match &evidence {
+        Evidence::Keyed(records) => records.first_id().is_none(),
+        Evidence::Positional(result) => result.entries.is_empty(),
+    };
+    if no_records {
+        return Err(JoinError::NoRecords);
+    }
+    Ok(evidence)
 }
 
 /// The run's attribution, each attributed record pushed onto `kept` when given.

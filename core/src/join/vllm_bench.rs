@@ -75,32 +75,8 @@ fn read(node: &Node, reasons: &mut Vec<String>) -> Option<BenchResult> {
             .ok()
     });
     let itl_sums_ns = entries(&mut doc, "itls", arrays[1], itl_sum_ns);
-    let output_lens = entries(
-        &mut doc,
-        "output_lens",
-        arrays[2],
-        |fields, path, value| match value {
-            Node::Number(Number::Integer(v)) if *v <= crate::input::limits::JSON_INTEGER_MAX => {
-                Some(*v)
-            }
-            other => {
-                fields.wrong_at(path, "expected a non-negative integer", other);
-                None
-            }
-        },
-    );
-    let failed = entries(
-        &mut doc,
-        "errors",
-        arrays[3],
-        |fields, path, value| match value {
-            Node::String(text) => Some(!text.is_empty()),
-            other => {
-                fields.wrong_at(path, "expected a string", other);
-                None
-            }
-        },
-    );
+    let output_lens = entries(&mut doc, "output_lens", arrays[2], output_len);
+    let failed = entries(&mut doc, "errors", arrays[3], entry_failed);
     let (duration_ns, ttft_ns, itl_sums_ns, output_lens, failed) =
         (duration_ns??, ttft_ns?, itl_sums_ns?, output_lens?, failed?);
     if [itl_sums_ns.len(), output_lens.len(), failed.len()]
@@ -146,6 +122,30 @@ fn array_members<'n>(doc: &mut Fields<'n, '_>) -> Vec<Option<&'n [Node]>> {
         }
     }
     arrays
+}
+
+/// An `output_lens` entry: a non-negative JSON integer.
+fn output_len(fields: &mut Fields, path: &str, value: &Node) -> Option<u64> {
+    match value {
+        Node::Number(Number::Integer(v)) if *v <= crate::input::limits::JSON_INTEGER_MAX => {
+            Some(*v)
+        }
+        other => {
+            fields.wrong_at(path, "expected a non-negative integer", other);
+            None
+        }
+    }
+}
+
+/// An `errors` entry: whether the request failed (a non-empty string).
+fn entry_failed(fields: &mut Fields, path: &str, value: &Node) -> Option<bool> {
+    match value {
+        Node::String(text) => Some(!text.is_empty()),
+        other => {
+            fields.wrong_at(path, "expected a string", other);
+            None
+        }
+    }
 }
 
 /// One `itls` entry: the sum of its inter-token latencies in nanoseconds, each entry

@@ -341,43 +341,7 @@ fn push_seq_tenant_tick_type(out: &mut Vec<u8>, event: &Event, tenant: &str, kin
 fn push_event(out: &mut Vec<u8>, event: &Event) {
     match &event.kind {
         EventKind::Cache { worker, epoch, op } => {
-            match op {
-                CacheOp::Store {
-                    namespace,
-                    segments,
-                } => {
-                    out.extend_from_slice(br#"{"adapter":"#);
-                    push_str(out, &namespace.adapter);
-                    out.extend_from_slice(br#","epoch":"#);
-                    push_u64(out, *epoch);
-                    out.extend_from_slice(br#","model":"#);
-                    push_str(out, &namespace.model);
-                    out.extend_from_slice(br#","op":"store","segments":"#);
-                    push_segments(out, segments);
-                    push_seq_tenant_tick_type(out, event, &namespace.tenant, "cache");
-                }
-                CacheOp::Evict { namespace, keys } => {
-                    out.extend_from_slice(br#"{"adapter":"#);
-                    push_str(out, &namespace.adapter);
-                    out.extend_from_slice(br#","epoch":"#);
-                    push_u64(out, *epoch);
-                    out.extend_from_slice(br#","keys":"#);
-                    push_sorted_strings(out, keys);
-                    out.extend_from_slice(br#","model":"#);
-                    push_str(out, &namespace.model);
-                    out.extend_from_slice(br#","op":"evict""#);
-                    push_seq_tenant_tick_type(out, event, &namespace.tenant, "cache");
-                }
-                CacheOp::Clear => {
-                    out.extend_from_slice(br#"{"epoch":"#);
-                    push_u64(out, *epoch);
-                    out.extend_from_slice(br#","op":"clear","seq":"#);
-                    push_u64(out, event.seq);
-                    out.extend_from_slice(br#","tick":"#);
-                    push_u64(out, event.tick);
-                    out.extend_from_slice(br#","type":"cache""#);
-                }
-            }
+            push_cache_op(out, event, *epoch, op);
             out.extend_from_slice(br#","worker":"#);
             push_str(out, worker);
             out.push(b'}');
@@ -402,23 +366,68 @@ fn push_event(out: &mut Vec<u8>, event: &Event) {
             push_str(out, worker);
             out.push(b'}');
         }
-        EventKind::Request(request) => {
+        EventKind::Request(request) => push_request(out, event, request),
+    }
+}
+
+/// A cache event's members up to its `worker` (the last member, which the caller
+/// writes, with the closing brace).
+fn push_cache_op(out: &mut Vec<u8>, event: &Event, epoch: u64, op: &CacheOp) {
+    match op {
+        CacheOp::Store {
+            namespace,
+            segments,
+        } => {
             out.extend_from_slice(br#"{"adapter":"#);
-            push_str(out, &request.namespace.adapter);
-            out.extend_from_slice(br#","decode_tokens":"#);
-            push_u64(out, request.decode_tokens);
-            out.extend_from_slice(br#","id":"#);
-            push_str(out, &request.id);
+            push_str(out, &namespace.adapter);
+            out.extend_from_slice(br#","epoch":"#);
+            push_u64(out, epoch);
             out.extend_from_slice(br#","model":"#);
-            push_str(out, &request.namespace.model);
-            out.extend_from_slice(br#","prefix":"#);
-            push_segments(out, &request.prefix);
-            out.extend_from_slice(br#","prompt_tokens":"#);
-            push_u64(out, request.prompt_tokens);
-            push_seq_tenant_tick_type(out, event, &request.namespace.tenant, "request");
-            out.push(b'}');
+            push_str(out, &namespace.model);
+            out.extend_from_slice(br#","op":"store","segments":"#);
+            push_segments(out, segments);
+            push_seq_tenant_tick_type(out, event, &namespace.tenant, "cache");
+        }
+        CacheOp::Evict { namespace, keys } => {
+            out.extend_from_slice(br#"{"adapter":"#);
+            push_str(out, &namespace.adapter);
+            out.extend_from_slice(br#","epoch":"#);
+            push_u64(out, epoch);
+            out.extend_from_slice(br#","keys":"#);
+            push_sorted_strings(out, keys);
+            out.extend_from_slice(br#","model":"#);
+            push_str(out, &namespace.model);
+            out.extend_from_slice(br#","op":"evict""#);
+            push_seq_tenant_tick_type(out, event, &namespace.tenant, "cache");
+        }
+        CacheOp::Clear => {
+            out.extend_from_slice(br#"{"epoch":"#);
+            push_u64(out, epoch);
+            out.extend_from_slice(br#","op":"clear","seq":"#);
+            push_u64(out, event.seq);
+            out.extend_from_slice(br#","tick":"#);
+            push_u64(out, event.tick);
+            out.extend_from_slice(br#","type":"cache""#);
         }
     }
+}
+
+/// A request event, members in sorted order.
+fn push_request(out: &mut Vec<u8>, event: &Event, request: &Request) {
+    out.extend_from_slice(br#"{"adapter":"#);
+    push_str(out, &request.namespace.adapter);
+    out.extend_from_slice(br#","decode_tokens":"#);
+    push_u64(out, request.decode_tokens);
+    out.extend_from_slice(br#","id":"#);
+    push_str(out, &request.id);
+    out.extend_from_slice(br#","model":"#);
+    push_str(out, &request.namespace.model);
+    out.extend_from_slice(br#","prefix":"#);
+    push_segments(out, &request.prefix);
+    out.extend_from_slice(br#","prompt_tokens":"#);
+    push_u64(out, request.prompt_tokens);
+    push_seq_tenant_tick_type(out, event, &request.namespace.tenant, "request");
+    out.push(b'}');
 }
 
 fn push_worker(out: &mut Vec<u8>, worker: &WorkerSpec) {

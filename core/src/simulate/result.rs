@@ -49,25 +49,7 @@ pub fn simulate_result(
     let (sim_trace, dropped_events) = simulation_trace_named(trace, workers, names)?;
     let mut compiled = Compiled::new(&sim_trace);
     compiled.decisions_routed = decisions_routed.clone();
-    let (runs, completions): (Vec<SimRun>, Vec<(Policy, Vec<SimCompletion>)>) = Policy::STANDARD
-        .iter()
-        .map(|&policy| {
-            let (run, served) = if keep_completions {
-                simulate_policy_with_completions(&compiled, policy, options, true, &mut ())
-            } else {
-                (
-                    simulate_policy(&compiled, policy, options, true, &mut ()),
-                    Vec::new(),
-                )
-            };
-            (run, (policy, served))
-        })
-        .unzip();
-    let completions = if keep_completions {
-        completions
-    } else {
-        Vec::new()
-    };
+    let (runs, completions) = simulate_every_policy(&compiled, options, keep_completions);
     let generated_traces: Vec<(Policy, Vec<u8>)> = runs
         .iter()
         .map(|run| {
@@ -82,27 +64,7 @@ pub fn simulate_result(
     let run_values: Vec<_> = runs
         .iter()
         .zip(&generated_traces)
-        .map(|(run, (_, bytes))| {
-            let m = &run.metrics;
-            json!({
-                "policy": run.policy.name(),
-                "routed": m.routed,
-                "hit_pm": m.hits_per_mille(),
-                "reused": m.reused_tokens,
-                "recomputed": m.recomputed_tokens,
-                "skew_m": m.load_skew_milli,
-                "lat_mean_m": m.latency_proxy_mean_milli,
-                "lat_p95_m": m.latency_proxy_p95_milli,
-                "stale": m.stale_event_rejections,
-                "stores": run.stats.store_events,
-                "evicts": run.stats.evict_events,
-                "lost": run.stats.lost_events,
-                "resyncs": run.stats.resyncs,
-                "phantom": run.stats.phantom_reuse_tokens,
-                "missed": run.stats.missed_reuse_tokens,
-                "events_digest": sha256_tag(bytes),
-            })
-        })
+        .map(|(run, (_, bytes))| run_value(run, bytes))
         .collect();
     let document = jcs_bytes(&json!({
         "format": SIMULATE_FORMAT,
@@ -129,5 +91,58 @@ pub fn simulate_result(
             .map(|&id| id.to_owned())
             .collect(),
         dropped_events,
+    })
+}
+
+/// Every standard policy's closed-loop run, and each one's completions when
+/// `keep_completions` (otherwise none at all).
+fn simulate_every_policy(
+    compiled: &Compiled,
+    options: &SimulateOptions,
+    keep_completions: bool,
+) -> (Vec<SimRun>, Vec<(Policy, Vec<SimCompletion>)>) {
+    let (runs, completions): (Vec<SimRun>, Vec<(Policy, Vec<SimCompletion>)>) = Policy::STANDARD
+        .iter()
+        .map(|&policy| {
+            let (run, served) = if keep_completions {
+                simulate_policy_with_completions(compiled, policy, options, true, &mut ())
+            } else {
+                (
+                    simulate_policy(compiled, policy, options, true, &mut ()),
+                    Vec::new(),
+                )
+            };
+            (run, (policy, served))
+        })
+        .unzip();
+    let completions = if keep_completions {
+        completions
+    } else {
+        Vec::new()
+    };
+    (runs, completions)
+}
+
+/// One run's entry in the document's `runs`: its table figures and the digest of its
+/// generated trace's canonical `bytes`.
+fn run_value(run: &SimRun, bytes: &[u8]) -> serde_json::Value {
+    let m = &run.metrics;
+    json!({
+        "policy": run.policy.name(),
+        "routed": m.routed,
+        "hit_pm": m.hits_per_mille(),
+        "reused": m.reused_tokens,
+        "recomputed": m.recomputed_tokens,
+        "skew_m": m.load_skew_milli,
+        "lat_mean_m": m.latency_proxy_mean_milli,
+        "lat_p95_m": m.latency_proxy_p95_milli,
+        "stale": m.stale_event_rejections,
+        "stores": run.stats.store_events,
+        "evicts": run.stats.evict_events,
+        "lost": run.stats.lost_events,
+        "resyncs": run.stats.resyncs,
+        "phantom": run.stats.phantom_reuse_tokens,
+        "missed": run.stats.missed_reuse_tokens,
+        "events_digest": sha256_tag(bytes),
     })
 }

@@ -95,31 +95,8 @@ fn key(node: usize) -> String {
 /// Builds one valid lab-limits trace from `draw`.
 pub fn chain_trace(draw: &mut impl Draw) -> Trace {
     let key_count = 2 + draw.below(KEYS_MAX - 1) as usize;
-    let parent = (0..key_count)
-        .map(|i| {
-            if i == 0 || draw.chance(15) {
-                None
-            } else {
-                Some(draw.below(i as u64) as usize)
-            }
-        })
-        .collect();
-    let tree = KeyTree { parent };
+    let tree = key_tree(draw, key_count);
     let worker_count = 1 + draw.below(WORKERS_MAX) as usize;
-    let workers: Vec<WorkerSpec> = (0..worker_count)
-        .map(|w| WorkerSpec {
-            id: format!("w{w}").into(),
-            model: "m".into(),
-            adapters: vec![],
-            prefill_rate: 16,
-            decode_rate: 4,
-            queued_prefill: 0,
-            active_decode: 0,
-            observed_tick: 0,
-            epoch: 0,
-            cache: vec![],
-        })
-        .collect();
     // Mostly one tenant, so blocks meet their requests; the second tests scoping.
     let tenants = ["acme", "acme", "acme", "beta"];
     let mut epochs = vec![0u64; worker_count];
@@ -135,103 +112,164 @@ pub fn chain_trace(draw: &mut impl Draw) -> Trace {
         let ns = namespace(tenants[draw.below(4) as usize]);
         let w = draw.below(worker_count as u64) as usize;
         let roll = draw.below(100);
-        let kind = if roll < 30 && requests < 64 {
+        if roll < 30 && requests < 64 {
             requests += 1;
-            let mut prefix: Vec<Segment> = chain
-                .iter()
-                .map(|&k| Segment {
-                    key: key(k).into(),
-                    tokens: BLOCK_TOKENS,
-                })
-                .collect();
-            if draw.chance(30) {
-                // A partial tail: a block of its own, never whole.
-                prefix.push(Segment {
-                    key: format!("t{node}").into(),
-                    tokens: 1 + draw.below(BLOCK_TOKENS - 1),
-                });
-            }
-            let prefix_tokens: u64 = prefix.iter().map(|s| s.tokens).sum();
-            EventKind::Request(Request {
-                id: format!("r{seq}").into(),
-                namespace: ns,
-                prefix,
-                prompt_tokens: prefix_tokens + draw.below(BLOCK_TOKENS),
-                decode_tokens: draw.below(8),
-            })
-        } else {
-            epochs[w] += 1;
-            let op = if roll < 70 {
-                // A run along the chain; from the root most of the time.
-                let start = if draw.chance(75) {
-                    0
-                } else {
-                    draw.below(chain.len() as u64) as usize
-                };
-                let mut segments: Vec<Segment> = chain[start..]
-                    .iter()
-                    .map(|&k| Segment {
-                        key: key(k).into(),
-                        tokens: BLOCK_TOKENS,
-                    })
-                    .collect();
-                if segments.len() > 2 && draw.chance(10) {
-                    segments.remove(1 + draw.below(segments.len() as u64 - 2) as usize);
-                }
-                if draw.chance(20) {
-                    segments.push(Segment {
-                        key: format!("t{node}").into(),
-                        tokens: 1 + draw.below(BLOCK_TOKENS - 1),
-                    });
-                }
-                CacheOp::Store {
-                    namespace: ns,
-                    segments,
-                }
-            } else if roll < 96 {
-                // The tail of the chain, tail first as an LRU evicts it; sometimes with
-                // the partial tail, sometimes only a block in the middle.
-                let from = draw.below(chain.len() as u64) as usize;
-                let mut keys: Vec<Arc<str>> =
-                    chain[from..].iter().rev().map(|&k| key(k).into()).collect();
-                if draw.chance(25) {
-                    keys.insert(0, format!("t{node}").into());
-                }
-                if draw.chance(10) {
-                    keys = vec![key(chain[from]).into()];
-                }
-                // An evict's keys are a set: the canonical trace (what `simulate
-                // --events-out` writes, and what a reproduction is saved as) lists them
-                // in byte order, so they are generated that way.
-                keys.sort();
-                CacheOp::Evict {
-                    namespace: ns,
-                    keys,
-                }
-            } else {
-                CacheOp::Clear
-            };
-            // Jitter delivers this epoch up to `jitter` ticks late, so a later epoch of
-            // the same worker can arrive first and make this one stale.
-            let delivered = tick + draw.below(jitter + 1);
-            events.push(Event {
-                seq,
-                tick: delivered,
-                kind: EventKind::Cache {
-                    worker: format!("w{w}").into(),
-                    epoch: epochs[w],
-                    op,
-                },
-            });
+            let kind = request_kind(draw, &chain, node, seq, ns);
+            events.push(Event { seq, tick, kind });
             continue;
-        };
-        events.push(Event { seq, tick, kind });
+        }
+        epochs[w] += 1;
+        let op = cache_op(draw, roll, &chain, node, ns);
+        // Jitter delivers this epoch up to `jitter` ticks late, so a later epoch of
+        // the same worker can arrive first and make this one stale.
+        let delivered = tick + draw.below(jitter + 1);
+        events.push(Event {
+            seq,
+            tick: delivered,
+            kind: EventKind::Cache {
+                worker: format!("w{w}").into(),
+                epoch: epochs[w],
+                op,
+            },
+        });
     }
     Trace {
         limits: LimitsProfile::Lab,
         policy: PolicyParams::default(),
         sharing: vec![],
-        workers,
+        workers: worker_specs(worker_count),
         events,
+    }
+}
+
+/// A random tree of `key_count` keys: key 0 and 15% of the others are roots.
+fn key_tree(draw: &mut impl Draw, key_count: usize) -> KeyTree {
+    let parent = (0..key_count)
+        .map(|i| {
+            if i == 0 || draw.chance(15) {
+                None
+            } else {
+                Some(draw.below(i as u64) as usize)
+            }
+        })
+        .collect();
+    KeyTree { parent }
+}
+
+/// `worker_count` identical idle workers with empty caches, `w0`, `w1`, ...
+fn worker_specs(worker_count: usize) -> Vec<WorkerSpec> {
+    (0..worker_count)
+        .map(|w| WorkerSpec {
+            id: format!("w{w}").into(),
+            model: "m".into(),
+            adapters: vec![],
+            prefill_rate: 16,
+            decode_rate: 4,
+            queued_prefill: 0,
+            active_decode: 0,
+            observed_tick: 0,
+            epoch: 0,
+            cache: vec![],
+        })
+        .collect()
+}
+
+/// Whole blocks of `chain`'s keys, in order.
+fn chain_segments(chain: &[usize]) -> Vec<Segment> {
+    chain
+        .iter()
+        .map(|&k| Segment {
+            key: key(k).into(),
+            tokens: BLOCK_TOKENS,
+        })
+        .collect()
+}
+
+/// A request whose prefix is `chain`, sometimes with a partial tail of `node`'s.
+fn request_kind(
+    draw: &mut impl Draw,
+    chain: &[usize],
+    node: usize,
+    seq: u64,
+    ns: Namespace,
+) -> EventKind {
+    let mut prefix = chain_segments(chain);
+    if draw.chance(30) {
+        // A partial tail: a block of its own, never whole.
+        prefix.push(Segment {
+            key: format!("t{node}").into(),
+            tokens: 1 + draw.below(BLOCK_TOKENS - 1),
+        });
+    }
+    let prefix_tokens: u64 = prefix.iter().map(|s| s.tokens).sum();
+    EventKind::Request(Request {
+        id: format!("r{seq}").into(),
+        namespace: ns,
+        prefix,
+        prompt_tokens: prefix_tokens + draw.below(BLOCK_TOKENS),
+        decode_tokens: draw.below(8),
+    })
+}
+
+/// The cache operation `roll` (30 to 99) picks along `chain`: a store below 70, an
+/// evict below 96, else a clear.
+fn cache_op(
+    draw: &mut impl Draw,
+    roll: u64,
+    chain: &[usize],
+    node: usize,
+    ns: Namespace,
+) -> CacheOp {
+    if roll < 70 {
+        store_op(draw, chain, node, ns)
+    } else if roll < 96 {
+        evict_op(draw, chain, node, ns)
+    } else {
+        CacheOp::Clear
+    }
+}
+
+/// A run along the chain; from the root most of the time, sometimes with a hole or a
+/// partial tail.
+fn store_op(draw: &mut impl Draw, chain: &[usize], node: usize, ns: Namespace) -> CacheOp {
+    let start = if draw.chance(75) {
+        0
+    } else {
+        draw.below(chain.len() as u64) as usize
+    };
+    let mut segments = chain_segments(&chain[start..]);
+    if segments.len() > 2 && draw.chance(10) {
+        segments.remove(1 + draw.below(segments.len() as u64 - 2) as usize);
+    }
+    if draw.chance(20) {
+        segments.push(Segment {
+            key: format!("t{node}").into(),
+            tokens: 1 + draw.below(BLOCK_TOKENS - 1),
+        });
+    }
+    CacheOp::Store {
+        namespace: ns,
+        segments,
+    }
+}
+
+/// The tail of the chain, tail first as an LRU evicts it; sometimes with the partial
+/// tail, sometimes only a block in the middle.
+fn evict_op(draw: &mut impl Draw, chain: &[usize], node: usize, ns: Namespace) -> CacheOp {
+    let from = draw.below(chain.len() as u64) as usize;
+    let mut keys: Vec<Arc<str>> = chain[from..].iter().rev().map(|&k| key(k).into()).collect();
+    if draw.chance(25) {
+        keys.insert(0, format!("t{node}").into());
+    }
+    if draw.chance(10) {
+        keys = vec![key(chain[from]).into()];
+    }
+    // An evict's keys are a set: the canonical trace (what `simulate --events-out`
+    // writes, and what a reproduction is saved as) lists them in byte order, so they are
+    // generated that way.
+    keys.sort();
+    CacheOp::Evict {
+        namespace: ns,
+        keys,
     }
 }

@@ -204,6 +204,37 @@ pub struct PeerProcess {
     finished: bool,
 }
 
+/// A thread that reads the peer's stderr until it closes, keeping its last
+/// [`STDERR_LINES`] lines in `tail`, each cut to at most [`STDERR_LINE_BYTES`].
+fn keep_stderr_tail(
+    stderr: std::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) -> JoinHandle<()> {
+    let mut pipe = BufReader::new(stderr);
+    std::thread::spawn(move || {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            // A line longer than the bound is quoted in pieces, never held whole.
+            match (&mut pipe).take(64 * 1024).read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            let mut cut = text.len().min(STDERR_LINE_BYTES);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+            if tail.len() == STDERR_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(text[..cut].to_string());
+        }
+    })
+}
+
 impl PeerProcess {
     /// Starts `command` (program and arguments) as a peer.
     pub fn spawn(command: &[OsString], timeout: Duration) -> Result<Self, PeerError> {
@@ -246,32 +277,10 @@ impl PeerProcess {
         }
         let stdin = Some(stdin);
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        let stderr_thread = {
-            let tail = stderr.clone();
-            let mut pipe = BufReader::new(child.stderr.take().expect("stderr is piped"));
-            std::thread::spawn(move || {
-                let mut line = Vec::new();
-                loop {
-                    line.clear();
-                    // A line longer than the bound is quoted in pieces, never held whole.
-                    match (&mut pipe).take(64 * 1024).read_until(b'\n', &mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                    let text = String::from_utf8_lossy(&line);
-                    let text = text.trim_end_matches(['\n', '\r']);
-                    let mut cut = text.len().min(STDERR_LINE_BYTES);
-                    while !text.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-                    if tail.len() == STDERR_LINES {
-                        tail.pop_front();
-                    }
-                    tail.push_back(text[..cut].to_string());
-                }
-            })
-        };
+        let stderr_thread = keep_stderr_tail(
+            child.stderr.take().expect("stderr is piped"),
+            stderr.clone(),
+        );
         Ok(PeerProcess {
             child,
             stdin,

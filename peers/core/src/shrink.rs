@@ -21,19 +21,7 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
     let at = (difference.request_tick, difference.request_seq);
     let mut order: Vec<usize> = (0..trace.events.len()).collect();
     order.sort_by_key(|&i| (trace.events[i].tick, trace.events[i].seq));
-    // First request naming each key, and the key before it there (its chain parent).
-    let mut first: HashMap<NsKey, (usize, Option<Arc<str>>)> = HashMap::new();
-    for &i in &order {
-        if let EventKind::Request(request) = &trace.events[i].kind {
-            let mut parent = None;
-            for s in &request.prefix {
-                first
-                    .entry((request.namespace.clone(), s.key.clone()))
-                    .or_insert((i, parent.clone()));
-                parent = Some(s.key.clone());
-            }
-        }
-    }
+    let first = first_requests_naming(trace, &order);
     let mut keep: HashSet<usize> = HashSet::new();
     let mut needed: Vec<NsKey> = Vec::new();
     let worker = &difference.worker;
@@ -71,6 +59,45 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
     for w in &workers {
         needed.extend(w.cache.iter().map(|e| (e.namespace.clone(), e.key.clone())));
     }
+    keep_first_requests(&first, needed, &mut keep);
+    let mut out = trace.clone();
+    out.events = (0..trace.events.len())
+        .filter(|i| keep.contains(i))
+        .map(|i| trace.events[i].clone())
+        .collect();
+    workers.sort_by(|a, b| a.id.cmp(&b.id));
+    out.workers = workers;
+    out
+}
+
+/// The first request (in processing `order`) naming each key, and the key before it
+/// there (its chain parent).
+fn first_requests_naming(
+    trace: &Trace,
+    order: &[usize],
+) -> HashMap<NsKey, (usize, Option<Arc<str>>)> {
+    let mut first: HashMap<NsKey, (usize, Option<Arc<str>>)> = HashMap::new();
+    for &i in order {
+        if let EventKind::Request(request) = &trace.events[i].kind {
+            let mut parent = None;
+            for s in &request.prefix {
+                first
+                    .entry((request.namespace.clone(), s.key.clone()))
+                    .or_insert((i, parent.clone()));
+                parent = Some(s.key.clone());
+            }
+        }
+    }
+    first
+}
+
+/// Keeps the first request naming each `needed` key, and those naming its chain
+/// ancestors.
+fn keep_first_requests(
+    first: &HashMap<NsKey, (usize, Option<Arc<str>>)>,
+    mut needed: Vec<NsKey>,
+    keep: &mut HashSet<usize>,
+) {
     let mut seen: HashSet<NsKey> = HashSet::new();
     while let Some(k) = needed.pop() {
         if !seen.insert(k.clone()) {
@@ -83,14 +110,6 @@ pub fn cut_for(trace: &Trace, difference: &Difference, own_worker_only: bool) ->
             }
         }
     }
-    let mut out = trace.clone();
-    out.events = (0..trace.events.len())
-        .filter(|i| keep.contains(i))
-        .map(|i| trace.events[i].clone())
-        .collect();
-    workers.sort_by(|a, b| a.id.cmp(&b.id));
-    out.workers = workers;
-    out
 }
 
 /// [`cut_for`] the row's own worker when that still `shows` the difference, else for
