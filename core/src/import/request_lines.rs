@@ -1,5 +1,6 @@
 //! What the formats of one request a line share (Mooncake, §10, and Qwen-Bailian,
-//! §18): the fleet of identical idle workers they create, the checks of a line's
+//! §18), and Weka's sessions (§19) with them where a rule is the same: the fleet of
+//! identical idle workers they create, the checks of a line's
 //! numbers and block ids, the coverage of a prompt by its blocks, the limits of the
 //! whole input and the refusal of an empty file. Each rule is written here once, so
 //! the two formats cannot drift apart on a rule they share; what differs (the members
@@ -208,12 +209,18 @@ impl Totals {
 /// The request-count limit and the overflow bound of SPEC.md §1.4 for the trace the
 /// import would produce. Every event is a request, so the event limit (twice the request
 /// limit) cannot be reached first.
-pub(crate) fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<String> {
+/// `unit` names what a user would import fewer of (`lines`, `sessions`).
+pub(crate) fn whole_input_reasons(
+    requests: u64,
+    bound: &CostBound,
+    dynamo_block_tokens: Option<u64>,
+    unit: &str,
+) -> Vec<String> {
     let mut reasons = Vec::new();
-    if totals.requests > PROFILE.requests_max() {
+    if requests > PROFILE.requests_max() {
         reasons.push(format!(
             "{} requests exceed the {} limit of {}",
-            totals.requests,
+            requests,
             PROFILE.name(),
             PROFILE.requests_max()
         ));
@@ -222,27 +229,29 @@ pub(crate) fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u6
     // The dynamo_default run's bound (§1.4) too, which is the larger of the two only
     // when the block is longer than the longest prompt.
     let dynamo_over = dynamo_block_tokens
-        .is_some_and(|block_tokens| totals.bound.dynamo_exceeds_integer_max(block_tokens));
-    let (prompt_sum, decode_sum) = (totals.bound.prompt_sum, totals.bound.decode_sum);
-    if totals
-        .bound
-        .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
-    {
+        .is_some_and(|block_tokens| bound.dynamo_exceeds_integer_max(block_tokens));
+    let (prompt_sum, decode_sum) = (bound.prompt_sum, bound.decode_sum);
+    if bound.exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli) {
         reasons.push(format!(
             "figures could overflow: {prompt_sum} prompt and {decode_sum} decode tokens in \
-             all put the cost bound over {JSON_INTEGER_MAX}; import fewer lines"
+             all put the cost bound over {JSON_INTEGER_MAX}; import fewer {unit}"
         ));
     } else if let (true, Some(block_tokens)) = (dynamo_over, dynamo_block_tokens) {
-        // The lines fit; the block is what is too large (every decode is rounded up to
-        // whole blocks), so name the block and the largest one these lines allow.
+        // The input fits; the block is what is too large (every decode is rounded up to
+        // whole blocks), so name the block and the largest one this input allows.
         let block_tokens_max =
             (u128::from(JSON_INTEGER_MAX) / 1000).saturating_sub(prompt_sum + decode_sum);
         reasons.push(format!(
             "dynamo_block_tokens: {block_tokens} puts the dynamo_default cost bound over \
              {JSON_INTEGER_MAX} (1000 per token of {prompt_sum} prompt and {decode_sum} \
-             decode tokens in all, plus one block); these lines allow at most \
+             decode tokens in all, plus one block); these {unit} allow at most \
              {block_tokens_max}"
         ));
     }
     reasons
+}
+
+/// [`whole_input_reasons`] for a file of request lines.
+pub(crate) fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<String> {
+    whole_input_reasons(totals.requests, &totals.bound, dynamo_block_tokens, "lines")
 }

@@ -15,18 +15,15 @@ pub use clock::{parse_session_rate, SESSION_RATE_MILLI_MAX, SESSION_RATE_MILLI_M
 pub use session::FILE_BYTES_MAX;
 
 use crate::import::importer::{ImportError, Imported, Importer, Problem, Report, Source};
-use crate::import::shared::{DEFAULT_DECODE_RATE, DEFAULT_PREFILL_RATE};
+use crate::import::request_lines::{fleet_head, whole_input_reasons};
 use crate::input::limits::{CostBound, LimitsProfile, ERROR_LINES_MAX, JSON_INTEGER_MAX};
-use crate::input::trace::{
-    fleet_worker_id, Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace, WorkerSpec,
-};
+use crate::input::trace::{Event, EventKind, Namespace, PolicyParams, Request, Segment, Trace};
 use clock::{mean_gap_ms, session_rate_text, session_starts};
 use session::{read_session, RequestRecord, SessionRequests};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The most ids one segment may group.
 pub const BLOCKS_PER_SEGMENT_MAX: u64 = 65_536;
@@ -418,7 +415,12 @@ impl<'i, 's> Merge<'i, 's> {
 
     /// The trace head and report, or every problem found.
     fn finish(mut self) -> Result<Imported, ImportError> {
-        for reason in whole_input_errors(&self.totals, self.import.options.dynamo_block_tokens) {
+        for reason in whole_input_reasons(
+            self.totals.requests,
+            &self.totals.bound,
+            self.import.options.dynamo_block_tokens,
+            "sessions",
+        ) {
             self.problem(Problem::of_import(self.import.command(), reason));
         }
         if !self.problems.is_empty() {
@@ -524,65 +526,14 @@ fn prefix(session: usize, ids: &[u64], record: &RequestRecord, grouping: Groupin
         .collect()
 }
 
-/// The request limit and the overflow bounds of SPEC.md §1.4 (in §10.2's words).
-fn whole_input_errors(totals: &Totals, dynamo_block_tokens: Option<u64>) -> Vec<String> {
-    let mut reasons = Vec::new();
-    if totals.requests > PROFILE.requests_max() {
-        reasons.push(format!(
-            "{} requests exceed the scale limit of {}",
-            totals.requests,
-            PROFILE.requests_max()
-        ));
-    }
-    let policy = PolicyParams::default();
-    let (prompt_sum, decode_sum) = (totals.bound.prompt_sum, totals.bound.decode_sum);
-    if totals
-        .bound
-        .exceeds_integer_max(policy.decode_weight_milli, policy.imbalance_penalty_milli)
-    {
-        reasons.push(format!(
-            "figures could overflow: {prompt_sum} prompt and {decode_sum} decode tokens in \
-             all put the cost bound over {JSON_INTEGER_MAX}; import fewer sessions"
-        ));
-    } else if let Some(block_tokens) = dynamo_block_tokens
-        .filter(|&block_tokens| totals.bound.dynamo_exceeds_integer_max(block_tokens))
-    {
-        let block_tokens_max =
-            (u128::from(JSON_INTEGER_MAX) / 1000).saturating_sub(prompt_sum + decode_sum);
-        reasons.push(format!(
-            "dynamo_block_tokens: {block_tokens} puts the dynamo_default cost bound over \
-             {JSON_INTEGER_MAX} (1000 per token of {prompt_sum} prompt and {decode_sum} \
-             decode tokens in all, plus one block); these sessions allow at most \
-             {block_tokens_max}"
-        ));
-    }
-    reasons
-}
-
-/// The imported trace without its events: the `scale` profile, the default policy
-/// (with `dynamo_block_tokens` when asked for) and `options.workers` idle workers.
+/// The imported trace without its events: the default policy (with
+/// `dynamo_block_tokens` when asked for) and `options.workers` idle workers.
 fn trace_head(options: &WekaOptions, namespace: &Namespace) -> Trace {
-    let workers = (0..options.workers)
-        .map(|index| {
-            WorkerSpec::idle(
-                fleet_worker_id(index, options.workers).into(),
-                Arc::clone(&namespace.model),
-                Vec::new(),
-                DEFAULT_PREFILL_RATE,
-                DEFAULT_DECODE_RATE,
-            )
-        })
-        .collect();
-    Trace {
-        limits: PROFILE,
-        policy: PolicyParams {
-            dynamo_block_tokens: options.dynamo_block_tokens,
-            ..PolicyParams::default()
-        },
-        sharing: Vec::new(),
-        workers,
-        events: Vec::new(),
-    }
+    let policy = PolicyParams {
+        dynamo_block_tokens: options.dynamo_block_tokens,
+        ..PolicyParams::default()
+    };
+    fleet_head(options.workers, &namespace.model, policy)
 }
 
 #[cfg(test)]
