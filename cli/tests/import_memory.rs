@@ -11,6 +11,8 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
+#[path = "support/idle_rss.rs"]
+mod idle_rss;
 #[path = "support/peak_rss.rs"]
 mod peak_rss;
 
@@ -53,7 +55,7 @@ fn importing_a_long_mooncake_trace_holds_a_fraction_of_its_size() {
     let out = dir.path().join("trace.json");
     let idle_out = dir.path().join("idle.json");
     let idle_out = idle_out.to_str().unwrap();
-    let idle_bytes = peak_rss::idle_resident_bytes(&["import", "mooncake", "-", "-o", idle_out]);
+    let idle_bytes = idle_rss::idle_resident_bytes(&["import", "mooncake", "-", "-o", idle_out]);
     let output = Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args(["import", "mooncake"])
         .arg(&input)

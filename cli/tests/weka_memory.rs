@@ -9,6 +9,8 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
+#[path = "support/idle_rss.rs"]
+mod idle_rss;
 #[path = "support/peak_rss.rs"]
 mod peak_rss;
 
@@ -53,7 +55,7 @@ fn importing_many_overlapping_sessions_holds_a_fraction_of_their_size() {
     // binary holds whatever it imports.
     let idle_out = dir.path().join("idle.json");
     let idle_out = idle_out.to_str().unwrap();
-    let idle_bytes = peak_rss::idle_resident_bytes(&["import", "mooncake", "-", "-o", idle_out]);
+    let idle_bytes = idle_rss::idle_resident_bytes(&["import", "mooncake", "-", "-o", idle_out]);
     let output = Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args(["import", "weka"])
         .arg(&sessions)
