@@ -452,6 +452,34 @@ fn a_replay_socket_that_no_longer_holds_the_messages_leaves_the_gap_reported() {
     );
 }
 
+/// Each recorded line as `(endpoint, seq, payload_b64)`.
+fn recorded_by_endpoint(lines: &[serde_json::Value]) -> Vec<(String, u64, String)> {
+    lines
+        .iter()
+        .map(|l| {
+            (
+                l["endpoint"].as_str().unwrap().to_owned(),
+                l["seq"].as_u64().unwrap(),
+                l["payload_b64"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Each message a publisher sent live as `(endpoint, seq, payload_b64)`, its bound
+/// `tcp://*:PORT` named by the `host` a subscriber connects to.
+fn sent_by_endpoint(
+    sent: &[(String, u64, String, bool)],
+    host: &str,
+) -> Vec<(String, u64, String)> {
+    sent.iter()
+        .map(|(bound, seq, payload, live)| {
+            assert!(live, "seq {seq} of {bound} was sent live");
+            (bound.replace('*', host), *seq, payload.clone())
+        })
+        .collect()
+}
+
 #[test]
 fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_time() {
     let Some((python, wheel)) = python_and_wheel() else {
@@ -490,24 +518,10 @@ fn batches_two_publishers_sent_out_of_time_order_are_counted_and_replayed_by_tim
         ]
     );
     // Byte for byte what each of vLLM's two publishers sent (A's, then B's).
-    let recorded: Vec<(String, u64, String)> = lines
-        .iter()
-        .map(|l| {
-            (
-                l["endpoint"].as_str().unwrap().to_owned(),
-                l["seq"].as_u64().unwrap(),
-                l["payload_b64"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let published: Vec<(String, u64, String)> = sent
-        .iter()
-        .map(|(bound, seq, payload, live)| {
-            assert!(live);
-            (bound.replace('*', "127.0.0.1"), *seq, payload.clone())
-        })
-        .collect();
-    assert_eq!(recorded, published);
+    assert_eq!(
+        recorded_by_endpoint(&lines),
+        sent_by_endpoint(&sent, "127.0.0.1")
+    );
     // The same batches as the committed fixture, written from the same script with
     // vLLM 0.26.0's structs (fixmaps where 0.33.0 writes map16s).
     let committed = std::fs::read(format!("{DIR}/two-publishers.capture.jsonl")).unwrap();

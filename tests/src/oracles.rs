@@ -201,19 +201,9 @@ pub fn receipt_case_bytes(case: &ReceiptCase) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     (trace, genuine_bytes, edited_bytes)
 }
 
-/// The CSV export parses back, with the `csv` crate, into exactly the receipt's
-/// candidate rows (rebuilt here from the receipt JSON, not from core's exporter).
-pub fn csv_export(recipe: &TraceRecipe) {
-    let trace =
-        kvroute_core::parse_trace(&recipe.build_bytes()).expect("generated traces are valid");
-    let receipt = kvroute_core::replay::receipt(&trace);
-    // Plain ids: this checks the CSV reads back into the receipt's own values.
-    let csv_bytes =
-        kvroute_core::output::csv_bytes(&receipt.worker_ids, &receipt.runs, CsvIds::Plain)
-            .expect("CSV into memory");
-    let json: Value =
-        serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
-
+/// The CSV records a receipt's JSON gives, one a candidate row, in the column order of
+/// SPEC.md §6.3, built from the JSON alone.
+fn expected_csv_records(json: &Value) -> Vec<Vec<String>> {
     let text = |v: &Value| match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
@@ -256,6 +246,23 @@ pub fn csv_export(recipe: &TraceRecipe) {
             }
         }
     }
+    expected
+}
+
+/// The CSV export parses back, with the `csv` crate, into exactly the receipt's
+/// candidate rows (rebuilt here from the receipt JSON, not from core's exporter).
+pub fn csv_export(recipe: &TraceRecipe) {
+    let trace =
+        kvroute_core::parse_trace(&recipe.build_bytes()).expect("generated traces are valid");
+    let receipt = kvroute_core::replay::receipt(&trace);
+    // Plain ids: this checks the CSV reads back into the receipt's own values.
+    let csv_bytes =
+        kvroute_core::output::csv_bytes(&receipt.worker_ids, &receipt.runs, CsvIds::Plain)
+            .expect("CSV into memory");
+    let json: Value =
+        serde_json::from_slice(&receipt.canonical_bytes()).expect("receipts are JSON");
+
+    let expected = expected_csv_records(&json);
 
     let mut reader = csv::Reader::from_reader(csv_bytes.as_slice());
     let header: Vec<String> = reader

@@ -649,9 +649,15 @@ mod tests {
         assert_eq!(import(unterminated).unwrap(), import(THREE_LINES).unwrap());
     }
 
-    #[test]
-    fn each_kind_of_bad_line_names_its_line_and_reason() {
-        let cases = [
+    /// Each bad line of [`each_kind_of_bad_line_names_its_line_and_reason`] and the
+    /// reason it gives, in the order of SPEC.md §10.2's table.
+    fn bad_lines() -> Vec<(String, &'static str)> {
+        [bad_values(), bad_lines_as_a_whole()].concat()
+    }
+
+    /// Lines with a member of the wrong type or out of range.
+    fn bad_values() -> Vec<(String, &'static str)> {
+        vec![
             (
                 line_with("input_length", "-3"),
                 "input_length: expected a non-negative integer, found -3",
@@ -684,6 +690,13 @@ mod tests {
                 line_with("hash_ids", "[3, -4]"),
                 "hash_ids[1]: expected a non-negative integer, found -4",
             ),
+        ]
+    }
+
+    /// Lines whose ids do not cover the prompt, over the token limit, of a wrong set of
+    /// members, or not a JSON object.
+    fn bad_lines_as_a_whole() -> Vec<(String, &'static str)> {
+        vec![
             (
                 line_with("hash_ids", "[3]"),
                 "hash_ids: input_length 600 at 512 tokens a block needs 2 ids, found 1",
@@ -724,8 +737,12 @@ mod tests {
                 r#"{"timestamp": 7,"#.to_owned(),
                 "invalid JSON: EOF while parsing a value at column 16",
             ),
-        ];
-        for (bad, reason) in cases {
+        ]
+    }
+
+    #[test]
+    fn each_kind_of_bad_line_names_its_line_and_reason() {
+        for (bad, reason) in bad_lines() {
             let text = format!("{GOOD}\n{bad}\n{GOOD}\n");
             assert_eq!(errors(&text), [format!("line 2: {reason}")], "{bad}");
         }
