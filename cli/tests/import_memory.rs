@@ -53,9 +53,7 @@ fn importing_a_long_mooncake_trace_holds_a_fraction_of_its_size() {
     let input_bytes = text.len() as u64;
     drop(text);
     let out = dir.path().join("trace.json");
-    let idle_out = dir.path().join("idle.json");
-    let idle_out = idle_out.to_str().unwrap();
-    let idle_bytes = idle_rss::idle_resident_bytes(&["import", "mooncake", "-", "-o", idle_out]);
+    let idle_bytes = idle_rss::idle_import_bytes(dir.path());
     let output = Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args(["import", "mooncake"])
         .arg(&input)

@@ -51,11 +51,7 @@ fn importing_many_overlapping_sessions_holds_a_fraction_of_their_size() {
     }
     let input_bytes = text.len() as u64 * files;
     let out = dir.path().join("trace.json");
-    // The binary waiting on an empty Mooncake stdin: its own pages, which the same
-    // binary holds whatever it imports.
-    let idle_out = dir.path().join("idle.json");
-    let idle_out = idle_out.to_str().unwrap();
-    let idle_bytes = idle_rss::idle_resident_bytes(&["import", "mooncake", "-", "-o", idle_out]);
+    let idle_bytes = idle_rss::idle_import_bytes(dir.path());
     let output = Command::new(env!("CARGO_BIN_EXE_kvroute"))
         .args(["import", "weka"])
         .arg(&sessions)

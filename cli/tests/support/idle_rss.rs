@@ -38,3 +38,10 @@ pub fn idle_resident_bytes(args: &[&str]) -> u64 {
     let _ = child.wait();
     last
 }
+
+/// [`idle_resident_bytes`] of `kvroute import mooncake -` writing into `dir`: the
+/// binary's own pages, which it holds whatever it imports.
+pub fn idle_import_bytes(dir: &std::path::Path) -> u64 {
+    let out = dir.join("idle.json");
+    idle_resident_bytes(&["import", "mooncake", "-", "-o", out.to_str().unwrap()])
+}
